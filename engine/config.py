@@ -1,0 +1,322 @@
+"""Typed run config: TOML load/save, dotted `--set` overrides, one-line validation errors.
+
+Pure python (no torch), so the studio and the VRAM planner can import it.
+
+Every user mistake raises `ConfigError` whose message is one line naming the key, the value
+and what is allowed. The CLI prints it and exits with code 2.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+
+from engine import paths
+
+
+class ConfigError(ValueError):
+    """A user-facing config mistake. str(err) is the whole one-line message."""
+
+
+def opt(default, *, choices=None, lo=None, hi=None, lo_open=False, help=""):
+    """A config field with its validation rules (choices, inclusive/open lower bound, upper bound)."""
+    meta = {"choices": choices, "lo": lo, "hi": hi, "lo_open": lo_open, "help": help}
+    if isinstance(default, list):
+        return field(default_factory=lambda: list(default), metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+DTYPES = ["fp32", "bf16", "fp16", "fp8"]
+ALGOS = [
+    "grpo", "dapo", "dr_grpo", "gspo", "ppo", "ppo_token_tis", "ppo_seq_tis", "ppo_seq_mis",
+    "pg_seq_is", "pg_seq_tis", "pg_seq_mis",
+]
+LOSS_TYPES = ["grpo", "bnpo", "dr_grpo", "dapo"]
+
+
+@dataclass
+class ModelConfig:
+    name: str = opt("tiny-arith", help="preset id, local folder, or hub id")
+    dtype: str = opt("fp32", choices=DTYPES, help="trainer precision")
+    lora_rank: int = opt(8, lo=0, help="0 = full fine-tune")
+    lora_alpha: float = opt(16.0, lo=0, lo_open=True)
+    lora_dropout: float = opt(0.0, lo=0, hi=0.99)
+    lora_target_modules: list = opt(["all-linear"], help="peft target_modules")
+    load_in_4bit: bool = opt(False)
+    gradient_checkpointing: bool = opt(False)
+
+
+@dataclass
+class RolloutConfig:
+    backend: str = opt("hf", choices=["auto", "hf", "vllm"])
+    dtype: str = opt("", choices=["", *DTYPES], help="empty = model.dtype")
+    num_generations: int = opt(8, lo=2, help="G completions per prompt")
+    max_prompt_len: int = opt(64, lo=1)
+    max_completion_len: int = opt(16, lo=1)
+    temperature: float = opt(1.0, lo=0, lo_open=True)
+    top_p: float = opt(1.0, lo=0, hi=1.0, lo_open=True)
+    top_k: int = opt(0, lo=0, help="0 = off")
+    gpu_memory_utilization: float = opt(0.3, lo=0, hi=1.0, lo_open=True)
+
+
+@dataclass
+class AlgoConfig:
+    name: str = opt("grpo", choices=ALGOS)
+    loss_type: str = opt("grpo", choices=LOSS_TYPES)
+    epsilon: float = opt(0.2, lo=0)
+    epsilon_high: float = opt(0.2, lo=0)
+    delta: float = opt(0.0, lo=0, help="INTELLECT-2 cap on the unclipped ratio; 0 = off")
+    beta: float = opt(0.0, lo=0, help="KL-to-reference coefficient (k3)")
+    scale_rewards: str = opt("group", choices=["group", "batch", "none"])
+    mask_truncated_completions: bool = opt(False)
+    importance_sampling_level: str = opt("token", choices=["token", "sequence"])
+    is_level: str = opt("none", choices=["none", "token", "sequence"],
+                        help="rollout-correction against the inference policy mu")
+    is_mode: str = opt("truncate", choices=["truncate", "mask"])
+    is_cap: float = opt(0.0, lo=0, help="C for rollout correction; 0 = unset")
+
+
+@dataclass
+class TrainConfig:
+    steps: int = opt(40, lo=1)
+    lr: float = opt(1e-3, lo=0, lo_open=True)
+    warmup_steps: int = opt(0, lo=0)
+    lr_schedule: str = opt("constant", choices=["constant", "linear", "cosine"])
+    weight_decay: float = opt(0.0, lo=0)
+    prompts_per_step: int = opt(8, lo=1)
+    seed: int = opt(0, lo=0)
+    grad_clip: float = opt(1.0, lo=0, help="max grad norm; 0 = off")
+    save_every: int = opt(20, lo=0, help="checkpoint every N steps; 0 = only at the end")
+    samples_every: int = opt(1, lo=1, help="write samples.jsonl every N steps")
+    eval_every: int = opt(0, lo=0, help="held-out accuracy every N steps; 0 = off")
+
+
+@dataclass
+class DataConfig:
+    source: str = opt("builtin:arith", help="builtin:arith, a .jsonl/.csv/.parquet file, or a HF dataset id")
+    prompt_column: str = opt("prompt")
+    answer_column: str = opt("answer")
+    eval_size: int = opt(200, lo=0)
+
+
+@dataclass
+class RewardsConfig:
+    funcs: list = opt(["correctness", "format"], help="builtin names or file.py:function")
+    weights: list = opt([], help="one per func; empty = all 1.0")
+
+
+@dataclass
+class PrecisionConfig:
+    fp8_flow: str = opt("unified", choices=["unified", "rollout_only"])
+    loss_scale_init: float = opt(2.0 ** 16, lo=1)
+    loss_scale_growth_interval: int = opt(2000, lo=1)
+    loss_scale_backoff: float = opt(0.5, lo=0, hi=1.0, lo_open=True)
+    loss_scale_growth: float = opt(2.0, lo=1, lo_open=True)
+
+
+@dataclass
+class Config:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    algo: AlgoConfig = field(default_factory=AlgoConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    rewards: RewardsConfig = field(default_factory=RewardsConfig)
+    precision: PrecisionConfig = field(default_factory=PrecisionConfig)
+
+    @property
+    def rollout_dtype(self) -> str:
+        return self.rollout.dtype or self.model.dtype
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+SECTIONS = {f.name: f.type for f in dataclasses.fields(Config)}
+
+
+def _section_fields(section: str) -> dict[str, dataclasses.Field]:
+    cls = {f.name: f for f in dataclasses.fields(Config)}[section].default_factory
+    return {f.name: f for f in dataclasses.fields(cls)}
+
+
+def all_keys() -> list[str]:
+    return [f"{s}.{k}" for s in SECTIONS for k in _section_fields(s)]
+
+
+def _did_you_mean(word: str, candidates: list[str]) -> str:
+    close = difflib.get_close_matches(word, candidates, n=1, cutoff=0.6)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def _fmt(value: Any) -> str:
+    return repr(value) if isinstance(value, str) else str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _coerce(key: str, value: Any, default: Any, from_text: bool) -> Any:
+    """Convert `value` to the type of `default`; `from_text` is True for --set strings."""
+    kind = type(default)
+    if kind is bool:
+        if isinstance(value, bool):
+            return value
+        if from_text and str(value).lower() in ("true", "false", "1", "0", "yes", "no"):
+            return str(value).lower() in ("true", "1", "yes")
+        raise ConfigError(f"config error: {key} = {_fmt(value)}: expected true or false")
+    if kind is int:
+        if isinstance(value, bool):
+            raise ConfigError(f"config error: {key} = {_fmt(value)}: expected an integer")
+        if isinstance(value, int):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        if from_text:
+            try:
+                return int(str(value).replace("_", ""))
+            except ValueError:
+                pass
+        raise ConfigError(f"config error: {key} = {_fmt(value)}: expected an integer")
+    if kind is float:
+        if isinstance(value, bool):
+            raise ConfigError(f"config error: {key} = {_fmt(value)}: expected a number")
+        if isinstance(value, (int, float)):
+            return float(value)
+        if from_text:
+            try:
+                return float(value)
+            except ValueError:
+                pass
+        raise ConfigError(f"config error: {key} = {_fmt(value)}: expected a number")
+    if kind is list:
+        if isinstance(value, list):
+            return value
+        if from_text:
+            text = str(value).strip()
+            if text.startswith("["):
+                try:
+                    return tomllib.loads(f"v = {text}")["v"]
+                except tomllib.TOMLDecodeError:
+                    raise ConfigError(f"config error: {key} = {text!r}: expected a list like [\"a\", \"b\"]") from None
+            return [item.strip() for item in text.split(",") if item.strip()]
+        raise ConfigError(f"config error: {key} = {_fmt(value)}: expected a list")
+    if not isinstance(value, str):
+        raise ConfigError(f"config error: {key} = {_fmt(value)}: expected a string")
+    return value
+
+
+def _check(key: str, value: Any, meta: dict) -> None:
+    choices = meta.get("choices")
+    if choices is not None and value not in choices:
+        shown = ", ".join(c if c else '""' for c in choices)
+        hint = _did_you_mean(str(value), [c for c in choices if c])
+        raise ConfigError(f"config error: {key} = {_fmt(value)}: allowed: {shown}{hint}")
+    lo, hi = meta.get("lo"), meta.get("hi")
+    if lo is not None and (value <= lo if meta.get("lo_open") else value < lo):
+        raise ConfigError(f"config error: {key} = {_fmt(value)}: must be {'>' if meta.get('lo_open') else '>='} {lo:g}")
+    if hi is not None and value > hi:
+        raise ConfigError(f"config error: {key} = {_fmt(value)}: must be <= {hi:g}")
+
+
+def set_key(cfg: Config, key: str, value: Any, from_text: bool = False) -> None:
+    """Set a dotted key (e.g. 'train.steps') with conversion and validation."""
+    section, _, name = key.partition(".")
+    if section not in SECTIONS or not name:
+        raise ConfigError(f"config error: unknown key '{key}'{_did_you_mean(key, all_keys())}")
+    fields = _section_fields(section)
+    if name not in fields:
+        raise ConfigError(f"config error: unknown key '{key}'{_did_you_mean(key, all_keys())}")
+    current = getattr(getattr(cfg, section), name)
+    converted = _coerce(key, value, current, from_text)
+    _check(key, converted, fields[name].metadata)
+    setattr(getattr(cfg, section), name, converted)
+
+
+def apply_dict(cfg: Config, data: dict, source: str = "") -> None:
+    for section, body in data.items():
+        if section not in SECTIONS:
+            raise ConfigError(f"config error: unknown section '{section}'{_did_you_mean(section, list(SECTIONS))}"
+                              + (f" in {source}" if source else ""))
+        if not isinstance(body, dict):
+            raise ConfigError(f"config error: [{section}] must be a table of keys")
+        for name, value in body.items():
+            set_key(cfg, f"{section}.{name}", value)
+
+
+def parse_override(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(f"config error: --set {text!r}: expected section.key=value")
+    return key.strip(), value.strip()
+
+
+def load(source: str | None = None, overrides: list[str] = ()) -> Config:
+    """Resolve a recipe (preset name or TOML path) plus `--set` overrides into a validated Config."""
+    from engine import algorithms  # algorithm presets fill defaults before explicit keys
+
+    data = read_recipe(source) if source else {}
+    cfg = Config()
+    algo_name = data.get("algo", {}).get("name", "grpo")
+    parsed = [parse_override(o) for o in overrides]
+    for key, value in parsed:
+        if key == "algo.name":
+            algo_name = value
+    set_key(cfg, "algo.name", algo_name)
+    for key, value in algorithms.defaults(algo_name).items():
+        set_key(cfg, key, value)
+    apply_dict(cfg, data, source or "")
+    for key, value in parsed:
+        set_key(cfg, key, value, from_text=True)
+    validate(cfg)
+    return cfg
+
+
+def read_recipe(source: str) -> dict:
+    path = Path(source)
+    if path.suffix != ".toml":
+        preset = paths.recipe(source)
+        if preset is None:
+            names = paths.recipe_names()
+            raise ConfigError(f"config error: recipe {source!r} not found: not a .toml file or a preset "
+                              f"(presets: {', '.join(names)}){_did_you_mean(source, names)}")
+        path = preset
+    if not path.is_file():
+        raise ConfigError(f"config error: recipe file {str(path)!r} does not exist")
+    try:
+        return tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(f"config error: {path}: invalid TOML: {err}") from None
+
+
+def validate(cfg: Config) -> None:
+    """Cross-field rules that single-key checks cannot express."""
+    r, a = cfg.rollout, cfg.algo
+    if a.is_mode == "mask" and a.is_level != "none" and a.is_cap <= 0:
+        raise ConfigError(f"config error: algo.is_cap = {a.is_cap:g}: algo.is_mode = 'mask' needs a cap > 0 (e.g. 2.0)")
+    if a.is_level != "none" and a.is_cap <= 0:
+        raise ConfigError(f"config error: algo.is_cap = {a.is_cap:g}: algo.is_level = {a.is_level!r} needs a cap > 0 (e.g. 2.0)")
+    if cfg.rewards.weights and len(cfg.rewards.weights) != len(cfg.rewards.funcs):
+        raise ConfigError(f"config error: rewards.weights = {cfg.rewards.weights}: needs {len(cfg.rewards.funcs)} "
+                          f"values, one per rewards.funcs entry")
+    if not cfg.rewards.funcs:
+        raise ConfigError("config error: rewards.funcs = []: give at least one reward function")
+    if cfg.rollout_dtype == "fp8" and cfg.model.dtype not in ("bf16", "fp8"):
+        raise ConfigError(f"config error: rollout.dtype = 'fp8' with model.dtype = {cfg.model.dtype!r}: "
+                          f"fp8 rollout pairs with model.dtype 'bf16' (rollout_only) or 'fp8' (unified)")
+    if r.max_prompt_len + r.max_completion_len > 1_000_000:
+        raise ConfigError(f"config error: rollout.max_completion_len = {r.max_completion_len}: "
+                          f"prompt + completion must be <= 1000000 tokens")
+
+
+def to_toml(cfg: Config) -> str:
+    return tomli_w.dumps(cfg.to_dict())
+
+
+def save(cfg: Config, path: Path) -> None:
+    from engine.runlog import atomic_write_text
+
+    atomic_write_text(path, to_toml(cfg))
