@@ -2,43 +2,61 @@
 
 `algo.name` fills these defaults; any explicit key in the recipe or on the command line
 overrides them; config.toml records the resolved values. See docs/algorithms.md.
+
+Every preset sets every loss knob it depends on, so switching `algo.name` never inherits a
+stale value from the dataclass defaults of another algorithm.
 """
 
 from __future__ import annotations
 
+# Knobs every preset starts from (the AlgoConfig defaults, i.e. TRL 1.16 GRPOConfig defaults).
+_BASE: dict[str, object] = {
+    "algo.objective": "ppo",
+    "algo.loss_type": "grpo",
+    "algo.epsilon": 0.2,
+    "algo.epsilon_high": 0.2,
+    "algo.importance_sampling_level": "token",
+    "algo.scale_rewards": "group",
+    "algo.mask_truncated_completions": False,
+    "algo.is_level": "none",
+    "algo.is_mode": "truncate",
+    "algo.is_cap": 0.0,
+}
+
+
+def _preset(**knobs: object) -> dict[str, object]:
+    return {**_BASE, **{f"algo.{k}": v for k, v in knobs.items()}}
+
+
 PRESETS: dict[str, dict[str, object]] = {
-    # DeepSeekMath GRPO as TRL ships it: per-sequence token mean, symmetric clip.
-    "grpo": {"algo.loss_type": "grpo", "algo.epsilon": 0.2, "algo.epsilon_high": 0.2},
-    # DAPO (arXiv 2503.14476): clip-higher 0.28, token-level normalisation, no std scaling
-    # is *not* part of DAPO (it keeps group std), overlong filtering via masking.
-    "dapo": {"algo.loss_type": "dapo", "algo.epsilon": 0.2, "algo.epsilon_high": 0.28,
-             "algo.mask_truncated_completions": True},
-    # Dr. GRPO (arXiv 2503.20783): constant normaliser B*L_max, no std scaling.
-    "dr_grpo": {"algo.loss_type": "dr_grpo", "algo.scale_rewards": "none"},
-    # GSPO (arXiv 2507.18071): sequence ratio exp(mean log r), clip range 3e-4 / 4e-4.
-    "gspo": {"algo.importance_sampling_level": "sequence", "algo.epsilon": 3e-4,
-             "algo.epsilon_high": 4e-4, "algo.loss_type": "grpo"},
-    # Precision-RL (arXiv 2510.26788) algorithm set.
-    "ppo": {"algo.loss_type": "dapo", "algo.is_level": "none"},
-    "ppo_token_tis": {"algo.loss_type": "dapo", "algo.is_level": "token", "algo.is_mode": "truncate",
-                      "algo.is_cap": 2.0},
-    "ppo_seq_tis": {"algo.loss_type": "dapo", "algo.is_level": "sequence", "algo.is_mode": "truncate",
-                    "algo.is_cap": 2.0},
-    "ppo_seq_mis": {"algo.loss_type": "dapo", "algo.is_level": "sequence", "algo.is_mode": "mask",
-                    "algo.is_cap": 10.0},
-    "pg_seq_is": {"algo.loss_type": "dapo", "algo.is_level": "sequence", "algo.is_mode": "truncate",
-                  "algo.is_cap": 1e30},
-    "pg_seq_tis": {"algo.loss_type": "dapo", "algo.is_level": "sequence", "algo.is_mode": "truncate",
-                   "algo.is_cap": 2.0},
-    "pg_seq_mis": {"algo.loss_type": "dapo", "algo.is_level": "sequence", "algo.is_mode": "mask",
-                   "algo.is_cap": 10.0},
+    # GRPO, DeepSeekMath (arXiv 2402.03300) as TRL ships it: per-sequence token mean, symmetric clip.
+    "grpo": _preset(),
+    # DAPO (arXiv 2503.14476): clip-higher (0.2 / 0.28), token-level normalisation over the batch,
+    # overlong completions masked out of the loss. DAPO keeps the group std scaling.
+    "dapo": _preset(loss_type="dapo", epsilon_high=0.28, mask_truncated_completions=True),
+    # Dr. GRPO (arXiv 2503.20783): constant normaliser B·L_max and no std scaling.
+    "dr_grpo": _preset(loss_type="dr_grpo", scale_rewards="none"),
+    # GSPO (arXiv 2507.18071): sequence ratio exp(mean_t log r_t), clip range 3e-4 / 4e-4.
+    "gspo": _preset(importance_sampling_level="sequence", epsilon=3e-4, epsilon_high=4e-4),
+    # Precision-RL algorithm set (arXiv 2510.26788, "Defeating the Training-Inference Mismatch
+    # via FP16"), token-mean aggregation as in its verl implementation. ρ is π_old/μ, μ the sampler.
+    "ppo": _preset(loss_type="dapo"),  # PPO-clip against π_old, ignores μ
+    "ppo_token_tis": _preset(loss_type="dapo", is_level="token", is_mode="truncate", is_cap=2.0),
+    "ppo_seq_tis": _preset(loss_type="dapo", is_level="sequence", is_mode="truncate", is_cap=2.0),
+    "ppo_seq_mis": _preset(loss_type="dapo", is_level="sequence", is_mode="mask", is_cap=10.0),
+    # Vanilla policy gradient with sequence-level IS: -sg(π_θ(y)/μ(y))·A·Σ_t log π_θ(y_t), unclipped.
+    # is_cap = 0 with is_mode = truncate means "no truncation" (plain IS).
+    "pg_seq_is": _preset(loss_type="dapo", objective="pg", is_level="sequence", is_mode="truncate", is_cap=0.0),
+    "pg_seq_tis": _preset(loss_type="dapo", objective="pg", is_level="sequence", is_mode="truncate", is_cap=2.0),
+    "pg_seq_mis": _preset(loss_type="dapo", objective="pg", is_level="sequence", is_mode="mask", is_cap=10.0),
 }
 
 
 def defaults(name: str) -> dict[str, object]:
+    """The keys `algo.name = name` fills in (empty for an unknown name; config validation reports it)."""
     return dict(PRESETS.get(name, {}))
 
 
 def is_policy_gradient(name: str) -> bool:
-    """pg_* presets use the unclipped REINFORCE-style objective -sg(w)·A·log π."""
-    return name.startswith("pg_")
+    """pg_* presets use the unclipped REINFORCE-style objective -sg(w)·A·log π (algo.objective = 'pg')."""
+    return PRESETS.get(name, {}).get("algo.objective") == "pg"
