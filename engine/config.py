@@ -79,7 +79,10 @@ class AlgoConfig:
     is_level: str = opt("none", choices=["none", "token", "sequence"],
                         help="rollout-correction against the inference policy mu")
     is_mode: str = opt("truncate", choices=["truncate", "mask"])
-    is_cap: float = opt(0.0, lo=0, help="C for rollout correction; 0 = unset")
+    is_cap: float = opt(0.0, lo=0, help="C for rollout correction; 0 = no cap (plain IS, truncate mode only)")
+    objective: str = opt("ppo", choices=["ppo", "pg"],
+                         help="ppo = clipped surrogate; pg = -sg(w)·A·log pi (vanilla policy gradient)")
+    use_bias_correction_kl: bool = opt(True, help="TRL's default: multiply the k3 KL term by pi/pi_old")
 
 
 @dataclass
@@ -296,9 +299,13 @@ def validate(cfg: Config) -> None:
     """Cross-field rules that single-key checks cannot express."""
     r, a = cfg.rollout, cfg.algo
     if a.is_mode == "mask" and a.is_level != "none" and a.is_cap <= 0:
-        raise ConfigError(f"config error: algo.is_cap = {a.is_cap:g}: algo.is_mode = 'mask' needs a cap > 0 (e.g. 2.0)")
-    if a.is_level != "none" and a.is_cap <= 0:
-        raise ConfigError(f"config error: algo.is_cap = {a.is_cap:g}: algo.is_level = {a.is_level!r} needs a cap > 0 (e.g. 2.0)")
+        raise ConfigError(f"config error: algo.is_cap = {a.is_cap:g}: algo.is_mode = 'mask' needs a cap > 0 (e.g. 10.0)")
+    if 0 < a.delta <= 1 + a.epsilon_high:
+        raise ConfigError(f"config error: algo.delta = {a.delta:g}: must be > 1 + algo.epsilon_high "
+                          f"({1 + a.epsilon_high:g}), or 0 = off")
+    if a.objective == "pg" and a.importance_sampling_level == "sequence":
+        raise ConfigError("config error: algo.importance_sampling_level = 'sequence' with algo.objective = 'pg': "
+                          "the pg objective has no pi/pi_old ratio; use 'token' (its IS weight is algo.is_level)")
     if cfg.rewards.weights and len(cfg.rewards.weights) != len(cfg.rewards.funcs):
         raise ConfigError(f"config error: rewards.weights = {cfg.rewards.weights}: needs {len(cfg.rewards.funcs)} "
                           f"values, one per rewards.funcs entry")
