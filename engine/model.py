@@ -1,0 +1,111 @@
+"""Load the policy: tokenizer and model from a preset, a local folder, or the HF cache; LoRA via peft.
+
+Precision (see docs/mismatch.md):
+  * LoRA: base weights stored in the trainer dtype; peft keeps adapter weights in fp32.
+  * Full fine-tune: fp32 master weights, forward under torch.autocast(dtype) for bf16/fp16.
+  * fp8: bf16 master weights with every linear GEMM quantised (engine/fp8.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+
+import torch
+
+from engine import paths
+from engine.config import Config, ConfigError
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "fp8": torch.bfloat16}
+
+
+def resolve_model_path(name: str) -> str:
+    """A preset id, a local folder with config.json, or a hub id already in the local HF cache."""
+    bundled = paths.bundled_model(name)
+    if bundled is not None:
+        return str(bundled)
+    local = Path(name).expanduser()
+    if local.is_dir():
+        if (local / "config.json").is_file():
+            return str(local)
+        raise ConfigError(f"config error: model.name = {name!r}: folder has no config.json")
+    if "/" in name and not name.startswith((".", "/")):
+        from huggingface_hub import snapshot_download
+
+        try:
+            return snapshot_download(name, local_files_only=True)
+        except Exception:
+            if os.environ.get("HF_HUB_OFFLINE") == "1" or not _online():
+                raise ConfigError(f"config error: model.name = {name!r}: not in the local Hugging Face cache and "
+                                  f"this machine is offline; download it first or give a local folder") from None
+            return name
+    presets = ", ".join(p.name for p in paths.MODELS.iterdir() if (p / "config.json").is_file())
+    raise ConfigError(f"config error: model.name = {name!r}: not a bundled model ({presets}), "
+                      f"a local folder with config.json, or a hub id like 'Qwen/Qwen3-0.6B'")
+
+
+def _online() -> bool:
+    import socket
+
+    try:
+        socket.create_connection(("huggingface.co", 443), timeout=2).close()
+        return True
+    except OSError:
+        return False
+
+
+def load_tokenizer(path: str):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(path)
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    tok.padding_side = "left"
+    return tok
+
+
+def load_base(path: str, dtype: torch.dtype):
+    from transformers import AutoModelForCausalLM
+
+    try:
+        return AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+    except OSError as err:
+        raise ConfigError(f"config error: model.name = {path!r}: could not load ({str(err).splitlines()[0]})") from None
+
+
+def load_policy(cfg: Config, path: str):
+    """The trainable policy: a peft LoRA model (lora_rank > 0) or the full model."""
+    m = cfg.model
+    full_ft = m.lora_rank == 0
+    store = torch.float32 if full_ft else DTYPES[m.dtype]
+    model = load_base(path, store)
+    if m.gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.config.use_cache = False
+    if not full_ft:
+        from peft import LoraConfig, get_peft_model
+
+        targets = m.lora_target_modules
+        lora = LoraConfig(r=m.lora_rank, lora_alpha=m.lora_alpha, lora_dropout=m.lora_dropout,
+                          target_modules=targets[0] if targets == ["all-linear"] else targets,
+                          task_type="CAUSAL_LM")
+        model = get_peft_model(model, lora)
+        if m.gradient_checkpointing:
+            model.enable_input_require_grads()
+    if m.dtype == "fp8":
+        from engine.fp8 import apply_fp8
+
+        apply_fp8(model)
+    return model
+
+
+def autocast(cfg: Config):
+    """Full fine-tune in bf16/fp16 runs the forward under autocast over fp32 master weights."""
+    if cfg.model.lora_rank == 0 and cfg.model.dtype in ("bf16", "fp16"):
+        return torch.autocast("cuda" if torch.cuda.is_available() else "cpu", dtype=DTYPES[cfg.model.dtype])
+    return contextlib.nullcontext()
+
+
+def device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")

@@ -1,0 +1,55 @@
+"""The rollout interface: generate G completions per prompt and say what log-probs the sampler used."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Protocol
+
+import torch
+
+
+@dataclass
+class Sampling:
+    n: int                    # completions per prompt (num_generations)
+    max_tokens: int           # max_completion_len
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0            # 0 = off
+    seed: int = 0
+
+
+@dataclass
+class Rollout:
+    """Completions for len(prompts) * n rows, grouped: rows [i*n, (i+1)*n) belong to prompt i.
+
+    completion_ids are right-padded with pad_id; mask marks real tokens (EOS included);
+    logprobs[b, t] = log μ(y_t | ...) under the sampler's processed distribution (after
+    temperature/top-k/top-p), 0 where mask is 0. truncated[b] is True when no EOS was produced.
+    """
+
+    completion_ids: torch.Tensor   # [B, T] long
+    mask: torch.Tensor             # [B, T] float
+    logprobs: torch.Tensor         # [B, T] float32
+    truncated: torch.Tensor        # [B] bool
+    seconds: float = 0.0
+
+
+class RolloutBackend(Protocol):
+    name: str
+
+    def generate(self, prompt_ids: list[list[int]], sampling: Sampling) -> Rollout: ...
+
+    def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Take the trainer's current weights (HF parameter names, merged LoRA) before the next rollout."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def completion_mask(ids: torch.Tensor, eos_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(mask, truncated): 1 for tokens up to and including the first EOS; truncated rows have no EOS."""
+    is_eos = ids == eos_id
+    has_eos = is_eos.any(dim=1)
+    first = torch.where(has_eos, is_eos.int().argmax(dim=1), ids.shape[1])
+    pos = torch.arange(ids.shape[1], device=ids.device).unsqueeze(0)
+    return (pos <= first.unsqueeze(1)).float(), ~has_eos

@@ -1,0 +1,67 @@
+"""The `hf` rollout backend: transformers `generate` on its own copy of the policy in rollout.dtype.
+
+It keeps a separate model (like vLLM does), so the rollout precision can differ from the
+trainer's and weight sync after each optimizer step goes through the same `load_weights` path
+as the vLLM backend. μ is read from generate's *processed* scores (after temperature, top-k,
+top-p), i.e. the distribution the sampler actually drew from.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Iterable
+
+import torch
+
+from engine.model import DTYPES, device, load_base
+from engine.rollout.base import Rollout, Sampling, completion_mask
+
+
+class HFBackend:
+    name = "hf"
+
+    def __init__(self, cfg, model_path: str, tokenizer):
+        self.tokenizer = tokenizer
+        self.device = device()
+        self.model = load_base(model_path, DTYPES[cfg.rollout_dtype]).to(self.device).eval()
+        self.model.generation_config.pad_token_id = tokenizer.pad_token_id
+        if cfg.rollout_dtype == "fp8":
+            from engine.fp8 import apply_fp8
+
+            apply_fp8(self.model)
+        self._params = dict(self.model.named_parameters())
+
+    @torch.no_grad()
+    def generate(self, prompt_ids: list[list[int]], sampling: Sampling) -> Rollout:
+        start = time.perf_counter()
+        rows = [ids for ids in prompt_ids for _ in range(sampling.n)]
+        width = max(map(len, rows))
+        pad = self.tokenizer.pad_token_id
+        input_ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows], device=self.device)
+        attention = (torch.arange(width).unsqueeze(0) >= torch.tensor([width - len(r) for r in rows]).unsqueeze(1))
+        torch.manual_seed(sampling.seed)
+        out = self.model.generate(
+            input_ids=input_ids, attention_mask=attention.long().to(self.device),
+            do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k or None,
+            max_new_tokens=sampling.max_tokens, eos_token_id=self.tokenizer.eos_token_id, pad_token_id=pad,
+            output_scores=True, return_dict_in_generate=True,
+        )
+        ids = out.sequences[:, width:]
+        # log μ(y_t) = log_softmax(processed scores at step t)[y_t], one step at a time (no B×T×V copy)
+        logprobs = torch.stack([
+            torch.log_softmax(score.float(), dim=-1).gather(1, ids[:, t:t + 1]).squeeze(1)
+            for t, score in enumerate(out.scores)
+        ], dim=1)
+        mask, truncated = completion_mask(ids, self.tokenizer.eos_token_id)
+        logprobs = torch.where(mask.bool(), logprobs, torch.zeros_like(logprobs))
+        ids = torch.where(mask.bool(), ids, torch.full_like(ids, pad))
+        return Rollout(ids.cpu(), mask.cpu(), logprobs.cpu(), truncated.cpu(), time.perf_counter() - start)
+
+    @torch.no_grad()
+    def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        for name, tensor in named_tensors:
+            self._params[name].copy_(tensor.to(self._params[name].dtype))
+
+    def close(self) -> None:
+        self.model = None
+

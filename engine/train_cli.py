@@ -1,0 +1,105 @@
+"""`grpo-studio train`: headless training with a rich progress bar (plain lines when piped)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from engine import config
+from engine.cliparse import OneLineParser
+from engine.config import ConfigError
+from engine.runlog import CONFIG, RunLock
+
+
+class PlainProgress:
+    """One line per step, for pipes and log files."""
+
+    def __init__(self, total: int, stream=sys.stdout):
+        self.total, self.stream, self.start = total, stream, time.time()
+
+    def warn(self, message: str) -> None:
+        print(f"warning: {message}", file=self.stream, flush=True)
+
+    def update(self, row: dict) -> None:
+        step = row["step"]
+        eta = (time.time() - self.start) / max(step, 1) * (self.total - step)
+        parts = [f"step {step}/{self.total}", f"reward {row.get('reward/mean', float('nan')):.3f}",
+                 f"loss {row.get('loss', float('nan')):.4f}", f"k3 {row.get('mismatch/k3', float('nan')):.2e}"]
+        if "eval/accuracy" in row:
+            parts.append(f"eval_acc {row['eval/accuracy']:.3f}")
+        print("  ".join(parts) + f"  eta {eta:.0f}s", file=self.stream, flush=True)
+
+    def close(self) -> None:
+        pass
+
+
+class RichProgress(PlainProgress):
+    """A rich progress bar with step, reward and ETA, for terminals."""
+
+    def __init__(self, total: int):
+        from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+        super().__init__(total)
+        self.bar = Progress(TextColumn("step {task.completed}/{task.total}"), BarColumn(),
+                            TextColumn("reward {task.fields[reward]}  k3 {task.fields[k3]}"), TimeRemainingColumn())
+        self.task = self.bar.add_task("train", total=total, reward="-", k3="-")
+        self.bar.start()
+
+    def warn(self, message: str) -> None:
+        self.bar.console.print(f"[yellow]warning:[/] {message}")
+
+    def update(self, row: dict) -> None:
+        self.bar.update(self.task, completed=row["step"], reward=f"{row.get('reward/mean', float('nan')):.3f}",
+                        k3=f"{row.get('mismatch/k3', float('nan')):.1e}")
+
+    def close(self) -> None:
+        self.bar.stop()
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    p = OneLineParser(prog="grpo-studio train", description="Train headless, writing a run directory.")
+    p.add_argument("recipe", nargs="?", default="tiny-arith", help="preset name or FILE.toml")
+    p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--run-dir", type=Path)
+    p.add_argument("--resume", type=Path, metavar="DIR", help="continue the run in DIR from its last checkpoint")
+    return p.parse_args(argv)
+
+
+def default_run_dir(recipe: str) -> Path:
+    return Path("runs") / f"{Path(recipe).stem}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def main(argv: list[str]) -> int:
+    args = parse(argv)
+    try:
+        if args.resume:
+            if not (args.resume / CONFIG).is_file():
+                raise ConfigError(f"config error: --resume {str(args.resume)!r}: no {CONFIG} there (not a run directory)")
+            cfg = config.load(str(args.resume / CONFIG), args.sets)
+            run_dir = args.resume
+        else:
+            cfg = config.load(args.recipe, args.sets)
+            run_dir = args.run_dir or default_run_dir(args.recipe)
+        from engine.trainer import Trainer  # torch loads only once the config is known to be good
+
+        trainer = Trainer(cfg, run_dir, resume=bool(args.resume))
+    except ConfigError as err:
+        print(err, file=sys.stderr)
+        return 2
+    progress = RichProgress(cfg.train.steps) if sys.stdout.isatty() else PlainProgress(cfg.train.steps)
+    print(f"run directory: {run_dir}", flush=True)
+    try:
+        state = trainer.run(progress)
+    except RunLock as err:
+        progress.close()
+        print(err, file=sys.stderr)
+        return 2
+    except ConfigError as err:
+        progress.close()
+        print(err, file=sys.stderr)
+        return 2
+    progress.close()
+    print(f"{state} at step {trainer.step_no}: {run_dir}", flush=True)
+    return 0

@@ -1,0 +1,301 @@
+"""The GRPO loop. One call of `Trainer.step()` is one GRPO step, readable top to bottom:
+
+    prompts → rollout (G completions each, with the sampler's log-probs μ)
+            → rewards → group-relative advantages
+            → trainer log-probs π (and the reference's, when beta > 0)
+            → policy loss → backward (fp16: scaled) → clip → AdamW → LR schedule
+            → mismatch metrics from (μ, π) → weight sync to the rollout engine
+            → one metrics row in the run directory
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import signal
+import time
+
+import torch
+
+from engine import checkpoint, data, model as modeling, rewards as reward_lib
+from engine.advantages import compute_advantages
+from engine.config import Config, save as save_config
+from engine.logprobs import token_logprobs
+from engine.losses import LossInputs, policy_loss
+from engine.mismatch import dlogp_histogram, mismatch_metrics
+from engine.precision import LossScaler, precision_warning
+from engine.rollout import Sampling, make_backend
+from engine.runlog import CONFIG, RunWriter
+from engine.weights import export_weights
+
+
+class Trainer:
+    def __init__(self, cfg: Config, run_dir, resume: bool = False):
+        self.cfg, self.resume = cfg, resume
+        self.log = RunWriter(run_dir)
+        self.stop_requested = False
+        torch.manual_seed(cfg.train.seed)
+
+        self.model_path = modeling.resolve_model_path(cfg.model.name)
+        self.tokenizer = modeling.load_tokenizer(self.model_path)
+        self.device = modeling.device()
+        self.policy = modeling.load_policy(cfg, self.model_path).to(self.device)
+        self.params = [p for p in self.policy.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(self.params, lr=cfg.train.lr, weight_decay=cfg.train.weight_decay)
+        self.schedule = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_factor)
+        self.scaler = LossScaler.from_config(cfg.precision) if cfg.model.dtype == "fp16" else None
+        self.reward_fns = reward_lib.build(cfg.rewards.funcs)
+        self.reward_weights = torch.tensor(cfg.rewards.weights or [1.0] * len(self.reward_fns))
+        self.prompts = data.PromptStream(data.load_rows(cfg.data, "train"), cfg.train.seed)
+        self.eval_rows = data.load_rows(cfg.data, "eval")
+        self.rollout = make_backend(cfg, self.model_path, self.tokenizer, emit_event=self.log.event)
+        self.step_no = 0
+        self.skipped_steps = 0
+        self.reference = None
+
+    # ---- schedule -------------------------------------------------------------------------
+    def _lr_factor(self, done: int) -> float:
+        t = self.cfg.train
+        if done < t.warmup_steps:
+            return (done + 1) / (t.warmup_steps + 1)
+        progress = (done - t.warmup_steps) / max(1, t.steps - t.warmup_steps)
+        if t.lr_schedule == "linear":
+            return max(0.0, 1.0 - progress)
+        if t.lr_schedule == "cosine":
+            return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
+        return 1.0
+
+    # ---- one GRPO step ----------------------------------------------------------------------
+    def step(self) -> dict:
+        cfg, r = self.cfg, self.cfg.rollout
+        t0 = time.perf_counter()
+        rows = self.prompts.take(cfg.train.prompts_per_step)
+        prompts = [data.prompt_text(row, cfg.data) for row in rows]
+        prompt_ids = [self.tokenizer.encode(p, add_special_tokens=False)[-r.max_prompt_len:] for p in prompts]
+
+        # 1. Rollout: G completions per prompt, with μ = the sampler's per-token log-probs.
+        sampling = Sampling(n=r.num_generations, max_tokens=r.max_completion_len, temperature=r.temperature,
+                            top_p=r.top_p, top_k=r.top_k, seed=cfg.train.seed * 1_000_003 + self.step_no)
+        out = self.rollout.generate(prompt_ids, sampling)
+        mask = out.mask.to(self.device)
+        texts = self.tokenizer.batch_decode(out.completion_ids, skip_special_tokens=True)
+
+        # 2. Rewards (TRL signature, every dataset column as a keyword) → group-relative advantages.
+        G = r.num_generations
+        columns = {k: [row[k] for row in rows for _ in range(G)] for k in rows[0] if k != "prompt"}
+        rep_prompts = [p for p in prompts for _ in range(G)]
+        table = reward_lib.score(self.reward_fns, rep_prompts, texts, columns, on_error=self._reward_error)
+        rewards = torch.tensor(table, dtype=torch.float32)
+        advantages, metrics = compute_advantages(rewards, self.reward_weights, G, cfg.algo.scale_rewards)
+        if cfg.algo.mask_truncated_completions:
+            mask = mask * (~out.truncated).float().unsqueeze(1).to(self.device)
+        t_rollout = time.perf_counter() - t0
+
+        # 3. Trainer log-probs π over the same tokens, at the sampler's temperature.
+        input_ids, attention = self._join(prompt_ids, out.completion_ids, G)
+        with modeling.autocast(cfg):
+            logps, entropy = token_logprobs(self.policy, input_ids, attention, out.completion_ids.shape[1],
+                                            r.temperature, with_entropy=True)
+            ref_logps = self._reference_logps(input_ids, attention, out.completion_ids.shape[1])
+
+        # 4. Loss, backward, clip, AdamW.
+        loss, loss_metrics = policy_loss(
+            LossInputs(logps=logps, old_logps=logps.detach(), advantages=advantages.to(self.device), mask=mask,
+                       rollout_logps=out.logprobs.to(self.device), ref_logps=ref_logps, entropy=entropy),
+            cfg.algo, max_completion_len=r.max_completion_len)
+        grad_norm = self._optimize(loss)
+
+        # 5. Rollout/train mismatch over completion tokens (before the update changes π).
+        mismatch = mismatch_metrics(out.logprobs, logps.detach().cpu(), out.mask)
+        self.log.histogram({"step": self.step_no + 1, **dlogp_histogram(out.logprobs, logps.detach().cpu(), out.mask)})
+
+        # 6. The rollout engine samples the new policy from the next step on.
+        self.rollout.load_weights(export_weights(self.policy))
+        self.step_no += 1
+        t_total = time.perf_counter() - t0
+
+        lengths = out.mask.sum(1)
+        metrics.update(loss_metrics)
+        metrics.update(mismatch)
+        metrics.update(self._reward_metrics(rewards))
+        metrics.update({
+            "step": self.step_no, "time": time.time(),
+            "epoch": self.prompts.epoch + self.prompts.index / max(1, len(self.prompts.rows)),
+            "loss": loss.item(), "grad_norm": grad_norm, "lr": self.schedule.get_last_lr()[0],
+            "completion/len_mean": lengths.mean().item(), "completion/len_max": lengths.max().item(),
+            "completion/truncated_frac": out.truncated.float().mean().item(),
+            "perf/step_s": t_total, "perf/rollout_s": out.seconds, "perf/train_s": t_total - t_rollout,
+            "perf/rollout_tok_s": lengths.sum().item() / max(out.seconds, 1e-9),
+            "mem/peak_gib": _peak_gib(), "mem/rss_gib": _rss_gib(),
+        })
+        if self.scaler is not None:
+            metrics["precision/loss_scale"] = self.scaler.scale_value
+            metrics["precision/skipped_steps"] = self.skipped_steps
+        if self.step_no % cfg.train.samples_every == 0:
+            self._write_samples(rep_prompts, texts, table, advantages)
+        return metrics
+
+    def _join(self, prompt_ids, completion_ids, G):
+        """Left-padded prompt + right-padded completion, as one batch for the trainer forward."""
+        pad = self.tokenizer.pad_token_id
+        width = max(map(len, prompt_ids))
+        rows = [ids for ids in prompt_ids for _ in range(G)]
+        left = torch.tensor([[pad] * (width - len(x)) + x for x in rows])
+        left_mask = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in rows])
+        input_ids = torch.cat([left, completion_ids], dim=1).to(self.device)
+        # completion padding sits after EOS and never influences the tokens we score
+        attention = torch.cat([left_mask, torch.ones_like(completion_ids)], dim=1).to(self.device)
+        return input_ids, attention
+
+    @torch.no_grad()
+    def _reference_logps(self, input_ids, attention, completion_len):
+        """π_ref for the k3 KL: with LoRA the base model with adapters disabled (no second copy)."""
+        if self.cfg.algo.beta <= 0:
+            return None
+        if self.cfg.model.lora_rank > 0:
+            with self.policy.disable_adapter():
+                return token_logprobs(self.policy, input_ids, attention, completion_len,
+                                      self.cfg.rollout.temperature)[0]
+        if self.reference is None:  # full fine-tune: a frozen copy of the starting weights
+            self.reference = modeling.load_base(self.model_path, modeling.DTYPES[self.cfg.model.dtype]).to(self.device)
+            self.reference.requires_grad_(False)
+        return token_logprobs(self.reference, input_ids, attention, completion_len, self.cfg.rollout.temperature)[0]
+
+    def _optimize(self, loss: torch.Tensor) -> float:
+        """backward → (fp16: unscale, skip on inf/NaN) → clip → AdamW step → LR schedule."""
+        self.optimizer.zero_grad(set_to_none=True)
+        (self.scaler.scale(loss) if self.scaler else loss).backward()
+        if self.scaler is not None and not self.scaler.unscale_and_check(self.params):
+            self.scaler.update(found_inf=True)
+            self.skipped_steps += 1
+            self.log.event("skipped_step", f"fp16 overflow at step {self.step_no + 1}: step skipped, "
+                           f"loss scale now {self.scaler.scale_value:g}", step=self.step_no + 1)
+            self.optimizer.zero_grad(set_to_none=True)
+            self.schedule.step()
+            return float("nan")
+        clip = self.cfg.train.grad_clip
+        norm = torch.nn.utils.clip_grad_norm_(self.params, clip if clip > 0 else float("inf"))
+        self.optimizer.step()
+        self.schedule.step()
+        if self.scaler is not None:
+            self.scaler.update(found_inf=False)
+        return norm.item()
+
+    def _reward_metrics(self, rewards: torch.Tensor) -> dict:
+        out = {}
+        for j, (name, _) in enumerate(self.reward_fns):
+            col = rewards[:, j]
+            col = col[~torch.isnan(col)]
+            out[f"rewards/{name}/mean"] = col.mean().item() if col.numel() else float("nan")
+            out[f"rewards/{name}/std"] = col.std().item() if col.numel() > 1 else 0.0
+        return out
+
+    def _reward_error(self, name: str, message: str, index) -> None:
+        self.log.event("reward_error", f"reward {name!r} failed: {message}", function=name, sample=index,
+                       step=self.step_no + 1)
+
+    def _write_samples(self, prompts, texts, table, advantages) -> None:
+        names = [n for n, _ in self.reward_fns]
+        self.log.samples([
+            {"step": self.step_no, "prompt": p, "completion": c, "advantage": a,
+             "rewards": {n: (None if math.isnan(v) else v) for n, v in zip(names, row)}}
+            for p, c, row, a in zip(prompts, texts, table, advantages.tolist())
+        ])
+
+    # ---- evaluation -------------------------------------------------------------------------
+    def evaluate(self, limit: int | None = None) -> float:
+        """Held-out accuracy at the run's temperature: share of eval prompts whose one sample
+        earns the full score of the first reward function (correctness for the built-in task)."""
+        rows = self.eval_rows[:limit] if limit else self.eval_rows
+        ids = [self.tokenizer.encode(data.prompt_text(row, self.cfg.data), add_special_tokens=False) for row in rows]
+        out = self.rollout.generate(ids, Sampling(n=1, max_tokens=self.cfg.rollout.max_completion_len,
+                                                  temperature=self.cfg.rollout.temperature, seed=10_007))
+        texts = self.tokenizer.batch_decode(out.completion_ids, skip_special_tokens=True)
+        name, fn = self.reward_fns[0]
+        columns = {k: [row[k] for row in rows] for k in rows[0] if k != "prompt"}
+        scores = fn(prompts=[row["prompt"] for row in rows], completions=texts, **columns)
+        best = max((s for s in scores if s is not None), default=0.0)
+        return sum(1 for s in scores if s is not None and s >= best and best > 0) / len(rows)
+
+    # ---- the run ----------------------------------------------------------------------------
+    def run(self, progress=None) -> str:
+        """Train to train.steps or until asked to stop. Returns 'finished' or 'stopped'."""
+        cfg = self.cfg
+        self.log.acquire()
+        try:
+            if self.resume:
+                self._restore()
+            else:
+                save_config(cfg, self.log.dir / CONFIG)
+            warning = precision_warning(cfg.model.dtype, cfg.rollout_dtype, cfg.precision.fp8_flow)
+            if warning:
+                self.log.event("warning", warning)
+                if progress:
+                    progress.warn(warning)
+            self.log.event("started", f"{'resumed at' if self.resume else 'starting'} step {self.step_no}",
+                           total_steps=cfg.train.steps, pid=os.getpid())
+            with _stop_on_signals(self):
+                while self.step_no < cfg.train.steps and not self.stop_requested:
+                    row = self.step()
+                    if cfg.train.eval_every and self.step_no % cfg.train.eval_every == 0:
+                        row["eval/accuracy"] = self.evaluate()
+                    self.log.metrics(row)
+                    if progress:
+                        progress.update(row)
+                    if cfg.train.save_every and self.step_no % cfg.train.save_every == 0:
+                        self._save()
+            self._save()
+            state = "stopped" if self.stop_requested and self.step_no < cfg.train.steps else "finished"
+            self.log.event(state, f"{state} at step {self.step_no}", step=self.step_no)
+            return state
+        except BaseException as err:
+            self.log.event("crashed", f"{type(err).__name__}: {err}", step=self.step_no)
+            raise
+        finally:
+            self.log.release()
+            self.rollout.close()
+
+    def _save(self) -> None:
+        path = checkpoint.save(self.log.dir, self.step_no, self.policy, self.optimizer, self.schedule,
+                               self.scaler, self.prompts.state(), self.skipped_steps)
+        if path is not None:
+            self.log.event("checkpoint", f"saved {path.name}", step=self.step_no, path=str(path))
+
+    def _restore(self) -> None:
+        state = checkpoint.load_latest(self.log.dir, self.policy, self.optimizer, self.schedule, self.scaler)
+        if state is None:
+            return
+        self.step_no = state["step"]
+        self.skipped_steps = state.get("skipped_steps", 0)
+        self.prompts.restore(state["data_cursor"])
+        self.log.truncate_metrics_after(self.step_no)
+        self.rollout.load_weights(export_weights(self.policy))
+
+
+@contextlib.contextmanager
+def _stop_on_signals(trainer: Trainer):
+    """SIGTERM / SIGINT: finish the current step, checkpoint, log `stopped`, exit 0."""
+    def ask(signum, frame):
+        trainer.stop_requested = True
+
+    old = {sig: signal.signal(sig, ask) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+
+
+def _peak_gib() -> float:
+    if torch.cuda.is_available():
+        return torch.cuda.max_memory_allocated() / 2**30
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
+
+
+def _rss_gib() -> float:
+    import psutil
+
+    return psutil.Process().memory_info().rss / 2**30

@@ -1,0 +1,29 @@
+"""Export the trainer's current weights for the rollout engine (HF names, LoRA merged).
+
+With LoRA only the adapted linears change, so only their merged weights W + (α/r)·B·A are sent;
+with full fine-tuning every parameter is sent. The trainer's own modules are never modified.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import torch
+
+PEFT_PREFIX = "base_model.model."
+
+
+@torch.no_grad()
+def export_weights(policy) -> Iterator[tuple[str, torch.Tensor]]:
+    from peft import PeftModel
+    from peft.tuners.lora import LoraLayer
+
+    if not isinstance(policy, PeftModel):
+        yield from ((name, p.detach()) for name, p in policy.named_parameters())
+        return
+    adapter = policy.active_adapter
+    for name, module in policy.named_modules():
+        if isinstance(module, LoraLayer) and adapter in module.lora_A:
+            base = module.get_base_layer().weight
+            merged = base.float() + module.get_delta_weight(adapter).float()
+            yield name.removeprefix(PEFT_PREFIX) + ".weight", merged

@@ -1,0 +1,50 @@
+"""The `grpo-studio` command. Imports no torch: heavy subcommands import their engine module lazily."""
+
+from __future__ import annotations
+
+import sys
+
+from engine.cliparse import OneLineParser  # noqa: F401  (re-exported for subcommands)
+
+SUBCOMMANDS = {
+    "train": ("engine.train_cli", "train headless, writing a run directory"),
+    "vram": ("studio.vram_cli", "estimate GPU memory for a config"),
+    "runs": ("studio.runs_cli", "list runs and their state"),
+    "attach": ("studio.app", "open the studio on a run"),
+    "bench": ("benchmarks", "run a benchmark (mismatch, step, logprobs, rollout, vram-accuracy, ui)"),
+    "rewards": ("engine.rewards.cli", "list the built-in reward functions"),
+    "report": ("studio.report", "export a run's charts to PNG and an HTML summary"),
+}
+
+
+def usage() -> str:
+    width = max(map(len, SUBCOMMANDS))
+    lines = ["usage: grpo-studio [RECIPE|FILE.toml] [--set KEY=VALUE]...   open the studio",
+             "       grpo-studio COMMAND [ARGS]...", "", "commands:"]
+    lines += [f"  {name:<{width}}  {about}" for name, (_, about) in SUBCOMMANDS.items()]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in ("-h", "--help"):
+        print(usage())
+        return 0
+    if argv and argv[0] in ("-V", "--version"):
+        from engine import __version__
+
+        print(f"grpo-studio {__version__}")
+        return 0
+    if argv and argv[0] in SUBCOMMANDS:
+        import importlib
+
+        module = importlib.import_module(SUBCOMMANDS[argv[0]][0])
+        entry = getattr(module, "attach_main" if argv[0] == "attach" else "main")
+        return entry(argv[1:])
+    from studio import app
+
+    return app.main(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
