@@ -50,6 +50,8 @@ class ModelConfig:
     lora_target_modules: list = opt(["all-linear"], help="peft target_modules")
     load_in_4bit: bool = opt(False)
     gradient_checkpointing: bool = opt(False)
+    offload_checkpoints: bool = opt(False, help="planner: gradient checkpoints kept in host RAM (Unsloth-style); the engine does not offload yet")
+    logits_chunk: int = opt(0, lo=0, help="planner: tokens per chunk of a fused, recomputed logits+log-softmax; 0 = engine/logprobs.py as today")
 
 
 @dataclass
@@ -63,6 +65,8 @@ class RolloutConfig:
     top_p: float = opt(1.0, lo=0, hi=1.0, lo_open=True)
     top_k: int = opt(0, lo=0, help="0 = off")
     gpu_memory_utilization: float = opt(0.3, lo=0, hi=1.0, lo_open=True)
+    colocate: bool = opt(True, help="vLLM shares the training GPU (TRL vllm_mode=colocate); false = its own GPU")
+    sleep: bool = opt(False, help="vLLM sleeps (frees its memory) during the train phase")
 
 
 @dataclass
