@@ -120,7 +120,8 @@ class RewardsConfig:
 
 @dataclass
 class PrecisionConfig:
-    fp8_flow: str = opt("unified", choices=["unified", "rollout_only"])
+    fp8_flow: str = opt("auto", choices=["auto", "unified", "rollout_only"],
+                        help="auto: model.dtype fp8 -> unified, bf16 + rollout fp8 -> rollout_only")
     loss_scale_init: float = opt(2.0 ** 16, lo=1)
     loss_scale_growth_interval: int = opt(2000, lo=1)
     loss_scale_backoff: float = opt(0.5, lo=0, hi=1.0, lo_open=True)
