@@ -26,8 +26,7 @@ def _dirs(run_dir: Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
-def save(run_dir: Path, step: int, policy, optimizer, schedule, scaler, data_cursor: dict,
-         skipped_steps: int) -> Path | None:
+def save(run_dir: Path, step: int, policy, optimizer, schedule, scaler, data_cursor: dict) -> Path | None:
     final = Path(run_dir) / CHECKPOINTS / f"step-{step}"
     if final.exists():
         return None
@@ -38,10 +37,9 @@ def save(run_dir: Path, step: int, policy, optimizer, schedule, scaler, data_cur
         "step": step,
         "optimizer": optimizer.state_dict(),
         "schedule": schedule.state_dict(),
-        "scaler": scaler.state_dict() if scaler is not None else None,
+        "scaler": scaler.state_dict(),
         "rng": torch.get_rng_state(),
         "data_cursor": data_cursor,
-        "skipped_steps": skipped_steps,
     }, tmp / STATE)
     for f in tmp.iterdir():
         with open(f, "rb") as fh:
@@ -59,8 +57,7 @@ def load_latest(run_dir: Path, policy, optimizer, schedule, scaler) -> dict | No
     state = torch.load(path / STATE, weights_only=False)
     optimizer.load_state_dict(state["optimizer"])
     schedule.load_state_dict(state["schedule"])
-    if scaler is not None and state["scaler"] is not None:
-        scaler.load_state_dict(state["scaler"])
+    scaler.load_state_dict(state["scaler"])
     torch.set_rng_state(state["rng"])
     return state
 

@@ -16,8 +16,7 @@ import torch
 
 from engine import paths
 from engine.config import Config, ConfigError
-
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "fp8": torch.bfloat16}
+from engine.precision import DTYPES, fp8_sides
 
 
 def resolve_model_path(name: str) -> str:
@@ -55,6 +54,14 @@ def _online() -> bool:
         return False
 
 
+def quiet_transformers() -> None:
+    """No per-load progress bars in the run's console output (they garble piped logs)."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+
+
 def load_tokenizer(path: str):
     from transformers import AutoTokenizer
 
@@ -68,6 +75,7 @@ def load_tokenizer(path: str):
 def load_base(path: str, dtype: torch.dtype):
     from transformers import AutoModelForCausalLM
 
+    quiet_transformers()
     try:
         return AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
     except OSError as err:
@@ -93,7 +101,7 @@ def load_policy(cfg: Config, path: str):
         model = get_peft_model(model, lora)
         if m.gradient_checkpointing:
             model.enable_input_require_grads()
-    if m.dtype == "fp8":
+    if fp8_sides(m.dtype, cfg.rollout_dtype, cfg.precision.fp8_flow)[0]:
         from engine.fp8 import apply_fp8
 
         apply_fp8(model)

@@ -37,6 +37,11 @@ class Trainer:
         self.stop_requested = False
         torch.manual_seed(cfg.train.seed)
 
+        # user inputs first (rewards, data, model path), so mistakes surface before weights load
+        self.reward_fns = reward_lib.build(cfg.rewards.funcs)
+        self.reward_weights = torch.tensor(cfg.rewards.weights or [1.0] * len(self.reward_fns))
+        self.prompts = data.PromptStream(data.load_rows(cfg.data, "train"), cfg.train.seed)
+        self.eval_rows = data.load_rows(cfg.data, "eval")
         self.model_path = modeling.resolve_model_path(cfg.model.name)
         self.tokenizer = modeling.load_tokenizer(self.model_path)
         self.device = modeling.device()
@@ -44,14 +49,9 @@ class Trainer:
         self.params = [p for p in self.policy.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(self.params, lr=cfg.train.lr, weight_decay=cfg.train.weight_decay)
         self.schedule = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_factor)
-        self.scaler = LossScaler.from_config(cfg.precision) if cfg.model.dtype == "fp16" else None
-        self.reward_fns = reward_lib.build(cfg.rewards.funcs)
-        self.reward_weights = torch.tensor(cfg.rewards.weights or [1.0] * len(self.reward_fns))
-        self.prompts = data.PromptStream(data.load_rows(cfg.data, "train"), cfg.train.seed)
-        self.eval_rows = data.load_rows(cfg.data, "eval")
+        self.scaler = LossScaler.from_config(cfg)  # enabled for fp16; elsewhere it only skips NaN steps
         self.rollout = make_backend(cfg, self.model_path, self.tokenizer, emit_event=self.log.event)
         self.step_no = 0
-        self.skipped_steps = 0
         self.reference = None
 
     # ---- schedule -------------------------------------------------------------------------
@@ -129,9 +129,8 @@ class Trainer:
             "perf/rollout_tok_s": lengths.sum().item() / max(out.seconds, 1e-9),
             "mem/peak_gib": _peak_gib(), "mem/rss_gib": _rss_gib(),
         })
-        if self.scaler is not None:
-            metrics["precision/loss_scale"] = self.scaler.scale_value
-            metrics["precision/skipped_steps"] = self.skipped_steps
+        if cfg.model.dtype == "fp16":
+            metrics.update(self.scaler.metrics())
         if self.step_no % cfg.train.samples_every == 0:
             self._write_samples(rep_prompts, texts, table, advantages)
         return metrics
@@ -163,24 +162,15 @@ class Trainer:
         return token_logprobs(self.reference, input_ids, attention, completion_len, self.cfg.rollout.temperature)[0]
 
     def _optimize(self, loss: torch.Tensor) -> float:
-        """backward → (fp16: unscale, skip on inf/NaN) → clip → AdamW step → LR schedule."""
+        """backward (fp16: scaled) → unscale, skip on inf/NaN → clip → AdamW step → LR schedule."""
         self.optimizer.zero_grad(set_to_none=True)
-        (self.scaler.scale(loss) if self.scaler else loss).backward()
-        if self.scaler is not None and not self.scaler.unscale_and_check(self.params):
-            self.scaler.update(found_inf=True)
-            self.skipped_steps += 1
-            self.log.event("skipped_step", f"fp16 overflow at step {self.step_no + 1}: step skipped, "
-                           f"loss scale now {self.scaler.scale_value:g}", step=self.step_no + 1)
-            self.optimizer.zero_grad(set_to_none=True)
-            self.schedule.step()
-            return float("nan")
-        clip = self.cfg.train.grad_clip
-        norm = torch.nn.utils.clip_grad_norm_(self.params, clip if clip > 0 else float("inf"))
-        self.optimizer.step()
+        self.scaler.scale(loss).backward()
+        stepped, grad_norm = self.scaler.step(self.optimizer, self.params, self.cfg.train.grad_clip)
         self.schedule.step()
-        if self.scaler is not None:
-            self.scaler.update(found_inf=False)
-        return norm.item()
+        if not stepped:
+            self.log.event("skipped_step", f"non-finite gradients at step {self.step_no + 1}: step skipped, "
+                           f"loss scale now {self.scaler.get_scale():g}", step=self.step_no + 1)
+        return grad_norm
 
     def _reward_metrics(self, rewards: torch.Tensor) -> dict:
         out = {}
@@ -258,7 +248,7 @@ class Trainer:
 
     def _save(self) -> None:
         path = checkpoint.save(self.log.dir, self.step_no, self.policy, self.optimizer, self.schedule,
-                               self.scaler, self.prompts.state(), self.skipped_steps)
+                               self.scaler, self.prompts.state())
         if path is not None:
             self.log.event("checkpoint", f"saved {path.name}", step=self.step_no, path=str(path))
 
@@ -267,7 +257,6 @@ class Trainer:
         if state is None:
             return
         self.step_no = state["step"]
-        self.skipped_steps = state.get("skipped_steps", 0)
         self.prompts.restore(state["data_cursor"])
         self.log.truncate_metrics_after(self.step_no)
         self.rollout.load_weights(export_weights(self.policy))

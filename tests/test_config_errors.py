@@ -1,0 +1,70 @@
+"""Every config mistake is one line naming key, value and what is allowed, with exit code 2."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from engine import config
+
+CASES = [
+    (["--set", "train.stepz=3"], "config error: unknown key 'train.stepz' (did you mean 'train.steps'?)"),
+    (["--set", "modle.dtype=bf16"], "config error: unknown key 'modle.dtype' (did you mean 'model.dtype'?)"),
+    (["--set", "model.dtype=bf17"], "config error: model.dtype = 'bf17': allowed: fp32, bf16, fp16, fp8 (did you mean 'bf16'?)"),
+    (["--set", "train.steps=abc"], "config error: train.steps = 'abc': expected an integer"),
+    (["--set", "train.steps=-1"], "config error: train.steps = -1: must be >= 1"),
+    (["--set", "model.lora_rank=1.5"], "config error: model.lora_rank = '1.5': expected an integer"),
+    (["--set", "rollout.temperature=0"], "config error: rollout.temperature = 0.0: must be > 0"),
+    (["--set", "rollout.top_p=1.5"], "config error: rollout.top_p = 1.5: must be <= 1"),
+    (["--set", "train.lr=fast"], "config error: train.lr = 'fast': expected a number"),
+    (["--set", "model.gradient_checkpointing=maybe"], "config error: model.gradient_checkpointing = 'maybe': expected true or false"),
+    (["--set", "algo.scale_rewards=grp"], "config error: algo.scale_rewards = 'grp': allowed: group, batch, none (did you mean 'group'?)"),
+    (["--set", "rollout.backend=vlm"], "config error: rollout.backend = 'vlm': allowed: auto, hf, vllm (did you mean 'vllm'?)"),
+    (["--set", "rewards.weights=[1.0]"], "config error: rewards.weights = [1.0]: needs 2 values, one per rewards.funcs entry"),
+    (["--set", "rewards.funcs=[]"], "config error: rewards.funcs = []: give at least one reward function"),
+    (["--set", "x"], "config error: --set 'x': expected section.key=value"),
+    (["nosuch-recipe"], "config error: recipe 'nosuch-recipe' not found: not a .toml file or a preset (presets: tiny-arith)"),
+    (["missing.toml"], "config error: recipe file 'missing.toml' does not exist"),
+    (["--set", "model.name=/nonexistent/model"], "config error: model.name = '/nonexistent/model': not a bundled model (tiny-arith), a local folder with config.json, or a hub id like 'Qwen/Qwen3-0.6B'"),
+    (["--set", "model.name=someorg/not-cached-model"], "config error: model.name = 'someorg/not-cached-model': not in the local Hugging Face cache and this machine is offline; download it first or give a local folder"),
+    (["--set", "rollout.dtype=fp8", "--set", "model.dtype=fp32"], "config error: rollout.dtype = 'fp8' with model.dtype = 'fp32': fp8 rollout pairs with model.dtype 'bf16' (rollout_only) or 'fp8' (unified)"),
+    (["--resume", "/nonexistent/run"], "config error: --resume '/nonexistent/run': no config.toml there (not a run directory)"),
+]
+
+
+@pytest.mark.parametrize("args,message", CASES, ids=[" ".join(a) for a, _ in CASES])
+def test_bad_config_is_one_line_with_exit_2(args, message, tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "studio.cli", "train", *args, "--run-dir", str(tmp_path / "run")],
+                          capture_output=True, text=True, cwd=tmp_path, env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().splitlines() == [message]
+    assert "Traceback" not in proc.stdout + proc.stderr
+
+
+def test_invalid_toml_file_names_the_file(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[train\nsteps = 3\n")
+    with pytest.raises(config.ConfigError, match=r"^config error: .*bad.toml: invalid TOML: "):
+        config.load(str(bad))
+
+
+def test_toml_section_typo_gets_did_you_mean(tmp_path):
+    bad = tmp_path / "typo.toml"
+    bad.write_text("[trian]\nsteps = 3\n")
+    with pytest.raises(config.ConfigError) as err:
+        config.load(str(bad))
+    assert str(err.value) == f"config error: unknown section 'trian' (did you mean 'train'?) in {bad}"
+
+
+def test_set_overrides_recipe_and_algo_defaults():
+    cfg = config.load("tiny-arith", ["algo.name=dapo", "algo.epsilon_high=0.3", "train.steps=7"])
+    assert (cfg.algo.loss_type, cfg.algo.epsilon_high, cfg.train.steps) == ("dapo", 0.3, 7)
+
+
+def test_resolved_config_round_trips_through_toml(tmp_path):
+    cfg = config.load("tiny-arith", ["algo.name=ppo_seq_mis"])
+    path = tmp_path / "config.toml"
+    config.save(cfg, path)
+    assert config.load(str(path)) == cfg
