@@ -1,0 +1,390 @@
+"""The VRAM planner: estimate(card, config) -> rows of GiB, each with the formula that produced it.
+
+Pure python: imported by the studio, which never imports torch.
+
+Two modes (formulas and sources in docs/vram.md):
+  documented  Unsloth's GRPO memory arithmetic (unsloth.ai/blog/grpo, "Long-context GRPO"), as published.
+  accurate    from the architecture, following what this engine does (engine/model.py, logprobs.py,
+              trainer.py); checked against real training steps by `grpo-studio bench vram-accuracy`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from engine.config import Config, ConfigError
+from engine.model_card import Card
+
+GIB = 2 ** 30
+MODES = ("documented", "accurate")
+VARIANTS = ("efficient", "standard")
+SOLVE_KEYS = ("max_completion_len", "num_generations", "lora_rank", "context")
+BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 2}   # trainer storage: fp8 keeps bf16 weights (engine/fp8.py)
+ROLLOUT_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
+NF4_BITS = 4.5          # bitsandbytes nf4: 4-bit codes + one fp32 absmax per 64-weight block
+LOGPROB_CHUNK_ROWS = 8  # engine/logprobs.py token_logprobs(chunk_rows=8)
+CUDA_CONTEXT_GIB = 0.5  # CUDA context + cuBLAS workspace, typical for torch on recent GPUs
+ALLOCATOR_MARGIN = 0.05  # caching-allocator fragmentation, share of the tensor total
+
+# Unsloth's published "Training Memory Cost" for Llama 3.1 8B, 20K context, 8 generations.
+# No derivation is published; the planner takes them as the doc's inputs.
+DOC_TRAINING_GB = {"standard": 414.0, "efficient": 42.0}
+DOC_SETUP = ("llama-3.1-8b", 20480, 8)
+
+
+@dataclass
+class Row:
+    name: str
+    gib: float
+    formula: str
+    in_total: bool = True
+
+
+@dataclass
+class Breakdown:
+    mode: str
+    model: str
+    rows: list[Row] = field(default_factory=list)
+    total_gib: float = 0.0
+    gpu_gib: float | None = None
+    fits: bool | None = None
+    peak_rule: str = ""
+
+    def row(self, name: str) -> Row:
+        return next(r for r in self.rows if r.name == name)
+
+    def to_json(self) -> dict:
+        return {"mode": self.mode, "model": self.model,
+                "rows": [{k: v for k, v in asdict(r).items()} for r in self.rows],
+                "total_gib": round(self.total_gib, 4), "gpu_gib": self.gpu_gib, "fits": self.fits,
+                "peak_rule": self.peak_rule}
+
+
+def _g(nbytes: float) -> float:
+    return nbytes / GIB
+
+
+def _n(x: float) -> str:
+    """A compact number for formula text: 20480 -> 20480, 8.03e9 -> 8.03e9."""
+    return f"{x:.3g}" if abs(x) >= 1e6 else f"{x:g}"
+
+
+# ---- documented mode ---------------------------------------------------------------------
+
+def documented(card: Card, cfg: Config, variant: str = "efficient") -> list[Row]:
+    """Unsloth's GRPO table: training + GRPO logits + inference weights copy + KV cache."""
+    r, m = cfg.rollout, cfg.model
+    G, T, V = r.num_generations, r.max_prompt_len + r.max_completion_len, card.vocab
+    size_b = card.nominal_b or card.total_params() / 1e9
+    if (card.name, T, G) == DOC_SETUP:
+        train = DOC_TRAINING_GB[variant]
+        train_f = (f"doc's published training memory for this setup ({variant}: {train:g} GB); "
+                   f"Unsloth publishes no derivation, taken as the doc's input")
+    elif m.lora_rank == 0:
+        train = 16 * size_b
+        train_f = f"full fine-tune: 16 B/param × {size_b:g}B (mixed-precision AdamW rule; not in Unsloth's doc)"
+    elif m.load_in_4bit:
+        train = size_b
+        train_f = f"QLoRA rule of thumb: params in B ≈ GB → {size_b:g}"
+    else:
+        train = 4 * size_b
+        train_f = f"LoRA 16-bit ≈ 4 × QLoRA rule of thumb: 4 × {size_b:g}"
+    logits = 2 * 2 * G * T * V / (8 if variant == "efficient" else 1)
+    logits_f = f"2 · 2 B · {G} gen · {T} ctx · {V} vocab" + (" ÷ 8 (Unsloth memory-efficient GRPO loss)"
+                                                             if variant == "efficient" else " (standard)")
+    if variant == "efficient":
+        infer, infer_f = 0.0, "0: weights shared with vLLM (Unsloth)"
+    else:
+        infer = 2 * size_b
+        infer_f = f"2 B · {size_b:g}B params (separate vLLM copy; the doc counts 1B params ≈ 1 GB)"
+    kv = 2 * 2 * card.layers * T * card.kv_dim
+    kv_f = f"2 · 2 B · {card.layers} layers · {T} ctx · ({card.kv_heads} kv heads · {card.head_dim} head_dim) per batch"
+    return [Row("training", train, train_f), Row("GRPO logits", _g(logits), logits_f),
+            Row("inference weights copy", infer, infer_f), Row("KV cache", _g(kv), kv_f)]
+
+
+# ---- accurate mode -----------------------------------------------------------------------
+
+def weight_bytes(card: Card, cfg: Config) -> tuple[float, str]:
+    m, P = cfg.model, card.total_params()
+    if m.lora_rank == 0:
+        return 4.0 * P, f"{_n(P)} params · 4 B (full fine-tune keeps fp32 master weights, engine/model.py)"
+    b = BYTES[m.dtype]
+    if m.load_in_4bit:
+        lin = card.layers * (card.layer_linear_params() + card.expert_params())
+        rest = P - lin
+        return lin * NF4_BITS / 8 + rest * 2, (f"{_n(lin)} linear params · {NF4_BITS} bits (nf4 + absmax) + "
+                                               f"{_n(rest)} embedding/norm params · 2 B")
+    return float(P * b), f"{_n(P)} params · {b} B ({m.dtype})"
+
+
+def train_state_bytes(card: Card, cfg: Config) -> tuple[str, float, str]:
+    m, P = cfg.model, card.total_params()
+    if m.lora_rank > 0:
+        n = card.lora_params(m.lora_rank, m.lora_target_modules)
+        return "LoRA adapter + AdamW", 16.0 * n, (
+            f"{_n(n)} LoRA params (Σ r·(d_in+d_out) over targets × {card.layers} layers) · 16 B "
+            f"(fp32 weight 4 + grad 4 + Adam m,v 8)")
+    text = f"{_n(P)} params · 12 B (fp32 grad 4 + Adam m,v 8)"
+    extra = 0.0
+    if m.dtype in ("bf16", "fp16", "fp8"):
+        # torch.autocast caches one low-precision copy of every weight used in a matmul
+        cast = card.layers * (card.layer_linear_params() + card.expert_params()) + card.vocab * card.hidden
+        extra = 2.0 * cast
+        text += f" + {_n(cast)} matmul weights · 2 B (autocast {m.dtype} copies)"
+    return "full FT grads + AdamW", 12.0 * P + extra, text
+
+
+def per_layer_token_bytes(card: Card, cfg: Config, device: str, seq: int) -> tuple[float, str]:
+    """Bytes saved for backward per token per decoder layer (Llama/Qwen/Gemma blocks, SDPA).
+
+    a = activation bytes; the RMSNorms run in fp32 (HF), peft casts LoRA inputs to the fp32
+    adapter dtype, SDPA with a padding mask gets k/v repeated to all heads (transformers
+    repeat_kv), and the CPU kernel keeps a per-layer mask copy (a·T per token).
+    """
+    m = cfg.model
+    full = m.lora_rank == 0
+    a = BYTES[m.dtype]
+    h, q, kv, i = card.hidden, card.q_dim, card.kv_dim, card.intermediate
+    if card.num_experts:  # MoE: experts_per_token expert MLPs see each token
+        i = card.intermediate * card.experts_per_token
+    norms = card.norms_per_layer * ((4 * h + 4) + (4 * h if full else 0))
+    terms = {"norms": norms}
+    if card.qk_norm:
+        terms["qk-norm"] = 4 * (q + kv) + 4 * (card.heads + card.kv_heads) + (4 * (q + kv) if full else 0)
+    terms["attention q,k,v,out"] = 4 * a * q + 4 * card.heads
+    terms["mlp gate,act,up"] = 3 * a * i
+    if full:
+        casts = 5 if a < 4 else 2    # autocast casts the input of each q,k,v,gate,up linear; fp32 shares it
+        terms["linear inputs"] = casts * a * h + a * i
+    else:
+        targets = {n for n, *_ in card.linears()} if m.lora_target_modules in ([], ["all-linear"]) \
+            else set(m.lora_target_modules)
+        fp32_inputs = 0
+        seen = set()
+        for name, din, _, _ in card.linears():
+            if name not in targets:
+                continue
+            src = {"q_proj": "attn_in", "k_proj": "attn_in", "v_proj": "attn_in", "qkv_proj": "attn_in",
+                   "gate_proj": "mlp_in", "up_proj": "mlp_in", "gate_up_proj": "mlp_in"}.get(name, name)
+            if a < 4 or src not in seen:       # fp32 model: peft's cast is a no-op, the input is shared
+                fp32_inputs += 4 * din
+            seen.add(src)
+        terms["LoRA inputs (fp32)"] = fp32_inputs + 4 * m.lora_rank * len(targets & {n for n, *_ in card.linears()})
+    if device == "cpu":
+        terms["CPU SDPA mask copy"] = a * seq
+    text = " + ".join(f"{k} {v:g}" for k, v in terms.items())
+    return float(sum(terms.values())), text
+
+
+def activation_bytes(card: Card, cfg: Config, device: str) -> tuple[float, str, float]:
+    """(GPU bytes, formula, host bytes) for the decoder stack + final norm over B·T tokens."""
+    r, m = cfg.rollout, cfg.model
+    B, T = cfg.train.prompts_per_step * r.num_generations, r.max_prompt_len + r.max_completion_len
+    per, text = per_layer_token_bytes(card, cfg, device, T)
+    full = m.lora_rank == 0
+    outside = (4 * card.hidden + 4) + (4 * card.hidden + 8 if full else 0)   # final norm (+ ids for embedding grad)
+    if full:
+        outside += BYTES[m.dtype] * card.hidden * (r.max_completion_len + 1) / T   # lm_head input (kept rows)
+    tokens = B * T
+    if not m.gradient_checkpointing:
+        return tokens * (card.layers * per + outside), (
+            f"{B} seqs · {T} tok · ({card.layers} layers · {per:g} B + {outside:.0f} B outside); "
+            f"per token per layer: {text}"), 0.0
+    res = 4 if (full or m.dtype == "fp32") else BYTES[m.dtype]
+    kept = tokens * card.layers * res * card.hidden
+    one = tokens * per
+    host = kept if m.offload_checkpoints else 0.0
+    where = "host RAM" if m.offload_checkpoints else "GPU"
+    return (kept - host) + one + tokens * outside, (
+        f"checkpointed: {B}·{T} tok · {card.layers} layers · {res}·{card.hidden} B layer inputs ({where}) "
+        f"+ one layer recomputed in backward ({per:g} B/token: {text}) + {outside:.0f} B/token outside"), host
+
+
+def logits_bytes(card: Card, cfg: Config) -> tuple[float, str]:
+    r, m = cfg.rollout, cfg.model
+    B, c, V = cfg.train.prompts_per_step * r.num_generations, r.max_completion_len, card.vocab
+    a = BYTES[m.dtype]
+    if m.logits_chunk > 0:
+        n = m.logits_chunk
+        return n * V * (a + 8) + B * c * 4, (f"chunked: {n} tok · {V} vocab · ({a} logits + 4 fp32 + 4 grad) "
+                                            f"+ {B}·{c} fp32 log-probs")
+    chunk = min(B, LOGPROB_CHUNK_ROWS)
+    total = B * (c + 1) * V * (4 + a) + 2 * chunk * (c + 1) * V * 4 + B * c * 8
+    return total, (f"materialised over completion tokens (logits_to_keep): {B} seqs · {c + 1} tok · {V} vocab · "
+                   f"(4 B fp32 log-softmax saved + {a} B logits/grad) + 2 fp32 chunk temporaries "
+                   f"({chunk} rows, engine/logprobs.py)")
+
+
+def reference_bytes(card: Card, cfg: Config) -> tuple[float, str]:
+    r, m = cfg.rollout, cfg.model
+    B, c, V = cfg.train.prompts_per_step * r.num_generations, r.max_completion_len, card.vocab
+    a = BYTES[m.dtype]
+    chunk = min(B, LOGPROB_CHUNK_ROWS)
+    fwd = B * (c + 1) * V * a + 2 * chunk * (c + 1) * V * 4 + B * c * 4
+    if m.lora_rank > 0:
+        return fwd, (f"beta > 0, LoRA: adapters disabled, no weight copy; no-grad forward "
+                     f"{B}·{c + 1}·{V} logits · {a} B + fp32 chunks + {B}·{c} log-probs · 4 B")
+    P = card.total_params()
+    return fwd + P * a, f"beta > 0, full FT: frozen copy {_n(P)} params · {a} B + no-grad logits forward"
+
+
+def kv_cache_bytes(card: Card, cfg: Config, sequences: int) -> tuple[float, str]:
+    r = cfg.rollout
+    T, b = r.max_prompt_len + r.max_completion_len, ROLLOUT_BYTES[cfg.rollout_dtype]
+    if card.sliding_window and card.sliding_pattern:
+        glob = card.layers // card.sliding_pattern
+        layer_tokens = glob * T + (card.layers - glob) * min(T, card.sliding_window)
+        lt = f"({glob} global · {T} + {card.layers - glob} sliding · {min(T, card.sliding_window)}) tok"
+    else:
+        layer_tokens, lt = card.layers * T, f"{card.layers} layers · {T} tok"
+    return (2 * b * layer_tokens * card.kv_dim * sequences,
+            f"2 (K,V) · {b} B · {lt} · {card.kv_dim} kv dim · {sequences} seqs")
+
+
+def accurate(card: Card, cfg: Config, gpu_gib: float | None = None, device: str = "cuda") -> tuple[list[Row], str]:
+    """Rows plus the phase-peak rule; rows with in_total=False are shown but not summed into the GPU total."""
+    m, r = cfg.model, cfg.rollout
+    rows: list[Row] = []
+    w, wf = weight_bytes(card, cfg)
+    rows.append(Row("base weights", _g(w), wf))
+    name, s, sf = train_state_bytes(card, cfg)
+    rows.append(Row(name, _g(s), sf))
+    act, af, host = activation_bytes(card, cfg, device)
+    rows.append(Row("activations", _g(act), af))
+    lg, lf = logits_bytes(card, cfg)
+    rows.append(Row("logits + log-softmax", _g(lg), lf))
+    if cfg.algo.beta > 0:
+        ref, rf = reference_bytes(card, cfg)
+        rows.append(Row("reference log-probs", _g(ref), rf))
+    seqs = cfg.train.prompts_per_step * r.num_generations
+    kv, kvf = kv_cache_bytes(card, cfg, seqs)
+    vllm = r.backend in ("vllm", "auto")
+    if not vllm:
+        rows.append(Row("rollout KV cache (hf generate)", _g(kv), kvf + "; weights shared with the trainer"))
+        rule = "weights + train state + max(rollout KV, train activations + logits): hf generate frees its cache"
+    else:
+        rb = ROLLOUT_BYTES[cfg.rollout_dtype]
+        need = card.total_params() * rb + kv
+        need_f = f"weights {_n(card.total_params())} · {rb} B + KV cache ({kvf})"
+        if not r.colocate:
+            rows.append(Row("vLLM (own GPU)", _g(need), need_f + "; on the rollout GPU, not in this total", False))
+            rule = "training GPU only: vLLM runs on its own GPU"
+        elif gpu_gib:
+            rows.append(Row("vLLM reservation", r.gpu_memory_utilization * gpu_gib,
+                            f"gpu_memory_utilization {r.gpu_memory_utilization:g} × {gpu_gib:g} GiB "
+                            f"(holds {_g(need):.2f} GiB of weights + KV: {need_f})"))
+            rule = _vllm_rule(r.sleep)
+        else:
+            rows.append(Row("vLLM reservation", _g(need), need_f + " (no GPU size: the need, not "
+                            "gpu_memory_utilization × total)"))
+            rule = _vllm_rule(r.sleep)
+    if device == "cuda":
+        rows.append(Row("CUDA context", CUDA_CONTEXT_GIB, "CUDA context + cuBLAS workspace (typical)"))
+    if host:
+        rows.append(Row("host RAM: offloaded checkpoints", _g(host),
+                        "checkpointed layer inputs kept in pinned host RAM (not GPU)", False))
+    return rows, rule
+
+
+def _vllm_rule(sleep: bool) -> str:
+    if sleep:
+        return "weights + train state + max(vLLM, activations + logits): vLLM sleeps during training"
+    return "weights + train state + vLLM + activations + logits: vLLM keeps its memory during training"
+
+
+def _accurate_tensors(rows: list[Row], rule: str) -> float:
+    """Tensor memory at the phase peak: persistent rows + (rollout, transient) summed or maxed."""
+    by = {r.name: r.gib for r in rows if r.in_total and r.name != "CUDA context"}
+    transient_names = ("activations", "logits + log-softmax", "reference log-probs")
+    transient = sum(by.get(k, 0.0) for k in transient_names)
+    rollout = sum(v for k, v in by.items() if k.startswith(("vLLM", "rollout")))
+    fixed = sum(v for k, v in by.items() if k not in transient_names and not k.startswith(("vLLM", "rollout")))
+    return fixed + (max(rollout, transient) if "max(" in rule else rollout + transient)
+
+
+# ---- entry points ------------------------------------------------------------------------
+
+def estimate(card: Card, cfg: Config, mode: str = "accurate", gpu_gib: float | None = None,
+             variant: str = "efficient", device: str = "cuda") -> Breakdown:
+    if mode not in MODES:
+        raise ConfigError(f"vram error: --mode = {mode!r}: allowed: {', '.join(MODES)}")
+    if variant not in VARIANTS:
+        raise ConfigError(f"vram error: --variant = {variant!r}: allowed: {', '.join(VARIANTS)}")
+    out = Breakdown(mode=mode, model=card.name, gpu_gib=gpu_gib)
+    if mode == "documented":
+        out.rows = documented(card, cfg, variant)
+        out.total_gib = sum(r.gib for r in out.rows)
+        out.peak_rule = f"sum of the doc's rows ({variant} column)"
+    else:
+        out.rows, out.peak_rule = accurate(card, cfg, gpu_gib, device)
+        tensors = _accurate_tensors(out.rows, out.peak_rule)
+        out.total_gib = tensors
+        if device == "cuda":
+            margin = ALLOCATOR_MARGIN * tensors
+            out.rows.append(Row("allocator margin", margin, f"{ALLOCATOR_MARGIN:.0%} of {tensors:.2f} GiB tensor "
+                                "memory (caching-allocator fragmentation)"))
+            out.total_gib = tensors + CUDA_CONTEXT_GIB + margin
+    if gpu_gib:
+        out.fits = out.total_gib <= gpu_gib
+    return out
+
+
+# ---- inverse solving ---------------------------------------------------------------------
+
+@dataclass
+class Solution:
+    key: str
+    value: int
+    step: int
+    total_gib: float
+    next_total_gib: float
+    limiting_row: str
+
+
+def _with(cfg: Config, key: str, value: int) -> Config:
+    import copy
+
+    new = copy.deepcopy(cfg)
+    r = new.rollout
+    if key == "context":  # keep the prompt:completion split
+        prompt = max(1, value * r.max_prompt_len // (r.max_prompt_len + r.max_completion_len))
+        r.max_prompt_len, r.max_completion_len = prompt, max(1, value - prompt)
+    elif key == "lora_rank":
+        new.model.lora_rank = value
+    else:
+        setattr(r, key, value)
+    return new
+
+
+def solve(card: Card, cfg: Config, key: str, gpu_gib: float, mode: str = "accurate",
+          variant: str = "efficient", device: str = "cuda") -> Solution:
+    """The largest value of `key` whose estimate fits `gpu_gib` (binary search; totals are monotone)."""
+    if key not in SOLVE_KEYS:
+        raise ConfigError(f"vram error: --solve = {key!r}: allowed: {', '.join(SOLVE_KEYS)}")
+    if key == "lora_rank" and cfg.model.lora_rank == 0:
+        raise ConfigError("vram error: --solve lora_rank with model.lora_rank = 0 (full fine-tune): set a rank > 0")
+    lo_value = {"num_generations": 2, "context": 2}.get(key, 1)
+    cap = {"lora_rank": 4096, "num_generations": 65536}.get(key, 1_000_000)
+
+    def total(v: int) -> float:
+        return estimate(card, _with(cfg, key, v), mode, gpu_gib, variant, device).total_gib
+
+    if total(lo_value) > gpu_gib:
+        rows = estimate(card, _with(cfg, key, lo_value), mode, gpu_gib, variant, device).rows
+        big = max(rows, key=lambda r: r.gib if r.in_total else -1)
+        raise ConfigError(f"vram error: --solve {key}: does not fit {gpu_gib:g} GiB even at {key} = {lo_value} "
+                          f"({total(lo_value):.1f} GiB; largest row: {big.name})")
+    if total(cap) <= gpu_gib:
+        raise ConfigError(f"vram error: --solve {key}: fits {gpu_gib:g} GiB up to the cap {key} = {cap} "
+                          f"(in {mode} mode {key} barely changes the total)")
+    lo, hi = lo_value, cap           # total(lo) fits, total(hi) does not
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if total(mid) <= gpu_gib else (lo, mid)
+    at, nxt = estimate(card, _with(cfg, key, lo), mode, gpu_gib, variant, device), \
+        estimate(card, _with(cfg, key, hi), mode, gpu_gib, variant, device)
+    growth = {r.name: r.gib for r in nxt.rows}
+    base = {r.name: r.gib for r in estimate(card, _with(cfg, key, lo_value), mode, gpu_gib, variant, device).rows}
+    limiting = max(growth, key=lambda n: growth[n] - base.get(n, 0.0))
+    return Solution(key, lo, hi - lo, at.total_gib, nxt.total_gib, limiting)
