@@ -17,9 +17,11 @@ Backends:
         consumes; products of two e4m3 values are exact in fp32, so the result equals an FP8
         GEMM with fp32 accumulation up to fp32 summation order (and the fp32 rounding of
         q·scale).
-  cuda  (compute capability ≥ 8.9): torch._scaled_mm with BlockWise1x128 × BlockWise128x128
-        scales on the same quantised tensors. UNVERIFIED unless tests/test_fp8.py's gpu test has
-        run on a CUDA machine; if the kernel rejects a shape the layer falls back to sim.
+  cuda  (compute capability ≥ 8.9): torch.nn.functional.scaled_mm with BlockWise1x128 ×
+        BlockWise128x128 scales on the same quantised tensors (cuBLAS has it on sm90 only).
+        UNVERIFIED: no GPU was available when this was written; the gpu-marked test in
+        tests/test_fp8.py checks it against the simulation. If the kernel rejects a shape or
+        the arch, the device falls back to sim for the rest of the process.
 The backend is per device, so "unified" is bit-identical only when both sides run on the same
 backend (same device type).
 
@@ -131,14 +133,17 @@ def fp8_linear_forward(x: Tensor, weight: Tensor, bias: Tensor | None = None, *,
     x [..., K], weight [N, K] → y [..., N] in x.dtype. backend None picks "cuda" on devices with
     FP8 support, else "sim". Differentiable (straight-through) in both backends.
     """
+    lead, K = x.shape[:-1], x.shape[-1]
     if backend is None:
         backend = "cuda" if cuda_fp8_supported(x.device) else "sim"
-    lead, K = x.shape[:-1], x.shape[-1]
+    if backend == "cuda" and (K % 128 or weight.shape[0] % 128):
+        backend = "sim"  # the blockwise kernel needs whole blocks; same choice on both sides
     x2 = x.reshape(-1, K)
     if backend == "cuda":
         try:
             y = _Fp8MatmulCuda.apply(x2, weight)
-        except RuntimeError:  # kernel missing for this shape/arch: remember, then simulate
+        except (RuntimeError, NotImplementedError, ValueError, TypeError):
+            # no kernel for this shape/arch/build: remember the device, then simulate
             _CUDA_FP8_BROKEN.add(str(x.device))
             return fp8_linear_forward(x, weight, bias, backend="sim")
     else:
@@ -149,29 +154,45 @@ def fp8_linear_forward(x: Tensor, weight: Tensor, bias: Tensor | None = None, *,
     return y.to(x.dtype).view(*lead, weight.shape[0])
 
 
+def scaled_mm_blockwise(xq: Tensor, xs: Tensor, wq: Tensor, ws: Tensor) -> Tensor:
+    """fp32 [M, N] = (xq·xs) @ (wq·ws)ᵀ on FP8 tensor cores via torch.nn.functional.scaled_mm.
+
+    Layouts torch 2.13 asks for (BlockWise1x128 × BlockWise128x128, the DeepSeek-V3 recipe;
+    cuBLAS implements it on sm90 with CUDA ≥ 12.9, elsewhere it raises and we simulate):
+      mat_b column-major: wq.t() of the row-major [N, K] weight;
+      scale_a [M, K/128] M-major (stride [1, M]);
+      scale_b [L4, N/128] with L4 = K/128 rounded up to 4 (zero-padded), stride [1, L4].
+    K and N must be multiples of 128. The same layouts pass torch's meta checks on CPU
+    (tests/test_fp8.py::test_scaled_mm_layouts_pass_torch_shape_checks).
+    """
+    F = torch.nn.functional
+    M, K = xq.shape
+    N = wq.shape[0]
+    if K % 128 or N % 128 or not hasattr(F, "scaled_mm"):
+        raise NotImplementedError("blockwise fp8 scaled_mm needs K, N divisible by 128 and torch >= 2.9")
+    kb = K // 128
+    l4 = -(-kb // 4) * 4
+    scale_a = torch.empty_strided((M, kb), (1, M), dtype=xs.dtype, device=xs.device).copy_(xs)
+    scale_b = F.pad(ws, (0, l4 - kb)).t()  # [Nb, L4] row-major → [L4, Nb] with stride [1, L4]
+    return F.scaled_mm(xq, wq.t(), scale_a, F.ScalingType.BlockWise1x128, scale_b, F.ScalingType.BlockWise128x128,
+                       output_dtype=torch.float32)
+
+
 class _Fp8MatmulCuda(torch.autograd.Function):
-    """x2 [M, K] @ weight [N, K]ᵀ via torch._scaled_mm with 1×128 / 128×128 scales. UNVERIFIED here
-    (written without a GPU): tests/test_fp8.py::test_cuda_kernel_matches_simulation checks it
-    against the simulation on a CUDA machine."""
+    """x2 [M, K] @ weight [N, K]ᵀ on FP8 tensor cores. UNVERIFIED: written without a GPU;
+    tests/test_fp8.py::test_cuda_kernel_matches_simulation checks it on a CUDA machine."""
 
     @staticmethod
     def forward(ctx, x2, weight):
-        M, K = x2.shape
-        N = weight.shape[0]
-        if K % 16 or N % 16:
-            raise RuntimeError("fp8 _scaled_mm needs K and N divisible by 16")
         xq, xs = quantize_blocks(x2, ACT_BLOCK)  # [M, K], [M, ceil(K/128)]
         wq, ws = quantize_blocks(weight, WEIGHT_BLOCK)  # [N, K], [ceil(N/128), ceil(K/128)]
-        # mat2 must be column-major: wq.t() of a row-major [N, K] is. Scales: a (M, Kb) in
-        # M-major ("outer-dim-major") layout, b (Kb, Nb), as torch's blockwise tests build them.
-        y = torch._scaled_mm(xq, wq.t(), scale_a=xs.t().contiguous().t(), scale_b=ws.t(),
-                             out_dtype=torch.float32)
+        y = scaled_mm_blockwise(xq, xs, wq, ws)
         ctx.save_for_backward(xq, xs, wq, ws)
         ctx.dtypes = (x2.dtype, weight.dtype)
         return y
 
     @staticmethod
-    def backward(ctx, g):
+    def backward(ctx, g):  # straight-through, like the simulation
         xq, xs, wq, ws = ctx.saved_tensors
         gx = gw = None
         if ctx.needs_input_grad[0]:
