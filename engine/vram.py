@@ -71,8 +71,11 @@ def _n(x: float) -> str:
 
 # ---- documented mode ---------------------------------------------------------------------
 
-def documented(card: Card, cfg: Config, variant: str = "efficient") -> list[Row]:
-    """Unsloth's GRPO table: training + GRPO logits + inference weights copy + KV cache."""
+def documented(card: Card, cfg: Config, variant: str = "efficient", training: Row | None = None) -> list[Row]:
+    """Unsloth's GRPO table: training + GRPO logits + inference weights copy + KV cache.
+
+    `training` pins the training row (inverse solving keeps the starting config's row: the doc's
+    figure belongs to one setup and must not switch on and off while a key is searched)."""
     r, m = cfg.rollout, cfg.model
     G, T, V = r.num_generations, r.max_prompt_len + r.max_completion_len, card.vocab
     size_b = card.nominal_b or card.total_params() / 1e9
@@ -99,6 +102,8 @@ def documented(card: Card, cfg: Config, variant: str = "efficient") -> list[Row]
         infer_f = f"2 B · {size_b:g}B params (separate vLLM copy; the doc counts 1B params ≈ 1 GB)"
     kv = 2 * 2 * card.layers * T * card.kv_dim
     kv_f = f"2 · 2 B · {card.layers} layers · {T} ctx · ({card.kv_heads} kv heads · {card.head_dim} head_dim) per batch"
+    if training is not None:
+        train, train_f = training.gib, training.formula
     return [Row("training", train, train_f), Row("GRPO logits", _g(logits), logits_f),
             Row("inference weights copy", infer, infer_f), Row("KV cache", _g(kv), kv_f)]
 
@@ -306,14 +311,14 @@ def _accurate_tensors(rows: list[Row], rule: str) -> float:
 # ---- entry points ------------------------------------------------------------------------
 
 def estimate(card: Card, cfg: Config, mode: str = "accurate", gpu_gib: float | None = None,
-             variant: str = "efficient", device: str = "cuda") -> Breakdown:
+             variant: str = "efficient", device: str = "cuda", doc_training: Row | None = None) -> Breakdown:
     if mode not in MODES:
         raise ConfigError(f"vram error: --mode = {mode!r}: allowed: {', '.join(MODES)}")
     if variant not in VARIANTS:
         raise ConfigError(f"vram error: --variant = {variant!r}: allowed: {', '.join(VARIANTS)}")
     out = Breakdown(mode=mode, model=card.name, gpu_gib=gpu_gib)
     if mode == "documented":
-        out.rows = documented(card, cfg, variant)
+        out.rows = documented(card, cfg, variant, doc_training)
         out.total_gib = sum(r.gib for r in out.rows)
         out.peak_rule = f"sum of the doc's rows ({variant} column)"
     else:
@@ -364,14 +369,19 @@ def solve(card: Card, cfg: Config, key: str, gpu_gib: float, mode: str = "accura
         raise ConfigError(f"vram error: --solve = {key!r}: allowed: {', '.join(SOLVE_KEYS)}")
     if key == "lora_rank" and cfg.model.lora_rank == 0:
         raise ConfigError("vram error: --solve lora_rank with model.lora_rank = 0 (full fine-tune): set a rank > 0")
+    pin = estimate(card, cfg, mode, gpu_gib, variant, device).rows[0] if mode == "documented" else None
+
+    def est(c: Config) -> Breakdown:
+        return estimate(card, c, mode, gpu_gib, variant, device, pin)
+
     lo_value = {"num_generations": 2, "context": 2}.get(key, 1)
     cap = {"lora_rank": 4096, "num_generations": 65536}.get(key, 1_000_000)
 
     def total(v: int) -> float:
-        return estimate(card, _with(cfg, key, v), mode, gpu_gib, variant, device).total_gib
+        return est(_with(cfg, key, v)).total_gib
 
     if total(lo_value) > gpu_gib:
-        rows = estimate(card, _with(cfg, key, lo_value), mode, gpu_gib, variant, device).rows
+        rows = est(_with(cfg, key, lo_value)).rows
         big = max(rows, key=lambda r: r.gib if r.in_total else -1)
         raise ConfigError(f"vram error: --solve {key}: does not fit {gpu_gib:g} GiB even at {key} = {lo_value} "
                           f"({total(lo_value):.1f} GiB; largest row: {big.name})")
@@ -382,9 +392,8 @@ def solve(card: Card, cfg: Config, key: str, gpu_gib: float, mode: str = "accura
     while hi - lo > 1:
         mid = (lo + hi) // 2
         lo, hi = (mid, hi) if total(mid) <= gpu_gib else (lo, mid)
-    at, nxt = estimate(card, _with(cfg, key, lo), mode, gpu_gib, variant, device), \
-        estimate(card, _with(cfg, key, hi), mode, gpu_gib, variant, device)
+    at, nxt = est(_with(cfg, key, lo)), est(_with(cfg, key, hi))
     growth = {r.name: r.gib for r in nxt.rows}
-    base = {r.name: r.gib for r in estimate(card, _with(cfg, key, lo_value), mode, gpu_gib, variant, device).rows}
+    base = {r.name: r.gib for r in est(_with(cfg, key, lo_value)).rows}
     limiting = max(growth, key=lambda n: growth[n] - base.get(n, 0.0))
     return Solution(key, lo, hi - lo, at.total_gib, nxt.total_gib, limiting)
