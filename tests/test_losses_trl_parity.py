@@ -219,3 +219,12 @@ def test_precision_rl_ppo_token_tis_is_trl_token_truncate(data):
     for key, value in PRESETS["ppo_token_tis"].items():
         setattr(algo, key.split(".", 1)[1], value)
     assert_parity(data, algo, dict(loss_type="dapo", is_mode="token_truncate", is_cap=2.0))
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "dr_grpo"])
+def test_float32_as_the_trainer_runs_it(data, loss_type):
+    """The trainer works in float32: same numbers as TRL there too (beta, token TIS, clip-higher on)."""
+    data32 = {k: v.float() for k, v in data.items()}
+    algo = AlgoConfig(loss_type=loss_type, epsilon_high=0.28, beta=0.04, is_level="token", is_cap=1.6)
+    assert_parity(data32, algo, dict(loss_type=loss_type, epsilon_high=0.28, beta=0.04,
+                                     is_mode="token_truncate", is_cap=1.6))
