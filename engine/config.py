@@ -110,12 +110,34 @@ class DataConfig:
     prompt_column: str = opt("prompt")
     answer_column: str = opt("answer")
     eval_size: int = opt(200, lo=0)
+    split: str = opt("train", help="HF dataset split used for training")
+    subset: str = opt("", help="HF dataset config name, e.g. 'main' for openai/gsm8k")
+    eval_split: str = opt("", help="HF split for evaluation; empty = a seeded held-out slice of eval_size rows")
+    system_prompt: str = opt("auto", help="'auto' = the reasoning prompt for GSM8K-format data, '' = none")
+    chat_template: str = opt("auto", help="auto (the tokenizer's) | plain | a Jinja template or .jinja file")
 
 
 @dataclass
 class RewardsConfig:
     funcs: list = opt(["correctness", "format"], help="builtin names or file.py:function")
     weights: list = opt([], help="one per func; empty = all 1.0")
+    timeout_s: float = opt(30.0, lo=0, help="bound on one call of one reward function; 0 = no bound")
+    reasoning_start: str = opt("<reasoning>", help="format rewards: reasoning start marker")
+    reasoning_end: str = opt("</reasoning>")
+    solution_start: str = opt("<answer>", help="answer extraction: solution start marker")
+    solution_end: str = opt("</answer>")
+    answer_regex: str = opt("", help="regex whose group 1 is the answer; empty = solution markers, then '#### N'")
+    format_require_reasoning: bool = opt(False, help="format: the reasoning block is required")
+    format_numeric: bool = opt(True, help="format: the solution must be a number")
+    length_min: int = opt(0, lo=0, help="length_penalty: fewest characters without penalty")
+    length_max: int = opt(2000, lo=1, help="length_penalty: most characters without penalty")
+    keywords: list = opt([], help="keyword: required words (a 'keywords' column overrides)")
+    regex: str = opt("", help="regex_match: pattern searched in the completion")
+    code_tests_column: str = opt("tests", help="code_exec: column with the test cases")
+    code_timeout_s: float = opt(5.0, lo=0, lo_open=True, help="code_exec: wall seconds per execution")
+    code_memory_mb: int = opt(512, lo=64, help="code_exec: address-space limit")
+    code_workers: int = opt(0, lo=0, help="code_exec: parallel executions; 0 = one per CPU core")
+    code_max_output: int = opt(65536, lo=1024, help="code_exec: bytes of output read before the process is killed")
 
 
 @dataclass

@@ -1,31 +1,250 @@
-"""Prompts: the built-in arithmetic task (more sources: see the rewards-and-data issue).
+"""Prompts: the built-in arithmetic task, local JSONL/JSON/CSV/Parquet files, Hugging Face datasets.
 
-`load_rows` returns dataset rows as dicts (TRL-style columns); `PromptStream` walks them in a
-seeded order, one epoch after another, with a cursor that checkpoints can save and restore.
+`load_rows(data, split)` returns rows as dicts with TRL-style columns: `prompt` (text, or chat
+messages for conversational data) and `answer` (the reference), plus every other column of the
+source, which reward functions receive as keyword arguments.
+
+    GSM8K format   rows with `question` and `answer` = "...#### 72" are understood as is:
+                   prompt = [system: the reasoning prompt, user: question], answer = "72"
+    column mapping data.prompt_column / data.answer_column name the source columns
+    eval split     data.eval_split (a HF split) or a seeded held-out slice of data.eval_size rows
+
+`prompt_text(row, data, tokenizer)` renders a row's prompt for the model: text prompts as is;
+conversational prompts through data.chat_template ("auto" = the tokenizer's template; "plain"
+= the contents joined by blank lines; or a Jinja template string / .jinja file).
+`PromptStream` walks the rows in a seeded order with a cursor that checkpoints save.
 """
 
 from __future__ import annotations
 
+import csv
+import json
 import random
+from pathlib import Path
 
 from engine import arith
 from engine.config import ConfigError, DataConfig
 
+EVAL_SEED = 1234
+FILE_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet")
+
+_cache: dict[tuple, list[dict]] = {}
+
+
+def _err(key: str, value, why: str) -> ConfigError:
+    return ConfigError(f"config error: data.{key} = {value!r}: {why}")
+
+
+# ---- reading sources ----------------------------------------------------------------------------
+
+
+def _read_file(path: Path, source: str) -> list[dict]:
+    suffix = path.suffix.lower()
+    try:
+        if suffix == ".parquet":
+            import pyarrow.parquet as pq
+
+            return pq.read_table(path).to_pylist()
+        if suffix == ".csv":
+            with path.open(newline="", encoding="utf-8") as fh:
+                return [dict(r) for r in csv.DictReader(fh)]
+        text = path.read_text(encoding="utf-8")
+        if suffix == ".json" and text.lstrip().startswith("["):
+            rows = json.loads(text)
+        else:
+            rows = []
+            for n, line in enumerate(text.splitlines(), 1):
+                if line.strip():
+                    try:
+                        rows.append(json.loads(line))
+                    except json.JSONDecodeError as err:
+                        raise _err("source", source, f"line {n} is not valid JSON ({err.msg})") from None
+    except ConfigError:
+        raise
+    except Exception as err:  # unreadable parquet, bad encoding, ...
+        raise _err("source", source, f"cannot read the file ({type(err).__name__}: {err})") from None
+    if not all(isinstance(r, dict) for r in rows):
+        raise _err("source", source, "every record must be an object with named columns")
+    return rows
+
+
+def _read_hub(data: DataConfig, split: str) -> list[dict]:
+    try:
+        import datasets
+    except ImportError:
+        raise _err("source", data.source, "the 'datasets' package is not installed; pip install datasets, "
+                                          "or give a local .jsonl/.csv/.parquet file") from None
+    try:
+        ds = datasets.load_dataset(data.source, data.subset or None, split=split)
+    except Exception as err:
+        reason = (str(err).strip().splitlines() or [type(err).__name__])[0][:160]
+        raise _err("source", data.source, f"could not load this Hugging Face dataset (split {split!r}): {reason}; "
+                                          f"offline? save it as a local .jsonl/.csv/.parquet file and set "
+                                          f"data.source to that path") from None
+    return [dict(r) for r in ds]
+
+
+def _source_rows(data: DataConfig, split_name: str) -> list[dict]:
+    path = Path(data.source).expanduser()
+    if path.suffix.lower() in FILE_SUFFIXES or path.exists():
+        if not path.is_file():
+            raise _err("source", data.source, "file not found; allowed: builtin:arith, a .jsonl/.json/.csv/.parquet "
+                                              "file, or a Hugging Face dataset id like 'openai/gsm8k'")
+        if path.suffix.lower() not in FILE_SUFFIXES:
+            raise _err("source", data.source, f"unsupported file type {path.suffix!r}; allowed: "
+                                              f"{', '.join(FILE_SUFFIXES)}")
+        key = (str(path.resolve()), path.stat().st_mtime_ns)
+        if key not in _cache:
+            _cache[key] = _read_file(path, data.source)
+        return _cache[key]
+    if data.source.startswith("builtin:"):
+        raise _err("source", data.source, "unknown built-in task; allowed: builtin:arith")
+    key = (data.source, data.subset, split_name)
+    if key not in _cache:
+        _cache[key] = _read_hub(data, split_name)
+    return _cache[key]
+
+
+# ---- normalising rows ---------------------------------------------------------------------------
+
+
+class BuiltMessages(list):
+    """Chat messages the loader built from a text prompt (system prompt + question); the plain
+    template is an acceptable fallback for them, unlike for conversational source data."""
+
+
+def is_conversational(prompt) -> bool:
+    return isinstance(prompt, (list, tuple)) and all(isinstance(m, dict) and "content" in m for m in prompt) \
+        and len(prompt) > 0
+
+
+def is_gsm8k(rows: list[dict]) -> bool:
+    """GSM8K format: `question` and `answer` columns, answers ending in '#### N'."""
+    head = rows[:20]
+    return bool(head) and all("question" in r and "####" in str(r.get("answer", "")) for r in head)
+
+
+def _prompt_column(data: DataConfig, rows: list[dict]) -> str:
+    columns = list(rows[0])
+    if data.prompt_column in rows[0]:
+        return data.prompt_column
+    if data.prompt_column == "prompt":  # the default: fall back to the usual names
+        for alt in ("question", "problem", "instruction", "input"):
+            if alt in rows[0]:
+                return alt
+    raise _err("prompt_column", data.prompt_column, f"no such column in {data.source}; columns: {', '.join(columns)}")
+
+
+def system_prompt(data: DataConfig, gsm8k: bool) -> str:
+    from engine.rewards.builtin import SYSTEM_PROMPT
+
+    if data.system_prompt == "auto":
+        return SYSTEM_PROMPT if gsm8k else ""
+    return data.system_prompt
+
+
+def normalize(rows: list[dict], data: DataConfig) -> list[dict]:
+    """Source rows -> rows with `prompt` and `answer` (see the module doc)."""
+    if not rows:
+        raise _err("source", data.source, "the dataset has no rows")
+    gsm8k = is_gsm8k(rows)
+    pcol = _prompt_column(data, rows)
+    acol = data.answer_column
+    if acol not in rows[0] and acol != "answer":
+        raise _err("answer_column", acol, f"no such column in {data.source}; columns: {', '.join(rows[0])}")
+    system = system_prompt(data, gsm8k)
+    out = []
+    for row in rows:
+        new = dict(row)
+        prompt = row.get(pcol)
+        if not is_conversational(prompt):
+            prompt = "" if prompt is None else str(prompt)
+            if system:
+                prompt = BuiltMessages([{"role": "system", "content": system}, {"role": "user", "content": prompt}])
+        elif system and prompt[0].get("role") != "system":
+            prompt = [{"role": "system", "content": system}, *prompt]
+        new["prompt"] = prompt
+        if acol in row:
+            answer = row[acol]
+            if gsm8k and acol == "answer" or "####" in str(answer):
+                answer = str(answer).split("####")[-1].strip().replace(",", "")
+            new["answer"] = answer
+        out.append(new)
+    return out
+
 
 def load_rows(data: DataConfig, split: str) -> list[dict]:
+    """Rows of the 'train' or 'eval' split."""
     if data.source == "builtin:arith":
         return arith.rows(split, data.eval_size)
-    raise ConfigError(f"config error: data.source = {data.source!r}: allowed: builtin:arith")
+    if split == "eval" and data.eval_split:
+        return normalize(_source_rows(data, data.eval_split), data)
+    rows = normalize(_source_rows(data, data.split), data)
+    if data.eval_split:  # a separate eval split: train on everything
+        return rows if split == "train" else []
+    n_eval = data.eval_size
+    if n_eval and n_eval >= len(rows):
+        raise _err("eval_size", n_eval, f"{data.source} has {len(rows)} rows; allowed: 0 to {len(rows) - 1} "
+                                        f"(rows held out for evaluation), or set data.eval_split")
+    order = list(range(len(rows)))
+    random.Random(EVAL_SEED).shuffle(order)
+    held = set(order[:n_eval])
+    if split == "eval":
+        return [rows[i] for i in sorted(held)]
+    return [r for i, r in enumerate(rows) if i not in held]
 
 
-def prompt_text(row: dict, data: DataConfig) -> str:
-    return str(row[data.prompt_column])
+# ---- rendering prompts --------------------------------------------------------------------------
+
+
+def _template(data: DataConfig) -> str | None:
+    """The Jinja template named by data.chat_template, or None for auto/plain."""
+    value = data.chat_template
+    if value in ("auto", "plain"):
+        return None
+    if value.endswith((".jinja", ".j2", ".jinja2")) and "{" not in value:
+        path = Path(value).expanduser()
+        if not path.is_file():
+            raise _err("chat_template", value, "file not found; allowed: auto, plain, a Jinja template string "
+                                               "or a .jinja file")
+        return path.read_text(encoding="utf-8")
+    if "{" not in value:
+        raise _err("chat_template", value, "allowed: auto, plain, a Jinja template string or a .jinja file")
+    return value
+
+
+def plain(messages: list[dict]) -> str:
+    """The plain template: message contents separated by blank lines, ending in a newline."""
+    return "\n\n".join(str(m["content"]).strip() for m in messages) + "\n"
+
+
+def prompt_text(row: dict, data: DataConfig, tokenizer=None) -> str:
+    """The prompt string the model sees."""
+    prompt = row["prompt"] if "prompt" in row else row[data.prompt_column]
+    if not is_conversational(prompt):
+        return str(prompt)
+    template = _template(data)
+    if data.chat_template == "plain":
+        return plain(prompt)
+    has_own = tokenizer is not None and getattr(tokenizer, "chat_template", None)
+    if template is None and not has_own:
+        if not isinstance(prompt, BuiltMessages):
+            name = getattr(tokenizer, "name_or_path", None) or "the model"
+            raise _err("chat_template", data.chat_template,
+                       f"{name} has no chat template but {data.source} is conversational (column "
+                       f"{data.prompt_column!r} holds messages); set data.chat_template to a Jinja template, "
+                       f"a .jinja file, or 'plain'")
+        return plain(prompt)  # prompts we built from text (GSM8K + system prompt): plain is fine
+    kwargs = {"chat_template": template} if template else {}
+    return tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True, **kwargs)
 
 
 class PromptStream:
     """Seeded shuffled epochs over `rows`; `state()`/`restore()` make resume exact."""
 
     def __init__(self, rows: list[dict], seed: int):
+        if not rows:
+            raise ConfigError("config error: data.eval_size: no training rows left after holding out the eval split")
         self.rows, self.seed = rows, seed
         self.epoch, self.index = 0, 0
         self._order = self._shuffled(0)

@@ -38,7 +38,7 @@ class Trainer:
         torch.manual_seed(cfg.train.seed)
 
         # user inputs first (rewards, data, model path), so mistakes surface before weights load
-        self.reward_fns = reward_lib.build(cfg.rewards.funcs)
+        self.reward_fns = reward_lib.build(cfg.rewards)
         self.reward_weights = torch.tensor(cfg.rewards.weights or [1.0] * len(self.reward_fns))
         self.prompts = data.PromptStream(data.load_rows(cfg.data, "train"), cfg.train.seed)
         self.eval_rows = data.load_rows(cfg.data, "eval")
@@ -71,7 +71,7 @@ class Trainer:
         cfg, r = self.cfg, self.cfg.rollout
         t0 = time.perf_counter()
         rows = self.prompts.take(cfg.train.prompts_per_step)
-        prompts = [data.prompt_text(row, cfg.data) for row in rows]
+        prompts = [data.prompt_text(row, cfg.data, self.tokenizer) for row in rows]
         prompt_ids = [self.tokenizer.encode(p, add_special_tokens=False)[-r.max_prompt_len:] for p in prompts]
 
         # 1. Rollout: G completions per prompt, with μ = the sampler's per-token log-probs.
@@ -85,7 +85,8 @@ class Trainer:
         G = r.num_generations
         columns = {k: [row[k] for row in rows for _ in range(G)] for k in rows[0] if k != "prompt"}
         rep_prompts = [p for p in prompts for _ in range(G)]
-        table = reward_lib.score(self.reward_fns, rep_prompts, texts, columns, on_error=self._reward_error)
+        table = reward_lib.score(self.reward_fns, [row["prompt"] for row in rows for _ in range(G)], texts, columns,
+                                 on_error=self._reward_error)  # TRL passes the raw prompts
         rewards = torch.tensor(table, dtype=torch.float32)
         advantages, metrics = compute_advantages(rewards, self.reward_weights, G, cfg.algo.scale_rewards)
         if cfg.algo.mask_truncated_completions:
@@ -181,9 +182,9 @@ class Trainer:
             out[f"rewards/{name}/std"] = col.std().item() if col.numel() > 1 else 0.0
         return out
 
-    def _reward_error(self, name: str, message: str, index) -> None:
+    def _reward_error(self, name: str, message: str, index, **fields) -> None:
         self.log.event("reward_error", f"reward {name!r} failed: {message}", function=name, sample=index,
-                       step=self.step_no + 1)
+                       step=self.step_no + 1, **fields)
 
     def _write_samples(self, prompts, texts, table, advantages) -> None:
         names = [n for n, _ in self.reward_fns]
@@ -198,7 +199,7 @@ class Trainer:
         """Held-out accuracy at the run's temperature: share of eval prompts whose one sample
         earns the full score of the first reward function (correctness for the built-in task)."""
         rows = self.eval_rows[:limit] if limit else self.eval_rows
-        ids = [self.tokenizer.encode(data.prompt_text(row, self.cfg.data), add_special_tokens=False) for row in rows]
+        ids = [self.tokenizer.encode(data.prompt_text(row, self.cfg.data, self.tokenizer), add_special_tokens=False) for row in rows]
         out = self.rollout.generate(ids, Sampling(n=1, max_tokens=self.cfg.rollout.max_completion_len,
                                                   temperature=self.cfg.rollout.temperature, seed=10_007))
         texts = self.tokenizer.batch_decode(out.completion_ids, skip_special_tokens=True)

@@ -1,7 +1,12 @@
 """Reward functions in TRL's signature: f(prompts, completions, **columns) -> list[float | None].
 
-`build(names)` resolves builtin names; `score(...)` calls each function and returns an [N, F]
-matrix with NaN for None ("not applicable", excluded like TRL's nansum/nanmean).
+    build(cfg.rewards)  -> RewardFuncs: [(name, fn), ...] with the call policy (timeout) attached
+    score(funcs, prompts, completions, columns, on_error) -> [N][F] floats, NaN for None
+
+`score` never lets a reward function stop training: an exception, a wrong-length or non-list
+result, NaN/inf or a non-number, or a call that outlives rewards.timeout_s turns the affected
+samples into None (NaN here: excluded from that function's mean and, as in TRL, skipped by the
+weighted nansum before the advantage) and reports one `reward_error` through `on_error`.
 """
 
 from __future__ import annotations
@@ -10,35 +15,83 @@ import math
 from typing import Callable
 
 from engine.config import ConfigError
-from engine.rewards import builtin
+from engine.rewards import builtin, loader
+from engine.rewards.runner import RewardFuncs, call_reward
 
 RewardFn = Callable[..., list]
 
+__all__ = ["build", "score", "RewardFuncs", "describe"]
 
-def build(names: list[str]) -> list[tuple[str, RewardFn]]:
-    funcs = []
-    for name in names:
-        fn = builtin.REGISTRY.get(name)
-        if fn is None:
-            allowed = ", ".join(sorted(builtin.REGISTRY))
-            raise ConfigError(f"config error: rewards.funcs = {name!r}: unknown reward; allowed: {allowed} "
-                              f"or 'file.py:function'")
+
+def _validate(opts: builtin.Options, names: list[str]) -> None:
+    import re
+
+    for key in ("answer_regex", "regex"):
+        pattern = getattr(opts, key)
+        try:
+            re.compile(pattern)
+        except re.error as err:
+            raise ConfigError(f"config error: rewards.{key} = {pattern!r}: not a valid regular expression ({err})") from None
+    if "regex_match" in names and not opts.regex:
+        raise ConfigError("config error: rewards.regex = '': the regex_match reward needs a pattern, "
+                          "e.g. rewards.regex = '^Dear '")
+    if opts.length_min > opts.length_max:
+        raise ConfigError(f"config error: rewards.length_min = {opts.length_min}: must be <= rewards.length_max "
+                          f"({opts.length_max})")
+    for key in ("solution_start", "solution_end"):
+        if not getattr(opts, key):
+            raise ConfigError(f"config error: rewards.{key} = '': the answer marker cannot be empty")
+
+
+def build(spec) -> RewardFuncs:
+    """Resolve rewards.funcs. `spec` is a RewardsConfig (options and timeout applied) or a list of names."""
+    names = list(spec) if isinstance(spec, (list, tuple)) else list(spec.funcs)
+    opts = builtin.DEFAULT if isinstance(spec, (list, tuple)) else builtin.options_from(spec)
+    timeout = 30.0 if isinstance(spec, (list, tuple)) else float(spec.timeout_s)
+    _validate(opts, names)
+    funcs = RewardFuncs(timeout_s=timeout)
+    taken: set[str] = set()
+    for entry in names:
+        if not isinstance(entry, str):
+            raise ConfigError(f"config error: rewards.funcs = {entry!r}: expected a name or 'file.py:function'")
+        if entry in builtin.REGISTRY:
+            name, fn = entry, builtin.configure(entry, opts)
+        elif ":" in entry:
+            fn = loader.load(entry)
+            name = getattr(fn, "__name__", None) or entry.rpartition(":")[2]
+        else:
+            from engine.config import _did_you_mean
+
+            allowed = ", ".join(builtin.REGISTRY)
+            raise ConfigError(f"config error: rewards.funcs = {entry!r}: unknown reward; allowed: {allowed} "
+                              f"or 'file.py:function'{_did_you_mean(entry, list(builtin.REGISTRY))}")
+        base, k = name, 2
+        while name in taken:  # two files exporting `score`: score, score_2
+            name, k = f"{base}_{k}", k + 1
+        taken.add(name)
         funcs.append((name, fn))
     return funcs
 
 
-def score(funcs: list[tuple[str, RewardFn]], prompts: list[str], completions: list[str],
-          columns: dict[str, list], on_error=None) -> list[list[float]]:
-    """[N][F] rewards; a function that fails yields NaN for its column and reports via on_error."""
-    table = [[math.nan] * len(funcs) for _ in completions]
+def score(funcs, prompts: list, completions: list, columns: dict[str, list], on_error=None) -> list[list[float]]:
+    """[N][F] rewards, NaN where a function returned None or failed (failures go to on_error).
+
+    Conversational prompts (lists of messages) make the completions chat messages too, as TRL
+    passes them: [{"role": "assistant", "content": text}]."""
+    n = len(completions)
+    if prompts and isinstance(prompts[0], (list, tuple)):
+        completions = [[{"role": "assistant", "content": c}] if isinstance(c, str) else c for c in completions]
+    timeout = getattr(funcs, "timeout_s", 30.0)
+    table = [[math.nan] * len(funcs) for _ in range(n)]
     for j, (name, fn) in enumerate(funcs):
-        try:
-            values = fn(prompts=prompts, completions=completions, **columns)
-        except Exception as err:  # a user's reward must never stop training
-            if on_error:
-                on_error(name, f"{type(err).__name__}: {err}", None)
-            continue
+        values = call_reward(name, fn, prompts, completions, columns, timeout,
+                             state=getattr(funcs, "seen", None), on_error=on_error)
         for i, value in enumerate(values):
             if value is not None:
-                table[i][j] = float(value)
+                table[i][j] = value
     return table
+
+
+def describe() -> list[tuple[str, str, str]]:
+    """(name, one-line description, score range) for every built-in."""
+    return [(name, about, span) for name, (_, about, span) in builtin.REGISTRY.items()]
