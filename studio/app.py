@@ -1,0 +1,220 @@
+"""The studio app and its entry points (`grpo-studio`, `grpo-studio attach RUN`).
+
+Screens: setup (with the VRAM panel) → dashboard of a run; runs list; compare. The trainer is
+always a separate process; the studio reads its run directory and nothing else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Iterable
+
+from textual.app import App, SystemCommand
+from textual.binding import Binding
+from textual.screen import Screen
+
+from engine import config as cfgmod
+from engine.cliparse import OneLineParser
+from engine.config import Config, ConfigError
+from studio import launcher
+from studio.keymap import load_keymap
+
+DEFAULT_RECIPE = "tiny-arith"
+
+
+class StudioApp(App):
+    CSS_PATH = "studio.tcss"
+    TITLE = "grpo-studio"
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (100, "-wide")]
+    BINDINGS = [
+        Binding("f2", "show_setup", "Setup", id="app.setup", show=False),
+        Binding("f3", "show_runs", "Runs", id="app.runs"),
+        Binding("ctrl+q", "quit", "Quit", id="app.quit", priority=True, show=False),
+    ]
+
+    def __init__(self, cfg: Config | None = None, source: str = DEFAULT_RECIPE, runs_root: Path = Path("runs"),
+                 attach: Path | None = None, watch_tty: bool = False, poll_s: float = 1.0,
+                 live_hardware: bool = True):
+        super().__init__()
+        self.cfg = cfg if cfg is not None else cfgmod.load(source)
+        self.source = source
+        self.runs_root = Path(runs_root)
+        self.attach_dir = attach
+        self.watch_tty = watch_tty
+        self.poll_s = poll_s
+        self.live_hardware = live_hardware
+        self.procs = []  # trainers started here: polled so a finished one is reaped, never waited on
+        self.setup_screen = None
+
+    def on_mount(self) -> None:
+        keymap, error = load_keymap()
+        if keymap:
+            self.set_keymap(keymap)
+        if error:
+            self.notify(error, severity="error")
+        from studio.setup_screen import SetupScreen
+
+        self.setup_screen = SetupScreen(self.cfg, self.source)
+        self.push_screen(self.setup_screen)
+        if self.attach_dir is not None:
+            self.open_run(self.attach_dir)
+        self.set_interval(1.0, self._housekeeping)
+        if self.watch_tty:
+            self._install_hangup()
+
+    # ---- terminal liveness ------------------------------------------------------------------
+    def _install_hangup(self) -> None:
+        import asyncio
+
+        loop = asyncio.get_running_loop()
+        try:
+            loop.add_signal_handler(signal.SIGHUP, lambda: self.exit(return_code=1, message="terminal hung up"))
+        except (NotImplementedError, RuntimeError):
+            pass
+
+    def _housekeeping(self) -> None:
+        self.procs = [p for p in self.procs if p.poll() is None]  # reap exited trainers (no zombies)
+        if self.watch_tty and not _stdin_is_tty():
+            self.exit(return_code=1, message="grpo-studio: the terminal went away; training continues")
+
+    # ---- navigation -------------------------------------------------------------------------
+    def action_show_setup(self) -> None:
+        while len(self.screen_stack) > 2:
+            self.pop_screen()
+
+    def action_show_runs(self, mark: Path | None = None) -> None:
+        from studio.runs_screen import RunsScreen
+
+        if isinstance(self.screen, RunsScreen):
+            return
+        self.push_screen(RunsScreen(self.runs_root, mark=mark))
+
+    def open_run(self, run_dir: Path) -> None:
+        from studio.dashboard import DashboardScreen
+
+        self.push_screen(DashboardScreen(Path(run_dir), poll_s=self.poll_s, live_hardware=self.live_hardware))
+
+    def compare_runs(self, run_dirs: list[Path]) -> None:
+        from studio.compare import CompareScreen
+
+        self.push_screen(CompareScreen(run_dirs))
+
+    # ---- training processes -----------------------------------------------------------------
+    def launch_run(self, cfg: Config, label: str | None = None) -> Path:
+        run_dir = launcher.new_run_dir(self.runs_root, label or launcher.run_label(cfg))
+        self.procs.append(launcher.launch(cfg, run_dir))
+        self.notify(f"trainer started: {run_dir}")
+        self.open_run(run_dir)
+        return run_dir
+
+    def duplicate_run(self, run_dir: Path) -> None:
+        from studio.dialogs import Confirm
+
+        try:
+            cfg, dtype = launcher.duplicate_with_dtype(Path(run_dir))
+        except ConfigError as err:
+            self.notify(str(err), severity="error")
+            return
+
+        def done(yes: bool | None) -> None:
+            if yes:
+                self.launch_run(cfg, f"{Path(run_dir).name.split('-2')[0]}-ab-{dtype}")
+                self.notify("precision A/B started: F3, mark both runs with space, c to compare")
+
+        self.push_screen(Confirm(f"Launch a copy of {Path(run_dir).name} with model.dtype = {dtype}?"), done)
+
+    def export_report(self, run_dir: Path) -> None:
+        def work() -> None:
+            from studio import report
+
+            out = report.export(Path(run_dir))
+            self.call_from_thread(self.notify, f"report written: {out}/index.html")
+
+        self.run_worker(work, thread=True, exit_on_error=False, name="report")
+
+    # ---- command palette --------------------------------------------------------------------
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        from studio.dashboard import DashboardScreen
+        from studio.setup_screen import SetupScreen
+
+        yield SystemCommand("Runs", "List runs: open, compare, A/B precision", self.action_show_runs)
+        yield SystemCommand("Setup", "Back to the setup screen", self.action_show_setup)
+        if isinstance(screen, SetupScreen):
+            yield SystemCommand("Launch run", "Start training with this setup", screen.action_launch)
+            yield SystemCommand("Save setup", "Save the setup as a TOML preset", screen.action_save)
+            yield SystemCommand("Load setup", "Load a TOML preset or recipe", screen.action_load)
+            yield SystemCommand("Toggle VRAM mode", "Documented vs accurate estimate", screen.action_toggle_mode)
+        if isinstance(screen, DashboardScreen):
+            yield SystemCommand("Stop run", "Graceful: checkpoint, then exit", screen.action_stop)
+            yield SystemCommand("Kill run", "SIGKILL the trainer's process group", screen.action_kill)
+            yield SystemCommand("Duplicate with another dtype", "One-click precision A/B", screen.action_duplicate)
+            yield SystemCommand("Export report", "PNG charts + HTML summary", screen.action_export)
+
+
+def _stdin_is_tty() -> bool:
+    try:
+        return os.isatty(0)
+    except (OSError, ValueError):
+        return False
+
+
+def _terminal_ok() -> bool:
+    return bool(os.environ.get("TEXTUAL_DRIVER")) or (_stdin_is_tty() and sys.stdout.isatty())
+
+
+def _parse(argv: list[str], prog: str, attach: bool) -> argparse.Namespace:
+    p = OneLineParser(prog=prog, description="Open the grpo-studio terminal studio.")
+    if attach:
+        p.add_argument("run", help="run directory, or a run name under --runs-dir")
+    else:
+        p.add_argument("recipe", nargs="?", default=DEFAULT_RECIPE, help="preset name or FILE.toml")
+        p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--runs-dir", type=Path, default=Path("runs"), help="where runs live (default: runs)")
+    return p.parse_args(argv)
+
+
+def _run(app: StudioApp) -> int:
+    if not _terminal_ok():
+        print("grpo-studio: stdin/stdout is not a terminal; use `grpo-studio train` for headless runs",
+              file=sys.stderr)
+        return 2
+    app.run()
+    return int(app.return_code or 0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse(sys.argv[1:] if argv is None else argv, "grpo-studio", attach=False)
+    try:
+        cfg = cfgmod.load(args.recipe, args.sets)
+    except ConfigError as err:
+        print(err, file=sys.stderr)
+        return 2
+    return _run(StudioApp(cfg, args.recipe, args.runs_dir, watch_tty=True))
+
+
+def resolve_run(run: str, runs_root: Path) -> Path:
+    path = Path(run)
+    for candidate in (path, runs_root / run):
+        if candidate.is_dir():
+            return candidate
+    from engine import runlog
+
+    names = [r.name for r in runlog.list_runs(runs_root)][:8]
+    raise ConfigError(f"attach error: run {run!r} not found (not a folder, not under {runs_root}/)"
+                      + (f"; runs: {', '.join(names)}" if names else ""))
+
+
+def attach_main(argv: list[str]) -> int:
+    args = _parse(argv, "grpo-studio attach", attach=True)
+    try:
+        run_dir = resolve_run(args.run, args.runs_dir)
+        cfg = launcher.load_run_config(run_dir)
+    except ConfigError as err:
+        print(err, file=sys.stderr)
+        return 2
+    return _run(StudioApp(cfg, str(run_dir), args.runs_dir, attach=run_dir, watch_tty=True))

@@ -1,0 +1,78 @@
+"""Compare runs: 2+ runs overlaid on the same charts (e.g. bf16 vs fp16 reward and k3)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.table import Table
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Grid
+from textual.screen import Screen
+from textual.widgets import Footer, Header, Static
+
+from studio.charts import COLORS, Line, MetricChart, fmt
+from studio.panels import PANELS
+from studio.rundata import RunData
+
+COMPARE_PANELS = ["reward", "k3", "loss", "dp_max"]
+
+
+def overlay(runs: list[RunData], panel_id: str) -> list[Line]:
+    panel = PANELS[panel_id]
+    key = panel.keys[0]
+    lines = []
+    for i, run in enumerate(runs):
+        xs, ys = run.series(key)
+        lines.append(Line(f"{run.name[-18:]} {run.dtype()}", xs, ys, color=COLORS[i % len(COLORS)]))
+    return lines
+
+
+def summary(runs: list[RunData]) -> Table:
+    table = Table(box=None, header_style="bold", expand=True)
+    for col in ("run", "dtype", "state", "step", "reward", "k3", "|Δp| max"):
+        table.add_column(col, no_wrap=col != "run", overflow="ellipsis")
+    for run in runs:
+        table.add_row(run.name, run.dtype(), run.state(), str(run.step), fmt(run.last("reward/mean")),
+                      fmt(run.last("mismatch/k3")), fmt(run.last("mismatch/abs_dp_max")))
+    return table
+
+
+class CompareScreen(Screen):
+    BINDINGS = [Binding("escape", "back", "Back", id="compare.back"),
+                Binding("r", "reload", "Refresh", id="compare.refresh")]
+
+    def __init__(self, run_dirs: list[Path], **kwargs):
+        super().__init__(**kwargs)
+        self.runs = [RunData(Path(d)) for d in run_dirs]
+        self.version = None
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Static("", id="compare-summary")
+        with Grid(id="compare-grid"):
+            for pid in COMPARE_PANELS:
+                yield MetricChart(PANELS[pid].title, log=PANELS[pid].log, id=f"cmp-{pid}")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.sub_title = "compare · " + " vs ".join(r.dtype() for r in self.runs)
+        for run in self.runs:
+            run.drain()
+        self.action_reload()
+        self.set_interval(1.0, self.action_reload)
+
+    def action_reload(self) -> None:
+        for run in self.runs:
+            run.poll()
+        version = tuple(r.version for r in self.runs)
+        if version == self.version:
+            return
+        self.version = version
+        self.query_one("#compare-summary", Static).update(summary(self.runs))
+        for pid in COMPARE_PANELS:
+            title = PANELS[pid].title + (" (log10)" if PANELS[pid].log else "")
+            self.query_one(f"#cmp-{pid}", MetricChart).show(overlay(self.runs, pid), title)
+
+    def action_back(self) -> None:
+        self.app.pop_screen()

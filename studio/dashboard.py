@@ -1,0 +1,232 @@
+"""The live dashboard of one run: charts fed by tailing the run directory, at most once a
+second and only when the trainer appended something."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, VerticalScroll
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Header, Label, ProgressBar, RichLog, Static, TabbedContent, TabPane
+
+from studio import hardware, launcher
+from studio.charts import MetricChart, fmt
+from studio.dialogs import Confirm
+from studio.panels import PANELS, TABS, histogram_bars
+from studio.rundata import RunData
+
+EVENT_STYLE = {"warning": "yellow", "skipped_step": "yellow", "reward_error": "red", "crashed": "bold red",
+               "stopped": "bold yellow", "finished": "bold green", "started": "bold cyan", "checkpoint": "green"}
+STATE_STYLE = {"running": "bold green", "finished": "bold cyan", "stopped": "bold yellow", "crashed": "bold red",
+               "created": "dim"}
+
+
+def fmt_duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "–"
+    seconds = int(seconds)
+    h, rem = divmod(seconds, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s" if m else f"{s}s"
+
+
+class DashboardScreen(Screen):
+    BINDINGS = [
+        Binding("s", "stop", "Stop", id="dashboard.stop"),
+        Binding("k", "kill", "Kill", id="dashboard.kill"),
+        Binding("d", "duplicate", "A/B dtype", id="dashboard.duplicate"),
+        Binding("c", "compare", "Compare", id="dashboard.compare"),
+        Binding("e", "export", "Export", id="dashboard.export", show=False),
+        *[Binding(str(i + 1), f"tab('{tab}')", label, id=f"dashboard.tab_{tab}", show=False)
+          for i, (tab, label) in enumerate([(t[0], t[1]) for t in TABS] + [("histogram", "Δlogp"),
+                                           ("hardware", "Hardware"), ("samples", "Samples"), ("events", "Events")])],
+        Binding("escape", "back", "Back", id="dashboard.back"),
+    ]
+
+    def __init__(self, run_dir: Path, poll_s: float = 1.0, live_hardware: bool = True, **kwargs):
+        super().__init__(**kwargs)
+        self.run = RunData(Path(run_dir))
+        self.poll_s = poll_s
+        self.live_hardware = live_hardware
+        self.drawn: dict[str, int] = {}
+        self.events_seen = 0
+        self.samples_version = -1
+        self.estimate_gib: float | None = None
+        self.fp16 = self.run.config.get("model", {}).get("dtype") == "fp16"
+
+    # ---- layout -----------------------------------------------------------------------------
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with Horizontal(id="run-status"):
+            yield Label("", id="run-title")
+            yield ProgressBar(total=None, show_eta=False, id="progress")
+            yield Label("", id="run-step")
+        with TabbedContent(id="tabs"):
+            for tab, label, panel_ids in TABS:
+                with TabPane(label, id=tab):
+                    with VerticalScroll(classes="charts"):
+                        for pid in panel_ids:
+                            panel = PANELS[pid]
+                            if panel.needs_beta and self.run.beta() <= 0:
+                                continue
+                            if pid in ("loss_scale", "skipped") and not self.fp16:
+                                continue
+                            yield MetricChart(panel.title, log=panel.log, id=f"{tab}-{pid}")
+            with TabPane("Δlogp", id="histogram"):
+                yield MetricChart("token |Δlogp| histogram", id="histogram-chart")
+            with TabPane("Hardware", id="hardware"):
+                yield Static("", id="hardware-info")
+            with TabPane("Samples", id="samples"):
+                yield DataTable(id="samples-table", zebra_stripes=True, cursor_type="row")
+            with TabPane("Events", id="events"):
+                yield RichLog(id="events-log", wrap=True, markup=False, max_lines=2000)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.sub_title = f"run · {self.run.name}"
+        self._estimate()
+        self.run.drain()  # attach: read the history already on disk before the first frame
+        self.refresh_data()
+        self.set_interval(self.poll_s, self.refresh_data)
+        if self.live_hardware:
+            self.set_interval(2.0, self._hardware)
+
+    def _estimate(self) -> None:
+        try:
+            from studio import vram_adapter
+
+            cfg = launcher.load_run_config(self.run.dir)
+            plan = vram_adapter.plan(cfg, "accurate", solve=False)
+            self.estimate_gib = plan.total if not plan.error else None
+        except Exception:
+            self.estimate_gib = None
+
+    # ---- refreshing -------------------------------------------------------------------------
+    def refresh_data(self) -> None:
+        self.run.poll()
+        self._status()
+        self._draw_tab(self.query_one(TabbedContent).active)
+
+    def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
+        self._draw_tab(event.pane.id)
+
+    def _draw_tab(self, tab: str | None) -> None:
+        if not tab or self.drawn.get(tab) == self.run.version:
+            return
+        self.drawn[tab] = self.run.version
+        if tab == "histogram":
+            labels, values = histogram_bars(self.run.histogram)
+            step = (self.run.histogram or {}).get("step")
+            self.query_one("#histogram-chart", MetricChart).show_bars(
+                labels, values, f"token |Δlogp| per decade (log10), step {step}" if step else "no histogram yet")
+        elif tab == "hardware":
+            self._hardware()
+        elif tab == "samples":
+            self._samples()
+        elif tab == "events":
+            self._events()
+        else:
+            for chart in self.query_one(f"#{tab}").query(MetricChart):
+                panel = PANELS[chart.id.split("-", 1)[1]]
+                chart.show(panel.lines(self.run), panel.headline(self.run))
+        if tab != "events":
+            self._events()  # the log keeps up even when hidden, so nothing is missed
+
+    def _status(self) -> None:
+        run, state = self.run, self.run.state()
+        total = run.total_steps
+        title = Text.assemble((state, STATE_STYLE.get(state, "")), f" {run.dtype()}")
+        self.query_one("#run-title", Label).update(title)
+        bar = self.query_one("#progress", ProgressBar)
+        bar.update(total=total or None, progress=run.step)
+        eta = run.eta_s() if state == "running" else None
+        reward, k3 = run.last("reward/mean"), run.last("mismatch/k3")
+        self.query_one("#run-step", Label).update(
+            f"{run.step}/{total or '?'}  ETA {fmt_duration(eta)}  reward {fmt(reward)}  k3 {fmt(k3)}")
+
+    def _samples(self) -> None:
+        table = self.query_one("#samples-table", DataTable)
+        funcs = self.run.reward_funcs()
+        if not table.columns:
+            table.add_columns("step", "adv", *funcs, "completion", "prompt")
+        table.clear()
+        for row in list(self.run.samples)[::-1][:100]:
+            scores = row.get("rewards", {})
+            table.add_row(str(row.get("step", "")), fmt(row.get("advantage")),
+                          *[fmt(scores.get(f)) for f in funcs],
+                          repr(row.get("completion", ""))[1:-1][:120], repr(row.get("prompt", ""))[1:-1][:60])
+
+    def _events(self) -> None:
+        log = self.query_one("#events-log", RichLog)
+        events = list(self.run.events)
+        new = events[self.events_seen:] if self.events_seen <= len(events) else events
+        for e in new:
+            stamp = time.strftime("%H:%M:%S", time.localtime(e.get("time") or 0))
+            kind = e.get("event", "")
+            log.write(Text.assemble((stamp + " ", "dim"), (f"{kind:<12}", EVENT_STYLE.get(kind, "")),
+                                    str(e.get("message", ""))))
+        self.events_seen = len(events)
+
+    def _hardware(self) -> None:
+        table = Table(box=None, show_header=True, expand=False, header_style="bold")
+        table.add_column("device")
+        table.add_column("util", justify="right")
+        table.add_column("memory", justify="right")
+        gpus = hardware.gpus()
+        for g in gpus:
+            table.add_row(f"GPU{g.index} {g.name}", f"{g.util:.0f}%", f"{g.used_gib:.1f}/{g.total_gib:.0f} GiB")
+        if not gpus:
+            table.add_row("GPU", "–", "no GPU detected")
+        h = hardware.host()
+        table.add_row(f"CPU ×{h['cpus']}", f"{h['cpu_percent']:.0f}%",
+                      f"RAM {h['ram_used_gib']:.1f}/{h['ram_total_gib']:.0f} GiB")
+        peak = max((v for v in self.run.columns.get("mem/peak_gib", []) if v is not None), default=None)
+        est = f"{self.estimate_gib:.2f} GiB" if self.estimate_gib is not None else "–"
+        table.add_row("run peak memory", "", f"{fmt(peak)} GiB  (planner estimate {est})")
+        self.query_one("#hardware-info", Static).update(table)
+
+    # ---- actions ----------------------------------------------------------------------------
+    def action_tab(self, tab: str) -> None:
+        self.query_one(TabbedContent).active = tab
+
+    def action_back(self) -> None:
+        if len(self.app.screen_stack) > 2:
+            self.app.pop_screen()
+        else:
+            self.app.action_show_runs()
+
+    def action_stop(self) -> None:
+        if self.run.state() != "running":
+            self.notify("the run is not running", severity="warning")
+            return
+
+        def done(yes: bool | None) -> None:
+            if yes and launcher.stop(self.run.dir):
+                self.notify("stop requested: the trainer checkpoints and exits after this step")
+
+        self.app.push_screen(Confirm(f"Stop {self.run.name}? (checkpoint, then exit)"), done)
+
+    def action_kill(self) -> None:
+        if self.run.state() != "running":
+            self.notify("the run is not running", severity="warning")
+            return
+
+        def done(yes: bool | None) -> None:
+            if yes and launcher.kill(self.run.dir):
+                self.notify(f"killed {self.run.name} (no checkpoint)", severity="warning")
+
+        self.app.push_screen(Confirm(f"KILL {self.run.name} now, without a checkpoint?"), done)
+
+    def action_duplicate(self) -> None:
+        self.app.duplicate_run(self.run.dir)
+
+    def action_compare(self) -> None:
+        self.app.action_show_runs(mark=self.run.dir)
+
+    def action_export(self) -> None:
+        self.app.export_report(self.run.dir)

@@ -1,0 +1,97 @@
+"""What each chart shows: metric keys per panel, shared by the dashboard, compare and report."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from studio.charts import Line, ema, fmt
+from studio.rundata import RunData
+
+
+@dataclass
+class Panel:
+    id: str
+    title: str
+    keys: list[str] = field(default_factory=list)  # metric keys, one line each
+    log: bool = False                               # plot log10 (k3 spans decades)
+    rewards: bool = False                           # add rewards/<fn>/mean + a smoothed line
+    needs_beta: bool = False
+
+    def lines(self, run: RunData, label_prefix: str = "") -> list[Line]:
+        keys = list(self.keys)
+        if self.rewards:
+            keys += [f"rewards/{fn}/mean" for fn in run.reward_funcs()]
+        out = []
+        for key in keys:
+            xs, ys = run.series(key)
+            if xs:
+                out.append(Line(label_prefix + short(key), xs, ys))
+        if self.rewards and out and out[0].xs:
+            out.append(Line(label_prefix + "smoothed", out[0].xs, ema(out[0].ys), color="white"))
+        return out
+
+    def headline(self, run: RunData) -> str:
+        key = self.keys[0] if self.keys else ""
+        value = run.last(key)
+        suffix = " · log10 axis" if self.log else ""
+        return f"{self.title}  {fmt(value)}{suffix}"
+
+
+def short(key: str) -> str:
+    for prefix in ("mismatch/", "completion/", "perf/", "precision/", "mem/"):
+        if key.startswith(prefix):
+            return key[len(prefix):]
+    if key.startswith("rewards/") and key.endswith("/mean"):
+        return key[len("rewards/"):-len("/mean")]
+    return key
+
+
+PANELS = {p.id: p for p in [
+    Panel("reward", "reward", ["reward/mean"], rewards=True),
+    Panel("k3", "KL k3", ["mismatch/k3"], log=True),
+    Panel("loss", "loss", ["loss"]),
+    Panel("grad_norm", "grad norm", ["grad_norm"]),
+    Panel("lr", "lr", ["lr"]),
+    Panel("entropy", "entropy", ["entropy"]),
+    Panel("kl_ref", "KL to ref", ["kl_ref"], needs_beta=True),
+    Panel("clip", "clip fraction", ["clip/region", "clip/low", "clip/high"]),
+    Panel("dp_max", "|Δp| max", ["mismatch/abs_dp_max", "mismatch/abs_dp_mean"]),
+    Panel("is", "IS ratio range", ["mismatch/is_max", "mismatch/is_mean", "mismatch/is_min"]),
+    Panel("masked", "masked fraction", ["mismatch/masked_frac"]),
+    Panel("length", "completion length", ["completion/len_mean", "completion/len_max"]),
+    Panel("truncated", "truncated share", ["completion/truncated_frac"]),
+    Panel("step_time", "step time s", ["perf/step_s", "perf/rollout_s", "perf/train_s"]),
+    Panel("tok_s", "rollout tokens/s", ["perf/rollout_tok_s"]),
+    Panel("loss_scale", "fp16 loss scale", ["precision/loss_scale"], log=True),
+    Panel("skipped", "skipped steps", ["precision/skipped_steps"]),
+    Panel("memory", "memory GiB", ["mem/peak_gib", "mem/rss_gib"]),
+]}
+
+TABS = [
+    ("overview", "Overview", ["reward", "k3"]),
+    ("training", "Train", ["loss", "grad_norm", "lr", "entropy", "clip", "kl_ref"]),
+    ("mismatch", "Mismatch", ["k3", "dp_max", "is", "masked"]),
+    ("lengths", "Lengths", ["length", "truncated", "loss_scale", "skipped"]),
+    ("perf", "Perf", ["step_time", "tok_s", "memory"]),
+]
+
+
+def histogram_bars(hist: dict | None) -> tuple[list[str], list[float]]:
+    """|Δlogp| counts grouped per decade: labels are log10 of the decade's lower edge."""
+    if not hist:
+        return [], []
+    labels, values = ["0"], [float(hist.get("zero", 0))]
+    if hist.get("under"):
+        labels.append("<")
+        values.append(float(hist["under"]))
+    groups: dict[int, float] = {}
+    for edge, count in zip(hist.get("edges", []), hist.get("counts", [])):
+        groups[math.floor(math.log10(edge) + 1e-9)] = groups.get(math.floor(math.log10(edge) + 1e-9), 0) + count
+    for decade in sorted(groups):
+        labels.append(str(decade))
+        values.append(groups[decade])
+    if hist.get("over"):
+        labels.append(">")
+        values.append(float(hist["over"]))
+    return labels, values

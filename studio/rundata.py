@@ -1,0 +1,166 @@
+"""A run directory as the studio sees it: tails of its JSONL files, one growing column per metric.
+
+`poll()` reads what the trainer appended since the last call (JsonlTail: complete lines only,
+at most 8 MiB a poll, so a huge backlog is drained over several polls) and bumps `version`
+when anything changed, so charts redraw only on new data.
+"""
+
+from __future__ import annotations
+
+import time
+import tomllib
+from collections import deque
+from pathlib import Path
+
+from engine import runlog
+
+STATE_EVENTS = ("started", "finished", "stopped", "crashed")
+
+
+class RunData:
+    def __init__(self, run_dir: Path, max_samples: int = 200, max_events: int = 500):
+        self.dir = Path(run_dir)
+        self.name = self.dir.name
+        self._tails = {name: runlog.JsonlTail(self.dir / name, max_rows=10**9)
+                       for name in (runlog.METRICS, runlog.EVENTS, runlog.SAMPLES, runlog.HISTOGRAMS)}
+        self.steps: list[int] = []
+        self.columns: dict[str, list[float | None]] = {}
+        self.times: list[float] = []
+        self.events: deque[dict] = deque(maxlen=max_events)
+        self.samples: deque[dict] = deque(maxlen=max_samples)
+        self.histogram: dict | None = None
+        self.total_steps: int | None = None
+        self.last_state_event = ""
+        self.start_time: float | None = None
+        self.version = 0
+        self.config: dict = {}
+        self._read_config()
+
+    # ---- reading ----------------------------------------------------------------------------
+    def _read_config(self) -> None:
+        self.config = {}
+        for name in (runlog.CONFIG, "setup.toml"):  # setup.toml: written by the studio before launch
+            try:
+                self.config = tomllib.loads((self.dir / name).read_text())
+                break
+            except (OSError, tomllib.TOMLDecodeError):
+                continue
+        if self.total_steps is None:
+            self.total_steps = self.config.get("train", {}).get("steps")
+
+    def add_metrics(self, rows: list[dict]) -> None:
+        for row in rows:
+            step = row.get("step")
+            if step is None:
+                continue
+            if self.steps and step <= self.steps[-1]:  # a resume rewrote history: start over from there
+                self._truncate(step)
+            n = len(self.steps)
+            self.steps.append(int(step))
+            self.times.append(float(row.get("time") or 0.0))
+            for key, value in row.items():
+                if key in ("step", "time"):
+                    continue
+                col = self.columns.get(key)
+                if col is None:
+                    col = self.columns[key] = [None] * n
+                col.append(float(value) if isinstance(value, (int, float)) else None)
+            for col in self.columns.values():
+                if len(col) < n + 1:
+                    col.append(None)
+
+    def _truncate(self, step: int) -> None:
+        keep = next((i for i, s in enumerate(self.steps) if s >= step), len(self.steps))
+        del self.steps[keep:], self.times[keep:]
+        for col in self.columns.values():
+            del col[keep:]
+
+    def poll(self) -> bool:
+        changed = False
+        metrics = self._tails[runlog.METRICS].read_new()
+        if metrics:
+            if not (self.dir / runlog.CONFIG).exists() or not self.config:
+                self._read_config()
+            self.add_metrics(metrics)
+            changed = True
+        for event in self._tails[runlog.EVENTS].read_new():
+            self.events.append(event)
+            kind = event.get("event")
+            if kind in STATE_EVENTS:
+                self.last_state_event = kind
+            if kind == "started":
+                self.total_steps = event.get("total_steps") or self.total_steps
+                self.start_time = event.get("time")
+            changed = True
+        samples = self._tails[runlog.SAMPLES].read_new()
+        if samples:
+            self.samples.extend(samples)
+            changed = True
+        hists = self._tails[runlog.HISTOGRAMS].read_new()
+        if hists:
+            self.histogram = hists[-1]
+            changed = True
+        if changed:
+            self.version += 1
+        return changed
+
+    def drain(self, limit: int = 1000) -> None:
+        """Read everything already on disk (attach / compare)."""
+        for _ in range(limit):
+            if not self.poll():
+                break
+
+    # ---- derived ----------------------------------------------------------------------------
+    def state(self) -> str:
+        pid = runlog.read_pid(self.dir)
+        if pid is not None and runlog.pid_alive(pid):
+            return "running"
+        if self.last_state_event in ("finished", "stopped", "crashed"):
+            return self.last_state_event
+        return "crashed" if self.last_state_event == "started" else "created"
+
+    def series(self, key: str) -> tuple[list[int], list[float]]:
+        col = self.columns.get(key)
+        if not col:
+            return [], []
+        xs, ys = [], []
+        for s, v in zip(self.steps, col):
+            if v is not None:
+                xs.append(s)
+                ys.append(v)
+        return xs, ys
+
+    def last(self, key: str) -> float | None:
+        col = self.columns.get(key)
+        if not col:
+            return None
+        for v in reversed(col):
+            if v is not None:
+                return v
+        return None
+
+    @property
+    def step(self) -> int:
+        return self.steps[-1] if self.steps else 0
+
+    def reward_funcs(self) -> list[str]:
+        names = [k[len("rewards/"):-len("/mean")] for k in self.columns
+                 if k.startswith("rewards/") and k.endswith("/mean")]
+        return names or list(self.config.get("rewards", {}).get("funcs", []))
+
+    def eta_s(self, now: float | None = None) -> float | None:
+        total = self.total_steps
+        if not total or not self.steps:
+            return None
+        step_s = [v for v in (self.columns.get("perf/step_s") or [])[-20:] if v]
+        per = sum(step_s) / len(step_s) if step_s else None
+        if per is None and self.start_time:
+            per = ((now or time.time()) - self.start_time) / max(self.step, 1)
+        return None if per is None else max(0.0, (total - self.step) * per)
+
+    def beta(self) -> float:
+        return float(self.config.get("algo", {}).get("beta", 0.0) or 0.0)
+
+    def dtype(self) -> str:
+        model = self.config.get("model", {})
+        return f"{model.get('dtype', '?')}/{self.config.get('rollout', {}).get('dtype') or model.get('dtype', '?')}"

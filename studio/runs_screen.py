@@ -1,0 +1,111 @@
+"""The runs list: every run under the runs folder with its state (from pid liveness and events),
+open any of them, mark two or more to compare, or duplicate one with another dtype."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Header, Static
+
+from engine import runlog
+from studio.charts import fmt
+from studio.dashboard import STATE_STYLE
+
+
+def run_rows(root: Path) -> list[dict]:
+    rows = []
+    for st in runlog.list_runs(root):
+        last = runlog.last_metrics_row(st.path) or {}
+        try:
+            import tomllib
+
+            cfg = tomllib.loads((st.path / runlog.CONFIG).read_text())
+        except Exception:
+            cfg = {}
+        model = cfg.get("model", {})
+        rows.append({"path": st.path, "name": st.name, "state": st.state, "step": st.step, "total": st.total_steps,
+                     "dtype": model.get("dtype", "?"), "model": model.get("name", "?"),
+                     "reward": last.get("reward/mean"), "k3": last.get("mismatch/k3")})
+    return rows
+
+
+class RunsScreen(Screen):
+    BINDINGS = [
+        Binding("enter", "open", "Open", id="runs.open", priority=True),
+        Binding("space", "mark", "Mark", id="runs.mark"),
+        Binding("c", "compare", "Compare", id="runs.compare"),
+        Binding("d", "duplicate", "A/B dtype", id="runs.duplicate"),
+        Binding("r", "reload", "Refresh", id="runs.refresh"),
+        Binding("escape", "back", "Back", id="runs.back"),
+    ]
+
+    def __init__(self, root: Path, mark: Path | None = None, **kwargs):
+        super().__init__(**kwargs)
+        self.root = Path(root)
+        self.marked: set[Path] = {Path(mark)} if mark else set()
+        self.rows: list[dict] = []
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Static("", id="runs-hint")
+        yield DataTable(id="runs-table", cursor_type="row", zebra_stripes=True)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.sub_title = f"runs · {self.root}"
+        table = self.query_one(DataTable)
+        table.add_columns("", "run", "state", "step", "dtype", "reward", "k3", "model")
+        self.action_reload()
+        self.set_interval(2.0, self.action_reload)
+        table.focus()
+
+    def action_reload(self) -> None:
+        table = self.query_one(DataTable)
+        keep = table.cursor_row
+        self.rows = run_rows(self.root)
+        table.clear()
+        for row in self.rows:
+            total = f"/{row['total']}" if row["total"] else ""
+            table.add_row("●" if row["path"] in self.marked else " ", row["name"],
+                          Text(row["state"], style=STATE_STYLE.get(row["state"], "")), f"{row['step']}{total}",
+                          row["dtype"], fmt(row["reward"]), fmt(row["k3"]), row["model"], key=str(row["path"]))
+        if self.rows:
+            table.move_cursor(row=min(keep, len(self.rows) - 1))
+        hint = (f"{len(self.rows)} runs under {self.root}.  space marks runs; c compares the marked ones"
+                if self.rows else f"no runs under {self.root} yet: launch one from the setup screen")
+        self.query_one("#runs-hint", Static).update(hint)
+
+    def _current(self) -> dict | None:
+        table = self.query_one(DataTable)
+        return self.rows[table.cursor_row] if self.rows and 0 <= table.cursor_row < len(self.rows) else None
+
+    def action_open(self) -> None:
+        row = self._current()
+        if row:
+            self.app.open_run(row["path"])
+
+    def action_mark(self) -> None:
+        row = self._current()
+        if row:
+            self.marked.symmetric_difference_update({row["path"]})
+            self.action_reload()
+            self.query_one(DataTable).action_cursor_down()
+
+    def action_compare(self) -> None:
+        paths = [r["path"] for r in self.rows if r["path"] in self.marked]
+        if len(paths) < 2:
+            self.notify("mark two or more runs with space first", severity="warning")
+            return
+        self.app.compare_runs(paths)
+
+    def action_duplicate(self) -> None:
+        row = self._current()
+        if row:
+            self.app.duplicate_run(row["path"])
+
+    def action_back(self) -> None:
+        self.app.action_show_setup()

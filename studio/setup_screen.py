@@ -1,0 +1,295 @@
+"""The setup screen: every knob a run needs, validated as you type (the CLI's own one-line
+messages, shown beside the field), with the VRAM panel recomputed on each change."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import Screen
+from textual.widgets import Footer, Header, Input, Label, Select, SelectionList, Static
+
+from engine import algorithms, config as cfgmod
+from engine.config import Config, ConfigError
+from studio import hardware, launcher, models, vram_adapter
+from studio.rewards_info import builtin_rewards
+from studio.vram_panel import VramPanel
+
+DTYPE_HINTS = {
+    "fp32": "fp32: least rollout/train mismatch, 2× bf16 memory",
+    "bf16": "bf16: 7-bit mantissa, the largest mismatch (k3)",
+    "fp16": "fp16: 10-bit mantissa, ~8× less mismatch; loss scaling",
+    "fp8": "fp8: unified fp8 stays stable; bf16+fp8 rollout drifts",
+}
+
+# (key, label, kind): kind is "input", "select", "check"; selects take choices from field metadata.
+FIELDS = [
+    ("model.name", "model", "model"),
+    ("model.dtype", "dtype", "select"),
+    ("rollout.backend", "rollout backend", "select"),
+    ("rollout.dtype", "rollout dtype", "select"),
+    ("model.lora_rank", "LoRA rank", "input"),
+    ("model.lora_alpha", "LoRA alpha", "input"),
+    ("model.load_in_4bit", "4-bit base", "check"),
+    ("model.gradient_checkpointing", "grad checkpointing", "check"),
+    ("rewards.funcs", "rewards", "rewards"),
+    ("data.source", "dataset", "input"),
+    ("algo.name", "algorithm", "select"),
+    ("algo.beta", "KL beta", "input"),
+    ("rollout.num_generations", "generations", "input"),
+    ("rollout.max_prompt_len", "max prompt len", "input"),
+    ("rollout.max_completion_len", "max completion", "input"),
+    ("train.prompts_per_step", "prompts/step", "input"),
+    ("train.lr", "learning rate", "input"),
+    ("train.steps", "steps", "input"),
+    ("rollout.temperature", "temperature", "input"),
+]
+
+
+def field_id(key: str) -> str:
+    return "f-" + key.replace(".", "-").replace("_", "-")
+
+
+def meta(key: str) -> dict:
+    section, name = key.split(".")
+    return cfgmod._section_fields(section)[name].metadata
+
+
+def get_value(cfg: Config, key: str):
+    section, name = key.split(".")
+    return getattr(getattr(cfg, section), name)
+
+
+def as_text(value) -> str:
+    if isinstance(value, list):
+        return ", ".join(str(v) for v in value)
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+class SetupScreen(Screen):
+    BINDINGS = [
+        Binding("ctrl+r", "launch", "Launch", id="setup.launch"),
+        Binding("ctrl+s", "save", "Save", id="setup.save"),
+        Binding("ctrl+o", "load", "Load", id="setup.load"),
+        Binding("ctrl+t", "toggle_mode", "VRAM mode", id="setup.vram_mode"),
+    ]
+
+    def __init__(self, cfg: Config, source: str = "", **kwargs):
+        super().__init__(**kwargs)
+        self.base = cfg
+        self.cfg = copy.deepcopy(cfg)
+        self.source = source
+        self.errors: dict[str, str] = {}
+        self.mode = "documented"
+        gpus = hardware.gpus()
+        self.gpu_gib = gpus[0].total_gib if gpus else None
+        self.gpu_label = f"GPU: {hardware.gpu_summary()}"
+        self.plan_count = 0
+        self.builtins = builtin_rewards()
+        self.builtin_names = {name for name, _ in self.builtins}
+        self._ready = False
+
+    # ---- layout -----------------------------------------------------------------------------
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with Horizontal(id="setup-body"):
+            with VerticalScroll(id="setup-form"):
+                for key, label, kind in FIELDS:
+                    yield from self._field(key, label, kind)
+                yield Static("", id="form-error", classes="error")
+            with Vertical(id="vram-side"):
+                yield VramPanel(id="vram")
+                with Horizontal(id="gpu-row", classes="row"):
+                    yield Label("GPU GiB", classes="label")
+                    yield Input(self._gpu_text(), id="gpu-gib", compact=True,
+                                placeholder="size to check against")
+        yield Footer()
+
+    def _gpu_text(self) -> str:
+        return f"{self.gpu_gib:g}" if self.gpu_gib else "24"
+
+    def _field(self, key: str, label: str, kind: str) -> ComposeResult:
+        value = get_value(self.cfg, key)
+        fid = field_id(key)
+        with Vertical(classes="field", id=f"{fid}-box"):
+            with Horizontal(classes="row"):
+                yield Label(label, classes="label")
+                if kind == "select":
+                    choices = meta(key)["choices"]
+                    opts = [("same as model" if c == "" else c, c) for c in choices]
+                    yield Select(opts, value=value, allow_blank=False, id=fid, compact=True)
+                elif kind == "model":
+                    yield Select([(lbl, v) for lbl, v in models.model_choices(value)], value=value,
+                                 allow_blank=False, id=fid, compact=True)
+                elif kind == "check":
+                    yield Select([("no", False), ("yes", True)], value=bool(value), allow_blank=False, id=fid,
+                                 compact=True)
+                elif kind == "rewards":
+                    opts = [(f"{name}: {about}", name, name in value) for name, about in self.builtins]
+                    yield SelectionList(*opts, id=fid, classes="rewards")
+                else:
+                    yield Input(as_text(value), id=fid, compact=True, select_on_focus=False)
+            if kind == "model":
+                with Horizontal(classes="row"):
+                    yield Label("…or folder/hub id", classes="label")
+                    yield Input("", id="f-model-custom", compact=True, placeholder="local folder or org/name")
+            if kind == "rewards":
+                with Horizontal(classes="row"):
+                    yield Label("+ file.py:fn", classes="label")
+                    extra = [f for f in value if f not in self.builtin_names]
+                    yield Input(", ".join(extra), id="f-rewards-extra", compact=True,
+                                placeholder="my_rewards.py:score, …")
+            if key == "model.dtype":
+                yield Static(DTYPE_HINTS.get(value, ""), id="dtype-hint", classes="hint")
+            yield Static("", id=f"{fid}-error", classes="error")
+
+    def on_mount(self) -> None:
+        self.sub_title = f"setup · {self.source or 'defaults'}"
+        self._ready = True
+        self.recompute()
+
+    # ---- reading the form -------------------------------------------------------------------
+    def _raw(self, key: str):
+        widget = self.query_one(f"#{field_id(key)}")
+        if key == "model.name":
+            custom = self.query_one("#f-model-custom", Input).value.strip()
+            return custom or widget.value
+        if key == "rewards.funcs":
+            extra = [s.strip() for s in self.query_one("#f-rewards-extra", Input).value.split(",") if s.strip()]
+            return list(widget.selected) + extra
+        return widget.value
+
+    def build_config(self) -> tuple[Config, dict[str, str], str]:
+        """The config the form describes, per-field errors (CLI wording), and a cross-field error."""
+        cfg = copy.deepcopy(self.base)
+        errors: dict[str, str] = {}
+        algo = self._raw("algo.name")
+        if algo != self.base.algo.name:
+            for k, v in algorithms.defaults(algo).items():
+                cfgmod.set_key(cfg, k, v)
+        for key, _, kind in FIELDS:
+            try:
+                raw = self._raw(key)
+                cfgmod.set_key(cfg, key, raw, from_text=kind in ("input", "model"))
+            except ConfigError as err:
+                errors[key] = str(err)
+        if "rewards.funcs" not in errors and cfg.rewards.weights and len(cfg.rewards.weights) != len(cfg.rewards.funcs):
+            cfg.rewards.weights = []
+        general = ""
+        if not errors:
+            try:
+                cfgmod.validate(cfg)
+            except ConfigError as err:
+                general = str(err)
+        return cfg, errors, general
+
+    @on(Input.Changed)
+    @on(Select.Changed)
+    @on(SelectionList.SelectedChanged)
+    def _changed(self, event) -> None:
+        if self._ready:
+            self.recompute()
+
+    def recompute(self) -> None:
+        cfg, errors, general = self.build_config()
+        self.errors = errors
+        for key, _, _ in FIELDS:
+            box = self.query_one(f"#{field_id(key)}-error", Static)
+            box.update(errors.get(key, ""))
+            box.display = key in errors
+        form_error = self.query_one("#form-error", Static)
+        form_error.update(general)
+        form_error.display = bool(general)
+        self.query_one("#dtype-hint", Static).update(DTYPE_HINTS.get(str(self._raw("model.dtype")), ""))
+        if not errors:
+            self.cfg = cfg
+        self.general_error = general
+        try:
+            gpu = float(self.query_one("#gpu-gib", Input).value or 0) or None
+        except ValueError:
+            gpu = None
+        label = self.gpu_label if self.gpu_gib else "no GPU detected: checking against the size below"
+        self.plan = vram_adapter.plan(self.cfg, self.mode, gpu)
+        self.plan_count += 1
+        self.query_one(VramPanel).show(self.plan, label)
+
+    # ---- actions ----------------------------------------------------------------------------
+    def action_toggle_mode(self) -> None:
+        self.mode = "accurate" if self.mode == "documented" else "documented"
+        self.recompute()
+
+    def valid_config(self) -> Config | None:
+        self.recompute()
+        bad = next((k for k, _, _ in FIELDS if k in self.errors), None)
+        if bad or self.general_error:
+            self.notify(self.errors.get(bad, self.general_error) if bad else self.general_error,
+                        title="fix the setup first", severity="error")
+            if bad:
+                self.query_one(f"#{field_id(bad)}").focus()
+            return None
+        return self.cfg
+
+    def action_launch(self) -> None:
+        cfg = self.valid_config()
+        if cfg is not None:
+            self.app.launch_run(cfg)
+
+    def action_save(self) -> None:
+        from studio.dialogs import PathPrompt
+
+        def done(path: str | None) -> None:
+            if path:
+                cfg = self.valid_config()
+                if cfg is not None:
+                    cfgmod.save(cfg, Path(path))
+                    self.notify(f"saved {path}")
+
+        self.app.push_screen(PathPrompt("Save setup as TOML", "setup.toml"), done)
+
+    def action_load(self) -> None:
+        from studio.dialogs import PathPrompt
+
+        def done(path: str | None) -> None:
+            if path:
+                self.load_file(path)
+
+        self.app.push_screen(PathPrompt("Load setup (TOML or recipe name)", "setup.toml"), done)
+
+    def load_file(self, path: str) -> None:
+        try:
+            cfg = cfgmod.load(path)
+        except ConfigError as err:
+            self.notify(str(err), severity="error")
+            return
+        self.base, self.cfg, self.source = cfg, copy.deepcopy(cfg), path
+        self._ready = False
+        for key, _, kind in FIELDS:
+            self._set_widget(key, get_value(cfg, key))
+        self._ready = True
+        self.sub_title = f"setup · {path}"
+        self.call_after_refresh(self.recompute)
+
+    def _set_widget(self, key: str, value) -> None:
+        widget = self.query_one(f"#{field_id(key)}")
+        if key == "model.name":
+            choices = models.model_choices(value)
+            widget.set_options(choices)
+            widget.value = value
+            self.query_one("#f-model-custom", Input).value = ""
+        elif key == "rewards.funcs":
+            widget.deselect_all()
+            for name in value:
+                if name in self.builtin_names:
+                    widget.select(name)
+            self.query_one("#f-rewards-extra", Input).value = ", ".join(v for v in value if v not in self.builtin_names)
+        elif isinstance(widget, Input):
+            widget.value = as_text(value)
+        else:
+            widget.value = value
+

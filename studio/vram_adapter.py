@@ -1,0 +1,55 @@
+"""The studio's one door to the VRAM planner (engine/vram.py, pure python): `plan(cfg, mode,
+gpu_gib)` returns what the VRAM panel shows, including the inverse-solved suggestion."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from engine import model_card, vram
+from engine.config import Config, ConfigError
+
+
+@dataclass
+class Plan:
+    rows: list[tuple[str, float, str, bool]] = field(default_factory=list)  # (name, GiB, formula, in total)
+    total: float = 0.0
+    mode: str = "documented"
+    gpu_gib: float | None = None
+    fits: bool | None = None
+    suggestion: str = ""
+    error: str = ""
+    peak_rule: str = ""
+
+
+# What the panel solves for, in order: the first one the planner can answer is shown.
+SOLVE = [("max_completion_len", "max completion length that fits"),
+         ("num_generations", "max generations that fit")]
+
+
+def plan(cfg: Config, mode: str = "documented", gpu_gib: float | None = None, solve: bool = True) -> Plan:
+    try:
+        card = model_card.load(cfg.model.name)
+        result = vram.estimate(card, cfg, mode=mode, gpu_gib=gpu_gib)
+    except ConfigError as err:
+        return Plan(mode=mode, gpu_gib=gpu_gib, error=str(err))
+    except Exception as err:  # the panel must never take the studio down
+        return Plan(mode=mode, gpu_gib=gpu_gib, error=f"vram error: {type(err).__name__}: {err}")
+    out = Plan([(r.name, r.gib, r.formula, r.in_total) for r in result.rows], result.total_gib, mode, gpu_gib,
+               result.fits, peak_rule=result.peak_rule)
+    if gpu_gib and solve:
+        out.suggestion = suggest(card, cfg, mode, gpu_gib)
+    return out
+
+
+def suggest(card, cfg: Config, mode: str, gpu_gib: float) -> str:
+    last_error = ""
+    for key, label in SOLVE:
+        try:
+            sol = vram.solve(card, cfg, key, gpu_gib, mode=mode)
+        except ConfigError as err:
+            last_error = str(err).removeprefix("vram error: ")
+            continue
+        except Exception:
+            continue
+        return f"{label}: {sol.value:,}"
+    return last_error

@@ -1,0 +1,54 @@
+"""The VRAM panel beside the setup form: breakdown rows, total, detected GPU, fits, and the
+inverse-solved suggestion. Documented (Unsloth's formulas) vs accurate mode."""
+
+from __future__ import annotations
+
+from rich.table import Table
+from rich.text import Text
+from textual.widgets import Static
+
+from studio.vram_adapter import Plan
+
+
+def render_plan(plan: Plan, gpu_label: str, wide: bool = False) -> Table | Text:
+    if plan.error:
+        return Text(plan.error, style="bold red")
+    table = Table(box=None, expand=True, show_header=False, pad_edge=False, padding=(0, 1))
+    table.add_column("part", ratio=3, overflow="fold")
+    table.add_column("GiB", justify="right", no_wrap=True)
+    if wide:
+        table.add_column("formula", ratio=4, overflow="ellipsis", no_wrap=True, style="dim")
+    for name, gib, formula, in_total in plan.rows:
+        style = "" if in_total else "dim"
+        table.add_row(Text(name, style=style), Text(f"{gib:,.2f}", style=style), *([formula] if wide else []))
+    table.add_row(Text("total", style="bold"), Text(f"{plan.total:,.2f}", style="bold"), *([""] if wide else []))
+    table.add_row("", "")
+    table.add_row(Text(gpu_label, style="italic"), "", *([""] if wide else []))
+    if plan.fits is True:
+        verdict = Text(f"fits in {plan.gpu_gib:,.0f} GiB  ✓", style="bold green")
+    elif plan.fits is False:
+        verdict = Text(f"does not fit in {plan.gpu_gib:,.0f} GiB  ✗", style="bold red")
+    else:
+        verdict = Text("no GPU size to check against", style="yellow")
+    table.add_row(verdict, "", *([""] if wide else []))
+    if plan.suggestion:
+        table.add_row(Text(plan.suggestion, style="yellow"), "", *([""] if wide else []))
+    return table
+
+
+class VramPanel(Static):
+    DEFAULT_CSS = "VramPanel { height: auto; }"
+
+    def __init__(self, **kwargs):
+        super().__init__("", **kwargs)
+        self.plan: Plan | None = None
+        self.gpu_label = ""
+
+    def show(self, plan: Plan, gpu_label: str) -> None:
+        self.plan, self.gpu_label = plan, gpu_label
+        self.border_title = f"VRAM · {plan.mode}"
+        self.update(render_plan(plan, gpu_label, wide=self.size.width >= 60))
+
+    def on_resize(self) -> None:
+        if self.plan is not None:
+            self.update(render_plan(self.plan, self.gpu_label, wide=self.size.width >= 60))
