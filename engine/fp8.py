@@ -147,8 +147,11 @@ def fp8_linear_forward(x: Tensor, weight: Tensor, bias: Tensor | None = None, *,
             _CUDA_FP8_BROKEN.add(str(x.device))
             return fp8_linear_forward(x, weight, bias, backend="sim")
     else:
-        # fp32 "accumulation" of exactly-representable fp8 products (see the module docstring)
-        y = _QuantSTE.apply(x2, ACT_BLOCK) @ _QuantSTE.apply(weight, WEIGHT_BLOCK).t()
+        # fp32 "accumulation" of exactly-representable fp8 products (see the module docstring);
+        # autocast off, or a bf16 autocast region would round the dequantised operands to bf16
+        # and the trainer's GEMM would no longer match the rollout's.
+        with torch.autocast(device_type=x.device.type, enabled=False):
+            y = _QuantSTE.apply(x2, ACT_BLOCK) @ _QuantSTE.apply(weight, WEIGHT_BLOCK).t()
     if bias is not None:
         y = y + bias.float()
     return y.to(x.dtype).view(*lead, weight.shape[0])

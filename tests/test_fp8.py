@@ -121,6 +121,17 @@ def test_fp8_linear_error_bound_and_shapes(shape):
     assert torch.equal(y.view(6, N), fp8_linear_forward(x.view(6, K), w, b, backend="sim"))
 
 
+def test_autocast_does_not_change_the_fp8_gemm():
+    # a full fine-tune runs the trainer under bf16 autocast; the simulated GEMM must stay fp32
+    g = torch.Generator().manual_seed(5)
+    w = (torch.randn(256, 256, generator=g) * 0.05).to(torch.bfloat16)
+    x = torch.randn(7, 256, generator=g).to(torch.bfloat16)
+    plain = fp8_linear_forward(x, w, None, backend="sim")
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        auto = fp8_linear_forward(x, w, None, backend="sim")
+    assert torch.equal(plain, auto)
+
+
 def test_straight_through_gradients():
     g = torch.Generator().manual_seed(0)
     w = torch.randn(64, 256, generator=g, requires_grad=True)
