@@ -43,7 +43,7 @@ METRIC_NAMES = (
 def _prepare(rollout_logps: Tensor, train_logps: Tensor, mask: Tensor | None):
     """(μ, π, m) as float64 with non-finite or masked positions zeroed, plus the non-finite count."""
     mu = rollout_logps.detach().to(torch.float64)
-    pi = train_logps.detach().to(torch.float64)
+    pi = train_logps.detach().to(device=mu.device, dtype=torch.float64)
     if mu.shape != pi.shape:
         raise ValueError(f"rollout_logps {tuple(mu.shape)} and train_logps {tuple(pi.shape)} differ in shape")
     if mask is None:
