@@ -3,7 +3,8 @@
 Precision (see docs/mismatch.md):
   * LoRA: base weights stored in the trainer dtype; peft keeps adapter weights in fp32.
   * Full fine-tune: fp32 master weights, forward under torch.autocast(dtype) for bf16/fp16.
-  * fp8: bf16 master weights with every linear GEMM quantised (engine/fp8.py).
+  * fp8: bf16 master weights (LoRA base and full fine-tune alike) with every linear GEMM
+    quantised (engine/fp8.py).
 """
 
 from __future__ import annotations
@@ -86,7 +87,9 @@ def load_policy(cfg: Config, path: str):
     """The trainable policy: a peft LoRA model (lora_rank > 0) or the full model."""
     m = cfg.model
     full_ft = m.lora_rank == 0
-    store = torch.float32 if full_ft else DTYPES[m.dtype]
+    # Full fine-tune keeps fp32 master weights under autocast, except fp8: Jet-RL's unified flow
+    # keeps BF16 master weights, the same copy the rollout quantises, so both sides see one model.
+    store = torch.float32 if full_ft and m.dtype != "fp8" else DTYPES[m.dtype]
     model = load_base(path, store)
     if m.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})

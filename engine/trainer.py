@@ -20,6 +20,7 @@ import torch
 
 from engine import checkpoint, data, model as modeling, rewards as reward_lib
 from engine.advantages import compute_advantages
+from engine.batching import join_prompt_completion
 from engine.config import Config, save as save_config
 from engine.logprobs import token_logprobs
 from engine.losses import LossInputs, policy_loss
@@ -138,15 +139,7 @@ class Trainer:
 
     def _join(self, prompt_ids, completion_ids, G):
         """Left-padded prompt + right-padded completion, as one batch for the trainer forward."""
-        pad = self.tokenizer.pad_token_id
-        width = max(map(len, prompt_ids))
-        rows = [ids for ids in prompt_ids for _ in range(G)]
-        left = torch.tensor([[pad] * (width - len(x)) + x for x in rows])
-        left_mask = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in rows])
-        input_ids = torch.cat([left, completion_ids], dim=1).to(self.device)
-        # completion padding sits after EOS and never influences the tokens we score
-        attention = torch.cat([left_mask, torch.ones_like(completion_ids)], dim=1).to(self.device)
-        return input_ids, attention
+        return join_prompt_completion(prompt_ids, completion_ids, G, self.tokenizer.pad_token_id, self.device)
 
     @torch.no_grad()
     def _reference_logps(self, input_ids, attention, completion_len):
