@@ -67,6 +67,8 @@ class RolloutConfig:
     gpu_memory_utilization: float = opt(0.3, lo=0, hi=1.0, lo_open=True)
     colocate: bool = opt(True, help="vLLM shares the training GPU (TRL vllm_mode=colocate); false = its own GPU")
     sleep: bool = opt(False, help="vLLM sleeps (frees its memory) during the train phase")
+    vllm_enforce_eager: str = opt("auto", choices=["auto", "on", "off"],
+                                  help="auto: eager on CPU (torch.compile adds ~50 s to start-up there), graphs on GPU")
 
 
 @dataclass
