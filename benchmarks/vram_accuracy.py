@@ -1,0 +1,326 @@
+"""`grpo-studio bench vram-accuracy`: the accurate-mode estimate against real training steps.
+
+For each configuration a tiny model is built from a transformers config (Llama, Qwen3, Gemma3),
+loaded through the engine (engine/model.py), and one GRPO-shaped step runs through the engine's
+own log-prob path (engine/logprobs.py), a policy-gradient loss, backward and AdamW. Measured:
+
+  weights            bytes of every parameter storage
+  train state        trainable params (LoRA) + .grad + AdamW state after the step, plus the
+                     autocast low-precision weight copies seen among the saved tensors
+  activations        bytes saved for backward (torch.autograd.graph.saved_tensors_hooks) from the
+                     embedding to the final norm; with gradient checkpointing, the checkpointed
+                     inputs plus the largest layer's saved bytes (the one layer recomputed in backward)
+  logits             saved bytes from lm_head on + the materialised logits tensor
+  peak               the largest live tensor memory during the step (a TorchDispatchMode that
+                     follows every storage an op returns until it is freed) plus what lived before
+
+On CUDA the peak is torch.cuda.max_memory_allocated (UNTESTED: no GPU was available when
+this was written). The estimate is engine.vram in accurate mode with device="cpu" (no CUDA
+context/margin rows) or "cuda".
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from dataclasses import dataclass
+
+TOLERANCE = 0.15
+
+
+@dataclass
+class Case:
+    name: str
+    family: str
+    dtype: str = "fp32"
+    lora_rank: int = 8
+    completion: int = 32
+    generations: int = 4
+    checkpointing: bool = False
+
+
+CASES = [
+    Case("qwen3 lora r8", "qwen3"),
+    Case("qwen3 lora r64", "qwen3", lora_rank=64),
+    Case("qwen3 full FT", "qwen3", lora_rank=0),
+    Case("qwen3 lora bf16", "qwen3", dtype="bf16"),
+    Case("llama lora c96", "llama", completion=96),
+    Case("llama lora G8", "llama", generations=8),
+    Case("qwen3 lora grad-ckpt", "qwen3", checkpointing=True),
+    Case("llama full grad-ckpt", "llama", lora_rank=0, checkpointing=True),
+    Case("gemma3 full bf16", "gemma3", dtype="bf16", lora_rank=0),
+]
+PROMPT, PROMPTS_PER_STEP = 29, 2      # odd lengths keep activation shapes apart from weight shapes
+ARCH = dict(hidden_size=256, intermediate_size=704, num_hidden_layers=4, num_attention_heads=4,
+            num_key_value_heads=2, head_dim=64, vocab_size=4096)
+
+
+def _build(family: str, folder: str) -> None:
+    import torch
+    from transformers import (Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, LlamaForCausalLM, Qwen3Config,
+                              Qwen3ForCausalLM)
+
+    cls = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen3": (Qwen3Config, Qwen3ForCausalLM),
+           "gemma3": (Gemma3TextConfig, Gemma3ForCausalLM)}[family]
+    torch.manual_seed(0)
+    extra = {"tie_word_embeddings": family == "gemma3"}
+    cls[1](cls[0](**ARCH, **extra)).save_pretrained(folder)
+
+
+class LiveBytes:
+    """Peak of live tensor bytes: every storage an aten op returns, until it is garbage."""
+
+    def __init__(self):
+        from torch.multiprocessing.reductions import StorageWeakRef
+        from torch.utils._python_dispatch import TorchDispatchMode
+        from torch.utils._pytree import tree_flatten
+
+        tracker = self
+        self.live, self.cur, self.peak = {}, 0, 0
+
+        class Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                out = func(*args, **(kwargs or {}))
+                tracker._sweep()
+                import torch
+                for t in tree_flatten(out)[0]:
+                    if isinstance(t, torch.Tensor) and t.device.type == "cpu":
+                        st = t.untyped_storage()
+                        key = st.data_ptr()
+                        if key and key not in tracker.live:
+                            tracker.live[key] = (StorageWeakRef(st), st.nbytes())
+                            tracker.cur += st.nbytes()
+                tracker.peak = max(tracker.peak, tracker.cur)
+                return out
+
+        self.mode = Mode()
+
+    def _sweep(self):
+        for key in [k for k, (ref, _) in self.live.items() if ref.expired()]:
+            self.cur -= self.live.pop(key)[1]
+
+
+def measure(case: Case, folder: str) -> dict:
+    import torch
+
+    from engine import model as modeling
+    from engine.config import Config
+    from engine.logprobs import token_logprobs
+
+    cfg = _config(case)
+    cfg.model.name = folder
+    policy = modeling.load_policy(cfg, folder)
+    dev = modeling.device()
+    policy.to(dev)
+    policy.train()   # HF checkpoints layers only in train mode (the engine's trainer does not call .train())
+    params = [p for p in policy.parameters()]
+    trainable = [p for p in params if p.requires_grad]
+    optimizer = torch.optim.AdamW(trainable, lr=1e-4)
+    param_ptrs = {p.untyped_storage().data_ptr() for p in params}
+    param_shapes = {tuple(p.shape) for p in params if p.dim() == 2}
+    frozen = params if case.lora_rank == 0 else [p for p in params if not p.requires_grad]
+    weights = sum(p.untyped_storage().nbytes() for p in {p.untyped_storage().data_ptr(): p for p in frozen}.values())
+
+    B, T = PROMPTS_PER_STEP * case.generations, PROMPT + case.completion
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, ARCH["vocab_size"], (B, T), generator=gen).to(dev)
+    attention = torch.ones_like(ids)
+    attention[::2, : PROMPT // 3] = 0                     # left padding, as the trainer's batches have
+    adv = torch.randn(B, 1, generator=gen).to(dev)
+
+    def step(hooks=None):
+        optimizer.zero_grad(set_to_none=True)
+        with modeling.autocast(cfg):
+            if hooks is None:
+                logps, _ = token_logprobs(policy, ids, attention, case.completion)
+            else:
+                with torch.autograd.graph.saved_tensors_hooks(*hooks):
+                    logps, _ = token_logprobs(policy, ids, attention, case.completion)
+        loss = -(logps * adv).mean()
+        loss.backward()
+        optimizer.step()
+
+    step()                                                # AdamW state exists from here on
+
+    # saved tensors, tagged by where they were saved
+    tag, saved = ["outside"], {}
+    layers = policy.get_decoder().layers
+    for i, layer in enumerate(layers):
+        layer.register_forward_pre_hook(lambda m, a, i=i: tag.__setitem__(0, f"L{i}"))
+        layer.register_forward_hook(lambda m, a, o: tag.__setitem__(0, "outside"))
+    policy.get_decoder().norm.register_forward_hook(lambda m, a, o: tag.__setitem__(0, "logits"))
+
+    def pack(t):
+        st = t.untyped_storage()
+        if st.data_ptr() not in param_ptrs and st.data_ptr() not in saved:
+            cast = tuple(t.shape) in param_shapes and t.dtype != torch.float32
+            saved[st.data_ptr()] = ("autocast" if cast else tag[0], st.nbytes())
+        return t
+
+    def _reset_tag(*_):
+        tag[0] = "outside"
+    policy.get_decoder().register_forward_pre_hook(_reset_tag)
+
+    if dev.type == "cuda":  # UNTESTED: no GPU in the session that wrote this
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        step((pack, lambda t: t))
+        peak = torch.cuda.max_memory_allocated()
+        del base
+    else:
+        before = sum(t.untyped_storage().nbytes() for t in _persistent(params, optimizer))
+        tracker = LiveBytes()
+        with tracker.mode:
+            step((pack, lambda t: t))
+        peak = before + tracker.peak
+
+    by_tag: dict[str, int] = {}
+    for where, n in saved.values():
+        by_tag[where] = by_tag.get(where, 0) + n
+    layer_bytes = [v for k, v in by_tag.items() if k.startswith("L")]
+    activations = sum(layer_bytes) + by_tag.get("outside", 0)
+    if case.checkpointing:  # the layer recomputed in backward: its saved bytes from a plain forward
+        policy.base_model.model.gradient_checkpointing_disable() if case.lora_rank else \
+            policy.gradient_checkpointing_disable()
+        saved.clear()
+        with modeling.autocast(cfg), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            token_logprobs(policy, ids, attention, case.completion)
+        one = max(v for k, v in _sum_tags(saved).items() if k.startswith("L"))
+        activations += one
+    logits = _logits_peak(policy, cfg, ids, attention, case.completion, adv)
+    state = sum(t.untyped_storage().nbytes() for t in _persistent(trainable, optimizer, grads=True))
+    if case.lora_rank == 0:
+        state -= sum(p.untyped_storage().nbytes() for p in trainable)   # the fp32 master is the weights row
+    state += by_tag.get("autocast", 0)
+    return {"base weights": weights, "train state": state, "activations": activations,
+            "logits + log-softmax": logits, "peak": peak}
+
+
+def _logits_peak(policy, cfg, ids, attention, completion: int, adv) -> int:
+    """Peak live bytes of lm_head -> engine log-probs -> loss -> backward, from fixed final hidden states."""
+    import types
+
+    import torch
+
+    from engine import model as modeling
+    from engine.logprobs import token_logprobs
+
+    with torch.no_grad(), modeling.autocast(cfg):
+        hidden = policy.get_decoder()(input_ids=ids, attention_mask=attention).last_hidden_state
+    hidden = hidden.detach().requires_grad_(True)
+    head = policy.get_output_embeddings()
+
+    def fake_model(logits_to_keep: int, **_):
+        return types.SimpleNamespace(logits=head(hidden[:, -logits_to_keep:]))
+
+    tracker = LiveBytes()
+    with tracker.mode, modeling.autocast(cfg):
+        logps, _ = token_logprobs(fake_model, ids, attention, completion)
+        (-(logps * adv).mean()).backward()
+    return tracker.peak - hidden.grad.untyped_storage().nbytes() if hidden.grad is not None else tracker.peak
+
+
+def _sum_tags(saved: dict) -> dict:
+    out: dict[str, int] = {}
+    for where, n in saved.values():
+        out[where] = out.get(where, 0) + n
+    return out
+
+
+def _persistent(params, optimizer, grads: bool = False):
+    seen, out = set(), []
+    tensors = list(params)
+    if grads:
+        tensors += [p.grad for p in params if p.grad is not None]
+    for state in optimizer.state.values():
+        tensors += [v for v in state.values() if hasattr(v, "untyped_storage") and v.dim() > 0]
+    for t in tensors:
+        if t.untyped_storage().data_ptr() not in seen:
+            seen.add(t.untyped_storage().data_ptr())
+            out.append(t)
+    return out
+
+
+def _config(case: Case):
+    from engine.config import Config
+
+    cfg = Config()
+    cfg.model.dtype, cfg.model.lora_rank = case.dtype, case.lora_rank
+    cfg.model.gradient_checkpointing = case.checkpointing
+    cfg.rollout.num_generations, cfg.rollout.max_completion_len = case.generations, case.completion
+    cfg.rollout.max_prompt_len, cfg.train.prompts_per_step = PROMPT, PROMPTS_PER_STEP
+    return cfg
+
+
+def estimate(case: Case, folder: str, device: str) -> dict:
+    from engine import model_card, vram
+
+    card = model_card.load(folder)
+    est = vram.estimate(card, _config(case), "accurate", device=device)
+    rows = {r.name: r.gib * vram.GIB for r in est.rows}
+    state = rows.get("LoRA adapter + AdamW", rows.get("full FT grads + AdamW", 0.0))
+    train = ("base weights", "activations", "logits + log-softmax")
+    out = {k: rows[k] for k in train}
+    out["train state"] = state
+    out["peak"] = sum(out.values())      # training phase: the rollout KV is freed before it (hf backend)
+    return out
+
+
+ROWS = ["base weights", "train state", "activations", "logits + log-softmax"]
+
+
+def run(cases=CASES) -> list[dict]:
+    import torch
+
+    torch.set_num_threads(2)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    results, folders = [], {}
+    for case in cases:
+        if case.family not in folders:
+            folders[case.family] = tempfile.mkdtemp(prefix=f"vram-{case.family}-")
+            _build(case.family, folders[case.family])
+        meas = measure(case, folders[case.family])
+        est = estimate(case, folders[case.family], device)
+        meas["sum"] = sum(meas[k] for k in ROWS)
+        est["sum"] = sum(est[k] for k in ROWS)
+        results.append({"config": case.name, "device": device, "estimate": est, "measured": meas,
+                        "error": {k: (est[k] - meas[k]) / meas[k] if meas[k] else 0.0 for k in est}})
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="grpo-studio bench vram-accuracy")
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args(argv)
+    import logging
+    import os
+
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    logging.disable(logging.WARNING)
+    results = run()
+    ok = all(abs(r["error"]["sum"]) <= TOLERANCE for r in results)   # the issue's criterion; peak is reported
+    if args.json:
+        print(json.dumps({"tolerance": TOLERANCE, "ok": ok, "results": results}, indent=1))
+        return 0 if ok else 1
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"vram-accuracy ({results[0]['device']}): estimate / measured MiB, error")
+    table.add_column("config")
+    for k in ROWS + ["sum", "peak"]:
+        table.add_column(k, justify="right")
+    for r in results:
+        cells = [f"{r['estimate'][k] / 2**20:.2f} / {r['measured'][k] / 2**20:.2f}  {r['error'][k]:+.1%}"
+                 for k in ROWS + ["sum", "peak"]]
+        table.add_row(r["config"], *cells)
+    Console().print(table)
+    print(f"{'PASS' if ok else 'FAIL'}: sum of measured components within ±{TOLERANCE:.0%} of the estimate for "
+          f"every config (peak: live-tensor peak, informational; AdamW step temporaries are not modelled)")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
