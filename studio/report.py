@@ -1,0 +1,104 @@
+"""`grpo-studio report RUN [--out DIR]`: a run's charts as PNGs (matplotlib) and a one-page HTML summary."""
+
+from __future__ import annotations
+
+import html
+import sys
+from pathlib import Path
+
+from engine.cliparse import OneLineParser
+from studio.charts import ema, fmt
+from studio.panels import PANELS, histogram_bars
+from studio.rundata import RunData
+
+REPORT_PANELS = ["reward", "k3", "loss", "grad_norm", "entropy", "dp_max", "is", "length", "step_time", "tok_s",
+                 "memory", "loss_scale", "kl_ref"]
+
+
+def _figure(run: RunData, pid: str, out: Path) -> Path | None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panel = PANELS[pid]
+    lines = panel.lines(run)
+    if not lines:
+        return None
+    fig, ax = plt.subplots(figsize=(6.4, 3.6), dpi=100)
+    for line in lines:
+        ax.plot(line.xs, line.ys, label=line.label, linewidth=1.6 if line.label == "smoothed" else 1.0)
+    if panel.log:
+        ax.set_yscale("log")
+    ax.set_title(panel.title)
+    ax.set_xlabel("step")
+    ax.grid(alpha=0.3)
+    if len(lines) > 1:
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    path = out / f"{pid}.png"
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def _histogram(run: RunData, out: Path) -> Path | None:
+    import matplotlib.pyplot as plt
+
+    labels, values = histogram_bars(run.histogram)
+    if not values:
+        return None
+    fig, ax = plt.subplots(figsize=(6.4, 3.6), dpi=100)
+    ax.bar(labels, values)
+    ax.set_title(f"token |Δlogp| per decade (log10), step {run.histogram.get('step')}")
+    fig.tight_layout()
+    path = out / "dlogp_histogram.png"
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def export(run_dir: Path, out: Path | None = None) -> Path:
+    run = RunData(run_dir)
+    run.drain()
+    out = Path(out or run_dir / "report")
+    out.mkdir(parents=True, exist_ok=True)
+    images = [p for p in (_figure(run, pid, out) for pid in REPORT_PANELS) if p is not None]
+    hist = _histogram(run, out)
+    if hist:
+        images.append(hist)
+    (out / "index.html").write_text(_html(run, images))
+    return out
+
+
+def _html(run: RunData, images: list[Path]) -> str:
+    rows = [("state", run.state()), ("steps", f"{run.step}/{run.total_steps or '?'}"), ("dtype (train/rollout)", run.dtype()),
+            ("model", run.config.get("model", {}).get("name", "?")),
+            ("algorithm", run.config.get("algo", {}).get("name", "?")),
+            ("final reward", fmt(run.last("reward/mean"))),
+            ("smoothed reward", fmt(ema(run.series("reward/mean")[1])[-1] if run.series("reward/mean")[1] else None)),
+            ("final k3", fmt(run.last("mismatch/k3"))), ("peak memory GiB", fmt(run.last("mem/peak_gib")))]
+    warnings = [e for e in run.events if e.get("event") in ("warning", "skipped_step", "reward_error", "crashed")]
+    esc = html.escape
+    table = "".join(f"<tr><th>{esc(k)}</th><td>{esc(str(v))}</td></tr>" for k, v in rows)
+    warn = "".join(f"<li>{esc(e.get('event', ''))}: {esc(str(e.get('message', '')))}</li>" for e in warnings[-20:])
+    figs = "".join(f'<img src="{esc(p.name)}" alt="{esc(p.stem)}">' for p in images)
+    return (f"<!doctype html><meta charset='utf-8'><title>{esc(run.name)}</title>"
+            "<style>body{font-family:sans-serif;margin:1.5em}img{width:48%;margin:.5%}th{text-align:left;padding-right:1em}"
+            "</style>"
+            f"<h1>{esc(run.name)}</h1><table>{table}</table>"
+            + (f"<h2>Warnings</h2><ul>{warn}</ul>" if warn else "") + f"<h2>Charts</h2>{figs}\n")
+
+
+def main(argv: list[str]) -> int:
+    p = OneLineParser(prog="grpo-studio report", description="Export a run's charts to PNG and an HTML summary.")
+    p.add_argument("run", type=Path, help="run directory")
+    p.add_argument("--out", type=Path, help="output folder (default: RUN/report)")
+    args = p.parse_args(argv)
+    if not (args.run / "metrics.jsonl").is_file():
+        print(f"report error: {str(args.run)!r} has no metrics.jsonl (not a run directory, or no step yet)",
+              file=sys.stderr)
+        return 2
+    out = export(args.run, args.out)
+    print(f"report: {out / 'index.html'} ({len(list(out.glob('*.png')))} charts)")
+    return 0
