@@ -1,0 +1,178 @@
+"""VRAM planner: documented mode against Unsloth's published numbers, accurate mode against hand
+computation, LoRA counts against real peft models, inverse solving, bad inputs."""
+
+import json
+
+import pytest
+
+from engine import config, model_card, vram
+from engine.config import ConfigError
+
+GIB = 2 ** 30
+
+
+def cfg_of(*overrides):
+    return config.load(None, list(overrides))
+
+
+# ---- documented mode: unsloth.ai/blog/grpo, Llama 3.1 8B, 20K context, 8 generations ---------
+
+@pytest.mark.parametrize("variant, logits, infer, total", [("standard", 78.28, 16.0, 510.8),
+                                                           ("efficient", 9.79, 0.0, 54.3)])
+def test_documented_reproduces_unsloth(variant, logits, infer, total):
+    """Doc: GRPO memory 78.3 / 9.8 GB, KV 2.5 GB, inference 16 / 0 GB, totals 510.8 / 54.3 GB
+    (training rows 414 / 42 are the doc's inputs). 2·2·8·20480·128256 B = 78.28 GiB."""
+    cfg = cfg_of("model.name=llama-3.1-8b", "rollout.max_prompt_len=512", "rollout.max_completion_len=19968",
+                 "rollout.num_generations=8")
+    est = vram.estimate(model_card.load("llama-3.1-8b"), cfg, "documented", variant=variant)
+    assert est.row("GRPO logits").gib == pytest.approx(logits, abs=0.05)
+    assert est.row("KV cache").gib == pytest.approx(2.50, abs=0.05)
+    assert est.row("inference weights copy").gib == pytest.approx(infer, abs=0.05)
+    assert est.total_gib == pytest.approx(total, abs=0.05)
+    assert "no derivation" in est.row("training").formula
+
+
+def test_documented_rule_of_thumb_off_the_doc_setup():
+    """QLoRA: params in B ≈ GB; LoRA 16-bit ≈ 4× that (Qwen3-8B: 8 and 32)."""
+    card = model_card.load("qwen3-8b")
+    q = vram.estimate(card, cfg_of("model.load_in_4bit=true"), "documented")
+    l16 = vram.estimate(card, cfg_of(), "documented")
+    assert q.row("training").gib == 8 and l16.row("training").gib == 32
+
+
+# ---- accurate mode: hand computations ------------------------------------------------------
+
+def test_accurate_llama_3_2_1b_lora_bf16():
+    """Llama-3.2-1B, LoRA r=16 all-linear, bf16 (h=2048, kv=512, I=8192, 16 layers):
+    LoRA = 16 layers · 16 · [(2048+2048)·2 (q,o) + (2048+512)·2 (k,v) + (2048+8192)·3] = 11,272,192
+    → ·16 B = 0.16797 GiB; weights 1,235,814,400 · 2 B = 2.30183 GiB.
+    Logits (B=2·4=8, c=64, V=128256, a=2): 8·65·128256·(4+2) + 2·8·65·128256·4 + 8·64·8 B = 0.86893 GiB.
+    HF KV cache: 2·2 B·16 layers·(64+64) tok·512·8 seqs = 0.03125 GiB."""
+    cfg = cfg_of("model.name=llama-3.2-1b", "model.dtype=bf16", "model.lora_rank=16", "rollout.num_generations=4",
+                 "train.prompts_per_step=2", "rollout.max_prompt_len=64", "rollout.max_completion_len=64")
+    card = model_card.load("llama-3.2-1b")
+    assert card.lora_params(16, ["all-linear"]) == 11_272_192
+    est = vram.estimate(card, cfg, "accurate", device="cpu")
+    assert est.row("LoRA adapter + AdamW").gib == pytest.approx(11_272_192 * 16 / GIB)
+    assert est.row("base weights").gib == pytest.approx(1_235_814_400 * 2 / GIB)
+    logits = 8 * 65 * 128256 * 6 + 2 * 8 * 65 * 128256 * 4 + 8 * 64 * 8
+    assert est.row("logits + log-softmax").gib == pytest.approx(logits / GIB)
+    assert est.row("rollout KV cache (hf generate)").gib == pytest.approx(2 * 2 * 16 * 128 * 512 * 8 / GIB)
+
+
+def test_accurate_qwen3_0_6b_full_ft_fp32_activations():
+    """Qwen3-0.6B full FT fp32 (h=1024, q=2048, kv=1024, I=3072, 16 heads, 8 kv heads), no checkpointing,
+    per token per layer (CPU: + 4·T mask): norms 2·(4h+4+4h)=16392; qk-norm 4·(q+kv)+4·24+4·(q+kv)=24672;
+    attention 4·4·q+4·16=32832; mlp 3·4·I=36864; linear inputs 2·4·h+4·I=20480 → 131240 (+ 4·T).
+    Weights 596,049,920 · 4 B; state 12 B/param."""
+    T, B = 96, 4
+    cfg = cfg_of("model.name=qwen3-0.6b", "model.lora_rank=0", "rollout.num_generations=4", "train.prompts_per_step=1",
+                 "rollout.max_prompt_len=32", "rollout.max_completion_len=64")
+    card = model_card.load("qwen3-0.6b")
+    per, _ = vram.per_layer_token_bytes(card, cfg, "cuda", T)
+    assert per == 131240
+    est = vram.estimate(card, cfg, "accurate", device="cuda")
+    outside = (4 * 1024 + 4) + (4 * 1024 + 8) + 4 * 1024 * 65 / T
+    assert est.row("activations").gib == pytest.approx(B * T * (28 * per + outside) / GIB)
+    assert est.row("base weights").gib == pytest.approx(596_049_920 * 4 / GIB)
+    assert est.row("full FT grads + AdamW").gib == pytest.approx(596_049_920 * 12 / GIB)
+
+
+def test_phase_peak_sum_vs_max():
+    """vLLM colocated: sum of vLLM and training transients unless it sleeps, then their max."""
+    card = model_card.load("qwen3-1.7b")
+    base = ["model.name=qwen3-1.7b", "rollout.backend=vllm", "rollout.gpu_memory_utilization=0.5"]
+    awake = vram.estimate(card, cfg_of(*base), gpu_gib=80)
+    asleep = vram.estimate(card, cfg_of(*base, "rollout.sleep=true"), gpu_gib=80)
+    rows = {r.name: r.gib for r in awake.rows}
+    fixed = rows["base weights"] + rows["LoRA adapter + AdamW"]
+    transient = rows["activations"] + rows["logits + log-softmax"]
+    tensors_awake = fixed + 40 + transient
+    tensors_asleep = fixed + max(40, transient)
+    assert awake.total_gib == pytest.approx(tensors_awake * 1.05 + 0.5)
+    assert asleep.total_gib == pytest.approx(tensors_asleep * 1.05 + 0.5)
+
+
+def test_cards_params_match_architecture():
+    """Every card's published params equals the count computed from its architecture (±0.1%)."""
+    for name in model_card.card_names():
+        card = model_card.load(name)
+        assert card.total_params() == pytest.approx(card.params, rel=1e-3), name
+    oss = model_card.load("gpt-oss-20b")
+    assert oss.active_params_per_token() == pytest.approx(oss.active_params, rel=1e-3)
+
+
+# ---- LoRA counts against real peft models --------------------------------------------------
+
+@pytest.mark.parametrize("family", ["llama", "qwen3", "gemma3"])
+def test_lora_params_equal_peft(family, tmp_path):
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import (Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, LlamaForCausalLM, Qwen3Config,
+                              Qwen3ForCausalLM)
+
+    cls = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen3": (Qwen3Config, Qwen3ForCausalLM),
+           "gemma3": (Gemma3TextConfig, Gemma3ForCausalLM)}[family]
+    torch.manual_seed(0)
+    model = cls[1](cls[0](hidden_size=96, intermediate_size=160, num_hidden_layers=3, num_attention_heads=6,
+                          num_key_value_heads=2, head_dim=24, vocab_size=128))
+    model.save_pretrained(tmp_path)
+    card = model_card.load(str(tmp_path))
+    assert card.family == family and card.total_params() == sum(p.numel() for p in model.parameters())
+    for rank, targets in [(8, ["all-linear"]), (4, ["q_proj", "v_proj"])]:
+        fresh = cls[1](model.config)
+        peft_model = get_peft_model(fresh, LoraConfig(r=rank, target_modules=targets[0] if targets == ["all-linear"]
+                                                      else targets, task_type="CAUSAL_LM"))
+        trainable, _ = peft_model.get_nb_trainable_parameters()   # what print_trainable_parameters prints
+        assert card.lora_params(rank, targets) == trainable
+
+
+# ---- inverse solving -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("key", vram.SOLVE_KEYS)
+def test_solve_fits_and_next_does_not(key):
+    card = model_card.load("qwen3-4b")
+    cfg = cfg_of("model.name=qwen3-4b", "model.dtype=bf16", "model.lora_rank=16", "train.prompts_per_step=1",
+                 "model.gradient_checkpointing=true", "rollout.max_completion_len=1024", "rollout.max_prompt_len=256")
+    sol = vram.solve(card, cfg, key, 40.0)
+    at = vram.estimate(card, vram._with(cfg, key, sol.value), gpu_gib=40.0)
+    nxt = vram.estimate(card, vram._with(cfg, key, sol.value + sol.step), gpu_gib=40.0)
+    assert at.fits and not nxt.fits and sol.limiting_row
+    values = [max(2, sol.value * k // 8) for k in range(1, 12)]
+    totals = [vram.estimate(card, vram._with(cfg, key, v), gpu_gib=40.0).total_gib for v in values]
+    assert totals == sorted(totals)                                       # monotone in the key
+
+
+def test_solve_documented_context():
+    cfg = cfg_of("model.name=llama-3.1-8b", "rollout.max_prompt_len=512", "rollout.max_completion_len=19968")
+    card = model_card.load("llama-3.1-8b")
+    sol = vram.solve(card, cfg, "context", 80.0, mode="documented")
+    assert sol.total_gib <= 80.0 < sol.next_total_gib and sol.limiting_row == "GRPO logits"
+
+
+# ---- bad inputs: one line ------------------------------------------------------------------
+
+def test_unknown_model_lists_closest_cards():
+    with pytest.raises(ConfigError) as err:
+        model_card.load("qwen3-9b")
+    assert "qwen3-8b" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_hub_ids_of_carded_models_resolve():
+    assert model_card.load("meta-llama/Llama-3.1-8B-Instruct").name == "llama-3.1-8b"
+    assert model_card.load("Qwen/Qwen3-8B").name == "qwen3-8b"
+
+
+def test_vram_does_not_import_torch():
+    import subprocess
+    import sys
+
+    code = "import sys, engine.vram, engine.model_card, studio.vram_cli; print('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "False"
+
+
+def test_json_shape():
+    est = vram.estimate(model_card.load("gemma-3-1b"), cfg_of("model.name=gemma-3-1b"), gpu_gib=24.0)
+    out = json.loads(json.dumps(est.to_json()))
+    assert out["mode"] == "accurate" and out["fits"] in (True, False)
+    assert all({"name", "gib", "formula"} <= set(r) for r in out["rows"])
