@@ -156,8 +156,11 @@ def call_reward(name: str, fn, prompts: list, completions: list, columns: dict, 
         if state is not None:
             state[key] = total
         sample, message, trace = items[0]
-        fields = {"kind": kind, "count": count, "total": total}
+        fields = {"problem": kind, "count": count, "total": total}
         if first and trace:
             fields["traceback"] = trace
-        on_error(name, message, sample, **fields)
+        try:
+            on_error(name, message, sample, **fields)
+        except Exception:  # reporting must not stop training either
+            pass
     return values
