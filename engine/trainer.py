@@ -79,6 +79,7 @@ class Trainer:
         sampling = Sampling(n=r.num_generations, max_tokens=r.max_completion_len, temperature=r.temperature,
                             top_p=r.top_p, top_k=r.top_k, seed=cfg.train.seed * 1_000_003 + self.step_no)
         out = self.rollout.generate(prompt_ids, sampling)
+        getattr(self.rollout, "sleep", lambda: None)()  # vLLM + rollout.sleep: free its memory; it wakes itself
         mask = out.mask.to(self.device)
         texts = self.tokenizer.batch_decode(out.completion_ids, skip_special_tokens=True)
 
