@@ -114,6 +114,35 @@ def _kill_group(proc: subprocess.Popen) -> None:
         pass
 
 
+def uid_processes(uid: int) -> list[int]:
+    """Live processes whose real uid is `uid` (a sandbox uid is never shared with anything else)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            if os.stat(f"/proc/{entry}").st_uid == uid:
+                pids.append(int(entry))
+        except OSError:
+            continue
+    return pids
+
+
+def _reap_uid(uid: int, patience_s: float = 10.0) -> None:
+    """SIGKILL whatever still runs as `uid` (the PID namespace normally took it down already)."""
+    deadline = time.monotonic() + patience_s
+    while time.monotonic() < deadline:
+        pids = uid_processes(uid)
+        if not pids:
+            return
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        time.sleep(0.01)
+
+
 def run(code: str, tests: list[str], limits: Limits = Limits()) -> Result:
     """Run `code`, then each test snippet in the same namespace; count the tests that pass."""
     slot = _take_slot()
@@ -144,6 +173,8 @@ def run(code: str, tests: list[str], limits: Limits = Limits()) -> Result:
             _kill_group(proc)
             proc.wait()
             proc.stdout.close()
+        if os.geteuid() == 0:
+            _reap_uid(uid)
         for fd in (read_fd, write_fd):
             if fd >= 0:
                 os.close(fd)
