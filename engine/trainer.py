@@ -47,6 +47,7 @@ class Trainer:
         self.tokenizer = modeling.load_tokenizer(self.model_path)
         self.device = modeling.device()
         self.policy = modeling.load_policy(cfg, self.model_path).to(self.device)
+        self.policy.train()  # transformers only checkpoints activations in train mode
         self.params = [p for p in self.policy.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(self.params, lr=cfg.train.lr, weight_decay=cfg.train.weight_decay)
         self.schedule = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_factor)
@@ -79,7 +80,7 @@ class Trainer:
         sampling = Sampling(n=r.num_generations, max_tokens=r.max_completion_len, temperature=r.temperature,
                             top_p=r.top_p, top_k=r.top_k, seed=cfg.train.seed * 1_000_003 + self.step_no)
         out = self.rollout.generate(prompt_ids, sampling)
-        getattr(self.rollout, "sleep", lambda: None)()  # vLLM + rollout.sleep: free its memory; it wakes itself
+        self.rollout.sleep()  # colocated vLLM frees its memory for training; it wakes on the next generate
         mask = out.mask.to(self.device)
         texts = self.tokenizer.batch_decode(out.completion_ids, skip_special_tokens=True)
 
@@ -96,7 +97,8 @@ class Trainer:
         t_rollout = time.perf_counter() - t0
 
         # 3. Trainer log-probs π over the same tokens, at the sampler's temperature.
-        input_ids, attention = self._join(prompt_ids, out.completion_ids, G)
+        input_ids, attention = join_prompt_completion(prompt_ids, out.completion_ids, G,
+                                                      self.tokenizer.pad_token_id, self.device)
         with modeling.autocast(cfg):
             logps, entropy = token_logprobs(self.policy, input_ids, attention, out.completion_ids.shape[1],
                                             r.temperature, with_entropy=True)
@@ -119,8 +121,8 @@ class Trainer:
         t_total = time.perf_counter() - t0
 
         lengths = out.mask.sum(1)
-        metrics.update(loss_metrics)
         metrics.update(mismatch)
+        metrics.update(loss_metrics)  # its mismatch/is_* describe the correction actually applied
         metrics.update(self._reward_metrics(rewards))
         metrics.update({
             "step": self.step_no, "time": time.time(),
@@ -137,10 +139,6 @@ class Trainer:
         if self.step_no % cfg.train.samples_every == 0:
             self._write_samples(rep_prompts, texts, table, advantages)
         return metrics
-
-    def _join(self, prompt_ids, completion_ids, G):
-        """Left-padded prompt + right-padded completion, as one batch for the trainer forward."""
-        return join_prompt_completion(prompt_ids, completion_ids, G, self.tokenizer.pad_token_id, self.device)
 
     @torch.no_grad()
     def _reference_logps(self, input_ids, attention, completion_len):

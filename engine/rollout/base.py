@@ -43,6 +43,10 @@ class RolloutBackend(Protocol):
         """Take the trainer's current weights (HF parameter names, merged LoRA) before the next rollout."""
         ...
 
+    def sleep(self) -> None:
+        """Free rollout memory during the training phase where supported; generate() wakes it."""
+        ...
+
     def close(self) -> None: ...
 
 

@@ -63,6 +63,9 @@ class HFBackend:
         for name, tensor in named_tensors:
             self._params[name].copy_(tensor.to(self._params[name].dtype))
 
+    def sleep(self) -> None:
+        """Nothing to release: the hf backend's copy stays resident (see vLLM's rollout.sleep)."""
+
     def close(self) -> None:
         self.model = None
 
