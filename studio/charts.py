@@ -61,7 +61,7 @@ def fmt(value: float | None) -> str:
 class MetricChart(PlotextPlot):
     """One chart. `show(lines, title)` stores the data and asks for a redraw."""
 
-    DEFAULT_CSS = "MetricChart { height: 1fr; min-height: 6; }"
+    DEFAULT_CSS = "MetricChart { height: 1fr; }"
 
     def __init__(self, title: str = "", *, ylabel: str = "", log: bool = False, id: str | None = None,
                  classes: str | None = None):

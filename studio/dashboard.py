@@ -89,12 +89,25 @@ class DashboardScreen(Screen):
 
     def on_mount(self) -> None:
         self.sub_title = f"run · {self.run.name}"
+        self._fit_charts()
         self._estimate()
         self.run.drain()  # attach: read the history already on disk before the first frame
         self.refresh_data()
         self.set_interval(self.poll_s, self.refresh_data)
         if self.live_hardware:
             self.set_interval(2.0, self._hardware)
+
+    def on_resize(self) -> None:
+        self._fit_charts()
+
+    def _fit_charts(self) -> None:
+        """Two charts per row; rows share the height, but never below 9 lines (then the tab scrolls)."""
+        avail = max(9, self.size.height - 6)  # header, status, tab strip (2), footer
+        for grid in self.query(".charts"):
+            n = len(grid.children)
+            rows = max(1, -(-n // 2))
+            grid.styles.grid_size_columns = 2 if n > 1 else 1
+            grid.styles.grid_rows = str(max(9, avail // rows))
 
     def _estimate(self) -> None:
         try:
@@ -140,7 +153,8 @@ class DashboardScreen(Screen):
     def _status(self) -> None:
         run, state = self.run, self.run.state()
         total = run.total_steps
-        title = Text.assemble((state, STATE_STYLE.get(state, "")), f" {run.dtype()}")
+        title = Text(f"{state} · {run.dtype()}")
+        title.stylize(STATE_STYLE.get(state, ""), 0, len(state))
         self.query_one("#run-title", Label).update(title)
         bar = self.query_one("#progress", ProgressBar)
         bar.update(total=total or None, progress=run.step)

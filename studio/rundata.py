@@ -115,6 +115,8 @@ class RunData:
         pid = runlog.read_pid(self.dir)
         if pid is not None and runlog.pid_alive(pid):
             return "running"
+        if not self.last_state_event:  # not polled yet: ask the run directory itself
+            return runlog.run_state(self.dir).state
         if self.last_state_event in ("finished", "stopped", "crashed"):
             return self.last_state_event
         return "crashed" if self.last_state_event == "started" else "created"

@@ -1,0 +1,128 @@
+"""Studio building blocks without a UI: tailing with back-pressure, downsampling, run states, keymaps."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+from engine import runlog
+from studio import launcher
+from studio.charts import downsample, ema
+from studio.demo import write_run
+from studio.keymap import load_keymap
+from studio.rundata import RunData
+
+
+def test_rundata_reads_partial_lines_only_when_complete(tmp_path):
+    path = tmp_path / runlog.METRICS
+    path.write_text('{"step": 1, "reward/mean": 0.5}\n{"step": 2, "rew')
+    run = RunData(tmp_path)
+    assert run.poll() and run.steps == [1]
+    v = run.version
+    assert not run.poll() and run.version == v  # nothing new: no redraw
+    with open(path, "a") as fh:
+        fh.write('ard/mean": 0.75}\n')
+    assert run.poll() and run.steps == [1, 2] and run.series("reward/mean") == ([1, 2], [0.5, 0.75])
+
+
+def test_rundata_back_pressure_drains_a_big_backlog_over_several_polls(tmp_path):
+    pad = "x" * 2000
+    with open(tmp_path / runlog.METRICS, "w") as fh:
+        for step in range(1, 10_001):
+            fh.write(json.dumps({"step": step, "reward/mean": step / 10_000, "note": pad}) + "\n")
+    run = RunData(tmp_path)
+    run.poll()
+    assert 0 < len(run.steps) < 10_000  # one poll reads at most 8 MiB
+    run.drain()
+    assert run.steps == list(range(1, 10_001))
+
+
+def test_rundata_resume_rewrite_drops_stale_rows(tmp_path):
+    run = RunData(tmp_path)
+    run.add_metrics([{"step": s, "loss": float(s)} for s in (1, 2, 3, 4)])
+    run.add_metrics([{"step": 3, "loss": 30.0}])
+    assert run.series("loss") == ([1, 2, 3], [1.0, 2.0, 30.0])
+
+
+def test_downsample_keeps_ends_and_bucket_means():
+    xs = list(range(1, 10_001))
+    ys = [float(x) for x in xs]
+    dx, dy = downsample(xs, ys, 200)
+    assert len(dx) == 200 and dx[-1] == 10_000 and dy[-1] == 10_000.0
+    assert abs(dy[0] - sum(ys[:50]) / 50) < 1e-9
+    assert downsample([1, 2], [3.0, 4.0], 200) == ([1, 2], [3.0, 4.0])
+    assert ema([1.0, 3.0], alpha=0.5) == [1.0, 2.0]
+
+
+def test_run_states_from_events_and_pid(tmp_path):
+    assert RunData(write_run(tmp_path / "a", 5, state="finished")).state() == "finished"
+    b = write_run(tmp_path / "b", 5, state="running")  # started, no goodbye, no live pid
+    run = RunData(b)
+    run.drain()
+    assert run.state() == "crashed"
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    try:
+        (b / runlog.PIDFILE).write_text(str(sleeper.pid))
+        assert run.state() == "running"
+        assert launcher.kill(b)  # SIGKILL to the process group
+        sleeper.wait(timeout=10)
+        assert sleeper.returncode == -9
+    finally:
+        if sleeper.poll() is None:
+            sleeper.kill()
+
+
+def test_duplicate_with_other_dtype(tmp_path):
+    run = write_run(tmp_path / "r", 3, dtype="bf16")
+    cfg, dtype = launcher.duplicate_with_dtype(run)
+    assert dtype == "fp16" and cfg.model.dtype == "fp16" and cfg.rollout_dtype == "fp16"
+    assert cfg.train.steps == 3
+
+
+def test_keymap_file(tmp_path, monkeypatch):
+    path = tmp_path / "keymap.toml"
+    path.write_text('[keys]\n"setup.launch" = "f5"\n"dashboard.stop" = "ctrl+x"\n')
+    monkeypatch.setenv("GRPO_STUDIO_KEYMAP", str(path))
+    assert load_keymap() == ({"setup.launch": "f5", "dashboard.stop": "ctrl+x"}, "")
+    path.write_text('[keys]\n"setup.launch" = 5\n')
+    keys, error = load_keymap()
+    assert keys == {} and "setup.launch must be a string" in error
+
+
+def test_studio_refuses_to_run_without_a_terminal():
+    out = subprocess.run([sys.executable, "-m", "studio.cli"], stdin=subprocess.DEVNULL, capture_output=True,
+                         text=True, timeout=60, env={k: v for k, v in os.environ.items() if k != "TEXTUAL_DRIVER"})
+    assert out.returncode == 2
+    assert "not a terminal" in out.stderr
+
+
+def test_attach_unknown_run_is_one_line(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "studio.cli", "attach", "nope", "--runs-dir", str(tmp_path)],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and out.stderr.count("\n") == 1 and "attach error: run 'nope' not found" in out.stderr
+
+
+def test_report_cli_writes_pngs_and_html(tmp_path):
+    run = write_run(tmp_path / "r", 12, dtype="fp16")
+    out = subprocess.run([sys.executable, "-m", "studio.cli", "report", str(run), "--out", str(tmp_path / "rep")],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    pngs = sorted(p.name for p in (tmp_path / "rep").glob("*.png"))
+    assert {"reward.png", "k3.png", "loss_scale.png", "dlogp_histogram.png"} <= set(pngs)
+    assert all((tmp_path / "rep" / p).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
+    html = (tmp_path / "rep" / "index.html").read_text()
+    assert "reward.png" in html and "fp16/fp16" in html and "skipped_step" in html
+
+
+def test_runs_cli_lists_states(tmp_path):
+    write_run(tmp_path / "done", 4, state="finished")
+    write_run(tmp_path / "halted", 2, total=4, state="stopped")
+    time.sleep(0.01)
+    out = subprocess.run([sys.executable, "-m", "studio.cli", "runs", str(tmp_path)], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0
+    lines = {line.split()[0]: line.split() for line in out.stdout.splitlines()[1:]}
+    assert lines["done"][1:3] == ["finished", "4/4"] and lines["halted"][1:3] == ["stopped", "2/4"]
