@@ -107,6 +107,19 @@ def _quiet_reload_logs() -> None:
         logging.getLogger(name).setLevel(logging.ERROR)
 
 
+def _refresh_tied_head(model) -> bool:
+    """A tied lm_head shares the embedding's weight, but the reload only rebuilds embed_tokens; on
+    CPU the head keeps its own packed GEMM copy, so re-run its post-load processing."""
+    head = getattr(model, "lm_head", None)
+    embed = getattr(getattr(model, "model", None), "embed_tokens", None)
+    if head is None or embed is None or getattr(head, "weight", None) is None:
+        return False
+    if head.weight.data_ptr() != embed.weight.data_ptr():
+        return False
+    head.quant_method.process_weights_after_loading(head)
+    return True
+
+
 class VLLMBackend:
     name = "vllm"
 
@@ -238,6 +251,8 @@ class VLLMBackend:
         except (AttributeError, NotImplementedError):
             # older vLLM without layerwise reload: the model's own loader (fine for unpacked weights)
             self.llm.apply_model(lambda model: model.load_weights(iter(batch)))
+        if any(name.endswith("embed_tokens.weight") for name, _ in batch):
+            self.llm.apply_model(_refresh_tied_head)
         if self._fp8sim is not None:
             self._fp8sim.update(batch)
             self.llm.apply_model(self._fp8sim.install)
