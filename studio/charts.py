@@ -18,7 +18,7 @@ class Line:
     xs: list[float]
     ys: list[float]
     color: str | None = None
-    marker: str = "braille"
+    marker: str = "hd"  # 2×2 blocks: ~2.5× cheaper to build than braille, and clear in any font
 
 
 def downsample(xs: list[float], ys: list[float], n: int) -> tuple[list[float], list[float]]:

@@ -94,6 +94,7 @@ class SetupScreen(Screen):
         self.builtins = builtin_rewards()
         self.builtin_names = {name for name, _ in self.builtins}
         self._ready = False
+        self._pending = False
 
     # ---- layout -----------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -193,8 +194,13 @@ class SetupScreen(Screen):
     @on(Select.Changed)
     @on(SelectionList.SelectedChanged)
     def _changed(self, event) -> None:
-        if self._ready:
-            self.recompute()
+        if self._ready and not self._pending:
+            self._pending = True  # coalesce a burst of change events into one recompute
+            self.call_after_refresh(self._recompute_pending)
+
+    def _recompute_pending(self) -> None:
+        self._pending = False
+        self.recompute()
 
     def recompute(self) -> None:
         cfg, errors, general = self.build_config()

@@ -3,6 +3,7 @@ gpu_gib)` returns what the VRAM panel shows, including the inverse-solved sugges
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 from engine import model_card, vram
@@ -26,9 +27,15 @@ SOLVE = [("max_completion_len", "max completion length that fits"),
          ("num_generations", "max generations that fit")]
 
 
+@functools.lru_cache(maxsize=64)
+def _card(name: str):
+    """Model cards by name; cached because the form recomputes on every keystroke."""
+    return model_card.load(name)
+
+
 def plan(cfg: Config, mode: str = "documented", gpu_gib: float | None = None, solve: bool = True) -> Plan:
     try:
-        card = model_card.load(cfg.model.name)
+        card = _card(cfg.model.name)
         result = vram.estimate(card, cfg, mode=mode, gpu_gib=gpu_gib)
     except ConfigError as err:
         return Plan(mode=mode, gpu_gib=gpu_gib, error=str(err))
