@@ -188,18 +188,18 @@ class Trainer:
 
     # ---- evaluation -------------------------------------------------------------------------
     def evaluate(self, limit: int | None = None) -> float:
-        """Held-out accuracy at the run's temperature: share of eval prompts whose one sample
-        earns the full score of the first reward function (correctness for the built-in task)."""
+        """Held-out accuracy at the run's temperature: the share of eval prompts whose one
+        sample gets a positive score from the first reward function (correctness by default)."""
         rows = self.eval_rows[:limit] if limit else self.eval_rows
-        ids = [self.tokenizer.encode(data.prompt_text(row, self.cfg.data, self.tokenizer), add_special_tokens=False) for row in rows]
+        texts = [data.prompt_text(row, self.cfg.data, self.tokenizer) for row in rows]
+        ids = [self.tokenizer.encode(t, add_special_tokens=False) for t in texts]
         out = self.rollout.generate(ids, Sampling(n=1, max_tokens=self.cfg.rollout.max_completion_len,
                                                   temperature=self.cfg.rollout.temperature, seed=10_007))
-        texts = self.tokenizer.batch_decode(out.completion_ids, skip_special_tokens=True)
-        name, fn = self.reward_fns[0]
+        completions = self.tokenizer.batch_decode(out.completion_ids, skip_special_tokens=True)
         columns = {k: [row[k] for row in rows] for k in rows[0] if k != "prompt"}
-        scores = fn(prompts=[row["prompt"] for row in rows], completions=texts, **columns)
-        best = max((s for s in scores if s is not None), default=0.0)
-        return sum(1 for s in scores if s is not None and s >= best and best > 0) / len(rows)
+        table = reward_lib.score(self.reward_fns[:1], [row["prompt"] for row in rows], completions, columns,
+                                 on_error=self._reward_error)
+        return sum(1 for (score,) in table if score > 0) / len(rows)
 
     # ---- the run ----------------------------------------------------------------------------
     def run(self, progress=None) -> str:
