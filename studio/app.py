@@ -72,14 +72,23 @@ class StudioApp(App):
 
         loop = asyncio.get_running_loop()
         try:
-            loop.add_signal_handler(signal.SIGHUP, lambda: self.exit(return_code=1, message="terminal hung up"))
+            loop.add_signal_handler(signal.SIGHUP, lambda: self._terminal_gone("terminal hung up"))
         except (NotImplementedError, RuntimeError):
             pass
+
+    def _terminal_gone(self, why: str) -> None:
+        """Exit, never spin: a clean shutdown, and a hard exit if writing to a dead tty blocks it."""
+        import threading
+
+        timer = threading.Timer(3.0, os._exit, args=(1,))
+        timer.daemon = True
+        timer.start()
+        self.exit(return_code=1, message=f"grpo-studio: {why}; training continues")
 
     def _housekeeping(self) -> None:
         self.procs = [p for p in self.procs if p.poll() is None]  # reap exited trainers (no zombies)
         if self.watch_tty and not _stdin_is_tty():
-            self.exit(return_code=1, message="grpo-studio: the terminal went away; training continues")
+            self._terminal_gone("the terminal went away")
 
     # ---- navigation -------------------------------------------------------------------------
     def action_show_setup(self) -> None:
