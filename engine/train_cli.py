@@ -100,6 +100,8 @@ def main(argv: list[str]) -> int:
         progress.close()
         print(err, file=sys.stderr)
         return 2
+    finally:
+        trainer.close()
     progress.close()
     print(f"{state} at step {trainer.step_no}: {run_dir}", flush=True)
     return 0

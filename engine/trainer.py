@@ -237,7 +237,10 @@ class Trainer:
             raise
         finally:
             self.log.release()
-            self.rollout.close()
+
+    def close(self) -> None:
+        """Release the rollout engine (vLLM holds memory and threads)."""
+        self.rollout.close()
 
     def _save(self) -> None:
         path = checkpoint.save(self.log.dir, self.step_no, self.policy, self.optimizer, self.schedule,
