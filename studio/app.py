@@ -172,6 +172,11 @@ def _stdin_is_tty() -> bool:
         return False
 
 
+def _watch_tty() -> bool:
+    """Watch for the terminal going away, except under `textual serve` (a web driver, no tty)."""
+    return not os.environ.get("TEXTUAL_DRIVER")
+
+
 def _terminal_ok() -> bool:
     return bool(os.environ.get("TEXTUAL_DRIVER")) or (_stdin_is_tty() and sys.stdout.isatty())
 
@@ -203,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as err:
         print(err, file=sys.stderr)
         return 2
-    return _run(StudioApp(cfg, args.recipe, args.runs_dir, watch_tty=True))
+    return _run(StudioApp(cfg, args.recipe, args.runs_dir, watch_tty=_watch_tty()))
 
 
 def resolve_run(run: str, runs_root: Path) -> Path:
@@ -226,4 +231,4 @@ def attach_main(argv: list[str]) -> int:
     except ConfigError as err:
         print(err, file=sys.stderr)
         return 2
-    return _run(StudioApp(cfg, str(run_dir), args.runs_dir, attach=run_dir, watch_tty=True))
+    return _run(StudioApp(cfg, str(run_dir), args.runs_dir, attach=run_dir, watch_tty=_watch_tty()))

@@ -20,22 +20,22 @@ from studio.rewards_info import builtin_rewards
 from studio.vram_panel import VramPanel
 
 DTYPE_HINTS = {
-    "fp32": "fp32: least rollout/train mismatch, 2× bf16 memory",
-    "bf16": "bf16: 7-bit mantissa, the largest mismatch (k3)",
-    "fp16": "fp16: 10-bit mantissa, ~8× less mismatch; loss scaling",
-    "fp8": "fp8: unified fp8 stays stable; bf16+fp8 rollout drifts",
+    "fp32": "least rollout/train mismatch; 2× bf16 memory",
+    "bf16": "7-bit mantissa: the largest mismatch (k3)",
+    "fp16": "10-bit mantissa: ~8× less k3; loss scaling",
+    "fp8": "unified fp8 is stable; bf16+fp8 rollout drifts",
 }
 
 # (key, label, kind): kind is "input", "select", "check"; selects take choices from field metadata.
 FIELDS = [
     ("model.name", "model", "model"),
     ("model.dtype", "dtype", "select"),
-    ("rollout.backend", "rollout backend", "select"),
+    ("rollout.backend", "rollout engine", "select"),
     ("rollout.dtype", "rollout dtype", "select"),
     ("model.lora_rank", "LoRA rank", "input"),
     ("model.lora_alpha", "LoRA alpha", "input"),
     ("model.load_in_4bit", "4-bit base", "check"),
-    ("model.gradient_checkpointing", "grad checkpointing", "check"),
+    ("model.gradient_checkpointing", "grad ckpt", "check"),
     ("rewards.funcs", "rewards", "rewards"),
     ("data.source", "dataset", "input"),
     ("algo.name", "algorithm", "select"),
@@ -138,7 +138,7 @@ class SetupScreen(Screen):
                     yield Input(as_text(value), id=fid, compact=True, select_on_focus=False)
             if kind == "model":
                 with Horizontal(classes="row"):
-                    yield Label("…or folder/hub id", classes="label")
+                    yield Label("…or path/hub", classes="label")
                     yield Input("", id="f-model-custom", compact=True, placeholder="local folder or org/name")
             if kind == "rewards":
                 with Horizontal(classes="row"):
@@ -220,7 +220,7 @@ class SetupScreen(Screen):
             gpu = float(self.query_one("#gpu-gib", Input).value or 0) or None
         except ValueError:
             gpu = None
-        label = self.gpu_label if self.gpu_gib else "no GPU detected: checking against the size below"
+        label = self.gpu_label if self.gpu_gib else "no GPU found: vs GPU GiB below"
         self.plan = vram_adapter.plan(self.cfg, self.mode, gpu)
         self.plan_count += 1
         self.query_one(VramPanel).show(self.plan, label)

@@ -4,6 +4,7 @@ gpu_gib)` returns what the VRAM panel shows, including the inverse-solved sugges
 from __future__ import annotations
 
 import functools
+import re
 from dataclasses import dataclass, field
 
 from engine import model_card, vram
@@ -49,14 +50,16 @@ def plan(cfg: Config, mode: str = "documented", gpu_gib: float | None = None, so
 
 
 def suggest(card, cfg: Config, mode: str, gpu_gib: float) -> str:
-    last_error = ""
+    largest = ""
     for key, label in SOLVE:
         try:
             sol = vram.solve(card, cfg, key, gpu_gib, mode=mode)
         except ConfigError as err:
-            last_error = str(err).removeprefix("vram error: ")
+            found = re.search(r"largest row: ([^)]+)\)", str(err))
+            largest = found.group(1) if found else largest
             continue
         except Exception:
             continue
         return f"{label}: {sol.value:,}"
-    return last_error
+    why = f" (largest row: {largest})" if largest else ""
+    return f"no length or generation count fits{why}: try LoRA, a 4-bit base, a smaller model or a bigger GPU"

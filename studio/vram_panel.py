@@ -12,12 +12,14 @@ from studio.vram_adapter import Plan
 
 def render_plan(plan: Plan, gpu_label: str, wide: bool = False) -> Table | Text:
     if plan.error:
-        return Text(plan.error, style="bold red")
+        return Text.assemble((f"VRAM · {plan.mode}\n", "bold"), (plan.error, "bold red"))
     table = Table(box=None, expand=True, show_header=False, pad_edge=False, padding=(0, 1))
     table.add_column("part", ratio=3, overflow="fold")
     table.add_column("GiB", justify="right", no_wrap=True)
     if wide:
         table.add_column("formula", ratio=4, overflow="ellipsis", no_wrap=True, style="dim")
+    table.add_row(Text(f"VRAM · {plan.mode} (ctrl+t)", style="bold"), Text("GiB", style="bold"),
+                  *([Text("formula", style="bold")] if wide else []))
     for name, gib, formula, in_total in plan.rows:
         style = "" if in_total else "dim"
         table.add_row(Text(name, style=style), Text(f"{gib:,.2f}", style=style), *([formula] if wide else []))
@@ -47,8 +49,8 @@ class VramPanel(Static):
     def show(self, plan: Plan, gpu_label: str) -> None:
         self.plan, self.gpu_label = plan, gpu_label
         self.border_title = f"VRAM · {plan.mode}"
-        self.update(render_plan(plan, gpu_label, wide=self.size.width >= 60))
+        self.update(render_plan(plan, gpu_label, wide=self.size.width >= 50))
 
     def on_resize(self) -> None:
         if self.plan is not None:
-            self.update(render_plan(self.plan, self.gpu_label, wide=self.size.width >= 60))
+            self.update(render_plan(self.plan, self.gpu_label, wide=self.size.width >= 50))

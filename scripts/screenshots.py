@@ -1,0 +1,129 @@
+"""Regenerate screenshots/: the setup screen, the VRAM panel, a live dashboard mid-run and a
+bf16-vs-fp16 comparison. SVG via App.save_screenshot; PNG via rsvg-convert when installed
+(`apt-get install -y librsvg2-bin fonts-firacode`).
+
+    python scripts/screenshots.py                  # real runs of the bundled tiny model
+    python scripts/screenshots.py --model DIR      # real runs of another local model
+    python scripts/screenshots.py --demo           # deterministic synthetic runs (no training)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from engine import config as cfgmod  # noqa: E402
+from engine import paths, runlog  # noqa: E402
+from studio import hardware, launcher  # noqa: E402
+from studio.app import StudioApp  # noqa: E402
+from studio.demo import write_run  # noqa: E402
+
+OUT = ROOT / "screenshots"
+RUN_SETS = ["train.steps=20", "train.prompts_per_step=4", "rollout.num_generations=4", "train.save_every=0"]
+
+
+async def shoot(app: StudioApp, name: str, size: tuple[int, int], before=None) -> Path:
+    async with app.run_test(size=size) as pilot:
+        await pilot.pause()
+        if before is not None:
+            await before(pilot)
+        await pilot.pause(0.5)
+        path = OUT / f"{name}.svg"
+        app.save_screenshot(filename=path.name, path=str(OUT))
+    return path
+
+
+def png(svg: Path) -> None:
+    if shutil.which("rsvg-convert"):
+        subprocess.run(["rsvg-convert", str(svg), "-o", str(svg.with_suffix(".png"))], check=True)
+
+
+def real_runs(model: str, root: Path) -> tuple[Path, Path]:
+    runs = []
+    for dtype in ("bf16", "fp16"):
+        cfg = cfgmod.load("tiny-arith", [f"model.name={model}", f"model.dtype={dtype}", *RUN_SETS])
+        run_dir = root / f"tiny-arith-{dtype}"
+        launcher.launch(cfg, run_dir)
+        runs.append(run_dir)
+    return runs[0], runs[1]
+
+
+def steps_done(run_dir: Path) -> int:
+    row = runlog.last_metrics_row(run_dir) or {}
+    return int(row.get("step", 0))
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", help="model for the real runs (default: the bundled tiny-arith)")
+    p.add_argument("--demo", action="store_true", help="synthetic run data instead of training")
+    args = p.parse_args(argv)
+    OUT.mkdir(exist_ok=True)
+    hardware.gpus = lambda: []  # the same "no GPU" panel wherever the script runs
+    model = args.model or ("tiny-arith" if paths.bundled_model("tiny-arith") else None)
+    tmp = Path(tempfile.mkdtemp(prefix="grpo-shots-"))
+    root = tmp / "runs"
+    shots: list[Path] = []
+
+    setup_cfg = cfgmod.load("tiny-arith", ["model.name=Qwen/Qwen3-4B", "model.dtype=bf16", "rollout.max_prompt_len=256",
+                                           "rollout.max_completion_len=4096", "rollout.num_generations=8",
+                                           "train.prompts_per_step=8", "model.gradient_checkpointing=true"])
+    shots.append(asyncio.run(shoot(StudioApp(setup_cfg, "tiny-arith", root, live_hardware=False),
+                                   "setup", (120, 40))))
+
+    async def accurate(pilot):
+        await pilot.press("ctrl+t")
+
+    shots.append(asyncio.run(shoot(StudioApp(setup_cfg, "tiny-arith", root, live_hardware=False), "vram-panel-80x24",
+                                   (80, 24), accurate)))
+
+    if model and not args.demo:
+        bf16, fp16 = real_runs(model, root)
+        deadline = time.monotonic() + 900
+        while steps_done(bf16) < 10 and time.monotonic() < deadline:
+            time.sleep(1)
+        source = f"real runs of {model}"
+    else:
+        bf16 = write_run(root / "tiny-arith-bf16", 12, total=30, dtype="bf16", seed=1, state="running")
+        fp16 = write_run(root / "tiny-arith-fp16", 30, dtype="fp16", seed=2)
+        source = "synthetic demo runs (studio/demo.py)"
+
+    async def open_bf16(pilot):
+        pilot.app.open_run(bf16)
+        await pilot.pause(1.0)
+
+    app = StudioApp(cfgmod.load("tiny-arith"), "tiny-arith", root, live_hardware=False)
+    shots.append(asyncio.run(shoot(app, "dashboard-live", (120, 40), open_bf16)))
+    app = StudioApp(cfgmod.load("tiny-arith"), "tiny-arith", root, live_hardware=False)
+    shots.append(asyncio.run(shoot(app, "dashboard-live-80x24", (80, 24), open_bf16)))
+
+    if model and not args.demo:
+        deadline = time.monotonic() + 1200
+        while any(runlog.run_state(r).state == "running" for r in (bf16, fp16)) and time.monotonic() < deadline:
+            time.sleep(2)
+
+    async def compare(pilot):
+        pilot.app.compare_runs([bf16, fp16])
+        await pilot.pause(1.0)
+
+    app = StudioApp(cfgmod.load("tiny-arith"), "tiny-arith", root, live_hardware=False)
+    shots.append(asyncio.run(shoot(app, "compare-bf16-fp16", (120, 40), compare)))
+    for svg in shots:
+        png(svg)
+    (OUT / "SOURCE.txt").write_text(f"Generated by scripts/screenshots.py from {source}.\n")
+    print(f"{len(shots)} screenshots in {OUT} ({source})")
+    shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
