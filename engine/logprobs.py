@@ -1,7 +1,9 @@
-"""Per-token log-probs π under the training model, without a B×T×V fp32 copy of the logits.
+"""Per-token log-probs π under the training model.
 
 The forward keeps only the completion positions (`logits_to_keep`), and the fp32
-log-softmax runs over row chunks, so at most `chunk_rows`×T×V fp32 values exist at once.
+log-softmax runs over row chunks. Under no_grad that bounds the fp32 temporaries to
+`chunk_rows`×T×V; with autograd each chunk's log-softmax is saved for backward, so the
+training peak still holds B×T×V fp32 values (the VRAM planner's logits row models this).
 Log-probs use the same temperature as the sampler (TRL issue 4159: comparing μ at T with π at
 T=1 makes the mismatch metric and the IS weights meaningless).
 """

@@ -159,8 +159,9 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         self.scaler.scale(loss).backward()
         stepped, grad_norm = self.scaler.step(self.optimizer, self.params, self.cfg.train.grad_clip)
-        self.schedule.step()
-        if not stepped:
+        if stepped:
+            self.schedule.step()  # a skipped step does not advance the LR schedule (as HF Trainer)
+        else:
             self.log.event("skipped_step", f"non-finite gradients at step {self.step_no + 1}: step skipped, "
                            f"loss scale now {self.scaler.get_scale():g}", step=self.step_no + 1)
         return grad_norm
