@@ -66,6 +66,7 @@ def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", help="model for the real runs (default: the bundled tiny-arith)")
     p.add_argument("--demo", action="store_true", help="synthetic run data instead of training")
+    p.add_argument("--setup-only", action="store_true", help="only the setup screen and VRAM panel shots")
     args = p.parse_args(argv)
     OUT.mkdir(exist_ok=True)
     hardware.gpus = lambda: []  # the same "no GPU" panel wherever the script runs
@@ -86,6 +87,10 @@ def main(argv: list[str]) -> int:
     shots.append(asyncio.run(shoot(StudioApp(setup_cfg, "tiny-arith", root, live_hardware=False), "vram-panel-80x24",
                                    (80, 24), accurate)))
 
+    if args.setup_only:
+        for svg in shots:
+            png(svg)
+        return 0
     if model and not args.demo:
         bf16, fp16 = real_runs(model, root)
         deadline = time.monotonic() + 900

@@ -3,6 +3,7 @@ inverse-solved suggestion. Documented (Unsloth's formulas) vs accurate mode."""
 
 from __future__ import annotations
 
+from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
@@ -10,7 +11,7 @@ from textual.widgets import Static
 from studio.vram_adapter import Plan
 
 
-def render_plan(plan: Plan, gpu_label: str, wide: bool = False) -> Table | Text:
+def render_plan(plan: Plan, gpu_label: str, wide: bool = False) -> Group | Text:
     if plan.error:
         return Text.assemble((f"VRAM · {plan.mode}\n", "bold"), (plan.error, "bold red"))
     table = Table(box=None, expand=True, show_header=False, pad_edge=False, padding=(0, 1))
@@ -24,18 +25,16 @@ def render_plan(plan: Plan, gpu_label: str, wide: bool = False) -> Table | Text:
         style = "" if in_total else "dim"
         table.add_row(Text(name, style=style), Text(f"{gib:,.2f}", style=style), *([formula] if wide else []))
     table.add_row(Text("total", style="bold"), Text(f"{plan.total:,.2f}", style="bold"), *([""] if wide else []))
-    table.add_row("", "")
-    table.add_row(Text(gpu_label, style="italic"), "", *([""] if wide else []))
+    lines = [table, Text(""), Text(gpu_label, style="italic")]
     if plan.fits is True:
-        verdict = Text(f"fits in {plan.gpu_gib:,.0f} GiB  ✓", style="bold green")
+        lines.append(Text(f"fits in {plan.gpu_gib:,.0f} GiB  ✓", style="bold green"))
     elif plan.fits is False:
-        verdict = Text(f"does not fit in {plan.gpu_gib:,.0f} GiB  ✗", style="bold red")
+        lines.append(Text(f"does not fit in {plan.gpu_gib:,.0f} GiB  ✗", style="bold red"))
     else:
-        verdict = Text("no GPU size to check against", style="yellow")
-    table.add_row(verdict, "", *([""] if wide else []))
+        lines.append(Text("no GPU size to check against", style="yellow"))
     if plan.suggestion:
-        table.add_row(Text(plan.suggestion, style="yellow"), "", *([""] if wide else []))
-    return table
+        lines.append(Text(plan.suggestion, style="yellow"))
+    return Group(*lines)
 
 
 class VramPanel(Static):

@@ -29,7 +29,7 @@ def make_app(tmp_path, *overrides):
 
 
 def panel_text(app) -> str:
-    return visible_text(app.screen.query_one(VramPanel))
+    return " ".join(visible_text(app.screen.query_one(VramPanel)).split())  # wrapped lines joined
 
 
 async def test_vram_panel_follows_lora_rank_and_lengths(tmp_path):
