@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 from engine.cliparse import OneLineParser  # noqa: F401  (re-exported for subcommands)
@@ -11,7 +12,7 @@ SUBCOMMANDS = {
     "vram": ("studio.vram_cli", "estimate GPU memory for a config"),
     "runs": ("studio.runs_cli", "list runs and their state"),
     "attach": ("studio.app", "open the studio on a run"),
-    "bench": ("benchmarks", "run a benchmark (mismatch, step, logprobs, rollout, vram-accuracy, ui)"),
+    "bench": ("benchmarks", "run a benchmark (mismatch, rollout, vram-accuracy, ui)"),
     "rewards": ("engine.rewards.cli", "list the built-in reward functions"),
     "report": ("studio.report", "export a run's charts to PNG and an HTML summary"),
 }
@@ -26,7 +27,17 @@ def usage() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+    """Run a command; a closed pipe or Ctrl-C ends it quietly (no traceback)."""
+    try:
+        return dispatch(sys.argv[1:] if argv is None else argv)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # silence the flush at exit
+        return 0
+
+
+def dispatch(argv: list[str]) -> int:
     if argv and argv[0] in ("-h", "--help"):
         print(usage())
         return 0
