@@ -72,7 +72,7 @@ def rollout_correction(behaviour_logps: Tensor, rollout_logps: Tensor, mask: Ten
 
         # Metrics over active units: completion tokens (token level) or non-empty sequences.
         active = mask.bool() if level == "token" else (mask.sum(-1, keepdim=True) > 0)
-        r, w = rho[active], weights[active]
+        r, w = rho[active].double(), weights[active].double()  # float64: ESS stays within [0, 1]
         if r.numel() == 0:
             return weights, {}
         sq = (w * w).sum()

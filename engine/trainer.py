@@ -150,7 +150,7 @@ class Trainer:
                 return token_logprobs(self.policy, input_ids, attention, completion_len,
                                       self.cfg.rollout.temperature)[0]
         if self.reference is None:  # full fine-tune: a frozen copy of the starting weights
-            self.reference = modeling.load_base(self.model_path, modeling.DTYPES[self.cfg.model.dtype]).to(self.device)
+            self.reference = modeling.load_policy(self.cfg, self.model_path).to(self.device)  # same numerics
             self.reference.requires_grad_(False)
         return token_logprobs(self.reference, input_ids, attention, completion_len, self.cfg.rollout.temperature)[0]
 
