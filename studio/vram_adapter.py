@@ -50,16 +50,21 @@ def plan(cfg: Config, mode: str = "documented", gpu_gib: float | None = None, so
 
 
 def suggest(card, cfg: Config, mode: str, gpu_gib: float) -> str:
-    largest = ""
+    largest, unbounded = "", []
     for key, label in SOLVE:
         try:
             sol = vram.solve(card, cfg, key, gpu_gib, mode=mode)
         except ConfigError as err:
+            if "up to the cap" in str(err):  # this key never outgrows the GPU
+                unbounded.append(label)
+                continue
             found = re.search(r"largest row: ([^)]+)\)", str(err))
             largest = found.group(1) if found else largest
             continue
         except Exception:
             continue
         return f"{label}: {sol.value:,}"
+    if unbounded:
+        return "completion length and generations are not what limits this run on this GPU"
     why = f" (largest row: {largest})" if largest else ""
     return f"no length or generation count fits{why}: try LoRA, a 4-bit base, a smaller model or a bigger GPU"
