@@ -68,7 +68,7 @@ class RolloutConfig:
     colocate: bool = opt(True, help="vLLM shares the training GPU (TRL vllm_mode=colocate); false = its own GPU")
     sleep: bool = opt(False, help="vLLM sleeps (frees its memory) during the train phase")
     vllm_enforce_eager: str = opt("auto", choices=["auto", "on", "off"],
-                                  help="auto: eager on CPU (torch.compile adds ~50 s to start-up there), graphs on GPU")
+                                  help="on = no torch.compile/graphs (faster start, slower decode); auto = vLLM's default")
 
 
 @dataclass
@@ -99,6 +99,8 @@ class TrainConfig:
     lr_schedule: str = opt("constant", choices=["constant", "linear", "cosine"])
     weight_decay: float = opt(0.0, lo=0)
     prompts_per_step: int = opt(8, lo=1)
+    micro_batch_size: int = opt(0, lo=0, help="sequences per forward/backward (gradient accumulation); "
+                                               "0 = the whole step's batch at once")
     seed: int = opt(0, lo=0)
     grad_clip: float = opt(1.0, lo=0, help="max grad norm; 0 = off")
     save_every: int = opt(20, lo=0, help="checkpoint every N steps; 0 = only at the end")

