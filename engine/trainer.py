@@ -96,24 +96,18 @@ class Trainer:
             mask = mask * (~out.truncated).float().unsqueeze(1).to(self.device)
         t_rollout = time.perf_counter() - t0
 
-        # 3. Trainer log-probs π over the same tokens, at the sampler's temperature.
+        # 3-4. Trainer log-probs π at the sampler's temperature, loss and backward, one
+        #      micro-batch at a time (gradient accumulation); then clip and one AdamW step.
         input_ids, attention = join_prompt_completion(prompt_ids, out.completion_ids, G,
                                                       self.tokenizer.pad_token_id, self.device)
-        with modeling.autocast(cfg):
-            logps, entropy = token_logprobs(self.policy, input_ids, attention, out.completion_ids.shape[1],
-                                            r.temperature, with_entropy=True)
-            ref_logps = self._reference_logps(input_ids, attention, out.completion_ids.shape[1])
-
-        # 4. Loss, backward, clip, AdamW.
-        loss, loss_metrics = policy_loss(
-            LossInputs(logps=logps, old_logps=logps.detach(), advantages=advantages.to(self.device), mask=mask,
-                       rollout_logps=out.logprobs.to(self.device), ref_logps=ref_logps, entropy=entropy),
-            cfg.algo, max_completion_len=r.max_completion_len)
-        grad_norm = self._optimize(loss)
+        batch = LossInputs(logps=None, old_logps=None, advantages=advantages.to(self.device), mask=mask,
+                           rollout_logps=out.logprobs.to(self.device))
+        logps, loss, loss_metrics = self._accumulate(input_ids, attention, batch)
+        grad_norm = self._optimize()
 
         # 5. Rollout/train mismatch over completion tokens (before the update changes π).
-        mismatch = mismatch_metrics(out.logprobs, logps.detach().cpu(), out.mask)
-        self.log.histogram({"step": self.step_no + 1, **dlogp_histogram(out.logprobs, logps.detach().cpu(), out.mask)})
+        mismatch = mismatch_metrics(out.logprobs, logps.cpu(), out.mask)
+        self.log.histogram({"step": self.step_no + 1, **dlogp_histogram(out.logprobs, logps.cpu(), out.mask)})
 
         # 6. The rollout engine samples the new policy from the next step on.
         self.rollout.load_weights(export_weights(self.policy))
@@ -127,7 +121,7 @@ class Trainer:
         metrics.update({
             "step": self.step_no, "time": time.time(),
             "epoch": self.prompts.epoch + self.prompts.index / max(1, len(self.prompts.rows)),
-            "loss": loss.item(), "grad_norm": grad_norm, "lr": self.schedule.get_last_lr()[0],
+            "loss": loss, "grad_norm": grad_norm, "lr": self.schedule.get_last_lr()[0],
             "completion/len_mean": lengths.mean().item(), "completion/len_max": lengths.max().item(),
             "completion/truncated_frac": out.truncated.float().mean().item(),
             "perf/step_s": t_total, "perf/rollout_s": out.seconds, "perf/train_s": t_total - t_rollout,
@@ -154,10 +148,39 @@ class Trainer:
             self.reference.requires_grad_(False)
         return token_logprobs(self.reference, input_ids, attention, completion_len, self.cfg.rollout.temperature)[0]
 
-    def _optimize(self, loss: torch.Tensor) -> float:
-        """backward (fp16: scaled) → unscale, skip on inf/NaN → clip → AdamW step → LR schedule."""
+    def _accumulate(self, input_ids, attention, batch: LossInputs) -> tuple[torch.Tensor, float, dict]:
+        """Forward + backward over micro-batches of train.micro_batch_size rows. Returns the
+        detached π for the whole batch, the loss value and the loss metrics (row-weighted).
+
+        Each micro-batch loss is weighted so the accumulated gradient equals the whole-batch
+        loss's: by its share of rows for the per-row normalisations (grpo, bnpo, dr_grpo), and
+        not at all for dapo, which already divides by the whole batch's active tokens."""
+        cfg, B, T = self.cfg, input_ids.shape[0], batch.mask.shape[1]
+        size = cfg.train.micro_batch_size or B
+        active_tokens = batch.mask.sum()
         self.optimizer.zero_grad(set_to_none=True)
-        self.scaler.scale(loss).backward()
+        logps_all, total, metrics = [], 0.0, {}
+        for start in range(0, B, size):
+            rows = slice(start, min(start + size, B))
+            with modeling.autocast(cfg):
+                logps, entropy = token_logprobs(self.policy, input_ids[rows], attention[rows], T,
+                                                cfg.rollout.temperature, with_entropy=True)
+                ref_logps = self._reference_logps(input_ids[rows], attention[rows], T)
+            loss, part = policy_loss(
+                LossInputs(logps=logps, old_logps=logps.detach(), advantages=batch.advantages[rows],
+                           mask=batch.mask[rows], rollout_logps=batch.rollout_logps[rows], ref_logps=ref_logps,
+                           entropy=entropy),
+                cfg.algo, max_completion_len=cfg.rollout.max_completion_len, num_items_in_batch=active_tokens)
+            share = (rows.stop - rows.start) / B
+            weight = 1.0 if cfg.algo.loss_type == "dapo" else share
+            self.scaler.scale(loss * weight).backward()
+            total += loss.item() * weight
+            logps_all.append(logps.detach())
+            _merge_metrics(metrics, part, share)
+        return torch.cat(logps_all), total, metrics
+
+    def _optimize(self) -> float:
+        """(fp16) unscale, skip on inf/NaN → clip → AdamW step → LR schedule."""
         stepped, grad_norm = self.scaler.step(self.optimizer, self.params, self.cfg.train.grad_clip)
         if stepped:
             self.schedule.step()  # a skipped step does not advance the LR schedule (as HF Trainer)
@@ -271,6 +294,17 @@ def _stop_on_signals(trainer: Trainer):
     finally:
         for sig, handler in old.items():
             signal.signal(sig, handler)
+
+
+def _merge_metrics(into: dict, part: dict, share: float) -> None:
+    """Combine one micro-batch's metrics: min/max for extremes, row-weighted mean otherwise."""
+    for key, value in part.items():
+        if key.endswith("_min"):
+            into[key] = min(into.get(key, value), value)
+        elif key.endswith("_max"):
+            into[key] = max(into.get(key, value), value)
+        else:
+            into[key] = into.get(key, 0.0) + value * share
 
 
 def _peak_gib() -> float:

@@ -182,10 +182,16 @@ def per_layer_token_bytes(card: Card, cfg: Config, device: str, seq: int) -> tup
     return float(sum(terms.values())), text
 
 
+def train_rows(cfg: Config) -> int:
+    """Sequences in one forward/backward: train.micro_batch_size, or the whole step's batch."""
+    batch = cfg.train.prompts_per_step * cfg.rollout.num_generations
+    return min(batch, cfg.train.micro_batch_size) if cfg.train.micro_batch_size > 0 else batch
+
+
 def activation_bytes(card: Card, cfg: Config, device: str) -> tuple[float, str, float]:
     """(GPU bytes, formula, host bytes) for the decoder stack + final norm over B·T tokens."""
     r, m = cfg.rollout, cfg.model
-    B, T = cfg.train.prompts_per_step * r.num_generations, r.max_prompt_len + r.max_completion_len
+    B, T = train_rows(cfg), r.max_prompt_len + r.max_completion_len
     per, text = per_layer_token_bytes(card, cfg, device, T)
     full = m.lora_rank == 0
     outside = (4 * card.hidden + 4) + (4 * card.hidden + 8 if full else 0)   # final norm (+ ids for embedding grad)
@@ -208,7 +214,7 @@ def activation_bytes(card: Card, cfg: Config, device: str) -> tuple[float, str, 
 
 def logits_bytes(card: Card, cfg: Config) -> tuple[float, str]:
     r, m = cfg.rollout, cfg.model
-    B, c, V = cfg.train.prompts_per_step * r.num_generations, r.max_completion_len, card.vocab
+    B, c, V = train_rows(cfg), r.max_completion_len, card.vocab
     a = BYTES[m.dtype]
     if m.logits_chunk > 0:
         n = m.logits_chunk
@@ -223,7 +229,7 @@ def logits_bytes(card: Card, cfg: Config) -> tuple[float, str]:
 
 def reference_bytes(card: Card, cfg: Config) -> tuple[float, str]:
     r, m = cfg.rollout, cfg.model
-    B, c, V = cfg.train.prompts_per_step * r.num_generations, r.max_completion_len, card.vocab
+    B, c, V = train_rows(cfg), r.max_completion_len, card.vocab
     a = BYTES[m.dtype]
     chunk = min(B, LOGPROB_CHUNK_ROWS)
     fwd = B * (c + 1) * V * a + 2 * chunk * (c + 1) * V * 4 + B * c * 4
