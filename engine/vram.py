@@ -272,8 +272,13 @@ def accurate(card: Card, cfg: Config, gpu_gib: float | None = None, device: str 
     kv, kvf = kv_cache_bytes(card, cfg, seqs)
     vllm = r.backend in ("vllm", "auto")
     if not vllm:
-        rows.append(Row("rollout KV cache (hf generate)", _g(kv), kvf + "; weights shared with the trainer"))
-        rule = "weights + train state + max(rollout KV, train activations + logits): hf generate frees its cache"
+        rb = ROLLOUT_BYTES[cfg.rollout_dtype]
+        rows.append(Row("sampler weights copy (hf)", _g(card.total_params() * rb),
+                        f"{_n(card.total_params())} params · {rb} B: the hf backend samples from its own copy "
+                        f"in rollout.dtype, synced after each step (engine/rollout/hf.py)"))
+        rows.append(Row("rollout KV cache (hf generate)", _g(kv), kvf))
+        rule = ("weights + sampler copy + train state + max(rollout KV, train activations + logits): "
+                "hf generate frees its cache")
     else:
         rb = ROLLOUT_BYTES[cfg.rollout_dtype]
         need = card.total_params() * rb + kv
