@@ -106,7 +106,6 @@ def measure(case: Case, folder: str) -> dict:
     import torch
 
     from engine import model as modeling
-    from engine.config import Config
     from engine.logprobs import token_logprobs
 
     cfg = _config(case)
@@ -165,10 +164,8 @@ def measure(case: Case, folder: str) -> dict:
 
     if dev.type == "cuda":  # UNTESTED: no GPU in the session that wrote this
         torch.cuda.reset_peak_memory_stats()
-        base = torch.cuda.memory_allocated()
         step((pack, lambda t: t))
-        peak = torch.cuda.max_memory_allocated()
-        del base
+        peak = torch.cuda.max_memory_allocated()  # persistent weights/optimizer included, like the CPU path
     else:
         before = sum(t.untyped_storage().nbytes() for t in _persistent(params, optimizer))
         tracker = LiveBytes()

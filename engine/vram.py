@@ -255,7 +255,7 @@ def kv_cache_bytes(card: Card, cfg: Config, sequences: int) -> tuple[float, str]
 
 def accurate(card: Card, cfg: Config, gpu_gib: float | None = None, device: str = "cuda") -> tuple[list[Row], str]:
     """Rows plus the phase-peak rule; rows with in_total=False are shown but not summed into the GPU total."""
-    m, r = cfg.model, cfg.rollout
+    r = cfg.rollout
     rows: list[Row] = []
     w, wf = weight_bytes(card, cfg)
     rows.append(Row("base weights", _g(w), wf))

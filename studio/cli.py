@@ -5,8 +5,6 @@ from __future__ import annotations
 import os
 import sys
 
-from engine.cliparse import OneLineParser  # noqa: F401  (re-exported for subcommands)
-
 SUBCOMMANDS = {
     "train": ("engine.train_cli", "train headless, writing a run directory"),
     "vram": ("studio.vram_cli", "estimate GPU memory for a config"),

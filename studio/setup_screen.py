@@ -15,7 +15,7 @@ from textual.widgets import Footer, Header, Input, Label, Select, SelectionList,
 
 from engine import algorithms, config as cfgmod
 from engine.config import Config, ConfigError
-from studio import hardware, launcher, models, vram_adapter
+from studio import hardware, models, vram_adapter
 from studio.rewards_info import builtin_rewards
 from studio.vram_panel import VramPanel
 

@@ -32,6 +32,12 @@ def random_tiny_model(tmp_path_factory) -> Path:
     return out
 
 
+@pytest.fixture(scope="session")
+def model_name() -> str:
+    """The bundled pre-trained model, by its preset name."""
+    return "tiny-arith"
+
+
 def pytest_collection_modifyitems(config, items):
     import torch
 

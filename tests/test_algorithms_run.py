@@ -16,19 +16,12 @@ import math
 
 import pytest
 
-from engine import algorithms, config, paths
+from engine import algorithms, config
 from engine.trainer import Trainer
 
 STEPS = 2
 CASES = [(name, 0.0) for name in config.ALGOS] + [("grpo", 0.04)]
 
-
-@pytest.fixture(scope="module")
-def model_name(request) -> str:
-    bundled = paths.bundled_model("tiny-arith")
-    if bundled is not None and (bundled / "model.safetensors").is_file():
-        return "tiny-arith"
-    return str(request.getfixturevalue("random_tiny_model"))
 
 
 def test_every_algorithm_has_a_case():

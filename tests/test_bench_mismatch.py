@@ -18,11 +18,8 @@ from engine import paths
 
 
 @pytest.fixture(scope="module")
-def model_path(request) -> str:
-    bundled = paths.bundled_model("tiny-arith")
-    if bundled is not None and (bundled / "model.safetensors").is_file():
-        return str(bundled)
-    return str(request.getfixturevalue("random_tiny_model"))
+def model_path() -> str:
+    return str(paths.bundled_model("tiny-arith"))
 
 
 @pytest.mark.slow

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from engine import data, paths
+from engine import data
 from engine.config import ConfigError, load
 from engine.rewards.builtin import SYSTEM_PROMPT
 
@@ -150,7 +150,7 @@ def test_conversational_data_without_a_template_is_a_clear_error(tmp_path, token
 def test_gsm8k_file_trains_with_the_gsm8k_reward_set(tmp_path, request):
     from engine.trainer import Trainer
 
-    model = "tiny-arith" if paths.bundled_model("tiny-arith") else str(request.getfixturevalue("random_tiny_model"))
+    model = "tiny-arith"
     path = write_jsonl(tmp_path / "gsm8k.jsonl", GSM8K * 2)
     funcs = ["xmlcount", "soft_format", "strict_format", "int", "correctness"]
     cfg = load("tiny-arith", [f"model.name={model}", f"data.source={path}", "data.eval_size=2",

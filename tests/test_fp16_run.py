@@ -14,18 +14,11 @@ import math
 
 import pytest
 
-from engine import config, paths
+from engine import config
 from engine.trainer import Trainer
 
 INIT, INTERVAL, STEPS = 2.0 ** 16, 2, 5
 
-
-@pytest.fixture(scope="module")
-def model_name(request) -> str:
-    bundled = paths.bundled_model("tiny-arith")
-    if bundled is not None and (bundled / "model.safetensors").is_file():
-        return "tiny-arith"
-    return str(request.getfixturevalue("random_tiny_model"))
 
 
 def replay_loss_scale(skipped_counts: list[float], init: float, interval: int) -> list[float]:

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from engine import paths
 from engine.config import ConfigError, load
 from engine.rewards import build, score
 
@@ -48,12 +47,6 @@ def hang(prompts, completions, **kwargs):
         pass
 '''
 
-
-@pytest.fixture
-def model_name(request) -> str:
-    if paths.bundled_model("tiny-arith") is not None:
-        return "tiny-arith"
-    return str(request.getfixturevalue("random_tiny_model"))
 
 
 def _jsonl(path: Path) -> list[dict]:
