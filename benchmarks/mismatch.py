@@ -256,11 +256,6 @@ def main(argv: list[str] | None = None) -> int:
                            ("--max-tokens", args.max_tokens)):
             if value < 1:
                 raise ConfigError(f"bench error: {opt} = {value}: must be >= 1")
-        if args.backend == "vllm":
-            try:
-                import engine.rollout.vllm_backend  # noqa: F401
-            except ImportError as err:
-                raise ConfigError(f"bench error: --backend vllm: the vLLM rollout backend is not available ({err})") from None
         progress = None if args.json else (lambda n: print(f"measuring {n} ...", file=sys.stderr, flush=True))
         report = run(names, backend=args.backend, model=args.model, recipe=args.recipe, lora_rank=args.lora_rank,
                      prompts=args.prompts,
