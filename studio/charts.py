@@ -45,7 +45,7 @@ def ema(ys: list[float], alpha: float = 0.1) -> list[float]:
     return out
 
 
-def log10(ys: list[float], floor: float = 1e-12) -> list[float]:
+def log10(ys: list[float], floor: float = 1e-18) -> list[float]:
     return [math.log10(max(y, floor)) for y in ys]
 
 
@@ -97,7 +97,7 @@ class MetricChart(PlotextPlot):
             if values:
                 plt.bar(labels, values, color=COLORS[0], width=0.6)
             return
-        drawn = False
+        drawn, lo, hi = False, math.inf, -math.inf
         for i, line in enumerate(self.lines):
             if not line.xs:
                 continue
@@ -107,6 +107,10 @@ class MetricChart(PlotextPlot):
             plt.plot(xs, ys, label=line.label if len(self.lines) > 1 else None,
                      color=line.color or COLORS[i % len(COLORS)], marker=line.marker)
             drawn = True
+            finite = [y for y in ys if math.isfinite(y)]
+            lo, hi = min([lo, *finite]), max([hi, *finite])
+        if drawn and math.isfinite(lo) and hi - lo < 1e-12:  # flat data: plotext would invert the axis
+            plt.ylim(lo - 1, hi + 1)
         if not drawn:
             plt.text("waiting for data", 0.5, 0.5, alignment="center")
             plt.xlim(0, 1)
