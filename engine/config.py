@@ -50,8 +50,10 @@ class ModelConfig:
     lora_target_modules: list = opt(["all-linear"], help="peft target_modules")
     load_in_4bit: bool = opt(False)
     gradient_checkpointing: bool = opt(False)
-    offload_checkpoints: bool = opt(False, help="planner: gradient checkpoints kept in host RAM (Unsloth-style); the engine does not offload yet")
-    logits_chunk: int = opt(0, lo=0, help="planner: tokens per chunk of a fused, recomputed logits+log-softmax; 0 = engine/logprobs.py as today")
+    offload_checkpoints: bool = opt(False, help="keep saved activations in host RAM during the forward "
+                                                "(CUDA only; Unsloth-style offloaded checkpoints)")
+    logits_chunk: int = opt(0, lo=0, help="tokens per chunk of the fused, recomputed lm_head + log-softmax; "
+                                          "0 = materialise the completion logits")
 
 
 @dataclass

@@ -1,9 +1,13 @@
-"""Per-token log-probs π under the training model.
+"""Per-token log-probs π under the training model, two ways with the same numerics.
 
-The forward keeps only the completion positions (`logits_to_keep`), and the fp32
-log-softmax runs over row chunks. Under no_grad that bounds the fp32 temporaries to
-`chunk_rows`×T×V; with autograd each chunk's log-softmax is saved for backward, so the
-training peak still holds B×T×V fp32 values (the VRAM planner's logits row models this).
+materialised (model.logits_chunk = 0): the forward keeps only the completion positions
+    (`logits_to_keep`) and the fp32 log-softmax runs over row chunks; autograd saves each
+    chunk's log-softmax, so training holds B×T×V fp32 values at its peak.
+chunked (model.logits_chunk = N > 0): the lm_head and log-softmax run N tokens at a time
+    inside one autograd Function that saves only the final hidden states and recomputes each
+    chunk's logits in backward (the memory-efficient path of Unsloth's GRPO, cf. Liger's fused
+    linear cross-entropy): at most N×V logits exist at once, forward or backward.
+
 Log-probs use the same temperature as the sampler (TRL issue 4159: comparing μ at T with π at
 T=1 makes the mismatch metric and the IS weights meaningless).
 """
@@ -19,12 +23,15 @@ def position_ids(attention_mask: torch.Tensor) -> torch.Tensor:
 
 
 def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, completion_len: int,
-                   temperature: float = 1.0, chunk_rows: int = 8, with_entropy: bool = False):
+                   temperature: float = 1.0, chunk_rows: int = 8, with_entropy: bool = False,
+                   logits_chunk: int = 0):
     """Return (logps [B, T], entropy [B, T] or None) for the last `completion_len` tokens."""
+    targets = input_ids[:, -completion_len:]
+    if logits_chunk > 0:
+        return _chunked(model, input_ids, attention_mask, targets, temperature, logits_chunk, with_entropy)
     out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids(attention_mask),
                 logits_to_keep=completion_len + 1, use_cache=False)
     logits = out.logits[:, :-1, :]                       # position t predicts token t+1
-    targets = input_ids[:, -completion_len:]
     logps, entropies = [], []
     for rows in range(0, logits.shape[0], chunk_rows):
         chunk = logits[rows:rows + chunk_rows].float() / temperature
@@ -34,3 +41,49 @@ def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
             with torch.no_grad():
                 entropies.append(-(logsm.exp() * logsm).sum(-1))
     return torch.cat(logps), (torch.cat(entropies) if with_entropy else None)
+
+
+def _chunked(model, input_ids, attention_mask, targets, temperature, chunk, with_entropy):
+    B, T = targets.shape
+    hidden = model.get_decoder()(input_ids=input_ids, attention_mask=attention_mask,
+                                 position_ids=position_ids(attention_mask), use_cache=False).last_hidden_state
+    hidden = hidden[:, -(T + 1):-1, :].reshape(B * T, -1)      # position t predicts token t+1
+    head = model.get_output_embeddings()
+    logps, entropy = ChunkedLogSoftmax.apply(hidden, head.weight, targets.reshape(-1), temperature, chunk)
+    return logps.view(B, T), (entropy.view(B, T) if with_entropy else None)
+
+
+class ChunkedLogSoftmax(torch.autograd.Function):
+    """log softmax(h·Wᵀ/τ)[y] and its entropy, `chunk` rows of h at a time, recomputed in backward."""
+
+    @staticmethod
+    def forward(ctx, hidden, weight, targets, temperature, chunk):
+        logps = torch.empty(hidden.shape[0], dtype=torch.float32, device=hidden.device)
+        entropy = torch.empty_like(logps)
+        for s in range(0, hidden.shape[0], chunk):
+            logits = torch.nn.functional.linear(hidden[s:s + chunk], weight).float() / temperature
+            lse = torch.logsumexp(logits, dim=-1)
+            logps[s:s + chunk] = logits.gather(1, targets[s:s + chunk, None]).squeeze(1) - lse
+            entropy[s:s + chunk] = lse - (torch.softmax(logits, dim=-1) * logits).sum(-1)  # H = lse − E_p[z]
+        ctx.save_for_backward(hidden, weight, targets)
+        ctx.temperature, ctx.chunk = temperature, chunk
+        ctx.mark_non_differentiable(entropy)
+        return logps, entropy
+
+    @staticmethod
+    def backward(ctx, grad_logps, _grad_entropy):
+        hidden, weight, targets = ctx.saved_tensors
+        grad_hidden = torch.empty_like(hidden) if ctx.needs_input_grad[0] else None
+        grad_weight = torch.zeros_like(weight, dtype=torch.float32) if ctx.needs_input_grad[1] else None
+        for s in range(0, hidden.shape[0], ctx.chunk):
+            h = hidden[s:s + ctx.chunk]
+            logits = torch.nn.functional.linear(h, weight).float() / ctx.temperature
+            # d log p_y / d z = onehot(y) − softmax(z), times the incoming grad, through z = h·Wᵀ/τ
+            dz = -torch.softmax(logits, dim=-1) * grad_logps[s:s + ctx.chunk, None]
+            dz.scatter_add_(1, targets[s:s + ctx.chunk, None], grad_logps[s:s + ctx.chunk, None])
+            dz = dz / ctx.temperature
+            if grad_hidden is not None:
+                grad_hidden[s:s + ctx.chunk] = (dz @ weight.float()).to(hidden.dtype)
+            if grad_weight is not None:
+                grad_weight += dz.t() @ h.float()
+        return grad_hidden, (grad_weight.to(weight.dtype) if grad_weight is not None else None), None, None, None

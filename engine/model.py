@@ -118,5 +118,12 @@ def autocast(cfg: Config):
     return contextlib.nullcontext()
 
 
+def offload_activations(cfg: Config):
+    """model.offload_checkpoints on CUDA: tensors saved for backward live in pinned host RAM."""
+    if cfg.model.offload_checkpoints and torch.cuda.is_available():
+        return torch.autograd.graph.save_on_cpu(pin_memory=True)
+    return contextlib.nullcontext()
+
+
 def device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")

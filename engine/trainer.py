@@ -142,11 +142,12 @@ class Trainer:
         if self.cfg.model.lora_rank > 0:
             with self.policy.disable_adapter():
                 return token_logprobs(self.policy, input_ids, attention, completion_len,
-                                      self.cfg.rollout.temperature)[0]
+                                      self.cfg.rollout.temperature, logits_chunk=self.cfg.model.logits_chunk)[0]
         if self.reference is None:  # full fine-tune: a frozen copy of the starting weights
             self.reference = modeling.load_policy(self.cfg, self.model_path).to(self.device)  # same numerics
             self.reference.requires_grad_(False)
-        return token_logprobs(self.reference, input_ids, attention, completion_len, self.cfg.rollout.temperature)[0]
+        return token_logprobs(self.reference, input_ids, attention, completion_len, self.cfg.rollout.temperature,
+                              logits_chunk=self.cfg.model.logits_chunk)[0]
 
     def _accumulate(self, input_ids, attention, batch: LossInputs) -> tuple[torch.Tensor, float, dict]:
         """Forward + backward over micro-batches of train.micro_batch_size rows. Returns the
@@ -162,9 +163,10 @@ class Trainer:
         logps_all, total, metrics = [], 0.0, {}
         for start in range(0, B, size):
             rows = slice(start, min(start + size, B))
-            with modeling.autocast(cfg):
+            with modeling.autocast(cfg), modeling.offload_activations(cfg):
                 logps, entropy = token_logprobs(self.policy, input_ids[rows], attention[rows], T,
-                                                cfg.rollout.temperature, with_entropy=True)
+                                                cfg.rollout.temperature, with_entropy=True,
+                                                logits_chunk=cfg.model.logits_chunk)
                 ref_logps = self._reference_logps(input_ids[rows], attention[rows], T)
             loss, part = policy_loss(
                 LossInputs(logps=logps, old_logps=logps.detach(), advantages=batch.advantages[rows],
