@@ -5,7 +5,7 @@ seed, and one warm-up call each before the timed calls. Throughput = completion 
 included, padding excluded, as perf/rollout_tok_s counts them) / wall seconds of generate().
 
     grpo-studio bench rollout                  # random 8-layer Qwen3 (hidden 1024, ~100M params), bf16,
-                                               # 16 prompts × n=8 × ≤128 tokens (~5 min on 2 cores)
+                                               # 32 prompts × n=8 × ≤128 tokens (~4-8 min on 2 cores)
     grpo-studio bench rollout --model tiny-arith --prompts 64 --max-tokens 64   # the bundled 2-layer model
     grpo-studio bench rollout --lora-sync             # + LoRA weight sync: merge-and-load vs vLLM adapters
 
@@ -31,7 +31,7 @@ def _args(argv):
                    help="preset id, local folder, or random:LAYERSxHIDDEN (a random Qwen3 with the bundled "
                         "char tokenizer, e.g. random:8x1024, built in a temp folder)")
     p.add_argument("--dtype", default="bf16", choices=["fp32", "bf16", "fp16"])
-    p.add_argument("--prompts", type=int, default=16)
+    p.add_argument("--prompts", type=int, default=32)
     p.add_argument("--n", type=int, default=8)
     p.add_argument("--max-tokens", type=int, default=128)
     p.add_argument("--temperature", type=float, default=1.0)

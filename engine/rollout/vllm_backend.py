@@ -157,10 +157,9 @@ class VLLMBackend:
             enforce_eager=r.vllm_enforce_eager == "on",
             enable_prefix_caching=True,
         )
-        if self.on_cpu:
-            # gpu_memory_utilization means a share of host RAM on CPU and is checked against free
-            # RAM at start-up; a fixed KV cache (VLLM_CPU_KVCACHE_SPACE GiB) avoids both surprises.
-            kwargs["kv_cache_memory_bytes"] = int(os.environ["VLLM_CPU_KVCACHE_SPACE"] or 1) * 2**30
+        # On CPU, gpu_memory_utilization means a share of host RAM and is checked against free RAM
+        # at start-up; VLLM_CPU_KVCACHE_SPACE (set above, GiB) makes vLLM size a fixed KV cache
+        # instead (its platform code turns it into kv_cache_memory_bytes) and skips that check.
         if _parse(self.version) < CASCADE_FIXED:
             kwargs["disable_cascade_attn"] = True
         self.sleep_enabled = bool(r.sleep) and current_platform.is_sleep_mode_available()
