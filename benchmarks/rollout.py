@@ -152,7 +152,7 @@ def _random_model(spec: str) -> str:
     try:
         layers, hidden = (int(x) for x in spec.removeprefix("random:").split("x"))
     except ValueError:
-        raise ConfigError(f"bench error: --model = {spec!r}: use random:LAYERSxHIDDEN, e.g. random:8x1024") from None
+        raise ConfigError(f"--model = {spec!r}: use random:LAYERSxHIDDEN, e.g. random:8x1024") from None
     maker_path = Path(__file__).resolve().parents[1] / "scripts" / "make_tiny_model.py"
     spec_ = importlib.util.spec_from_file_location("make_tiny_model", maker_path)
     maker = importlib.util.module_from_spec(spec_)
