@@ -218,7 +218,7 @@ class Trainer:
         sample gets a positive score from the first reward function (correctness by default)."""
         rows = self.eval_rows[:limit] if limit else self.eval_rows
         texts = [data.prompt_text(row, self.cfg.data, self.tokenizer) for row in rows]
-        ids = [self.tokenizer.encode(t, add_special_tokens=False) for t in texts]
+        ids = [self.tokenizer.encode(t, add_special_tokens=False)[-self.cfg.rollout.max_prompt_len:] for t in texts]
         out = self.rollout.generate(ids, Sampling(n=1, max_tokens=self.cfg.rollout.max_completion_len,
                                                   temperature=self.cfg.rollout.temperature, seed=10_007))
         completions = self.tokenizer.batch_decode(out.completion_ids, skip_special_tokens=True)
