@@ -58,7 +58,7 @@ class ModelConfig:
 
 @dataclass
 class RolloutConfig:
-    backend: str = opt("hf", choices=["auto", "hf", "vllm"])
+    backend: str = opt("auto", choices=["auto", "hf", "vllm"], help="auto = vllm when installed, else hf")
     dtype: str = opt("", choices=["", *DTYPES], help="empty = model.dtype")
     num_generations: int = opt(8, lo=2, help="G completions per prompt")
     max_prompt_len: int = opt(64, lo=1)

@@ -12,7 +12,8 @@ GIB = 2 ** 30
 
 
 def cfg_of(*overrides):
-    return config.load(None, list(overrides))
+    """A config on the hf rollout backend (the hand computations' setting) plus overrides."""
+    return config.load(None, ["rollout.backend=hf", *overrides])
 
 
 # ---- documented mode: unsloth.ai/blog/grpo, Llama 3.1 8B, 20K context, 8 generations ---------
