@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shutil
 import socket
 import subprocess
+import sys
 import time
+from pathlib import Path
 
 import psutil
 import pytest
 
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(shutil.which("textual") is None, reason="needs textual-dev")]
+TEXTUAL = shutil.which("textual", path=str(Path(sys.executable).parent)) or shutil.which("textual")
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(TEXTUAL is None, reason="needs textual-dev")]
 
 
 def _free_port() -> int:
@@ -24,7 +28,10 @@ def _free_port() -> int:
 def test_textual_serve_binds_localhost_and_streams_the_setup_screen(tmp_path):
     websockets = pytest.importorskip("websockets")
     port = _free_port()
-    server = subprocess.Popen(["textual", "serve", "--port", str(port), "grpo-studio"], cwd=tmp_path,
+    studio = shutil.which("grpo-studio", path=str(Path(sys.executable).parent)) or "grpo-studio"
+    # textual serve runs a Python script as `python SCRIPT`: the venv's python must come first on PATH
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    server = subprocess.Popen([TEXTUAL, "serve", "--port", str(port), studio], cwd=tmp_path, env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline, listening = time.time() + 60, []
