@@ -38,13 +38,16 @@ def _zombie(pid: int) -> bool:
         return True
 
 
+STEPS = 400  # far more than the test watches: the trainer must still be running when the studio dies
+
+
 def test_tmux_studio_runs_and_training_survives_it(tmp_path, request):
     model = tiny_model_name(request)
     studio = Path(sys.executable).parent / "grpo-studio"
     sock = f"grpo-studio-test-{os.getpid()}"
     tmux = ["tmux", "-L", sock]
     cmd = (f"cd {shlex.quote(str(tmp_path))} && exec {shlex.quote(str(studio))} --runs-dir runs "
-           f"--set model.name={shlex.quote(model)} --set train.steps=60 --set train.prompts_per_step=2 "
+           f"--set model.name={shlex.quote(model)} --set train.steps={STEPS} --set train.prompts_per_step=2 "
            f"--set rollout.num_generations=2 --set train.save_every=0")
     env = {**os.environ, "TERM": "xterm-256color"}
     subprocess.run([*tmux, "new-session", "-d", "-s", "studio", "-x", "80", "-y", "24", cmd], check=True, env=env)
@@ -57,7 +60,7 @@ def test_tmux_studio_runs_and_training_survives_it(tmp_path, request):
         wait_for(lambda: "Launch" in pane(), 60, "the setup screen")
         subprocess.run([*tmux, "send-keys", "-t", "studio", "C-r"], check=True)
 
-        status = re.compile(r"(\d+)/60\s+ETA.*reward (\S+)\s+k3 (\S+)")
+        status = re.compile(rf"(\d+)/{STEPS}\s+ETA.*reward (\S+)\s+k3 (\S+)")
         first = wait_for(lambda: (m := status.search(pane())) and int(m.group(1)) >= 1 and m, 240, "step 1")
         screen = pane()
         assert "reward" in screen and "KL k3" in screen  # both panels of the overview are on screen
