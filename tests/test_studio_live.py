@@ -34,7 +34,7 @@ def metrics_steps(run_dir):
 @pytest.mark.slow
 async def test_launch_watch_stop_and_reattach(tmp_path, request):
     model = tiny_model_name(request)
-    cfg = cfgmod.load("tiny-arith", [f"model.name={model}", "train.steps=40", "train.prompts_per_step=2",
+    cfg = cfgmod.load("tiny-arith", [f"model.name={model}", "train.steps=400", "train.prompts_per_step=2",
                                      "rollout.num_generations=2", "train.save_every=0"])
     runs = tmp_path / "runs"
     app = StudioApp(cfg, "tiny-arith", runs, live_hardware=False, poll_s=0.2)
