@@ -230,39 +230,42 @@ class Trainer:
     # ---- the run ----------------------------------------------------------------------------
     def run(self, progress=None) -> str:
         """Train to train.steps or until asked to stop. Returns 'finished' or 'stopped'."""
-        cfg = self.cfg
         self.log.acquire()
         try:
-            if self.resume:
-                self._restore()
-            else:
-                save_config(cfg, self.log.dir / CONFIG)
-            warning = precision_warning(cfg.model.dtype, cfg.rollout_dtype, cfg.precision.fp8_flow)
-            if warning:
-                self.log.event("warning", warning)
-                if progress:
-                    progress.warn(warning)
-            self.log.event("started", f"{'resumed at' if self.resume else 'starting'} step {self.step_no}",
-                           total_steps=cfg.train.steps, pid=os.getpid())
-            with _stop_on_signals(self):
-                while self.step_no < cfg.train.steps and not self.stop_requested:
-                    row = self.step()
-                    if cfg.train.eval_every and self.step_no % cfg.train.eval_every == 0:
-                        row["eval/accuracy"] = self.evaluate()
-                    self.log.metrics(row)
-                    if progress:
-                        progress.update(row)
-                    if cfg.train.save_every and self.step_no % cfg.train.save_every == 0:
-                        self._save()
-            self._save()
-            state = "stopped" if self.stop_requested and self.step_no < cfg.train.steps else "finished"
-            self.log.event(state, f"{state} at step {self.step_no}", step=self.step_no)
-            return state
+            with _stop_on_signals(self):  # from here to the last checkpoint a stop is graceful
+                return self._run(progress)
         except BaseException as err:
             self.log.event("crashed", f"{type(err).__name__}: {err}", step=self.step_no)
             raise
         finally:
             self.log.release()
+
+    def _run(self, progress) -> str:
+        cfg = self.cfg
+        if self.resume:
+            self._restore()
+        else:
+            save_config(cfg, self.log.dir / CONFIG)
+        warning = precision_warning(cfg.model.dtype, cfg.rollout_dtype, cfg.precision.fp8_flow)
+        if warning:
+            self.log.event("warning", warning)
+            if progress:
+                progress.warn(warning)
+        self.log.event("started", f"{'resumed at' if self.resume else 'starting'} step {self.step_no}",
+                       total_steps=cfg.train.steps, pid=os.getpid())
+        while self.step_no < cfg.train.steps and not self.stop_requested:
+            row = self.step()
+            if cfg.train.eval_every and self.step_no % cfg.train.eval_every == 0:
+                row["eval/accuracy"] = self.evaluate()
+            self.log.metrics(row)
+            if progress:
+                progress.update(row)
+            if cfg.train.save_every and self.step_no % cfg.train.save_every == 0:
+                self._save()
+        self._save()
+        state = "stopped" if self.stop_requested and self.step_no < cfg.train.steps else "finished"
+        self.log.event(state, f"{state} at step {self.step_no}", step=self.step_no)
+        return state
 
     def close(self) -> None:
         """Release the rollout engine (vLLM holds memory and threads)."""
