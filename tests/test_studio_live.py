@@ -27,8 +27,14 @@ def quiet_hardware(monkeypatch):
     monkeypatch.setattr(hardware, "gpus", lambda: [])
 
 
+def metrics_rows(run_dir) -> list[dict]:
+    """Complete rows only: the trainer may be halfway through appending the last line."""
+    *complete, _partial = (run_dir / runlog.METRICS).read_text().split("\n")
+    return [json.loads(line) for line in complete if line.strip()]
+
+
 def metrics_steps(run_dir):
-    return [json.loads(line)["step"] for line in (run_dir / runlog.METRICS).read_text().splitlines() if line.strip()]
+    return [row["step"] for row in metrics_rows(run_dir)]
 
 
 @pytest.mark.slow
@@ -52,7 +58,7 @@ async def test_launch_watch_stop_and_reattach(tmp_path, request):
         await wait_until(pilot, lambda: reward.lines and reward.lines[0].xs == dash.run.steps)
         on_disk = metrics_steps(run_dir)
         assert reward.lines[0].xs == on_disk[:len(reward.lines[0].xs)]
-        rows = [json.loads(line) for line in (run_dir / runlog.METRICS).read_text().splitlines()]
+        rows = metrics_rows(run_dir)
         assert reward.lines[0].ys == [r["reward/mean"] for r in rows[:len(reward.lines[0].ys)]]
         assert "reward" in visible_text(reward)
         pid = runlog.read_pid(run_dir)
