@@ -77,7 +77,8 @@ def main(argv: list[str]) -> int:
 
     setup_cfg = cfgmod.load("tiny-arith", ["model.name=Qwen/Qwen3-4B", "model.dtype=bf16", "rollout.max_prompt_len=256",
                                            "rollout.max_completion_len=4096", "rollout.num_generations=8",
-                                           "train.prompts_per_step=8", "model.gradient_checkpointing=true"])
+                                           "train.prompts_per_step=8", "model.gradient_checkpointing=true",
+                                           "train.micro_batch_size=8", "model.logits_chunk=1024"])
     shots.append(asyncio.run(shoot(StudioApp(setup_cfg, "tiny-arith", root, live_hardware=False),
                                    "setup", (120, 40))))
 
