@@ -86,10 +86,8 @@ class Trainer:
 
         # 2. Rewards (TRL signature, every dataset column as a keyword) → group-relative advantages.
         G = r.num_generations
-        columns = {k: [row[k] for row in rows for _ in range(G)] for k in rows[0] if k != "prompt"}
         rep_prompts = [p for p in prompts for _ in range(G)]
-        table = reward_lib.score(self.reward_fns, [row["prompt"] for row in rows for _ in range(G)], texts, columns,
-                                 on_error=self._reward_error)  # TRL passes the raw prompts
+        table = self._score(self.reward_fns, rows, G, texts)
         rewards = torch.tensor(table, dtype=torch.float32)
         advantages, metrics = compute_advantages(rewards, self.reward_weights, G, cfg.algo.scale_rewards)
         if cfg.algo.mask_truncated_completions:
@@ -191,6 +189,14 @@ class Trainer:
                            f"loss scale now {self.scaler.get_scale():g}", step=self.step_no + 1)
         return grad_norm
 
+    def _score(self, funcs, rows: list[dict], n: int, completions: list[str]) -> list[list[float]]:
+        """Rewards for n completions per row, called as TRL does: the raw prompts, and every other
+        dataset column as a keyword argument."""
+        repeat = lambda values: [v for v in values for _ in range(n)]  # noqa: E731
+        columns = {k: repeat(row[k] for row in rows) for k in rows[0] if k != "prompt"}
+        return reward_lib.score(funcs, repeat(row["prompt"] for row in rows), completions, columns,
+                                on_error=self._reward_error)
+
     def _reward_metrics(self, rewards: torch.Tensor) -> dict:
         out = {}
         for j, (name, _) in enumerate(self.reward_fns):
@@ -222,9 +228,7 @@ class Trainer:
         out = self.rollout.generate(ids, Sampling(n=1, max_tokens=self.cfg.rollout.max_completion_len,
                                                   temperature=self.cfg.rollout.temperature, seed=10_007))
         completions = self.tokenizer.batch_decode(out.completion_ids, skip_special_tokens=True)
-        columns = {k: [row[k] for row in rows] for k in rows[0] if k != "prompt"}
-        table = reward_lib.score(self.reward_fns[:1], [row["prompt"] for row in rows], completions, columns,
-                                 on_error=self._reward_error)
+        table = self._score(self.reward_fns[:1], rows, 1, completions)
         return sum(1 for (score,) in table if score > 0) / len(rows)
 
     # ---- the run ----------------------------------------------------------------------------

@@ -215,26 +215,24 @@ class DashboardScreen(Screen):
             self.app.action_show_runs()
 
     def action_stop(self) -> None:
-        if self.run.state() != "running":
-            self.notify("the run is not running", severity="warning")
-            return
-
-        def done(yes: bool | None) -> None:
-            if yes and launcher.stop(self.run.dir):
-                self.notify("stop requested: the trainer checkpoints and exits after this step")
-
-        self.app.push_screen(Confirm(f"Stop {self.run.name}? (checkpoint, then exit)"), done)
+        self._confirm_then(f"Stop {self.run.name}? (checkpoint, then exit)", launcher.stop,
+                           "stop requested: the trainer checkpoints and exits after this step", "information")
 
     def action_kill(self) -> None:
+        self._confirm_then(f"KILL {self.run.name} now, without a checkpoint?", launcher.kill,
+                           f"killed {self.run.name} (no checkpoint)", "warning")
+
+    def _confirm_then(self, question: str, act, done_message: str, severity: str) -> None:
+        """Ask, then act on the running trainer; a run that is not running gets a warning."""
         if self.run.state() != "running":
             self.notify("the run is not running", severity="warning")
             return
 
         def done(yes: bool | None) -> None:
-            if yes and launcher.kill(self.run.dir):
-                self.notify(f"killed {self.run.name} (no checkpoint)", severity="warning")
+            if yes and act(self.run.dir):
+                self.notify(done_message, severity=severity)
 
-        self.app.push_screen(Confirm(f"KILL {self.run.name} now, without a checkpoint?"), done)
+        self.app.push_screen(Confirm(question), done)
 
     def action_duplicate(self) -> None:
         self.app.duplicate_run(self.run.dir)
