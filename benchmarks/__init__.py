@@ -29,4 +29,4 @@ def main(argv: list[str]) -> int:
         hint = f" (did you mean '{close[0]}'?)" if close else ""
         print(f"bench error: NAME = {name!r}: allowed: {', '.join(available)}{hint}", file=sys.stderr)
         return 2
-    return importlib.import_module(f"benchmarks.{name.replace('-', '_')}").main(argv[1:])
+    return importlib.import_module(f"grpo_studio.benchmarks.{name.replace('-', '_')}").main(argv[1:])

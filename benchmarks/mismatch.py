@@ -1,11 +1,11 @@
 """`grpo-studio bench mismatch`: the rollout/train mismatch of each precision, measured end to end.
 
 For every precision name the same prompts are sampled with the same seed by the rollout
-backend (engine.rollout.make_backend: hf or vllm) in that precision's rollout dtype, and the
-sampled tokens are scored by the trainer's own path in its dtype: engine.model.load_policy
-(LoRA/full FT, fp8 patching), engine.batching.join_prompt_completion (the trainer's batch
-layout), engine.model.autocast and engine.logprobs.token_logprobs at the sampler's temperature.
-The mismatch metrics are engine.mismatch.mismatch_metrics(μ, π, mask), exactly what a
+backend (grpo_studio.engine.sampler.make_sampler: hf or vllm) in that precision's rollout dtype, and the
+sampled tokens are scored by the trainer's own path in its dtype: grpo_studio.engine.policy_loader.load_policy
+(LoRA/full FT, fp8 patching), grpo_studio.engine.batching.join_prompt_completion (the trainer's batch
+layout), grpo_studio.engine.policy_loader.autocast and grpo_studio.engine.logprobs.token_logprobs at the sampler's temperature.
+The mismatch metrics are grpo_studio.engine.mismatch.mismatch_metrics(μ, π, mask), exactly what a
 training step logs for its first step (before any update).
 
     name          trainer (model.dtype)        rollout (rollout.dtype)
@@ -50,7 +50,7 @@ SHOWN = {  # metric -> column header
 
 
 def _parser():
-    from engine.cliparse import OneLineParser
+    from grpo_studio.cli.parser import OneLineParser
 
     p = OneLineParser(prog="grpo-studio bench mismatch",
                       description="rollout/train mismatch per precision on the same prompts and seeds")
@@ -71,7 +71,7 @@ def _parser():
 
 
 def parse_dtypes(text: str) -> list[str]:
-    from engine.config import ConfigError
+    from grpo_studio.engine.contract.config import ConfigError
 
     names = [n.strip() for n in text.split(",") if n.strip()]
     if not names:
@@ -90,7 +90,7 @@ def parse_dtypes(text: str) -> list[str]:
 def precision_config(name: str, *, backend: str = "hf", model: str | None = None, recipe: str = "tiny-arith",
                      lora_rank: int = 0, max_tokens: int = 8, generations: int = 4, seed: int = 0, overrides=()):
     """The Config a training run in precision `name` would use (the recipe + the precision's dtypes)."""
-    from engine import config
+    from grpo_studio.engine.contract import config
 
     model_dtype, rollout_dtype = PRECISIONS[name]
     sets = [f"model.lora_rank={lora_rank}", *overrides, f"model.dtype={model_dtype}",
@@ -106,21 +106,21 @@ def measure_one(cfg, prompt_ids: list[list[int]], seed: int) -> dict:
     """Sample `prompt_ids` with cfg's rollout backend, score the samples with cfg's trainer, return metrics."""
     import torch
 
-    from engine import model as modeling
-    from engine.batching import join_prompt_completion
-    from engine.logprobs import token_logprobs
-    from engine.mismatch import mismatch_metrics
-    from engine.precision import effective_precisions
-    from engine.rollout import Sampling, make_backend
+    from grpo_studio.engine import policy_loader
+    from grpo_studio.engine.batching import join_prompt_completion
+    from grpo_studio.engine.logprobs import token_logprobs
+    from grpo_studio.engine.mismatch import mismatch_metrics
+    from grpo_studio.engine.precision import effective_precisions
+    from grpo_studio.engine.sampler import Sampling, make_sampler
 
     r = cfg.rollout
-    path = modeling.resolve_model_path(cfg.model.name)
-    tokenizer = modeling.load_tokenizer(path)
-    dev = modeling.device()
+    path = policy_loader.resolve_model_path(cfg.model.name)
+    tokenizer = policy_loader.load_tokenizer(path)
+    dev = policy_loader.device()
     sampling = Sampling(n=r.num_generations, max_tokens=r.max_completion_len, temperature=r.temperature,
                         top_p=r.top_p, top_k=r.top_k, seed=seed)
     t0 = time.perf_counter()
-    backend = make_backend(cfg, path, tokenizer)
+    backend = make_sampler(cfg, path, tokenizer)
     try:
         out = backend.generate(prompt_ids, sampling)
     finally:
@@ -131,10 +131,10 @@ def measure_one(cfg, prompt_ids: list[list[int]], seed: int) -> dict:
     # The trainer side, as Trainer.step scores a rollout (before the first update).
     t1 = time.perf_counter()
     torch.manual_seed(cfg.train.seed)
-    policy = modeling.load_policy(cfg, path).to(dev)
+    policy = policy_loader.load_policy(cfg, path).to(dev)
     input_ids, attention = join_prompt_completion(prompt_ids, out.completion_ids, r.num_generations,
                                                   tokenizer.pad_token_id, dev)
-    with torch.no_grad(), modeling.autocast(cfg):
+    with torch.no_grad(), policy_loader.autocast(cfg):
         logps, _ = token_logprobs(policy, input_ids, attention, out.completion_ids.shape[1], r.temperature)
     del policy
     t_train = time.perf_counter() - t1
@@ -149,9 +149,9 @@ def measure_one(cfg, prompt_ids: list[list[int]], seed: int) -> dict:
 
 def prompts_for(cfg, n: int, seed: int) -> list[list[int]]:
     """The first n prompts of the recipe's seeded training stream, tokenized as Trainer.step does."""
-    from engine import data, model as modeling
+    from grpo_studio.engine import data, policy_loader
 
-    tokenizer = modeling.load_tokenizer(modeling.resolve_model_path(cfg.model.name))
+    tokenizer = policy_loader.load_tokenizer(policy_loader.resolve_model_path(cfg.model.name))
     rows = data.PromptStream(data.load_rows(cfg.data, "train"), seed).take(n)
     texts = [data.prompt_text(row, cfg.data, tokenizer) for row in rows]
     return [tokenizer.encode(t, add_special_tokens=False)[-cfg.rollout.max_prompt_len:] for t in texts]
@@ -161,7 +161,7 @@ def run(names: list[str], *, backend: str = "hf", model: str | None = None, reci
         lora_rank: int = 0, prompts: int = 64, generations: int = 4, max_tokens: int = 8, seed: int = 0, overrides=(),
         progress=None) -> dict:
     """Measure every precision in `names` on the same prompts and seed. Returns the JSON report."""
-    from engine.config import ConfigError
+    from grpo_studio.engine.contract.config import ConfigError
 
     cfgs = {n: precision_config(n, backend=backend, model=model, recipe=recipe, lora_rank=lora_rank,
                                 max_tokens=max_tokens,
@@ -248,7 +248,7 @@ def print_table(report: dict) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    from engine.config import ConfigError
+    from grpo_studio.engine.contract.config import ConfigError
 
     try:
         names = parse_dtypes(args.dtypes)

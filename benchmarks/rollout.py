@@ -43,7 +43,7 @@ def _args(argv):
 
 
 def _config(a):
-    from engine.config import Config
+    from grpo_studio.engine.contract.config import Config
 
     cfg = Config()
     cfg.model.name, cfg.model.dtype = a.model, a.dtype
@@ -55,14 +55,14 @@ def _config(a):
 
 
 def _prompts(tokenizer, count):
-    from engine import arith
+    from grpo_studio.engine import arith
 
     rows = arith.rows("train")[:count]
     return [tokenizer.encode(r["prompt"], add_special_tokens=False) for r in rows]
 
 
 def _measure(backend, prompts, a) -> dict:
-    from engine.rollout import Sampling
+    from grpo_studio.engine.sampler import Sampling
 
     def run(seed):
         out = backend.generate(prompts, Sampling(n=a.n, max_tokens=a.max_tokens, temperature=a.temperature, seed=seed))
@@ -85,12 +85,12 @@ def _lora_sync(cfg, model_path, tokenizer, prompts, a) -> dict:
     from vllm.inputs import TokensPrompt
     from vllm.lora.request import LoRARequest
 
-    from engine import model as modeling
-    from engine.rollout.vllm_backend import VLLMBackend
-    from engine.weights import export_weights
+    from grpo_studio.engine import policy_loader
+    from grpo_studio.engine.sampler.vllm_backend import VLLMBackend
+    from grpo_studio.engine.weights import export_weights
 
     cfg.model.lora_rank = 8
-    policy = modeling.load_policy(cfg, model_path)
+    policy = policy_loader.load_policy(cfg, model_path)
     params = [p for p in policy.parameters() if p.requires_grad]
 
     def fake_step():  # an update of every LoRA matrix, as an optimizer step makes
@@ -147,7 +147,7 @@ def _random_model(spec: str) -> str:
     import importlib.util
     from pathlib import Path
 
-    from engine.config import ConfigError
+    from grpo_studio.engine.contract.config import ConfigError
 
     try:
         layers, hidden = (int(x) for x in spec.removeprefix("random:").split("x"))
@@ -172,16 +172,16 @@ def _random_model(spec: str) -> str:
 
 
 def _sampling(a, seed):
-    from engine.rollout import Sampling
+    from grpo_studio.engine.sampler import Sampling
 
     return Sampling(n=a.n, max_tokens=a.max_tokens, temperature=a.temperature, seed=seed)
 
 
 def main(argv: list[str]) -> int:
     a = _args(argv)
-    from engine.config import ConfigError
-    from engine.model import load_tokenizer, resolve_model_path
-    from engine.rollout import vllm_backend
+    from grpo_studio.engine.contract.config import ConfigError
+    from grpo_studio.engine.policy_loader import load_tokenizer, resolve_model_path
+    from grpo_studio.engine.sampler import vllm_backend
 
     problem = vllm_backend.unavailable_reason()
     if problem:
@@ -194,7 +194,7 @@ def main(argv: list[str]) -> int:
         return 2
     import torch
 
-    from engine.rollout.hf import HFBackend
+    from grpo_studio.engine.sampler.hf import HFBackend
 
     cfg = _config(a)
     tokenizer = load_tokenizer(model_path)

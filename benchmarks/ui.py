@@ -26,8 +26,8 @@ CHILD = r"""
 import sys, time
 t0 = float(sys.argv[1])
 import asyncio
-from studio import hardware
-from studio.app import StudioApp
+from grpo_studio.studio import hardware
+from grpo_studio.studio.app import StudioApp
 async def main():
     app = StudioApp(live_hardware=False)
     async with app.run_test(size=(120, 40)) as pilot:
@@ -53,9 +53,9 @@ def first_frame_s(repeats: int) -> list[float]:
 
 
 async def _refresh_ms(run_dir: Path, repeats: int) -> list[float]:
-    from studio.app import StudioApp
-    from studio.charts import MetricChart
-    from studio.demo import metrics_row
+    from grpo_studio.studio.app import StudioApp
+    from grpo_studio.studio.charts import MetricChart
+    from grpo_studio.studio.demo import metrics_row
     import random
 
     app = StudioApp(live_hardware=False, poll_s=3600)
@@ -80,7 +80,7 @@ async def _refresh_ms(run_dir: Path, repeats: int) -> list[float]:
 
 
 def refresh_ms(steps: int, repeats: int) -> list[float]:
-    from studio.demo import write_run
+    from grpo_studio.studio.demo import write_run
 
     with tempfile.TemporaryDirectory() as tmp:
         run = write_run(Path(tmp) / "bench", steps, total=steps + 1000, state="running")

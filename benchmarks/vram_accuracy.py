@@ -1,7 +1,7 @@
 """`grpo-studio bench vram-accuracy`: the accurate-mode estimate against real training steps.
 
 For each configuration a tiny model is built from a transformers config (Llama, Qwen3, Gemma3),
-loaded through the engine (engine/model.py), and one GRPO-shaped step runs through the engine's
+loaded through the engine (engine/policy_loader.py), and one GRPO-shaped step runs through the engine's
 own log-prob path (engine/logprobs.py), a policy-gradient loss, backward and AdamW. Measured:
 
   weights            bytes of every parameter storage
@@ -15,7 +15,7 @@ own log-prob path (engine/logprobs.py), a policy-gradient loss, backward and Ada
                      follows every storage an op returns until it is freed) plus what lived before
 
 On CUDA the peak is torch.cuda.max_memory_allocated (UNTESTED: no GPU was available when
-this was written). The estimate is engine.vram in accurate mode with device="cpu" (no CUDA
+this was written). The estimate is grpo_studio.engine.contract.vram in accurate mode with device="cpu" (no CUDA
 context/margin rows) or "cuda".
 """
 
@@ -105,13 +105,13 @@ class LiveBytes:
 def measure(case: Case, folder: str) -> dict:
     import torch
 
-    from engine import model as modeling
-    from engine.logprobs import token_logprobs
+    from grpo_studio.engine import policy_loader
+    from grpo_studio.engine.logprobs import token_logprobs
 
     cfg = _config(case)
     cfg.model.name = folder
-    policy = modeling.load_policy(cfg, folder)
-    dev = modeling.device()
+    policy = policy_loader.load_policy(cfg, folder)
+    dev = policy_loader.device()
     policy.to(dev)
     policy.train()   # HF checkpoints layers only in train mode (the engine's trainer does not call .train())
     params = [p for p in policy.parameters()]
@@ -131,7 +131,7 @@ def measure(case: Case, folder: str) -> dict:
 
     def step(hooks=None):
         optimizer.zero_grad(set_to_none=True)
-        with modeling.autocast(cfg):
+        with policy_loader.autocast(cfg):
             if hooks is None:
                 logps, _ = token_logprobs(policy, ids, attention, case.completion)
             else:
@@ -182,7 +182,7 @@ def measure(case: Case, folder: str) -> dict:
         policy.base_model.model.gradient_checkpointing_disable() if case.lora_rank else \
             policy.gradient_checkpointing_disable()
         saved.clear()
-        with modeling.autocast(cfg), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        with policy_loader.autocast(cfg), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
             token_logprobs(policy, ids, attention, case.completion)
         one = max(v for k, v in _sum_tags(saved).items() if k.startswith("L"))
         activations += one
@@ -201,10 +201,10 @@ def _logits_peak(policy, cfg, ids, attention, completion: int, adv) -> int:
 
     import torch
 
-    from engine import model as modeling
-    from engine.logprobs import token_logprobs
+    from grpo_studio.engine import policy_loader
+    from grpo_studio.engine.logprobs import token_logprobs
 
-    with torch.no_grad(), modeling.autocast(cfg):
+    with torch.no_grad(), policy_loader.autocast(cfg):
         hidden = policy.get_decoder()(input_ids=ids, attention_mask=attention).last_hidden_state
     hidden = hidden.detach().requires_grad_(True)
     head = policy.get_output_embeddings()
@@ -213,7 +213,7 @@ def _logits_peak(policy, cfg, ids, attention, completion: int, adv) -> int:
         return types.SimpleNamespace(logits=head(hidden[:, -logits_to_keep:]))
 
     tracker = LiveBytes()
-    with tracker.mode, modeling.autocast(cfg):
+    with tracker.mode, policy_loader.autocast(cfg):
         logps, _ = token_logprobs(fake_model, ids, attention, completion)
         (-(logps * adv).mean()).backward()
     return tracker.peak - hidden.grad.untyped_storage().nbytes() if hidden.grad is not None else tracker.peak
@@ -241,7 +241,7 @@ def _persistent(params, optimizer, grads: bool = False):
 
 
 def _config(case: Case):
-    from engine.config import Config
+    from grpo_studio.engine.contract.config import Config
 
     cfg = Config()
     cfg.model.dtype, cfg.model.lora_rank = case.dtype, case.lora_rank
@@ -252,7 +252,7 @@ def _config(case: Case):
 
 
 def estimate(case: Case, folder: str, device: str) -> dict:
-    from engine import model_card, vram
+    from grpo_studio.engine.contract import model_card, vram
 
     card = model_card.load(folder)
     est = vram.estimate(card, _config(case), "accurate", device=device)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from engine.runlog import CHECKPOINTS
+from grpo_studio.engine.contract.rundir import CHECKPOINTS
 
 STATE = "trainer_state.pt"
 

@@ -22,8 +22,8 @@ import json
 import random
 from pathlib import Path
 
-from engine import arith
-from engine.config import ConfigError, DataConfig
+from grpo_studio.engine import arith
+from grpo_studio.engine.contract.config import ConfigError, DataConfig
 
 EVAL_SEED = 1234
 FILE_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet")
@@ -136,7 +136,7 @@ def _prompt_column(data: DataConfig, rows: list[dict]) -> str:
 
 
 def system_prompt(data: DataConfig, gsm8k: bool) -> str:
-    from engine.rewards.builtin import SYSTEM_PROMPT
+    from grpo_studio.engine.rewards.builtin import SYSTEM_PROMPT
 
     if data.system_prompt == "auto":
         return SYSTEM_PROMPT if gsm8k else ""

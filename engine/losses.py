@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from engine.config import AlgoConfig, ConfigError
+from grpo_studio.engine.contract.config import AlgoConfig, ConfigError
 
 SEQ_LOG_RATIO_MAX = 20.0  # sequence-level log ρ is capped here (ρ ≤ 4.9e8) so plain IS cannot overflow
 

@@ -191,7 +191,7 @@ def dlogp_histogram(rollout_logps: Tensor, train_logps: Tensor, mask: Tensor | N
     }
 
 
-def _self_check() -> None:  # pragma: no cover - handy from a shell: python -m engine.mismatch
+def _self_check() -> None:  # pragma: no cover - handy from a shell: python -m grpo_studio.engine.mismatch
     mu = torch.tensor([[-1.0, -2.0, 0.0], [-0.5, 0.0, 0.0]])
     pi = torch.tensor([[-1.1, -2.0, 0.0], [-0.3, 0.0, 0.0]])
     mask = torch.tensor([[1, 1, 0], [1, 0, 0]], dtype=torch.bool)

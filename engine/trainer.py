@@ -18,23 +18,23 @@ import time
 
 import torch
 
-from engine import checkpoint, data, model as modeling, rewards as reward_lib
-from engine.advantages import compute_advantages
-from engine.batching import join_prompt_completion
-from engine.config import Config, save as save_config
-from engine.logprobs import token_logprobs
-from engine.losses import LossInputs, policy_loss
-from engine.mismatch import dlogp_histogram, mismatch_metrics
-from engine.precision import LossScaler, precision_warning
-from engine.rollout import Sampling, make_backend
-from engine.runlog import CONFIG, RunWriter
-from engine.weights import export_weights
+from grpo_studio.engine import checkpoint, data, policy_loader, rewards as reward_lib
+from grpo_studio.engine.advantages import compute_advantages
+from grpo_studio.engine.batching import join_prompt_completion
+from grpo_studio.engine.contract.config import Config, save as save_config
+from grpo_studio.engine.logprobs import token_logprobs
+from grpo_studio.engine.losses import LossInputs, policy_loss
+from grpo_studio.engine.mismatch import dlogp_histogram, mismatch_metrics
+from grpo_studio.engine.precision import LossScaler, precision_warning
+from grpo_studio.engine.sampler import Sampling, make_sampler
+from grpo_studio.engine.contract.rundir import CONFIG, RunWriter
+from grpo_studio.engine.weights import export_weights
 
 
 class Trainer:
     def __init__(self, cfg: Config, run_dir, resume: bool = False):
         self.cfg, self.resume = cfg, resume
-        self.log = RunWriter(run_dir)
+        self.rundir = RunWriter(run_dir)
         self.stop_requested = False
         torch.manual_seed(cfg.train.seed)
 
@@ -43,16 +43,16 @@ class Trainer:
         self.reward_weights = torch.tensor(cfg.rewards.weights or [1.0] * len(self.reward_fns))
         self.prompts = data.PromptStream(data.load_rows(cfg.data, "train"), cfg.train.seed)
         self.eval_rows = data.load_rows(cfg.data, "eval")
-        self.model_path = modeling.resolve_model_path(cfg.model.name)
-        self.tokenizer = modeling.load_tokenizer(self.model_path)
-        self.device = modeling.device()
-        self.policy = modeling.load_policy(cfg, self.model_path).to(self.device)
+        self.model_path = policy_loader.resolve_model_path(cfg.model.name)
+        self.tokenizer = policy_loader.load_tokenizer(self.model_path)
+        self.device = policy_loader.device()
+        self.policy = policy_loader.load_policy(cfg, self.model_path).to(self.device)
         self.policy.train()  # transformers only checkpoints activations in train mode
         self.params = [p for p in self.policy.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(self.params, lr=cfg.train.lr, weight_decay=cfg.train.weight_decay)
         self.schedule = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_factor)
         self.scaler = LossScaler.from_config(cfg)  # enabled for fp16; elsewhere it only skips NaN steps
-        self.rollout = make_backend(cfg, self.model_path, self.tokenizer, emit_event=self.log.event)
+        self.sampler = make_sampler(cfg, self.model_path, self.tokenizer, emit_event=self.rundir.event)
         self.step_no = 0
         self.reference = None
 
@@ -79,8 +79,8 @@ class Trainer:
         # 1. Rollout: G completions per prompt, with μ = the sampler's per-token log-probs.
         sampling = Sampling(n=r.num_generations, max_tokens=r.max_completion_len, temperature=r.temperature,
                             top_p=r.top_p, top_k=r.top_k, seed=cfg.train.seed * 1_000_003 + self.step_no)
-        out = self.rollout.generate(prompt_ids, sampling)
-        self.rollout.sleep()  # colocated vLLM frees its memory for training; it wakes on the next generate
+        out = self.sampler.generate(prompt_ids, sampling)
+        self.sampler.sleep()  # colocated vLLM frees its memory for training; it wakes on the next generate
         mask = out.mask.to(self.device)
         texts = self.tokenizer.batch_decode(out.completion_ids, skip_special_tokens=True)
 
@@ -105,10 +105,10 @@ class Trainer:
 
         # 5. Rollout/train mismatch over completion tokens (before the update changes π).
         mismatch = mismatch_metrics(out.logprobs, logps.cpu(), out.mask)
-        self.log.histogram({"step": self.step_no + 1, **dlogp_histogram(out.logprobs, logps.cpu(), out.mask)})
+        self.rundir.histogram({"step": self.step_no + 1, **dlogp_histogram(out.logprobs, logps.cpu(), out.mask)})
 
         # 6. The rollout engine samples the new policy from the next step on.
-        self.rollout.load_weights(export_weights(self.policy))
+        self.sampler.load_weights(export_weights(self.policy))
         self.step_no += 1
         t_total = time.perf_counter() - t0
 
@@ -142,7 +142,7 @@ class Trainer:
                 return token_logprobs(self.policy, input_ids, attention, completion_len,
                                       self.cfg.rollout.temperature, logits_chunk=self.cfg.model.logits_chunk)[0]
         if self.reference is None:  # full fine-tune: a frozen copy of the starting weights
-            self.reference = modeling.load_policy(self.cfg, self.model_path).to(self.device)  # same numerics
+            self.reference = policy_loader.load_policy(self.cfg, self.model_path).to(self.device)  # same numerics
             self.reference.requires_grad_(False)
         return token_logprobs(self.reference, input_ids, attention, completion_len, self.cfg.rollout.temperature,
                               logits_chunk=self.cfg.model.logits_chunk)[0]
@@ -161,7 +161,7 @@ class Trainer:
         logps_all, total, metrics = [], 0.0, {}
         for start in range(0, B, size):
             rows = slice(start, min(start + size, B))
-            with modeling.autocast(cfg), modeling.offload_activations(cfg):
+            with policy_loader.autocast(cfg), policy_loader.offload_activations(cfg):
                 logps, entropy = token_logprobs(self.policy, input_ids[rows], attention[rows], T,
                                                 cfg.rollout.temperature, with_entropy=True,
                                                 logits_chunk=cfg.model.logits_chunk)
@@ -185,7 +185,7 @@ class Trainer:
         if stepped:
             self.schedule.step()  # a skipped step does not advance the LR schedule (as HF Trainer)
         else:
-            self.log.event("skipped_step", f"non-finite gradients at step {self.step_no + 1}: step skipped, "
+            self.rundir.event("skipped_step", f"non-finite gradients at step {self.step_no + 1}: step skipped, "
                            f"loss scale now {self.scaler.get_scale():g}", step=self.step_no + 1)
         return grad_norm
 
@@ -207,12 +207,12 @@ class Trainer:
         return out
 
     def _reward_error(self, name: str, message: str, index, **fields) -> None:
-        self.log.event("reward_error", f"reward {name!r} failed: {message}", function=name, sample=index,
+        self.rundir.event("reward_error", f"reward {name!r} failed: {message}", function=name, sample=index,
                        step=self.step_no + 1, **fields)
 
     def _write_samples(self, prompts, texts, table, advantages) -> None:
         names = [n for n, _ in self.reward_fns]
-        self.log.samples([
+        self.rundir.samples([
             {"step": self.step_no, "prompt": p, "completion": c, "advantage": a,
              "rewards": {n: (None if math.isnan(v) else v) for n, v in zip(names, row)}}
             for p, c, row, a in zip(prompts, texts, table, advantages.tolist())
@@ -225,7 +225,7 @@ class Trainer:
         rows = self.eval_rows[:limit] if limit else self.eval_rows
         texts = [data.prompt_text(row, self.cfg.data, self.tokenizer) for row in rows]
         ids = [self.tokenizer.encode(t, add_special_tokens=False)[-self.cfg.rollout.max_prompt_len:] for t in texts]
-        out = self.rollout.generate(ids, Sampling(n=1, max_tokens=self.cfg.rollout.max_completion_len,
+        out = self.sampler.generate(ids, Sampling(n=1, max_tokens=self.cfg.rollout.max_completion_len,
                                                   temperature=self.cfg.rollout.temperature, seed=10_007))
         completions = self.tokenizer.batch_decode(out.completion_ids, skip_special_tokens=True)
         table = self._score(self.reward_fns[:1], rows, 1, completions)
@@ -234,61 +234,61 @@ class Trainer:
     # ---- the run ----------------------------------------------------------------------------
     def run(self, progress=None) -> str:
         """Train to train.steps or until asked to stop. Returns 'finished' or 'stopped'."""
-        self.log.acquire()
+        self.rundir.acquire()
         try:
             with _stop_on_signals(self):  # from here to the last checkpoint a stop is graceful
                 return self._run(progress)
         except BaseException as err:
-            self.log.event("crashed", f"{type(err).__name__}: {err}", step=self.step_no)
+            self.rundir.event("crashed", f"{type(err).__name__}: {err}", step=self.step_no)
             raise
         finally:
-            self.log.release()
+            self.rundir.release()
 
     def _run(self, progress) -> str:
         cfg = self.cfg
         if self.resume:
             self._restore()
         else:
-            save_config(cfg, self.log.dir / CONFIG)
+            save_config(cfg, self.rundir.dir / CONFIG)
         warning = precision_warning(cfg.model.dtype, cfg.rollout_dtype, cfg.precision.fp8_flow)
         if warning:
-            self.log.event("warning", warning)
+            self.rundir.event("warning", warning)
             if progress:
                 progress.warn(warning)
-        self.log.event("started", f"{'resumed at' if self.resume else 'starting'} step {self.step_no}",
+        self.rundir.event("started", f"{'resumed at' if self.resume else 'starting'} step {self.step_no}",
                        total_steps=cfg.train.steps, pid=os.getpid())
         while self.step_no < cfg.train.steps and not self.stop_requested:
             row = self.step()
             if cfg.train.eval_every and self.step_no % cfg.train.eval_every == 0:
                 row["eval/accuracy"] = self.evaluate()
-            self.log.metrics(row)
+            self.rundir.metrics(row)
             if progress:
                 progress.update(row)
             if cfg.train.save_every and self.step_no % cfg.train.save_every == 0:
                 self._save()
         self._save()
         state = "stopped" if self.stop_requested and self.step_no < cfg.train.steps else "finished"
-        self.log.event(state, f"{state} at step {self.step_no}", step=self.step_no)
+        self.rundir.event(state, f"{state} at step {self.step_no}", step=self.step_no)
         return state
 
     def close(self) -> None:
         """Release the rollout engine (vLLM holds memory and threads)."""
-        self.rollout.close()
+        self.sampler.close()
 
     def _save(self) -> None:
-        path = checkpoint.save(self.log.dir, self.step_no, self.policy, self.optimizer, self.schedule,
+        path = checkpoint.save(self.rundir.dir, self.step_no, self.policy, self.optimizer, self.schedule,
                                self.scaler, self.prompts.state())
         if path is not None:
-            self.log.event("checkpoint", f"saved {path.name}", step=self.step_no, path=str(path))
+            self.rundir.event("checkpoint", f"saved {path.name}", step=self.step_no, path=str(path))
 
     def _restore(self) -> None:
-        state = checkpoint.load_latest(self.log.dir, self.policy, self.optimizer, self.schedule, self.scaler)
+        state = checkpoint.load_latest(self.rundir.dir, self.policy, self.optimizer, self.schedule, self.scaler)
         if state is None:
             return
         self.step_no = state["step"]
         self.prompts.restore(state["data_cursor"])
-        self.log.truncate_metrics_after(self.step_no)
-        self.rollout.load_weights(export_weights(self.policy))
+        self.rundir.truncate_metrics_after(self.step_no)
+        self.sampler.load_weights(export_weights(self.policy))
 
 
 @contextlib.contextmanager

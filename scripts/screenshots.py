@@ -21,11 +21,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from engine import config as cfgmod  # noqa: E402
-from engine import paths, runlog  # noqa: E402
-from studio import hardware, launcher  # noqa: E402
-from studio.app import StudioApp  # noqa: E402
-from studio.demo import write_run  # noqa: E402
+from grpo_studio.engine.contract import config as cfgmod  # noqa: E402
+from grpo_studio.engine.contract import bundled, rundir  # noqa: E402
+from grpo_studio.studio import hardware, launcher  # noqa: E402
+from grpo_studio.studio.app import StudioApp  # noqa: E402
+from grpo_studio.studio.demo import write_run  # noqa: E402
 
 OUT = ROOT / "screenshots"
 RUN_SETS = ["train.steps=20", "train.prompts_per_step=4", "rollout.num_generations=4", "train.save_every=0"]
@@ -58,7 +58,7 @@ def real_runs(model: str, root: Path) -> tuple[Path, Path]:
 
 
 def steps_done(run_dir: Path) -> int:
-    row = runlog.last_metrics_row(run_dir) or {}
+    row = rundir.last_metrics_row(run_dir) or {}
     return int(row.get("step", 0))
 
 
@@ -70,7 +70,7 @@ def main(argv: list[str]) -> int:
     args = p.parse_args(argv)
     OUT.mkdir(exist_ok=True)
     hardware.gpus = lambda: []  # the same "no GPU" panel wherever the script runs
-    model = args.model or ("tiny-arith" if paths.bundled_model("tiny-arith") else None)
+    model = args.model or ("tiny-arith" if bundled.bundled_model("tiny-arith") else None)
     tmp = Path(tempfile.mkdtemp(prefix="grpo-shots-"))
     root = tmp / "runs"
     shots: list[Path] = []
@@ -114,7 +114,7 @@ def main(argv: list[str]) -> int:
 
     if model and not args.demo:
         deadline = time.monotonic() + 1200
-        while any(runlog.run_state(r).state == "running" for r in (bf16, fp16)) and time.monotonic() < deadline:
+        while any(rundir.run_state(r).state == "running" for r in (bf16, fp16)) and time.monotonic() < deadline:
             time.sleep(2)
 
     async def compare(pilot):

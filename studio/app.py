@@ -17,11 +17,11 @@ from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.screen import Screen
 
-from engine import config as cfgmod
-from engine.cliparse import OneLineParser
-from engine.config import Config, ConfigError
-from studio import launcher
-from studio.keymap import load_keymap
+from grpo_studio.engine.contract import config as cfgmod
+from grpo_studio.cli.parser import OneLineParser
+from grpo_studio.engine.contract.config import Config, ConfigError
+from grpo_studio.studio import launcher
+from grpo_studio.studio.keymap import load_keymap
 
 DEFAULT_RECIPE = "tiny-arith"
 
@@ -56,7 +56,7 @@ class StudioApp(App):
             self.set_keymap(keymap)
         if error:
             self.notify(error, severity="error")
-        from studio.setup_screen import SetupScreen
+        from grpo_studio.studio.setup_screen import SetupScreen
 
         self.setup_screen = SetupScreen(self.cfg, self.source)
         self.push_screen(self.setup_screen)
@@ -96,19 +96,19 @@ class StudioApp(App):
             self.pop_screen()
 
     def action_show_runs(self, mark: Path | None = None) -> None:
-        from studio.runs_screen import RunsScreen
+        from grpo_studio.studio.runs_screen import RunsScreen
 
         if isinstance(self.screen, RunsScreen):
             return
         self.push_screen(RunsScreen(self.runs_root, mark=mark))
 
     def open_run(self, run_dir: Path) -> None:
-        from studio.dashboard import DashboardScreen
+        from grpo_studio.studio.dashboard import DashboardScreen
 
         self.push_screen(DashboardScreen(Path(run_dir), poll_s=self.poll_s, live_hardware=self.live_hardware))
 
     def compare_runs(self, run_dirs: list[Path]) -> None:
-        from studio.compare import CompareScreen
+        from grpo_studio.studio.compare import CompareScreen
 
         self.push_screen(CompareScreen(run_dirs))
 
@@ -121,7 +121,7 @@ class StudioApp(App):
         return run_dir
 
     def duplicate_run(self, run_dir: Path) -> None:
-        from studio.dialogs import Confirm
+        from grpo_studio.studio.dialogs import Confirm
 
         try:
             cfg, dtype = launcher.duplicate_with_dtype(Path(run_dir))
@@ -138,7 +138,7 @@ class StudioApp(App):
 
     def export_report(self, run_dir: Path) -> None:
         def work() -> None:
-            from studio import report
+            from grpo_studio.studio import report
 
             out = report.export(Path(run_dir))
             self.call_from_thread(self.notify, f"report written: {out}/index.html")
@@ -148,8 +148,8 @@ class StudioApp(App):
     # ---- command palette --------------------------------------------------------------------
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
-        from studio.dashboard import DashboardScreen
-        from studio.setup_screen import SetupScreen
+        from grpo_studio.studio.dashboard import DashboardScreen
+        from grpo_studio.studio.setup_screen import SetupScreen
 
         yield SystemCommand("Runs", "List runs: open, compare, A/B precision", self.action_show_runs)
         yield SystemCommand("Setup", "Back to the setup screen", self.action_show_setup)
@@ -216,9 +216,9 @@ def resolve_run(run: str, runs_root: Path) -> Path:
     for candidate in (path, runs_root / run):
         if candidate.is_dir():
             return candidate
-    from engine import runlog
+    from grpo_studio.engine.contract import rundir
 
-    names = [r.name for r in runlog.list_runs(runs_root)][:8]
+    names = [r.name for r in rundir.list_runs(runs_root)][:8]
     raise ConfigError(f"attach error: run {run!r} not found (not a folder, not under {runs_root}/)"
                       + (f"; runs: {', '.join(names)}" if names else ""))
 

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 
 from textual_plotext import PlotextPlot
 
+from grpo_studio.engine.contract.metrics import fmt  # noqa: F401  (re-exported for the panels)
+
 # Named colours plotext maps onto the 16-colour palette, so charts read in plain terminals too.
 COLORS = ["cyan", "magenta", "green", "yellow", "blue", "red", "white"]
 
@@ -47,15 +49,6 @@ def ema(ys: list[float], alpha: float = 0.1) -> list[float]:
 
 def log10(ys: list[float], floor: float = 1e-18) -> list[float]:
     return [math.log10(max(y, floor)) for y in ys]
-
-
-def fmt(value: float | None) -> str:
-    if value is None or (isinstance(value, float) and not math.isfinite(value)):
-        return "–"
-    a = abs(value)
-    if a != 0 and (a < 1e-3 or a >= 1e5):
-        return f"{value:.2e}"
-    return f"{value:.4g}"
 
 
 class MetricChart(PlotextPlot):

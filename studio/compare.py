@@ -11,9 +11,9 @@ from textual.containers import Grid
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Static
 
-from studio.charts import COLORS, Line, MetricChart, fmt
-from studio.panels import PANELS
-from studio.rundata import RunData
+from grpo_studio.studio.charts import COLORS, Line, MetricChart, fmt
+from grpo_studio.studio.panels import PANELS
+from grpo_studio.studio.rundata import RunData
 
 COMPARE_PANELS = ["reward", "k3", "loss", "dp_max"]
 

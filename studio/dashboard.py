@@ -14,11 +14,11 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Label, ProgressBar, RichLog, Static, TabbedContent, TabPane
 
-from studio import hardware, launcher
-from studio.charts import MetricChart, fmt
-from studio.dialogs import Confirm
-from studio.panels import PANELS, TABS, histogram_bars
-from studio.rundata import RunData
+from grpo_studio.studio import hardware, launcher
+from grpo_studio.studio.charts import MetricChart, fmt
+from grpo_studio.studio.dialogs import Confirm
+from grpo_studio.studio.panels import PANELS, TABS, histogram_bars
+from grpo_studio.studio.rundata import RunData
 
 EVENT_STYLE = {"warning": "yellow", "skipped_step": "yellow", "reward_error": "red", "crashed": "bold red",
                "stopped": "bold yellow", "finished": "bold green", "started": "bold cyan", "checkpoint": "green"}
@@ -111,7 +111,7 @@ class DashboardScreen(Screen):
 
     def _estimate(self) -> None:
         try:
-            from studio import vram_adapter
+            from grpo_studio.studio import vram_adapter
 
             cfg = launcher.load_run_config(self.run.dir)
             plan = vram_adapter.plan(cfg, "accurate", solve=False)

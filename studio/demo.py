@@ -11,8 +11,8 @@ import random
 import time
 from pathlib import Path
 
-from engine import config as cfgmod
-from engine import runlog
+from grpo_studio.engine.contract import config as cfgmod
+from grpo_studio.engine.contract import rundir
 
 EDGES = [10.0 ** (-9 + i / 4) for i in range(37)]
 
@@ -62,14 +62,14 @@ def write_run(run_dir: Path, steps: int, total: int | None = None, dtype: str = 
     run_dir.mkdir(parents=True, exist_ok=True)
     total = total or steps
     cfg = cfgmod.load("tiny-arith", [f"model.dtype={dtype}", f"train.steps={total}"])
-    cfgmod.save(cfg, run_dir / runlog.CONFIG)
+    cfgmod.save(cfg, run_dir / rundir.CONFIG)
     rng = random.Random(seed)
-    with open(run_dir / runlog.METRICS, "w") as fh:
+    with open(run_dir / rundir.METRICS, "w") as fh:
         for step in range(1, steps + 1):
             fh.write(json.dumps(metrics_row(step, total, dtype, rng, t0)) + "\n")
-    with open(run_dir / runlog.HISTOGRAMS, "w") as fh:
+    with open(run_dir / rundir.HISTOGRAMS, "w") as fh:
         fh.write(json.dumps(histogram_row(steps, dtype)) + "\n")
-    with open(run_dir / runlog.SAMPLES, "w") as fh:
+    with open(run_dir / rundir.SAMPLES, "w") as fh:
         for step in range(max(1, steps - 3), steps + 1):
             for a, b in ((12, 30), (7, 41)):
                 ok = (step + a) % 3 != 0
@@ -84,7 +84,7 @@ def write_run(run_dir: Path, steps: int, total: int | None = None, dtype: str = 
         events.append({"time": t0 + 40, "event": "skipped_step", "message": f"fp16 overflow at step {total // 2}"})
     if state in ("finished", "stopped", "crashed"):
         events.append({"time": t0 + 1.5 * steps, "event": state, "message": f"{state} at step {steps}", "step": steps})
-    with open(run_dir / runlog.EVENTS, "w") as fh:
+    with open(run_dir / rundir.EVENTS, "w") as fh:
         for e in events:
             fh.write(json.dumps(e) + "\n")
     return run_dir

@@ -11,9 +11,9 @@ import sys
 import time
 from pathlib import Path
 
-from engine import config as cfgmod
-from engine import runlog
-from engine.config import Config
+from grpo_studio.engine.contract import config as cfgmod
+from grpo_studio.engine.contract import rundir
+from grpo_studio.engine.contract.config import Config
 
 DEFAULT_RUNS = Path("runs")
 
@@ -38,9 +38,9 @@ def launch(cfg: Config, run_dir: Path) -> subprocess.Popen:
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     setup = run_dir / "setup.toml"
-    runlog.atomic_write_text(setup, cfgmod.to_toml(cfg))
-    log = open(run_dir / runlog.STDOUT, "ab")
-    cmd = [sys.executable, "-m", "studio.cli", "train", str(setup), "--run-dir", str(run_dir)]
+    rundir.atomic_write_text(setup, cfgmod.to_toml(cfg))
+    log = open(run_dir / rundir.STDOUT, "ab")
+    cmd = [sys.executable, "-m", "grpo_studio.cli.main", "train", str(setup), "--run-dir", str(run_dir)]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     try:
         return subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
@@ -53,7 +53,7 @@ def wait_for_pid(run_dir: Path, proc: subprocess.Popen | None = None, timeout: f
     """The trainer's pid once it has written trainer.pid (None if it exited first)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        pid = runlog.read_pid(run_dir)
+        pid = rundir.read_pid(run_dir)
         if pid is not None:
             return pid
         if proc is not None and proc.poll() is not None:
@@ -64,8 +64,8 @@ def wait_for_pid(run_dir: Path, proc: subprocess.Popen | None = None, timeout: f
 
 def stop(run_dir: Path) -> bool:
     """Graceful: SIGTERM to the trainer, which finishes its step, checkpoints and logs `stopped`."""
-    pid = runlog.read_pid(run_dir)
-    if pid is None or not runlog.pid_alive(pid):
+    pid = rundir.read_pid(run_dir)
+    if pid is None or not rundir.pid_alive(pid):
         return False
     os.kill(pid, signal.SIGTERM)
     return True
@@ -73,8 +73,8 @@ def stop(run_dir: Path) -> bool:
 
 def kill(run_dir: Path) -> bool:
     """SIGKILL to the trainer's whole process group (no checkpoint)."""
-    pid = runlog.read_pid(run_dir)
-    if pid is None or not runlog.pid_alive(pid):
+    pid = rundir.read_pid(run_dir)
+    if pid is None or not rundir.pid_alive(pid):
         return False
     try:
         os.killpg(os.getpgid(pid), signal.SIGKILL)
@@ -85,7 +85,7 @@ def kill(run_dir: Path) -> bool:
 
 def load_run_config(run_dir: Path) -> Config:
     """The resolved config of an existing run (config.toml, else the setup.toml the studio wrote)."""
-    for name in (runlog.CONFIG, "setup.toml"):
+    for name in (rundir.CONFIG, "setup.toml"):
         path = Path(run_dir) / name
         if path.is_file():
             return cfgmod.load(str(path))

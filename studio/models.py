@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from engine import paths
+from grpo_studio.engine.contract import bundled
 
 
 def hf_cache_dir() -> Path:
@@ -29,9 +29,9 @@ def cached_models() -> list[str]:
 
 
 def bundled_models() -> list[str]:
-    if not paths.MODELS.is_dir():
+    if not bundled.MODELS.is_dir():
         return []
-    return sorted(p.name for p in paths.MODELS.iterdir() if (p / "config.json").is_file())
+    return sorted(p.name for p in bundled.MODELS.iterdir() if (p / "config.json").is_file())
 
 
 def card_models() -> list[tuple[str, str]]:
@@ -39,7 +39,7 @@ def card_models() -> list[tuple[str, str]]:
     import json
 
     out = []
-    for p in sorted(paths.CARDS.glob("*.json")):
+    for p in sorted(bundled.CARDS.glob("*.json")):
         try:
             out.append((p.stem, json.loads(p.read_text()).get("hf_id") or p.stem))
         except (OSError, ValueError):

@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from studio.charts import Line, ema, fmt
-from studio.rundata import RunData
+from grpo_studio.studio.charts import Line, ema, fmt
+from grpo_studio.studio.rundata import RunData
 
 
 @dataclass

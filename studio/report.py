@@ -6,10 +6,10 @@ import html
 import sys
 from pathlib import Path
 
-from engine.cliparse import OneLineParser
-from studio.charts import ema, fmt
-from studio.panels import PANELS, histogram_bars
-from studio.rundata import RunData
+from grpo_studio.cli.parser import OneLineParser
+from grpo_studio.studio.charts import ema, fmt
+from grpo_studio.studio.panels import PANELS, histogram_bars
+from grpo_studio.studio.rundata import RunData
 
 REPORT_PANELS = ["reward", "k3", "loss", "grad_norm", "entropy", "dp_max", "is", "length", "step_time", "tok_s",
                  "memory", "loss_scale", "kl_ref"]

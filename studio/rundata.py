@@ -12,7 +12,7 @@ import tomllib
 from collections import deque
 from pathlib import Path
 
-from engine import runlog
+from grpo_studio.engine.contract import rundir
 
 STATE_EVENTS = ("started", "finished", "stopped", "crashed")
 
@@ -21,8 +21,8 @@ class RunData:
     def __init__(self, run_dir: Path, max_samples: int = 200, max_events: int = 500):
         self.dir = Path(run_dir)
         self.name = self.dir.name
-        self._tails = {name: runlog.JsonlTail(self.dir / name, max_rows=10**9)
-                       for name in (runlog.METRICS, runlog.EVENTS, runlog.SAMPLES, runlog.HISTOGRAMS)}
+        self._tails = {name: rundir.JsonlTail(self.dir / name, max_rows=10**9)
+                       for name in (rundir.METRICS, rundir.EVENTS, rundir.SAMPLES, rundir.HISTOGRAMS)}
         self.steps: list[int] = []
         self.columns: dict[str, list[float | None]] = {}
         self.times: list[float] = []
@@ -39,7 +39,7 @@ class RunData:
     # ---- reading ----------------------------------------------------------------------------
     def _read_config(self) -> None:
         self.config = {}
-        for name in (runlog.CONFIG, "setup.toml"):  # setup.toml: written by the studio before launch
+        for name in (rundir.CONFIG, "setup.toml"):  # setup.toml: written by the studio before launch
             try:
                 self.config = tomllib.loads((self.dir / name).read_text())
                 break
@@ -77,13 +77,13 @@ class RunData:
 
     def poll(self) -> bool:
         changed = False
-        metrics = self._tails[runlog.METRICS].read_new()
+        metrics = self._tails[rundir.METRICS].read_new()
         if metrics:
-            if not (self.dir / runlog.CONFIG).exists() or not self.config:
+            if not (self.dir / rundir.CONFIG).exists() or not self.config:
                 self._read_config()
             self.add_metrics(metrics)
             changed = True
-        for event in self._tails[runlog.EVENTS].read_new():
+        for event in self._tails[rundir.EVENTS].read_new():
             self.events.append(event)
             kind = event.get("event")
             if kind in STATE_EVENTS:
@@ -92,11 +92,11 @@ class RunData:
                 self.total_steps = event.get("total_steps") or self.total_steps
                 self.start_time = event.get("time")
             changed = True
-        samples = self._tails[runlog.SAMPLES].read_new()
+        samples = self._tails[rundir.SAMPLES].read_new()
         if samples:
             self.samples.extend(samples)
             changed = True
-        hists = self._tails[runlog.HISTOGRAMS].read_new()
+        hists = self._tails[rundir.HISTOGRAMS].read_new()
         if hists:
             self.histogram = hists[-1]
             changed = True
@@ -112,11 +112,11 @@ class RunData:
 
     # ---- derived ----------------------------------------------------------------------------
     def state(self) -> str:
-        pid = runlog.read_pid(self.dir)
-        if pid is not None and runlog.pid_alive(pid):
+        pid = rundir.read_pid(self.dir)
+        if pid is not None and rundir.pid_alive(pid):
             return "running"
         if not self.last_state_event:  # not polled yet: ask the run directory itself
-            return runlog.run_state(self.dir).state
+            return rundir.run_state(self.dir).state
         if self.last_state_event in ("finished", "stopped", "crashed"):
             return self.last_state_event
         return "crashed" if self.last_state_event == "started" else "created"

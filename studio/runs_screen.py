@@ -11,26 +11,9 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 
-from engine import runlog
-from studio.charts import fmt
-from studio.dashboard import STATE_STYLE
-
-
-def run_rows(root: Path) -> list[dict]:
-    rows = []
-    for st in runlog.list_runs(root):
-        last = runlog.last_metrics_row(st.path) or {}
-        try:
-            import tomllib
-
-            cfg = tomllib.loads((st.path / runlog.CONFIG).read_text())
-        except Exception:
-            cfg = {}
-        model = cfg.get("model", {})
-        rows.append({"path": st.path, "name": st.name, "state": st.state, "step": st.step, "total": st.total_steps,
-                     "dtype": model.get("dtype", "?"), "model": model.get("name", "?"),
-                     "reward": last.get("reward/mean"), "k3": last.get("mismatch/k3")})
-    return rows
+from grpo_studio.engine.contract import rundir
+from grpo_studio.studio.charts import fmt
+from grpo_studio.studio.dashboard import STATE_STYLE
 
 
 class RunsScreen(Screen):
@@ -66,7 +49,7 @@ class RunsScreen(Screen):
     def action_reload(self) -> None:
         table = self.query_one(DataTable)
         keep = table.cursor_row
-        self.rows = run_rows(self.root)
+        self.rows = rundir.run_summaries(self.root)
         table.clear()
         for row in self.rows:
             total = f"/{row['total']}" if row["total"] else ""

@@ -13,11 +13,11 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Input, Label, Select, SelectionList, Static
 
-from engine import algorithms, config as cfgmod
-from engine.config import Config, ConfigError
-from studio import hardware, models, vram_adapter
-from studio.rewards_info import builtin_rewards
-from studio.vram_panel import VramPanel
+from grpo_studio.engine.contract import algorithms, config as cfgmod
+from grpo_studio.engine.contract.config import Config, ConfigError
+from grpo_studio.studio import hardware, models, vram_adapter
+from grpo_studio.studio.rewards_info import builtin_rewards
+from grpo_studio.studio.vram_panel import VramPanel
 
 DTYPE_HINTS = {
     "fp32": "least rollout/train mismatch; 2× bf16 memory",
@@ -247,7 +247,7 @@ class SetupScreen(Screen):
             self.app.launch_run(cfg)
 
     def action_save(self) -> None:
-        from studio.dialogs import PathPrompt
+        from grpo_studio.studio.dialogs import PathPrompt
 
         def done(path: str | None) -> None:
             if path:
@@ -259,7 +259,7 @@ class SetupScreen(Screen):
         self.app.push_screen(PathPrompt("Save setup as TOML", "setup.toml"), done)
 
     def action_load(self) -> None:
-        from studio.dialogs import PathPrompt
+        from grpo_studio.studio.dialogs import PathPrompt
 
         def done(path: str | None) -> None:
             if path:

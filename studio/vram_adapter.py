@@ -1,4 +1,4 @@
-"""The studio's one door to the VRAM planner (engine/vram.py, pure python): `plan(cfg, mode,
+"""The studio's one door to the VRAM planner (engine/contract/vram.py, pure python): `plan(cfg, mode,
 gpu_gib)` returns what the VRAM panel shows, including the inverse-solved suggestion."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import functools
 import re
 from dataclasses import dataclass, field
 
-from engine import model_card, vram
-from engine.config import Config, ConfigError
+from grpo_studio.engine.contract import model_card, vram
+from grpo_studio.engine.contract.config import Config, ConfigError
 
 
 @dataclass

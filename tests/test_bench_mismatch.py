@@ -13,13 +13,13 @@ import json
 import pytest
 import torch
 
-from benchmarks import mismatch as bench
-from engine import paths
+from grpo_studio.benchmarks import mismatch as bench
+from grpo_studio.engine.contract import bundled
 
 
 @pytest.fixture(scope="module")
 def model_path() -> str:
-    return str(paths.bundled_model("tiny-arith"))
+    return str(bundled.bundled_model("tiny-arith"))
 
 
 @pytest.mark.slow
@@ -57,16 +57,16 @@ def test_bad_precision_name_is_one_line_and_exit_2(capsys):
 def test_fp8_full_finetune_trainer_is_the_rollout_model(model_path):
     """model.dtype = fp8, lora_rank = 0: bf16 master weights (not fp32), FP8 GEMMs, and the
     trainer's forward gives bit-identical logits to the hf rollout's fp8 copy on the same input."""
-    from engine import model as modeling
-    from engine.rollout.hf import HFBackend
+    from grpo_studio.engine import policy_loader
+    from grpo_studio.engine.sampler.hf import HFBackend
 
     cfg = bench.precision_config("fp8-unified", model=model_path, lora_rank=0)
-    tok = modeling.load_tokenizer(model_path)
-    policy = modeling.load_policy(cfg, model_path)
+    tok = policy_loader.load_tokenizer(model_path)
+    policy = policy_loader.load_policy(cfg, model_path)
     assert {p.dtype for p in policy.parameters()} == {torch.bfloat16}
     rollout = HFBackend(cfg, model_path, tok).model
     ids = torch.tensor([tok.encode("12+30=", add_special_tokens=False)])
-    with torch.no_grad(), modeling.autocast(cfg):
+    with torch.no_grad(), policy_loader.autocast(cfg):
         trainer_logits = policy(input_ids=ids).logits
     with torch.no_grad():
         rollout_logits = rollout(input_ids=ids).logits

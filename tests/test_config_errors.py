@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from engine import config
+from grpo_studio.engine.contract import config
 
 CASES = [
     (["--set", "train.stepz=3"], "config error: unknown key 'train.stepz' (did you mean 'train.steps'?)"),
@@ -36,7 +36,7 @@ CASES = [
 
 @pytest.mark.parametrize("args,message", CASES, ids=[" ".join(a) for a, _ in CASES])
 def test_bad_config_is_one_line_with_exit_2(args, message, tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "studio.cli", "train", *args, "--run-dir", str(tmp_path / "run")],
+    proc = subprocess.run([sys.executable, "-m", "grpo_studio.cli.main", "train", *args, "--run-dir", str(tmp_path / "run")],
                           capture_output=True, text=True, cwd=tmp_path, env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"})
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip().splitlines() == [message]

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from engine import data
-from engine.config import ConfigError, load
-from engine.rewards.builtin import SYSTEM_PROMPT
+from grpo_studio.engine import data
+from grpo_studio.engine.contract.config import ConfigError, load
+from grpo_studio.engine.rewards.builtin import SYSTEM_PROMPT
 
 GSM8K = [
     {"question": "Janet has 16 eggs and eats 3. How many are left?", "answer": "16 - 3 = <<16-3=13>>13\n#### 13"},
@@ -148,7 +148,7 @@ def test_conversational_data_without_a_template_is_a_clear_error(tmp_path, token
 
 
 def test_gsm8k_file_trains_with_the_gsm8k_reward_set(tmp_path, request):
-    from engine.trainer import Trainer
+    from grpo_studio.engine.trainer import Trainer
 
     model = "tiny-arith"
     path = write_jsonl(tmp_path / "gsm8k.jsonl", GSM8K * 2)

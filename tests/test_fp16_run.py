@@ -14,8 +14,8 @@ import math
 
 import pytest
 
-from engine import config
-from engine.trainer import Trainer
+from grpo_studio.engine.contract import config
+from grpo_studio.engine.trainer import Trainer
 
 INIT, INTERVAL, STEPS = 2.0 ** 16, 2, 5
 

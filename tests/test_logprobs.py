@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine import config
-from engine.batching import join_prompt_completion
-from engine.logprobs import ChunkedLogSoftmax, token_logprobs
-from engine.model import load_policy, load_tokenizer, resolve_model_path
+from grpo_studio.engine.contract import config
+from grpo_studio.engine.batching import join_prompt_completion
+from grpo_studio.engine.logprobs import ChunkedLogSoftmax, token_logprobs
+from grpo_studio.engine.policy_loader import load_policy, load_tokenizer, resolve_model_path
 
 
 def _batch(tokenizer):

@@ -20,9 +20,9 @@ import math
 import pytest
 import torch
 
-from engine import algorithms
-from engine.config import AlgoConfig, ConfigError, load
-from engine.losses import LossInputs, policy_loss
+from grpo_studio.engine.contract import algorithms
+from grpo_studio.engine.contract.config import AlgoConfig, ConfigError, load
+from grpo_studio.engine.losses import LossInputs, policy_loss
 
 TOL = 1e-6
 L05, L08 = math.log(0.5), math.log(0.8)

@@ -1,4 +1,4 @@
-"""Parity of engine.losses.policy_loss with TRL 1.16's GRPOTrainer on identical tensors.
+"""Parity of grpo_studio.engine.losses.policy_loss with TRL 1.16's GRPOTrainer on identical tensors.
 
 The oracle is TRL's own code, driven offline on constructed inputs:
 - the loss is `GRPOTrainer._compute_loss`, called on an instance made with `__new__` that carries
@@ -22,8 +22,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from engine.config import AlgoConfig
-from engine.losses import LossInputs, policy_loss
+from grpo_studio.engine.contract.config import AlgoConfig
+from grpo_studio.engine.losses import LossInputs, policy_loss
 
 trl_grpo = pytest.importorskip("trl.trainer.grpo_trainer")
 GRPOTrainer = trl_grpo.GRPOTrainer
@@ -202,7 +202,7 @@ def test_dapo_num_items_in_batch_spans_the_generation_batch(data):
 
 
 def test_gspo_preset_matches_trl_sequence_level(data):
-    from engine.algorithms import PRESETS
+    from grpo_studio.engine.contract.algorithms import PRESETS
 
     algo = AlgoConfig()
     for key, value in PRESETS["gspo"].items():
@@ -213,7 +213,7 @@ def test_gspo_preset_matches_trl_sequence_level(data):
 
 def test_precision_rl_ppo_token_tis_is_trl_token_truncate(data):
     """ppo_token_tis (C=2) is TRL's token_truncate with C_max=2 on the dapo loss."""
-    from engine.algorithms import PRESETS
+    from grpo_studio.engine.contract.algorithms import PRESETS
 
     algo = AlgoConfig()
     for key, value in PRESETS["ppo_token_tis"].items():

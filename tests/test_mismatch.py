@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from engine.mismatch import HIST_EDGES, METRIC_NAMES, dlogp_histogram, mismatch_metrics
+from grpo_studio.engine.mismatch import HIST_EDGES, METRIC_NAMES, dlogp_histogram, mismatch_metrics
 
 # The docstring's worked example: Δ = π − μ = [−0.1, 0, 0.2]; the padded positions hold junk
 # (including −inf and NaN) that the mask must hide.

@@ -5,8 +5,8 @@ import math
 import pytest
 import torch
 
-from engine import config as C
-from engine.precision import (DTYPES, LossScaler, clip_grad_norm, effective_precisions, fp8_flow, fp8_sides,
+from grpo_studio.engine.contract import config as C
+from grpo_studio.engine.precision import (DTYPES, LossScaler, clip_grad_norm, effective_precisions, fp8_flow, fp8_sides,
                               precision_warning)
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from engine.config import ConfigError, load
-from engine.rewards import build, builtin, describe
-from engine.rewards.builtin import Options
+from grpo_studio.engine.contract.config import ConfigError, load
+from grpo_studio.engine.rewards import build, builtin, describe
+from grpo_studio.engine.rewards.builtin import Options
 
 GOOD = "<reasoning>\nJanet has 16 eggs. 16 - 3 - 4 = 9. 9 * 2 = 18.\n</reasoning>\n<answer>\n18\n</answer>\n"
 UNICODE = "<reasoning>\n😀 ünïcödé 計算: 9 × 2 = 18\n</reasoning>\n<answer>\n18\n</answer>"
@@ -201,7 +201,7 @@ def test_build_errors_are_one_line():
 
 
 def test_listing_names_every_builtin_with_a_range():
-    from engine.rewards.cli import main
+    from grpo_studio.cli.rewards import main
 
     names = [n for n, _, _ in describe()]
     assert names == ["correctness", "int", "soft_format", "strict_format", "xmlcount", "proximity", "format",

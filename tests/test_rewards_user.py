@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.config import ConfigError, load
-from engine.rewards import build, score
+from grpo_studio.engine.contract.config import ConfigError, load
+from grpo_studio.engine.rewards import build, score
 
 USER_FILE = '''
 import json, os
@@ -59,7 +59,7 @@ def _jsonl(path: Path) -> list[dict]:
 def test_load_from_file_and_module(tmp_path, monkeypatch):
     (tmp_path / "my_rewards.py").write_text(USER_FILE)
     monkeypatch.chdir(tmp_path)
-    funcs = build(["my_rewards.py:score", "engine.rewards.builtin:proximity", str(tmp_path / "my_rewards.py") + ":score"])
+    funcs = build(["my_rewards.py:score", "grpo_studio.engine.rewards.builtin:proximity", str(tmp_path / "my_rewards.py") + ":score"])
     assert [n for n, _ in funcs] == ["score", "proximity", "score_2"]
     assert funcs[0][1](["q"] * 3, ["x 12", "no", "y"], answer=["12", "12", ""]) == [1.0, 0.0, None]
 
@@ -147,7 +147,7 @@ RUN = ["train.steps=2", "train.prompts_per_step=2", "rollout.num_generations=2",
 
 
 def test_failing_rewards_never_stop_training(tmp_path, model_name):
-    from engine.trainer import Trainer
+    from grpo_studio.engine.trainer import Trainer
 
     (tmp_path / "failing.py").write_text(FAILING_FILE)
     f = tmp_path / "failing.py"
@@ -184,7 +184,7 @@ def test_failing_rewards_never_stop_training(tmp_path, model_name):
 def test_user_reward_file_in_our_trainer_and_in_trl(tmp_path, model_name, monkeypatch, random_tiny_model):
     """The same file, in TRL's signature, called by our trainer and by trl.GRPOTrainer: same
     arguments (names and types), and each logs rewards/score/mean = the mean of what it returned."""
-    from engine.trainer import Trainer
+    from grpo_studio.engine.trainer import Trainer
 
     (tmp_path / "my_rewards.py").write_text(USER_FILE)
     data = tmp_path / "sums.jsonl"
@@ -205,7 +205,7 @@ def test_user_reward_file_in_our_trainer_and_in_trl(tmp_path, model_name, monkey
     # TRL on CPU, one step, a tiny model built from config; no network
     import datasets
     from trl import GRPOConfig, GRPOTrainer
-    from engine.rewards.loader import load as load_fn
+    from grpo_studio.engine.rewards.loader import load as load_fn
 
     monkeypatch.setenv("REWARD_CALL_LOG", str(trl_log))
     fn = load_fn(f"{tmp_path}/my_rewards.py:score")

@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from engine.rewards import builtin, sandbox
-from engine.rewards.builtin import Options
+from grpo_studio.engine.rewards import builtin, sandbox
+from grpo_studio.engine.rewards.builtin import Options
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the sandbox uses Linux namespaces and rlimits")
 

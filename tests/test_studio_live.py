@@ -8,15 +8,15 @@ import os
 
 import pytest
 
-from engine import config as cfgmod
-from engine import runlog
-from studio import hardware
-from studio.app import StudioApp
-from studio.charts import MetricChart
-from studio.compare import CompareScreen
-from studio.dashboard import DashboardScreen
-from studio.demo import write_run
-from studio.runs_screen import RunsScreen
+from grpo_studio.engine.contract import config as cfgmod
+from grpo_studio.engine.contract import rundir
+from grpo_studio.studio import hardware
+from grpo_studio.studio.app import StudioApp
+from grpo_studio.studio.charts import MetricChart
+from grpo_studio.studio.compare import CompareScreen
+from grpo_studio.studio.dashboard import DashboardScreen
+from grpo_studio.studio.demo import write_run
+from grpo_studio.studio.runs_screen import RunsScreen
 from tests.studio_helpers import anyio_backend, tiny_model_name, visible_text, wait_until  # noqa: F401
 
 pytestmark = pytest.mark.anyio
@@ -29,7 +29,7 @@ def quiet_hardware(monkeypatch):
 
 def metrics_rows(run_dir) -> list[dict]:
     """Complete rows only: the trainer may be halfway through appending the last line."""
-    *complete, _partial = (run_dir / runlog.METRICS).read_text().split("\n")
+    *complete, _partial = (run_dir / rundir.METRICS).read_text().split("\n")
     return [json.loads(line) for line in complete if line.strip()]
 
 
@@ -61,7 +61,7 @@ async def test_launch_watch_stop_and_reattach(tmp_path, request):
         rows = metrics_rows(run_dir)
         assert reward.lines[0].ys == [r["reward/mean"] for r in rows[:len(reward.lines[0].ys)]]
         assert "reward" in visible_text(reward)
-        pid = runlog.read_pid(run_dir)
+        pid = rundir.read_pid(run_dir)
         assert pid is not None and os.getpgid(pid) == pid  # its own session / process group
 
         # graceful stop: confirm, the trainer checkpoints and logs `stopped`
@@ -69,16 +69,16 @@ async def test_launch_watch_stop_and_reattach(tmp_path, request):
         await pilot.pause()
         await pilot.press("y")
         await wait_until(pilot, lambda: dash.run.state() == "stopped", timeout=180)
-        events = [e["event"] for e in runlog.read_events(run_dir)]
+        events = [e["event"] for e in rundir.read_events(run_dir)]
         assert events[-1] == "stopped" and "checkpoint" in events
-        assert any((run_dir / runlog.CHECKPOINTS).iterdir())
+        assert any((run_dir / rundir.CHECKPOINTS).iterdir())
         await wait_until(pilot, lambda: dash.run.steps == metrics_steps(run_dir))
         history = list(dash.run.steps)
         first_reward = list(reward.lines[0].ys)
         assert "stopped" in visible_text(dash.query_one("#run-title"))
 
     # a new studio instance attaches and shows the same history
-    again = StudioApp(cfgmod.load(str(run_dir / runlog.CONFIG)), str(run_dir), runs, attach=run_dir,
+    again = StudioApp(cfgmod.load(str(run_dir / rundir.CONFIG)), str(run_dir), runs, attach=run_dir,
                       live_hardware=False)
     async with again.run_test(size=(80, 24)) as pilot:
         await pilot.pause()

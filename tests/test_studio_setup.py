@@ -7,11 +7,11 @@ import sys
 
 import pytest
 
-from engine import config as cfgmod
-from studio import hardware
-from studio.app import StudioApp
-from studio.setup_screen import SetupScreen
-from studio.vram_panel import VramPanel
+from grpo_studio.engine.contract import config as cfgmod
+from grpo_studio.studio import hardware
+from grpo_studio.studio.app import StudioApp
+from grpo_studio.studio.setup_screen import SetupScreen
+from grpo_studio.studio.vram_panel import VramPanel
 from tests.studio_helpers import anyio_backend, focus_field, type_into, visible_text  # noqa: F401
 
 pytestmark = pytest.mark.anyio
@@ -64,7 +64,7 @@ async def test_field_error_uses_the_cli_words(tmp_path):
         await pilot.pause()
         await type_into(pilot, "f-model-lora-rank", "abc")
         shown = visible_text(app.screen.query_one("#f-model-lora-rank-error")).replace("\n", " ").strip()
-        cli = subprocess.run([sys.executable, "-m", "studio.cli", "train", "tiny-arith", "--set", "model.lora_rank=abc"],
+        cli = subprocess.run([sys.executable, "-m", "grpo_studio.cli.main", "train", "tiny-arith", "--set", "model.lora_rank=abc"],
                              capture_output=True, text=True, timeout=120)
         assert cli.returncode == 2
         assert shown == cli.stderr.strip() == "config error: model.lora_rank = 'abc': expected an integer"

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from engine import config as cfgmod
-from studio import hardware
-from studio.app import StudioApp
-from studio.demo import write_run
+from grpo_studio.engine.contract import config as cfgmod
+from grpo_studio.studio import hardware
+from grpo_studio.studio.app import StudioApp
+from grpo_studio.studio.demo import write_run
 
 SIZES = [(80, 24), (120, 40)]
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from engine import runlog
+from grpo_studio.engine.contract import rundir
 from tests.studio_helpers import tiny_model_name
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")]
@@ -69,17 +69,17 @@ def test_tmux_studio_runs_and_training_survives_it(tmp_path, request):
         assert (later.group(2), later.group(3)) != (first.group(2), first.group(3))  # numbers change live
 
         run_dir = next((tmp_path / "runs").iterdir())
-        trainer_pid = runlog.read_pid(run_dir)
-        assert trainer_pid and runlog.pid_alive(trainer_pid)
+        trainer_pid = rundir.read_pid(run_dir)
+        assert trainer_pid and rundir.pid_alive(trainer_pid)
         studio_pid = int(subprocess.run([*tmux, "display", "-p", "-t", "studio", "#{pane_pid}"], capture_output=True,
                                         text=True, check=True).stdout)
         subprocess.run([*tmux, "kill-server"], check=True)  # the studio and its terminal go away
-        wait_for(lambda: not runlog.pid_alive(studio_pid) or _zombie(studio_pid), 60, "the studio to exit")
-        rows_at_kill = len((run_dir / runlog.METRICS).read_text().splitlines())
-        wait_for(lambda: len((run_dir / runlog.METRICS).read_text().splitlines()) >= rows_at_kill + 2, 120,
+        wait_for(lambda: not rundir.pid_alive(studio_pid) or _zombie(studio_pid), 60, "the studio to exit")
+        rows_at_kill = len((run_dir / rundir.METRICS).read_text().splitlines())
+        wait_for(lambda: len((run_dir / rundir.METRICS).read_text().splitlines()) >= rows_at_kill + 2, 120,
                  "the trainer to keep writing after the studio died")
-        assert runlog.pid_alive(trainer_pid)
+        assert rundir.pid_alive(trainer_pid)
     finally:
         subprocess.run([*tmux, "kill-server"], capture_output=True)
-        if trainer_pid and runlog.pid_alive(trainer_pid):
+        if trainer_pid and rundir.pid_alive(trainer_pid):
             os.killpg(os.getpgid(trainer_pid), signal.SIGKILL)

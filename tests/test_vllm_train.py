@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.config import Config, ConfigError
+from grpo_studio.engine.contract.config import Config, ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
@@ -35,7 +35,7 @@ def _cfg(model: str, dtype: str, backend: str = "vllm") -> Config:
 @pytest.fixture(scope="module")
 def runs(random_tiny_model, tmp_path_factory):
     """3-step GRPO runs of the bundled model, vLLM rollout, bf16 and fp16 (rollout dtype = model dtype)."""
-    from engine.trainer import Trainer
+    from grpo_studio.engine.trainer import Trainer
 
     out = {}
     for dtype in ("bf16", "fp16"):
@@ -80,7 +80,7 @@ def test_bf16_rollout_train_mismatch_is_10x_fp16(runs):
 @pytest.fixture
 def no_vllm(monkeypatch):
     """unavailable_reason() as it runs on a machine where `import vllm` finds nothing."""
-    from engine.rollout import vllm_backend
+    from grpo_studio.engine.sampler import vllm_backend
 
     real = importlib.util.find_spec
     monkeypatch.setattr(vllm_backend.importlib.util, "find_spec",
@@ -92,11 +92,11 @@ def no_vllm(monkeypatch):
 
 
 def test_backend_vllm_without_vllm_is_one_line_naming_the_extra(no_vllm, random_tiny_model):
-    from engine.model import load_tokenizer
-    from engine.rollout import make_backend
+    from grpo_studio.engine.policy_loader import load_tokenizer
+    from grpo_studio.engine.sampler import make_sampler
 
     with pytest.raises(ConfigError) as err:
-        make_backend(_cfg(str(random_tiny_model), "fp32"), str(random_tiny_model),
+        make_sampler(_cfg(str(random_tiny_model), "fp32"), str(random_tiny_model),
                      load_tokenizer(str(random_tiny_model)))
     message = str(err.value)
     assert "\n" not in message and "rollout.backend" in message
@@ -104,11 +104,11 @@ def test_backend_vllm_without_vllm_is_one_line_naming_the_extra(no_vllm, random_
 
 
 def test_auto_falls_back_to_hf_and_says_so_once(no_vllm, random_tiny_model):
-    from engine.model import load_tokenizer
-    from engine.rollout import make_backend
+    from grpo_studio.engine.policy_loader import load_tokenizer
+    from grpo_studio.engine.sampler import make_sampler
 
     events = []
-    backend = make_backend(_cfg(str(random_tiny_model), "fp32", backend="auto"), str(random_tiny_model),
+    backend = make_sampler(_cfg(str(random_tiny_model), "fp32", backend="auto"), str(random_tiny_model),
                            load_tokenizer(str(random_tiny_model)),
                            emit_event=lambda kind, message, **kw: events.append((kind, message)))
     assert backend.name == "hf"

@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from engine import config, model_card, vram
-from engine.config import ConfigError
+from grpo_studio.engine.contract import config, model_card, vram
+from grpo_studio.engine.contract.config import ConfigError
 
 GIB = 2 ** 30
 
@@ -168,7 +168,7 @@ def test_vram_does_not_import_torch():
     import subprocess
     import sys
 
-    code = "import sys, engine.vram, engine.model_card, studio.vram_cli; print('torch' in sys.modules)"
+    code = "import sys, grpo_studio.engine.contract.vram, grpo_studio.engine.contract.model_card, grpo_studio.cli.vram; print('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "False"
 
 

@@ -1,10 +1,10 @@
-"""`grpo-studio vram` through studio.vram_cli.main: table, --json, --solve, one-line errors."""
+"""`grpo-studio vram` through grpo_studio.cli.vram.main: table, --json, --solve, one-line errors."""
 
 import json
 
 import pytest
 
-from studio import vram_cli
+from grpo_studio.cli import vram as vram_cli
 
 DOC = ["--set", "model.name=llama-3.1-8b", "--set", "rollout.max_prompt_len=512",
        "--set", "rollout.max_completion_len=19968", "--mode", "documented"]

@@ -14,9 +14,9 @@ from __future__ import annotations
 import math
 from typing import Callable
 
-from engine.config import ConfigError
-from engine.rewards import builtin, loader
-from engine.rewards.runner import RewardFuncs, call_reward
+from grpo_studio.engine.contract.config import ConfigError
+from grpo_studio.engine.rewards import builtin, loader
+from grpo_studio.engine.rewards.runner import RewardFuncs, call_reward
 
 RewardFn = Callable[..., list]
 
@@ -60,7 +60,7 @@ def build(spec) -> RewardFuncs:
             fn = loader.load(entry)
             name = getattr(fn, "__name__", None) or entry.rpartition(":")[2]
         else:
-            from engine.config import _did_you_mean
+            from grpo_studio.engine.contract.config import _did_you_mean
 
             allowed = ", ".join(builtin.REGISTRY)
             raise ConfigError(f"config error: rewards.funcs = {entry!r}: unknown reward; allowed: {allowed} "

@@ -260,7 +260,7 @@ def regex_match(prompts, completions, opts: Options = DEFAULT, **kwargs) -> list
 def code_exec(prompts, completions, opts: Options = DEFAULT, **kwargs) -> list[float | None]:
     """Share of the row's test cases that the completion's Python passes, run in the sandbox;
     None for rows without tests."""
-    from engine.rewards import sandbox
+    from grpo_studio.engine.rewards import sandbox
 
     tests = kwargs.get(opts.code_tests_column)
     if tests is None:

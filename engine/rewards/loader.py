@@ -14,7 +14,7 @@ import inspect
 import sys
 from pathlib import Path
 
-from engine.config import ConfigError
+from grpo_studio.engine.contract.config import ConfigError
 
 
 def _fail(spec: str, why: str) -> ConfigError:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from engine.cliparse import OneLineParser
-from studio.charts import fmt
-from studio.runs_screen import run_rows
+from grpo_studio.cli.parser import OneLineParser
+from grpo_studio.engine.contract.metrics import fmt
+from grpo_studio.engine.contract.rundir import run_summaries
 
 
 def main(argv: list[str]) -> int:
@@ -17,7 +17,7 @@ def main(argv: list[str]) -> int:
     if not args.dir.is_dir():
         print(f"runs error: {str(args.dir)!r} is not a folder", file=sys.stderr)
         return 2
-    rows = run_rows(args.dir)
+    rows = run_summaries(args.dir)
     if not rows:
         print(f"no runs under {args.dir}")
         return 0

@@ -14,8 +14,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine import paths
-from engine.config import ConfigError
+from grpo_studio.engine.contract import bundled
+from grpo_studio.engine.contract.config import ConfigError
 
 FAMILIES = ("llama", "qwen2", "qwen3", "gemma3", "phi3", "gpt_oss")
 # config.json model_type -> family (Mistral's dense blocks are Llama blocks)
@@ -132,7 +132,7 @@ class Card:
 # ---- loading -----------------------------------------------------------------------------
 
 def card_names() -> list[str]:
-    return sorted(p.stem for p in paths.CARDS.glob("*.json"))
+    return sorted(p.stem for p in bundled.CARDS.glob("*.json"))
 
 
 def _normalise(name: str) -> str:
@@ -187,11 +187,10 @@ def load(name: str) -> Card:
     """A card by card name, hub id of a carded model, bundled model, local folder or cached hub id."""
     if not name or not name.strip():
         raise ConfigError("vram error: model.name = '': give a card name, a local folder or a hub id")
-    card_file = paths.CARDS / f"{name}.json"
+    card_file = bundled.CARDS / f"{name}.json"
     if card_file.is_file():
         return _from_card_file(card_file)
-    bundled = paths.bundled_model(name)
-    folder = bundled or Path(name).expanduser()
+    folder = bundled.bundled_model(name) or Path(name).expanduser()
     if folder.is_dir():
         cfg = folder / "config.json"
         if not cfg.is_file():
@@ -199,8 +198,8 @@ def load(name: str) -> Card:
         return from_config_json(json.loads(cfg.read_text()), name)
     wanted = _normalise(name)
     for card in card_names():
-        if card == wanted or _normalise(_from_card_file(paths.CARDS / f"{card}.json").hf_id) == wanted:
-            return _from_card_file(paths.CARDS / f"{card}.json")
+        if card == wanted or _normalise(_from_card_file(bundled.CARDS / f"{card}.json").hf_id) == wanted:
+            return _from_card_file(bundled.CARDS / f"{card}.json")
     cached = _hf_cache_config(name) if "/" in name else None
     if cached is not None:
         return from_config_json(json.loads(cached.read_text()), name)

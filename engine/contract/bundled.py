@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import presets
+from grpo_studio import presets
 
 PRESETS = Path(presets.__file__).resolve().parent
 RECIPES = PRESETS / "recipes"

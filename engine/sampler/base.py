@@ -34,7 +34,7 @@ class Rollout:
     seconds: float = 0.0
 
 
-class RolloutBackend(Protocol):
+class Sampler(Protocol):
     name: str
 
     def generate(self, prompt_ids: list[list[int]], sampling: Sampling) -> Rollout: ...

@@ -13,9 +13,9 @@ from typing import Iterable
 
 import torch
 
-from engine.model import device, load_base
-from engine.precision import DTYPES, fp8_sides
-from engine.rollout.base import Rollout, Sampling, completion_mask
+from grpo_studio.engine.policy_loader import device, load_base
+from grpo_studio.engine.precision import DTYPES, fp8_sides
+from grpo_studio.engine.sampler.base import Rollout, Sampling, completion_mask
 
 
 class HFBackend:
@@ -27,7 +27,7 @@ class HFBackend:
         self.model = load_base(model_path, DTYPES[cfg.rollout_dtype]).to(self.device).eval()
         self.model.generation_config.pad_token_id = tokenizer.pad_token_id
         if fp8_sides(cfg.model.dtype, cfg.rollout_dtype, cfg.precision.fp8_flow)[1]:
-            from engine.fp8 import apply_fp8
+            from grpo_studio.engine.fp8 import apply_fp8
 
             apply_fp8(self.model)
         self._params = dict(self.model.named_parameters())

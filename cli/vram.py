@@ -11,9 +11,9 @@ import json
 import re
 import sys
 
-from engine import config as config_mod
-from engine import model_card, vram
-from engine.config import ConfigError
+from grpo_studio.engine.contract import config as config_mod
+from grpo_studio.engine.contract import model_card, vram
+from grpo_studio.engine.contract.config import ConfigError
 
 UNITS = {"": 1.0, "g": 1.0, "gib": 1.0, "gb": 1e9 / 2 ** 30, "m": 1 / 1024, "mib": 1 / 1024,
          "mb": 1e6 / 2 ** 30, "t": 1024.0, "tib": 1024.0, "tb": 1e12 / 2 ** 30}

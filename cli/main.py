@@ -6,13 +6,13 @@ import os
 import sys
 
 SUBCOMMANDS = {
-    "train": ("engine.train_cli", "train headless, writing a run directory"),
-    "vram": ("studio.vram_cli", "estimate GPU memory for a config"),
-    "runs": ("studio.runs_cli", "list runs and their state"),
-    "attach": ("studio.app", "open the studio on a run"),
+    "train": ("grpo_studio.cli.train", "train headless, writing a run directory"),
+    "vram": ("grpo_studio.cli.vram", "estimate GPU memory for a config"),
+    "runs": ("grpo_studio.cli.runs", "list runs and their state"),
+    "attach": ("grpo_studio.studio.app", "open the studio on a run"),
     "bench": ("benchmarks", "run a benchmark (mismatch, rollout, vram-accuracy, ui)"),
-    "rewards": ("engine.rewards.cli", "list the built-in reward functions"),
-    "report": ("studio.report", "export a run's charts to PNG and an HTML summary"),
+    "rewards": ("grpo_studio.cli.rewards", "list the built-in reward functions"),
+    "report": ("grpo_studio.studio.report", "export a run's charts to PNG and an HTML summary"),
 }
 
 
@@ -40,7 +40,7 @@ def dispatch(argv: list[str]) -> int:
         print(usage())
         return 0
     if argv and argv[0] in ("-V", "--version"):
-        from engine import __version__
+        from grpo_studio.engine import __version__
 
         print(f"grpo-studio {__version__}")
         return 0
@@ -50,7 +50,7 @@ def dispatch(argv: list[str]) -> int:
         module = importlib.import_module(SUBCOMMANDS[argv[0]][0])
         entry = getattr(module, "attach_main" if argv[0] == "attach" else "main")
         return entry(argv[1:])
-    from studio import app
+    from grpo_studio.studio import app
 
     return app.main(argv)
 

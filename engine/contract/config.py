@@ -17,7 +17,7 @@ from typing import Any
 
 import tomli_w
 
-from engine import paths
+from grpo_studio.engine.contract import bundled
 
 
 class ConfigError(ValueError):
@@ -292,7 +292,7 @@ def parse_override(text: str) -> tuple[str, str]:
 
 def load(source: str | None = None, overrides: list[str] = ()) -> Config:
     """Resolve a recipe (preset name or TOML path) plus `--set` overrides into a validated Config."""
-    from engine import algorithms  # algorithm presets fill defaults before explicit keys
+    from grpo_studio.engine.contract import algorithms  # algorithm presets fill defaults before explicit keys
 
     data = read_recipe(source) if source else {}
     cfg = Config()
@@ -314,9 +314,9 @@ def load(source: str | None = None, overrides: list[str] = ()) -> Config:
 def read_recipe(source: str) -> dict:
     path = Path(source)
     if path.suffix != ".toml":
-        preset = paths.recipe(source)
+        preset = bundled.recipe(source)
         if preset is None:
-            names = paths.recipe_names()
+            names = bundled.recipe_names()
             raise ConfigError(f"config error: recipe {source!r} not found: not a .toml file or a preset "
                               f"(presets: {', '.join(names)}){_did_you_mean(source, names)}")
         path = preset
@@ -357,6 +357,6 @@ def to_toml(cfg: Config) -> str:
 
 
 def save(cfg: Config, path: Path) -> None:
-    from engine.runlog import atomic_write_text
+    from grpo_studio.engine.contract.rundir import atomic_write_text
 
     atomic_write_text(path, to_toml(cfg))

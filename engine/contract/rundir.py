@@ -14,6 +14,7 @@ import json
 import math
 import os
 import time
+import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -228,3 +229,19 @@ def list_runs(root: Path) -> list[RunState]:
         return []
     dirs = [d for d in root.iterdir() if d.is_dir() and ((d / CONFIG).exists() or (d / EVENTS).exists())]
     return [run_state(d) for d in sorted(dirs, key=lambda d: d.stat().st_mtime, reverse=True)]
+
+
+def run_summaries(root: Path) -> list[dict]:
+    """One row per run under `root` (newest first): what `grpo-studio runs` and the runs screen list."""
+    rows = []
+    for st in list_runs(root):
+        last = last_metrics_row(st.path) or {}
+        try:
+            cfg = tomllib.loads((st.path / CONFIG).read_text())
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+            cfg = {}
+        model = cfg.get("model", {})
+        rows.append({"path": st.path, "name": st.name, "state": st.state, "step": st.step, "total": st.total_steps,
+                     "dtype": model.get("dtype", "?"), "model": model.get("name", "?"),
+                     "reward": last.get("reward/mean"), "k3": last.get("mismatch/k3")})
+    return rows

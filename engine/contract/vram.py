@@ -4,7 +4,7 @@ Pure python: imported by the studio, which never imports torch.
 
 Two modes (formulas and sources in docs/vram.md):
   documented  Unsloth's GRPO memory arithmetic (unsloth.ai/blog/grpo, "Long-context GRPO"), as published.
-  accurate    from the architecture, following what this engine does (engine/model.py, logprobs.py,
+  accurate    from the architecture, following what this engine does (engine/policy_loader.py, logprobs.py,
               trainer.py); checked against real training steps by `grpo-studio bench vram-accuracy`.
 """
 
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from engine.config import Config, ConfigError
-from engine.model_card import Card
+from grpo_studio.engine.contract.config import Config, ConfigError
+from grpo_studio.engine.contract.model_card import Card
 
 GIB = 2 ** 30
 MODES = ("documented", "accurate")
@@ -113,7 +113,7 @@ def documented(card: Card, cfg: Config, variant: str = "efficient", training: Ro
 def weight_bytes(card: Card, cfg: Config) -> tuple[float, str]:
     m, P = cfg.model, card.total_params()
     if m.lora_rank == 0:
-        return 4.0 * P, f"{_n(P)} params · 4 B (full fine-tune keeps fp32 master weights, engine/model.py)"
+        return 4.0 * P, f"{_n(P)} params · 4 B (full fine-tune keeps fp32 master weights, engine/policy_loader.py)"
     b = BYTES[m.dtype]
     if m.load_in_4bit:
         lin = card.layers * (card.layer_linear_params() + card.expert_params())
@@ -275,7 +275,7 @@ def accurate(card: Card, cfg: Config, gpu_gib: float | None = None, device: str 
         rb = ROLLOUT_BYTES[cfg.rollout_dtype]
         rows.append(Row("sampler weights copy (hf)", _g(card.total_params() * rb),
                         f"{_n(card.total_params())} params · {rb} B: the hf backend samples from its own copy "
-                        f"in rollout.dtype, synced after each step (engine/rollout/hf.py)"))
+                        f"in rollout.dtype, synced after each step (engine/sampler/hf.py)"))
         rows.append(Row("rollout KV cache (hf generate)", _g(kv), kvf))
         rule = ("weights + sampler copy + train state + max(rollout KV, train activations + logits): "
                 "hf generate frees its cache")

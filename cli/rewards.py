@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 
-from engine.cliparse import OneLineParser
+from grpo_studio.cli.parser import OneLineParser
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -14,7 +14,7 @@ def main(argv: list[str] | None = None) -> int:
                                        "give 'file.py:function' for your own (TRL signature).")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    from engine.rewards import describe
+    from grpo_studio.engine.rewards import describe
 
     rows = describe()
     if args.json:

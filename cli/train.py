@@ -7,10 +7,10 @@ import sys
 import time
 from pathlib import Path
 
-from engine import config
-from engine.cliparse import OneLineParser
-from engine.config import ConfigError
-from engine.runlog import CONFIG, RunLock
+from grpo_studio.engine.contract import config
+from grpo_studio.cli.parser import OneLineParser
+from grpo_studio.engine.contract.config import ConfigError
+from grpo_studio.engine.contract.rundir import CONFIG, RunLock
 
 
 class PlainProgress:
@@ -82,7 +82,7 @@ def main(argv: list[str]) -> int:
         else:
             cfg = config.load(args.recipe, args.sets)
             run_dir = args.run_dir or default_run_dir(args.recipe)
-        from engine.trainer import Trainer  # torch loads only once the config is known to be good
+        from grpo_studio.engine.trainer import Trainer  # torch loads only once the config is known to be good
 
         trainer = Trainer(cfg, run_dir, resume=bool(args.resume))
     except ConfigError as err:

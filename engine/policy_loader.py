@@ -15,16 +15,16 @@ from pathlib import Path
 
 import torch
 
-from engine import paths
-from engine.config import Config, ConfigError
-from engine.precision import DTYPES, fp8_sides
+from grpo_studio.engine.contract import bundled
+from grpo_studio.engine.contract.config import Config, ConfigError
+from grpo_studio.engine.precision import DTYPES, fp8_sides
 
 
 def resolve_model_path(name: str) -> str:
     """A preset id, a local folder with config.json, or a hub id already in the local HF cache."""
-    bundled = paths.bundled_model(name)
-    if bundled is not None:
-        return str(bundled)
+    preset = bundled.bundled_model(name)
+    if preset is not None:
+        return str(preset)
     local = Path(name).expanduser()
     if local.is_dir():
         if (local / "config.json").is_file():
@@ -40,7 +40,7 @@ def resolve_model_path(name: str) -> str:
                 raise ConfigError(f"config error: model.name = {name!r}: not in the local Hugging Face cache and "
                                   f"this machine is offline; download it first or give a local folder") from None
             return name
-    presets = ", ".join(p.name for p in paths.MODELS.iterdir() if (p / "config.json").is_file())
+    presets = ", ".join(p.name for p in bundled.MODELS.iterdir() if (p / "config.json").is_file())
     raise ConfigError(f"config error: model.name = {name!r}: not a bundled model ({presets}), "
                       f"a local folder with config.json, or a hub id like 'Qwen/Qwen3-0.6B'")
 
@@ -105,7 +105,7 @@ def load_policy(cfg: Config, path: str):
         if m.gradient_checkpointing:
             model.enable_input_require_grads()
     if fp8_sides(m.dtype, cfg.rollout_dtype, cfg.precision.fp8_flow)[0]:
-        from engine.fp8 import apply_fp8
+        from grpo_studio.engine.fp8 import apply_fp8
 
         apply_fp8(model)
     return model
