@@ -186,6 +186,33 @@ def all_keys() -> list[str]:
     return [f"{s}.{k}" for s in SECTIONS for k in _section_fields(s)]
 
 
+@dataclass(frozen=True)
+class KeyInfo:
+    """What a user may know about one key: `grpo-studio config --keys` and the setup form's tooltips."""
+    key: str
+    type: str           # bool | int | float | str | list
+    default: Any
+    choices: tuple | None
+    lo: float | None
+    hi: float | None
+    lo_open: bool
+    help: str
+
+
+def key_info() -> list[KeyInfo]:
+    """Every key in file order, with its type, default, allowed values and help."""
+    defaults = Config()
+    out = []
+    for section in SECTIONS:
+        for name, f in _section_fields(section).items():
+            default = getattr(getattr(defaults, section), name)
+            m = f.metadata
+            out.append(KeyInfo(f"{section}.{name}", type(default).__name__, default,
+                               tuple(m["choices"]) if m.get("choices") is not None else None,
+                               m.get("lo"), m.get("hi"), bool(m.get("lo_open")), m.get("help", "")))
+    return out
+
+
 def _did_you_mean(word: str, candidates: list[str]) -> str:
     close = difflib.get_close_matches(word, candidates, n=1, cutoff=0.6)
     return f" (did you mean '{close[0]}'?)" if close else ""
