@@ -49,41 +49,16 @@ SHOWN = {  # metric -> column header
 }
 
 
-def _parser():
-    from grpo_studio.cli.parser import OneLineParser
-
-    p = OneLineParser(prog="grpo-studio bench mismatch",
-                      description="rollout/train mismatch per precision on the same prompts and seeds")
-    p.add_argument("--backend", default="hf", choices=["hf", "vllm"], help="rollout backend (default hf)")
-    p.add_argument("--dtypes", default=",".join(PRECISIONS), help=f"comma list from {', '.join(PRECISIONS)}")
-    p.add_argument("--model", default=None, help="model.name (preset id, local folder, hub id); default: the recipe's")
-    p.add_argument("--recipe", default="tiny-arith", help="recipe preset or TOML file (default tiny-arith)")
-    p.add_argument("--prompts", type=int, default=64, help="prompts (default 64)")
-    p.add_argument("--generations", type=int, default=4, help="completions per prompt (default 4)")
-    p.add_argument("--max-tokens", type=int, default=8, help="max completion tokens (default 8)")
-    p.add_argument("--lora-rank", type=int, default=0,
-                   help="trainer LoRA rank (default 0 = full fine-tune: fp32 master weights under autocast)")
-    p.add_argument("--seed", type=int, default=0, help="data and sampling seed (default 0)")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="recipe override, repeatable")
-    p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
-    return p
-
-
 def parse_dtypes(text: str) -> list[str]:
-    from grpo_studio.engine.contract.config import ConfigError
+    """--dtypes: a comma list of PRECISIONS names, in order, without repeats."""
+    from grpo_studio.engine.contract.errors import UserError
 
     names = [n.strip() for n in text.split(",") if n.strip()]
     if not names:
-        raise ConfigError(f"bench error: --dtypes = {text!r}: empty; allowed: {', '.join(PRECISIONS)}")
+        raise UserError("empty", kind="bench", key="--dtypes", value=text, allowed=PRECISIONS)
     for n in names:
         if n not in PRECISIONS:
-            import difflib
-
-            close = difflib.get_close_matches(n, list(PRECISIONS), n=1)
-            hint = f" (did you mean '{close[0]}'?)" if close else ""
-            raise ConfigError(f"bench error: --dtypes: {n!r} is not a precision; allowed: "
-                              f"{', '.join(PRECISIONS)}{hint}")
+            raise UserError(f"{n!r} is not a precision", kind="bench", key="--dtypes", allowed=PRECISIONS, near=n)
     return list(dict.fromkeys(names))
 
 
@@ -108,19 +83,19 @@ def measure_one(cfg, prompt_ids: list[list[int]], seed: int) -> dict:
 
     from grpo_studio.engine import policy_loader
     from grpo_studio.engine.batching import join_prompt_completion
+    from grpo_studio.engine.contract import precision
     from grpo_studio.engine.logprobs import token_logprobs
     from grpo_studio.engine.mismatch import mismatch_metrics
-    from grpo_studio.engine.precision import effective_precisions
     from grpo_studio.engine.sampler import Sampling, make_sampler
 
-    r = cfg.rollout
+    r, plan = cfg.rollout, precision.resolve(cfg)
     path = policy_loader.resolve_model_path(cfg.model.name)
     tokenizer = policy_loader.load_tokenizer(path)
     dev = policy_loader.device()
     sampling = Sampling(n=r.num_generations, max_tokens=r.max_completion_len, temperature=r.temperature,
                         top_p=r.top_p, top_k=r.top_k, seed=seed)
     t0 = time.perf_counter()
-    backend = make_sampler(cfg, path, tokenizer)
+    backend = make_sampler(cfg, path, tokenizer, plan)
     try:
         out = backend.generate(prompt_ids, sampling)
     finally:
@@ -131,7 +106,7 @@ def measure_one(cfg, prompt_ids: list[list[int]], seed: int) -> dict:
     # The trainer side, as Trainer.step scores a rollout (before the first update).
     t1 = time.perf_counter()
     torch.manual_seed(cfg.train.seed)
-    policy = policy_loader.load_policy(cfg, path).to(dev)
+    policy = policy_loader.load_policy(cfg, path, plan).to(dev)
     input_ids, attention = join_prompt_completion(prompt_ids, out.completion_ids, r.num_generations,
                                                   tokenizer.pad_token_id, dev)
     with torch.no_grad(), policy_loader.autocast(cfg):
@@ -140,9 +115,8 @@ def measure_one(cfg, prompt_ids: list[list[int]], seed: int) -> dict:
     t_train = time.perf_counter() - t1
 
     metrics = mismatch_metrics(out.logprobs, logps.detach().float().cpu(), out.mask)
-    train, rollout = effective_precisions(cfg.model.dtype, cfg.rollout_dtype, cfg.precision.fp8_flow)
-    return {"trainer": train, "rollout": rollout, "model_dtype": cfg.model.dtype, "rollout_dtype": cfg.rollout_dtype,
-            "backend": cfg.rollout.backend, **metrics,
+    return {"trainer": plan.train_compute, "rollout": plan.rollout_compute, "model_dtype": cfg.model.dtype,
+            "rollout_dtype": plan.rollout_dtype, "backend": cfg.rollout.backend, **metrics,
             "completion/len_mean": float(out.mask.sum(1).float().mean()),
             "perf/rollout_s": t_rollout, "perf/train_s": t_train}
 
@@ -154,14 +128,14 @@ def prompts_for(cfg, n: int, seed: int) -> list[list[int]]:
     tokenizer = policy_loader.load_tokenizer(policy_loader.resolve_model_path(cfg.model.name))
     rows = data.PromptStream(data.load_rows(cfg.data, "train"), seed).take(n)
     texts = [data.prompt_text(row, cfg.data, tokenizer) for row in rows]
-    return [tokenizer.encode(t, add_special_tokens=False)[-cfg.rollout.max_prompt_len:] for t in texts]
+    return data.encode_prompts(tokenizer, texts, cfg.rollout.max_prompt_len)
 
 
 def run(names: list[str], *, backend: str = "hf", model: str | None = None, recipe: str = "tiny-arith",
         lora_rank: int = 0, prompts: int = 64, generations: int = 4, max_tokens: int = 8, seed: int = 0, overrides=(),
         progress=None) -> dict:
     """Measure every precision in `names` on the same prompts and seed. Returns the JSON report."""
-    from grpo_studio.engine.contract.config import ConfigError
+    from grpo_studio.engine.contract.errors import UserError
 
     cfgs = {n: precision_config(n, backend=backend, model=model, recipe=recipe, lora_rank=lora_rank,
                                 max_tokens=max_tokens,
@@ -174,7 +148,7 @@ def run(names: list[str], *, backend: str = "hf", model: str | None = None, reci
             progress(n)
         try:
             results[n] = measure_one(cfgs[n], prompt_ids, seed)
-        except ConfigError as err:  # e.g. a backend that cannot run this precision
+        except UserError as err:  # e.g. a backend that cannot run this precision
             results[n] = {"error": str(err)}
     base = results.get(BASELINE, {})
     for res in results.values():
@@ -244,34 +218,3 @@ def print_table(report: dict) -> None:
             console.print(f"{name}: {res['error']}", markup=False)
     for check, ok in report["checks"].items():
         console.print(f"{'ok  ' if ok else 'FAIL'} {check}", markup=False)
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    from grpo_studio.engine.contract.config import ConfigError
-
-    try:
-        names = parse_dtypes(args.dtypes)
-        for opt, value in (("--prompts", args.prompts), ("--generations", args.generations),
-                           ("--max-tokens", args.max_tokens)):
-            if value < 1:
-                raise ConfigError(f"bench error: {opt} = {value}: must be >= 1")
-        progress = None if args.json else (lambda n: print(f"measuring {n} ...", file=sys.stderr, flush=True))
-        report = run(names, backend=args.backend, model=args.model, recipe=args.recipe, lora_rank=args.lora_rank,
-                     prompts=args.prompts,
-                     generations=args.generations, max_tokens=args.max_tokens, seed=args.seed,
-                     overrides=args.overrides, progress=progress)
-    except ConfigError as err:
-        print(str(err), file=sys.stderr)
-        return 2
-    if args.json:
-        import json
-
-        print(json.dumps(report, indent=2))
-    else:
-        print_table(report)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

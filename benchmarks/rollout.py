@@ -18,28 +18,26 @@ and reports the sync seconds and the rollout tokens/s that follow each.
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
 import tempfile
 import time
+from dataclasses import dataclass
+
+from grpo_studio.engine.contract.dtypes import DTYPES
+
+ROLLOUT_DTYPES = [n for n in DTYPES if n != "fp8"]  # both backends sample in these (no fp8 rollout here)
 
 
-def _args(argv):
-    p = argparse.ArgumentParser(prog="grpo-studio bench rollout")
-    p.add_argument("--model", default="random:8x1024",
-                   help="preset id, local folder, or random:LAYERSxHIDDEN (a random Qwen3 with the bundled "
-                        "char tokenizer, e.g. random:8x1024, built in a temp folder)")
-    p.add_argument("--dtype", default="bf16", choices=["fp32", "bf16", "fp16"])
-    p.add_argument("--prompts", type=int, default=32)
-    p.add_argument("--n", type=int, default=8)
-    p.add_argument("--max-tokens", type=int, default=128)
-    p.add_argument("--temperature", type=float, default=1.0)
-    p.add_argument("--repeats", type=int, default=1, help="timed calls per backend (after a warm-up call)")
-    p.add_argument("--lora-sync", action="store_true", help="also compare LoRA merge-and-load vs vLLM adapters")
-    p.add_argument("--eager", action="store_true", help="vLLM without torch.compile (rollout.vllm_enforce_eager = on)")
-    p.add_argument("--json", action="store_true")
-    return p.parse_args(argv)
+@dataclass
+class Workload:
+    """What one `grpo-studio bench rollout` measures (its flags)."""
+    model: str          # preset id, local folder, or random:LAYERSxHIDDEN
+    dtype: str          # one of ROLLOUT_DTYPES
+    prompts: int
+    n: int
+    max_tokens: int
+    temperature: float
+    repeats: int        # timed calls per backend, after a warm-up call
+    eager: bool         # vLLM without torch.compile (rollout.vllm_enforce_eager = on)
 
 
 def _config(a):
@@ -54,11 +52,10 @@ def _config(a):
     return cfg
 
 
-def _prompts(tokenizer, count):
-    from grpo_studio.engine import arith
+def _prompts(tokenizer, count, max_len):
+    from grpo_studio.engine import arith, data
 
-    rows = arith.rows("train")[:count]
-    return [tokenizer.encode(r["prompt"], add_special_tokens=False) for r in rows]
+    return data.encode_prompts(tokenizer, [r["prompt"] for r in arith.rows("train")[:count]], max_len)
 
 
 def _measure(backend, prompts, a) -> dict:
@@ -78,7 +75,7 @@ def _measure(backend, prompts, a) -> dict:
     return {"tokens": tokens, "seconds": round(seconds, 3), "tok_s": round(tokens / seconds, 1)}
 
 
-def _lora_sync(cfg, model_path, tokenizer, prompts, a) -> dict:
+def _lora_sync(cfg, plan, model_path, tokenizer, prompts, a) -> dict:
     """Merge-and-load vs vLLM LoRA adapters, 3 optimizer-step-sized updates each."""
     import torch
     from vllm import LLM, SamplingParams
@@ -90,7 +87,7 @@ def _lora_sync(cfg, model_path, tokenizer, prompts, a) -> dict:
     from grpo_studio.engine.weights import export_weights
 
     cfg.model.lora_rank = 8
-    policy = policy_loader.load_policy(cfg, model_path)
+    policy = policy_loader.load_policy(cfg, model_path, plan)
     params = [p for p in policy.parameters() if p.requires_grad]
 
     def fake_step():  # an update of every LoRA matrix, as an optimizer step makes
@@ -99,7 +96,7 @@ def _lora_sync(cfg, model_path, tokenizer, prompts, a) -> dict:
                 p.add_(torch.randn_like(p) * 1e-2)
 
     result = {}
-    backend = VLLMBackend(cfg, model_path, tokenizer)
+    backend = VLLMBackend(cfg, model_path, tokenizer, plan)
     try:
         backend.generate(prompts[:4], _sampling(a, 0))
         syncs = []
@@ -112,7 +109,7 @@ def _lora_sync(cfg, model_path, tokenizer, prompts, a) -> dict:
     finally:
         backend.close()
 
-    llm = LLM(model=model_path, dtype={"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}[a.dtype],
+    llm = LLM(model=model_path, dtype=DTYPES[a.dtype].torch,
               enable_lora=True, max_lora_rank=8, max_loras=1, logprobs_mode="processed_logprobs",
               max_model_len=backend._max_model_len(model_path, 64 + a.max_tokens), enforce_eager=a.eager,
               kv_cache_memory_bytes=2**30, seed=0)
@@ -147,12 +144,13 @@ def _random_model(spec: str) -> str:
     import importlib.util
     from pathlib import Path
 
-    from grpo_studio.engine.contract.config import ConfigError
+    from grpo_studio.engine.contract.errors import UserError
 
     try:
         layers, hidden = (int(x) for x in spec.removeprefix("random:").split("x"))
     except ValueError:
-        raise ConfigError(f"--model = {spec!r}: use random:LAYERSxHIDDEN, e.g. random:8x1024") from None
+        raise UserError("use random:LAYERSxHIDDEN, e.g. random:8x1024", kind="bench", key="--model",
+                        value=spec) from None
     maker_path = Path(__file__).resolve().parents[1] / "scripts" / "make_tiny_model.py"
     spec_ = importlib.util.spec_from_file_location("make_tiny_model", maker_path)
     maker = importlib.util.module_from_spec(spec_)
@@ -177,35 +175,32 @@ def _sampling(a, seed):
     return Sampling(n=a.n, max_tokens=a.max_tokens, temperature=a.temperature, seed=seed)
 
 
-def main(argv: list[str]) -> int:
-    a = _args(argv)
-    from grpo_studio.engine.contract.config import ConfigError
+def run(a: Workload, lora_sync: bool = False) -> dict:
+    """hf vs vLLM tokens/s on the same workload (and with lora_sync the LoRA sync comparison): the JSON report."""
+    from grpo_studio.engine.contract import precision
+    from grpo_studio.engine.contract.errors import UserError
     from grpo_studio.engine.policy_loader import load_tokenizer, resolve_model_path
     from grpo_studio.engine.sampler import vllm_backend
 
     problem = vllm_backend.unavailable_reason()
     if problem:
-        print(f"bench error: rollout needs vLLM: {problem}", file=sys.stderr)
-        return 2
-    try:
-        model_path = _random_model(a.model) if a.model.startswith("random:") else resolve_model_path(a.model)
-    except ConfigError as err:
-        print(f"bench error: {err}", file=sys.stderr)
-        return 2
+        raise UserError(f"rollout needs vLLM: {problem}", kind="bench")
+    model_path = _random_model(a.model) if a.model.startswith("random:") else resolve_model_path(a.model)
     import torch
 
     from grpo_studio.engine.sampler.hf import HFBackend
 
     cfg = _config(a)
+    plan = precision.resolve(cfg)
     tokenizer = load_tokenizer(model_path)
-    prompts = _prompts(tokenizer, a.prompts)
+    prompts = _prompts(tokenizer, a.prompts, cfg.rollout.max_prompt_len)
     workload = {"model": a.model, "dtype": a.dtype, "prompts": len(prompts), "n": a.n, "max_tokens": a.max_tokens,
                 "temperature": a.temperature, "repeats": a.repeats, "vllm_compiled": not a.eager, "torch_threads": torch.get_num_threads()}
 
-    hf = HFBackend(cfg, model_path, tokenizer)
+    hf = HFBackend(model_path, tokenizer, plan)
     hf_result = _measure(hf, prompts, a)
     hf.close()
-    backend = vllm_backend.VLLMBackend(cfg, model_path, tokenizer)
+    backend = vllm_backend.VLLMBackend(cfg, model_path, tokenizer, plan)
     try:
         vllm_result = _measure(backend, prompts, a)
         vllm_result["start_s"] = round(backend.start_seconds, 1)
@@ -214,24 +209,19 @@ def main(argv: list[str]) -> int:
     report = {"workload": workload, "hf": hf_result, "vllm": vllm_result,
               "speedup": round(vllm_result["tok_s"] / hf_result["tok_s"], 2),
               "vllm_version": vllm_backend.installed_version()}
-    if a.lora_sync:
-        report["lora_sync"] = _lora_sync(cfg, model_path, tokenizer, prompts, a)
-    if a.json:
-        print(json.dumps(report, indent=2))
-        return 0
-    w = workload
+    if lora_sync:
+        report["lora_sync"] = _lora_sync(cfg, plan, model_path, tokenizer, prompts, a)
+    return report
+
+
+def print_report(report: dict) -> None:
+    w = report["workload"]
     print(f"rollout: {w['model']} {w['dtype']}, {w['prompts']} prompts × n={w['n']}, ≤{w['max_tokens']} tokens, "
           f"T={w['temperature']}, {w['repeats']} timed call(s) after a warm-up")
     for name in ("hf", "vllm"):
         r = report[name]
         print(f"  {name:5s} {r['tok_s']:10.1f} tok/s  ({r['tokens']} tokens in {r['seconds']:.2f}s)")
     print(f"  vllm / hf = {report['speedup']:.2f}x   (vLLM {report['vllm_version']}, engine start "
-          f"{vllm_result['start_s']}s not counted)")
-    if a.lora_sync:
-        for name, r in report["lora_sync"].items():
-            print(f"  lora {name:8s} sync {r['sync_s'] * 1000:8.1f} ms/step   rollout {r['tok_s']:10.1f} tok/s")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))
+          f"{report['vllm']['start_s']}s not counted)")
+    for name, r in report.get("lora_sync", {}).items():
+        print(f"  lora {name:8s} sync {r['sync_s'] * 1000:8.1f} ms/step   rollout {r['tok_s']:10.1f} tok/s")

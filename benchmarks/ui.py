@@ -9,15 +9,17 @@
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
+import random
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from grpo_studio.engine.contract import config, metrics, rundir
 
 FIRST_FRAME_TARGET_S = 1.5
 REFRESH_TARGET_MS = 50.0
@@ -52,11 +54,20 @@ def first_frame_s(repeats: int) -> list[float]:
     return out
 
 
+def metrics_row(step: int, rng: random.Random) -> dict:
+    """A row as wide as the trainer's: every schema metric (tiny-arith's rewards), values in [0, 1)."""
+    return {**{name: rng.random() for name in metrics.names(["correctness", "format"])},
+            metrics.STEP: step, metrics.TIME: float(step)}
+
+
+def write_metrics(path: Path, steps: range, rng: random.Random) -> None:
+    with open(path, "a") as fh:
+        fh.writelines(json.dumps(metrics_row(step, rng)) + "\n" for step in steps)
+
+
 async def _refresh_ms(run_dir: Path, repeats: int) -> list[float]:
     from grpo_studio.studio.app import StudioApp
     from grpo_studio.studio.charts import MetricChart
-    from grpo_studio.studio.demo import metrics_row
-    import random
 
     app = StudioApp(live_hardware=False, poll_s=3600)
     times = []
@@ -67,9 +78,7 @@ async def _refresh_ms(run_dir: Path, repeats: int) -> list[float]:
         charts = list(dash.query_one("#overview").query(MetricChart))
         rng = random.Random(0)
         for i in range(repeats):
-            step = dash.run.step + 1
-            with open(run_dir / "metrics.jsonl", "a") as fh:
-                fh.write(json.dumps(metrics_row(step, step + 100, "bf16", rng, 0.0)) + "\n")
+            write_metrics(run_dir / rundir.METRICS, range(dash.run.step + 1, dash.run.step + 2), rng)
             t = time.perf_counter()
             dash.refresh_data()  # tail read + lines for the visible tab
             for chart in charts:  # what the compositor does next: plotext build at the widget's size
@@ -80,32 +89,29 @@ async def _refresh_ms(run_dir: Path, repeats: int) -> list[float]:
 
 
 def refresh_ms(steps: int, repeats: int) -> list[float]:
-    from grpo_studio.studio.demo import write_run
-
     with tempfile.TemporaryDirectory() as tmp:
-        run = write_run(Path(tmp) / "bench", steps, total=steps + 1000, state="running")
+        run = Path(tmp) / "bench"
+        run.mkdir()
+        config.save(config.load("tiny-arith", [f"train.steps={steps + 1000}"]), run / rundir.CONFIG)
+        write_metrics(run / rundir.METRICS, range(1, steps + 1), random.Random(1))
         return asyncio.run(_refresh_ms(run, repeats))
 
 
-def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="grpo-studio bench ui")
-    p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--history", type=int, default=10_000)
-    p.add_argument("--json", action="store_true")
-    args = p.parse_args(argv)
-    frames = first_frame_s(args.repeats)
-    base = refresh_ms(100, args.repeats * 4)
-    big = refresh_ms(args.history, args.repeats * 4)
-    result = {
+def run(repeats: int, history: int) -> dict:
+    """First-frame seconds over `repeats` fresh processes; chart refresh ms with `history` steps vs 100."""
+    frames = first_frame_s(repeats)
+    base = refresh_ms(100, repeats * 4)
+    big = refresh_ms(history, repeats * 4)
+    return {
         "first_frame_s": {"median": statistics.median(frames), "min": min(frames), "max": max(frames),
                           "target": FIRST_FRAME_TARGET_S},
-        "chart_refresh_ms": {"history": args.history, "median": statistics.median(big), "max": max(big),
+        "chart_refresh_ms": {"history": history, "median": statistics.median(big), "max": max(big),
                              "baseline_100_steps_median": statistics.median(base), "target": REFRESH_TARGET_MS,
                              "ratio_vs_100_steps": statistics.median(big) / max(statistics.median(base), 1e-9)},
     }
-    if args.json:
-        print(json.dumps(result, indent=2))
-        return 0
+
+
+def print_report(result: dict) -> None:
     ff, cr = result["first_frame_s"], result["chart_refresh_ms"]
     ok = lambda v, t: "ok" if v < t else "OVER TARGET"  # noqa: E731
     import os
@@ -117,4 +123,3 @@ def main(argv: list[str]) -> int:
           f"100 steps: {cr['baseline_100_steps_median']:.1f} ms; ratio {cr['ratio_vs_100_steps']:.2f}x; "
           f"target < {REFRESH_TARGET_MS:.0f} ms: {ok(cr['median'], REFRESH_TARGET_MS)}  "
           f"(2 charts, 5 lines, at 120x40)")
-    return 0

@@ -21,9 +21,6 @@ context/margin rows) or "cuda".
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
 import tempfile
 from dataclasses import dataclass
 
@@ -106,11 +103,12 @@ def measure(case: Case, folder: str) -> dict:
     import torch
 
     from grpo_studio.engine import policy_loader
+    from grpo_studio.engine.contract import precision
     from grpo_studio.engine.logprobs import token_logprobs
 
     cfg = _config(case)
     cfg.model.name = folder
-    policy = policy_loader.load_policy(cfg, folder)
+    policy = policy_loader.load_policy(cfg, folder, precision.resolve(cfg))
     dev = policy_loader.device()
     policy.to(dev)
     policy.train()   # HF checkpoints layers only in train mode (the engine's trainer does not call .train())
@@ -287,21 +285,15 @@ def run(cases=CASES) -> list[dict]:
     return results
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="grpo-studio bench vram-accuracy")
-    p.add_argument("--json", action="store_true")
-    args = p.parse_args(argv)
-    import logging
-    import os
+def report(results: list[dict]) -> dict:
+    """The JSON report: ok when the sum of measured components is within TOLERANCE of the estimate for every
+    config (the issue's criterion; the peak is reported)."""
+    return {"tolerance": TOLERANCE, "ok": all(abs(r["error"]["sum"]) <= TOLERANCE for r in results),
+            "results": results}
 
-    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-    logging.disable(logging.WARNING)
-    results = run()
-    ok = all(abs(r["error"]["sum"]) <= TOLERANCE for r in results)   # the issue's criterion; peak is reported
-    if args.json:
-        print(json.dumps({"tolerance": TOLERANCE, "ok": ok, "results": results}, indent=1))
-        return 0 if ok else 1
+
+def print_report(report: dict) -> None:
+    results, ok = report["results"], report["ok"]
     from rich.console import Console
     from rich.table import Table
 
@@ -316,8 +308,3 @@ def main(argv: list[str] | None = None) -> int:
     Console().print(table)
     print(f"{'PASS' if ok else 'FAIL'}: sum of measured components within ±{TOLERANCE:.0%} of the estimate for "
           f"every config (peak: live-tensor peak, informational; AdamW step temporaries are not modelled)")
-    return 0 if ok else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

@@ -1,58 +1,78 @@
-"""The `grpo-studio` command. Imports no torch: heavy subcommands import their engine module lazily."""
+"""The `grpo-studio` command: one argparse tree for every command, and one error boundary.
+
+Each command is a module in cli/ with `add_arguments(parser)` and `run(args) -> int`; its docstring is
+its --help description. Importing this loads neither torch nor textual: a command imports its
+implementation (engine/, studio/, benchmarks/) when it runs.
+"""
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 
-SUBCOMMANDS = {
-    "train": ("grpo_studio.cli.train", "train headless, writing a run directory"),
-    "vram": ("grpo_studio.cli.vram", "estimate GPU memory for a config"),
-    "runs": ("grpo_studio.cli.runs", "list runs and their state"),
-    "attach": ("grpo_studio.studio.app", "open the studio on a run"),
-    "bench": ("benchmarks", "run a benchmark (mismatch, rollout, vram-accuracy, ui)"),
-    "rewards": ("grpo_studio.cli.rewards", "list the built-in reward functions"),
-    "report": ("grpo_studio.studio.report", "export a run's charts to PNG and an HTML summary"),
+from grpo_studio.cli.parser import OneLineParser
+from grpo_studio.engine.contract.errors import UserError
+from grpo_studio.engine.contract.rundir import RunLock
+
+COMMANDS = {  # name -> one line for `grpo-studio --help`; the module is grpo_studio.cli.<name>
+    "train": "train headless, writing a run directory",
+    "vram": "estimate GPU memory for a config",
+    "runs": "list runs and their state",
+    "attach": "open the studio on a run",
+    "bench": "run a benchmark (mismatch, rollout, vram-accuracy, ui)",
+    "rewards": "list the built-in reward functions",
+    "report": "export a run's charts to PNG and an HTML summary",
+    "config": "list every config key: type, default, allowed values, help",
 }
+STUDIO = "studio"  # the bare form, `grpo-studio [RECIPE|FILE.toml] [--set KEY=VALUE]...`: no command word
+USAGE = ("grpo-studio [RECIPE|FILE.toml] [--set KEY=VALUE]... [--runs-dir DIR]   open the studio\n"
+         "       grpo-studio COMMAND [ARGS]...")
 
 
-def usage() -> str:
-    width = max(map(len, SUBCOMMANDS))
-    lines = ["usage: grpo-studio [RECIPE|FILE.toml] [--set KEY=VALUE]...   open the studio",
-             "       grpo-studio COMMAND [ARGS]...", "", "commands:"]
-    lines += [f"  {name:<{width}}  {about}" for name, (_, about) in SUBCOMMANDS.items()]
-    return "\n".join(lines)
+def build_parser() -> OneLineParser:
+    from grpo_studio.engine import __version__
+
+    parser = OneLineParser(prog="grpo-studio", usage=USAGE)
+    parser.add_argument("-V", "--version", action="version", version=f"grpo-studio {__version__}")
+    commands = parser.add_subparsers(title="commands", metavar="COMMAND")
+    for name in (STUDIO, *COMMANDS):
+        module = importlib.import_module(f"grpo_studio.cli.{name}")
+        listed = {"help": COMMANDS[name]} if name in COMMANDS else {}  # the bare form is not a command word
+        sub = commands.add_parser(name, prog="grpo-studio" if name == STUDIO else f"grpo-studio {name}",
+                                  description=module.__doc__, **listed)
+        module.add_arguments(sub)
+        sub.set_defaults(handler=module.run)
+    return parser
+
+
+def route(argv: list[str]) -> list[str]:
+    """Anything that does not start with a command word (or -h, -V) is the bare form that opens the studio."""
+    if argv and (argv[0] in COMMANDS or argv[0] in ("-h", "--help", "-V", "--version")):
+        return argv
+    return [STUDIO, *argv]
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run a command; a closed pipe or Ctrl-C ends it quietly (no traceback)."""
+    """Run one command. The one error boundary: a user mistake is one line on stderr and exit code 2;
+    a closed pipe or Ctrl-C ends it quietly (no traceback)."""
+    args = None
     try:
-        return dispatch(sys.argv[1:] if argv is None else argv)
+        args = build_parser().parse_args(route(sys.argv[1:] if argv is None else list(argv)))
+        return args.handler(args)
+    except SystemExit as done:  # --help, --version, or a usage mistake argparse has printed
+        return int(done.code or 0)
+    except UserError as err:
+        print(err.line(getattr(args, "error_kind", None)), file=sys.stderr)
+        return 2
+    except RunLock as err:
+        print(err, file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # silence the flush at exit
         return 0
-
-
-def dispatch(argv: list[str]) -> int:
-    if argv and argv[0] in ("-h", "--help"):
-        print(usage())
-        return 0
-    if argv and argv[0] in ("-V", "--version"):
-        from grpo_studio.engine import __version__
-
-        print(f"grpo-studio {__version__}")
-        return 0
-    if argv and argv[0] in SUBCOMMANDS:
-        import importlib
-
-        module = importlib.import_module(SUBCOMMANDS[argv[0]][0])
-        entry = getattr(module, "attach_main" if argv[0] == "attach" else "main")
-        return entry(argv[1:])
-    from grpo_studio.studio import app
-
-    return app.main(argv)
 
 
 if __name__ == "__main__":

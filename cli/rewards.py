@@ -1,22 +1,23 @@
-"""`grpo-studio rewards`: list the built-in reward functions (name, what it scores, score range)."""
+"""List the built-in reward functions (name, what it scores, score range). Use them in rewards.funcs,
+or give 'file.py:function' for your own (TRL signature)."""
 
 from __future__ import annotations
 
+import argparse
 import json
-import sys
 
-from grpo_studio.cli.parser import OneLineParser
+from grpo_studio.cli.output import stdout_to_stderr
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = OneLineParser(prog="grpo-studio rewards",
-                           description="List the built-in reward functions. Use them in rewards.funcs, or "
-                                       "give 'file.py:function' for your own (TRL signature).")
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    from grpo_studio.engine.rewards import describe
 
-    rows = describe()
+
+def run(args: argparse.Namespace) -> int:
+    with stdout_to_stderr():
+        from grpo_studio.engine.rewards import describe
+
+        rows = describe()
     if args.json:
         print(json.dumps([{"name": n, "description": d, "range": r} for n, d, r in rows], indent=2))
         return 0
@@ -37,7 +38,3 @@ def main(argv: list[str] | None = None) -> int:
         table.add_row(name, escape(about), escape(span))
     Console().print(table)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

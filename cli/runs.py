@@ -1,22 +1,22 @@
-"""`grpo-studio runs [DIR]`: the runs under DIR (default runs/) and their state."""
+"""List the runs under DIR (default runs/) and their state."""
 
 from __future__ import annotations
 
-import sys
+import argparse
 from pathlib import Path
 
-from grpo_studio.cli.parser import OneLineParser
+from grpo_studio.engine.contract.errors import UserError
 from grpo_studio.engine.contract.metrics import fmt
-from grpo_studio.engine.contract.rundir import run_summaries
+from grpo_studio.engine.contract.rundir import RUNS, run_summaries
 
 
-def main(argv: list[str]) -> int:
-    p = OneLineParser(prog="grpo-studio runs", description="List runs and their state.")
-    p.add_argument("dir", nargs="?", type=Path, default=Path("runs"))
-    args = p.parse_args(argv)
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("dir", nargs="?", type=Path, default=RUNS, help=f"where runs live (default: {RUNS})")
+
+
+def run(args: argparse.Namespace) -> int:
     if not args.dir.is_dir():
-        print(f"runs error: {str(args.dir)!r} is not a folder", file=sys.stderr)
-        return 2
+        raise UserError(f"{str(args.dir)!r} is not a folder", kind="runs")
     rows = run_summaries(args.dir)
     if not rows:
         print(f"no runs under {args.dir}")

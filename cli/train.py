@@ -1,4 +1,5 @@
-"""`grpo-studio train`: headless training with a rich progress bar (plain lines when piped)."""
+"""Train headless, writing a run directory: a rich progress bar on a terminal, one plain line per step
+when piped."""
 
 from __future__ import annotations
 
@@ -7,10 +8,10 @@ import sys
 import time
 from pathlib import Path
 
-from grpo_studio.engine.contract import config
-from grpo_studio.cli.parser import OneLineParser
-from grpo_studio.engine.contract.config import ConfigError
-from grpo_studio.engine.contract.rundir import CONFIG, RunLock
+from grpo_studio.cli.parser import add_recipe
+from grpo_studio.engine.contract import config, metrics
+from grpo_studio.engine.contract.errors import UserError
+from grpo_studio.engine.contract.rundir import CONFIG, RUNS
 
 
 class PlainProgress:
@@ -23,12 +24,12 @@ class PlainProgress:
         print(f"warning: {message}", file=self.stream, flush=True)
 
     def update(self, row: dict) -> None:
-        step = row["step"]
+        step = row[metrics.STEP]
         eta = (time.time() - self.start) / max(step, 1) * (self.total - step)
-        parts = [f"step {step}/{self.total}", f"reward {row.get('reward/mean', float('nan')):.3f}",
-                 f"loss {row.get('loss', float('nan')):.4f}", f"k3 {row.get('mismatch/k3', float('nan')):.2e}"]
-        if "eval/accuracy" in row:
-            parts.append(f"eval_acc {row['eval/accuracy']:.3f}")
+        parts = [f"step {step}/{self.total}", f"reward {row.get(metrics.REWARD, float('nan')):.3f}",
+                 f"loss {row.get(metrics.LOSS, float('nan')):.4f}", f"k3 {row.get(metrics.K3, float('nan')):.2e}"]
+        if metrics.EVAL_ACCURACY in row:
+            parts.append(f"eval_acc {row[metrics.EVAL_ACCURACY]:.3f}")
         print("  ".join(parts) + f"  eta {eta:.0f}s", file=self.stream, flush=True)
 
     def close(self) -> None:
@@ -51,57 +52,41 @@ class RichProgress(PlainProgress):
         self.bar.console.print(f"[yellow]warning:[/] {message}")
 
     def update(self, row: dict) -> None:
-        self.bar.update(self.task, completed=row["step"], reward=f"{row.get('reward/mean', float('nan')):.3f}",
-                        k3=f"{row.get('mismatch/k3', float('nan')):.1e}")
+        self.bar.update(self.task, completed=row[metrics.STEP], reward=f"{row.get(metrics.REWARD, float('nan')):.3f}",
+                        k3=f"{row.get(metrics.K3, float('nan')):.1e}")
 
     def close(self) -> None:
         self.bar.stop()
 
 
-def parse(argv: list[str]) -> argparse.Namespace:
-    p = OneLineParser(prog="grpo-studio train", description="Train headless, writing a run directory.")
-    p.add_argument("recipe", nargs="?", default="tiny-arith", help="preset name or FILE.toml")
-    p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE")
-    p.add_argument("--run-dir", type=Path)
-    p.add_argument("--resume", type=Path, metavar="DIR", help="continue the run in DIR from its last checkpoint")
-    return p.parse_args(argv)
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_recipe(parser)
+    parser.add_argument("--run-dir", type=Path)
+    parser.add_argument("--resume", type=Path, metavar="DIR", help="continue the run in DIR from its last checkpoint")
 
 
 def default_run_dir(recipe: str) -> Path:
-    return Path("runs") / f"{Path(recipe).stem}-{time.strftime('%Y%m%d-%H%M%S')}"
+    return RUNS / f"{Path(recipe).stem}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
-def main(argv: list[str]) -> int:
-    args = parse(argv)
-    try:
-        if args.resume:
-            if not (args.resume / CONFIG).is_file():
-                raise ConfigError(f"config error: --resume {str(args.resume)!r}: no {CONFIG} there (not a run directory)")
-            cfg = config.load(str(args.resume / CONFIG), args.sets)
-            run_dir = args.resume
-        else:
-            cfg = config.load(args.recipe, args.sets)
-            run_dir = args.run_dir or default_run_dir(args.recipe)
-        from grpo_studio.engine.trainer import Trainer  # torch loads only once the config is known to be good
+def run(args: argparse.Namespace) -> int:
+    if args.resume:
+        if not (args.resume / CONFIG).is_file():
+            raise UserError(f"--resume {str(args.resume)!r}: no {CONFIG} there (not a run directory)")
+        cfg = config.load(str(args.resume / CONFIG), args.sets)
+        run_dir = args.resume
+    else:
+        cfg = config.load(args.recipe, args.sets)
+        run_dir = args.run_dir or default_run_dir(args.recipe)
+    from grpo_studio.engine.trainer import Trainer  # torch loads only once the config is known to be good
 
-        trainer = Trainer(cfg, run_dir, resume=bool(args.resume))
-    except ConfigError as err:
-        print(err, file=sys.stderr)
-        return 2
+    trainer = Trainer(cfg, run_dir, resume=bool(args.resume))
     progress = RichProgress(cfg.train.steps) if sys.stdout.isatty() else PlainProgress(cfg.train.steps)
     print(f"run directory: {run_dir}", flush=True)
     try:
         state = trainer.run(progress)
-    except RunLock as err:
-        progress.close()
-        print(err, file=sys.stderr)
-        return 2
-    except ConfigError as err:
-        progress.close()
-        print(err, file=sys.stderr)
-        return 2
     finally:
+        progress.close()  # before an error line (the error boundary in cli/main.py prints it)
         trainer.close()
-    progress.close()
     print(f"{state} at step {trainer.step_no}: {run_dir}", flush=True)
     return 0

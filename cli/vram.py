@@ -1,27 +1,19 @@
-"""`grpo-studio vram`: the VRAM planner on the command line (rich table or --json). No torch import.
-
-    grpo-studio vram [PRESET|FILE.toml] [--set k=v]... [--gpu-mem 24GiB]
-                     [--mode documented|accurate] [--variant efficient|standard] [--solve KEY] [--json]
-"""
+"""Estimate GPU memory for a GRPO run (the VRAM planner: a table, or --json), and with --solve the largest
+value of a key that fits the GPU."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import re
-import sys
 
+from grpo_studio.cli.output import stdout_to_stderr
 from grpo_studio.engine.contract import config as config_mod
 from grpo_studio.engine.contract import model_card, vram
-from grpo_studio.engine.contract.config import ConfigError
+from grpo_studio.engine.contract.errors import UserError
 
 UNITS = {"": 1.0, "g": 1.0, "gib": 1.0, "gb": 1e9 / 2 ** 30, "m": 1 / 1024, "mib": 1 / 1024,
          "mb": 1e6 / 2 ** 30, "t": 1024.0, "tib": 1024.0, "tb": 1e12 / 2 ** 30}
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # one line, exit 2, no usage dump
-        raise ConfigError(f"vram error: {message}")
 
 
 def parse_gpu_mem(text: str) -> float:
@@ -29,7 +21,8 @@ def parse_gpu_mem(text: str) -> float:
     match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", text or "")
     unit = match.group(2).lower() if match else ""
     if not match or unit not in UNITS or float(match.group(1)) <= 0:
-        raise ConfigError(f"vram error: --gpu-mem = {text!r}: expected a positive size like 24GiB, 80GB or 16384MiB")
+        raise UserError("expected a positive size like 24GiB, 80GB or 16384MiB", kind="vram", key="--gpu-mem",
+                        value=text)
     return float(match.group(1)) * UNITS[unit]
 
 
@@ -50,35 +43,22 @@ def detect_gpu_gib() -> tuple[float | None, str]:
         return None, "no GPU detected"
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="grpo-studio vram", description="Estimate GPU memory for a GRPO run.")
-    p.add_argument("recipe", nargs="?", help="preset name or FILE.toml")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="K=V")
-    p.add_argument("--gpu-mem", help="GPU budget, e.g. 24GiB (default: detected GPU)")
-    p.add_argument("--mode", default="accurate", help="documented | accurate")
-    p.add_argument("--variant", default="efficient", help="documented mode: efficient | standard")
-    p.add_argument("--solve", help=f"largest value that fits: {' | '.join(vram.SOLVE_KEYS)}")
-    p.add_argument("--json", action="store_true")
-    return p
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("recipe", nargs="?", help="preset name or FILE.toml")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="K=V")
+    parser.add_argument("--gpu-mem", help="GPU budget, e.g. 24GiB (default: detected GPU)")
+    parser.add_argument("--mode", default="accurate", choices=vram.MODES, metavar="MODE", help=" | ".join(vram.MODES))
+    parser.add_argument("--variant", default="efficient", choices=vram.VARIANTS, metavar="VARIANT",
+                        help=f"documented mode: {' | '.join(vram.VARIANTS)}")
+    parser.add_argument("--solve", choices=vram.SOLVE_KEYS, metavar="KEY",
+                        help=f"largest value that fits: {' | '.join(vram.SOLVE_KEYS)}")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.set_defaults(error_kind="vram")  # a config mistake here reads "vram error: ..."
 
 
-def run_vram(args: argparse.Namespace) -> int:
-    if args.mode not in vram.MODES:
-        raise ConfigError(f"vram error: --mode = {args.mode!r}: allowed: {', '.join(vram.MODES)}")
-    if args.solve is not None and args.solve not in vram.SOLVE_KEYS:
-        raise ConfigError(f"vram error: --solve = {args.solve!r}: allowed: {', '.join(vram.SOLVE_KEYS)}")
-    if args.gpu_mem is not None:
-        gpu_gib, gpu_name = parse_gpu_mem(args.gpu_mem), f"--gpu-mem {args.gpu_mem}"
-    else:
-        gpu_gib, gpu_name = detect_gpu_gib()
-    cfg = config_mod.load(args.recipe, args.overrides)
-    card = model_card.load(cfg.model.name)
-    est = vram.estimate(card, cfg, args.mode, gpu_gib, args.variant)
-    solution = None
-    if args.solve:
-        if gpu_gib is None:
-            raise ConfigError("vram error: --solve needs a GPU budget: no GPU detected, give --gpu-mem (e.g. 24GiB)")
-        solution = vram.solve(card, cfg, args.solve, gpu_gib, args.mode, args.variant)
+def run(args: argparse.Namespace) -> int:
+    with stdout_to_stderr():
+        est, gpu_name, solution = plan(args)
     if args.json:
         out = est.to_json()
         out["gpu"] = gpu_name
@@ -88,6 +68,30 @@ def run_vram(args: argparse.Namespace) -> int:
         return 0
     _render(est, gpu_name, solution)
     return 0
+
+
+def plan(args: argparse.Namespace) -> tuple[vram.Breakdown, str, vram.Solution | None]:
+    """The estimate, the GPU's name and the --solve answer; a --solve with no answer is a UserError."""
+    if args.gpu_mem is not None:
+        gpu_gib, gpu_name = parse_gpu_mem(args.gpu_mem), f"--gpu-mem {args.gpu_mem}"
+    else:
+        gpu_gib, gpu_name = detect_gpu_gib()
+    cfg = config_mod.load(args.recipe, args.overrides)
+    card = model_card.load(cfg.model.name)
+    est = vram.estimate(card, cfg, args.mode, gpu_gib, args.variant)
+    if not args.solve:
+        return est, gpu_name, None
+    if gpu_gib is None:
+        raise UserError("--solve needs a GPU budget: no GPU detected, give --gpu-mem (e.g. 24GiB)", kind="vram")
+    sol = vram.solve(card, cfg, args.solve, gpu_gib, args.mode, args.variant)
+    key = f"--solve {sol.key}"
+    if sol.status == "never_fits":
+        raise UserError(f"does not fit {gpu_gib:g} GiB even at {sol.key} = {sol.value} ({sol.total_gib:.1f} GiB; "
+                        f"largest row: {sol.limiting_row})", kind="vram", key=key)
+    if sol.status == "never_outgrows":
+        raise UserError(f"fits {gpu_gib:g} GiB up to the cap {sol.key} = {sol.value} (in {args.mode} mode "
+                        f"{sol.key} barely changes the total)", kind="vram", key=key)
+    return est, gpu_name, sol
 
 
 def _render(est: vram.Breakdown, gpu_name: str, solution) -> None:
@@ -118,16 +122,3 @@ def _render(est: vram.Breakdown, gpu_name: str, solution) -> None:
                       f"{solution.value + solution.step} needs {solution.next_total_gib:.2f} GiB; "
                       f"limiting row: {solution.limiting_row}")
 
-
-def main(argv: list[str] | None = None) -> int:
-    try:
-        return run_vram(build_parser().parse_args(argv))
-    except ConfigError as err:
-        msg = str(err)
-        print(msg if msg.startswith("vram error") else f"vram error: {msg.removeprefix('config error: ')}",
-              file=sys.stderr)
-        return 2
-
-
-if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))

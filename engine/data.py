@@ -12,7 +12,9 @@ source, which reward functions receive as keyword arguments.
 `prompt_text(row, data, tokenizer)` renders a row's prompt for the model: text prompts as is;
 conversational prompts through data.chat_template ("auto" = the tokenizer's template; "plain"
 = the contents joined by blank lines; or a Jinja template string / .jinja file).
-`PromptStream` walks the rows in a seeded order with a cursor that checkpoints save.
+`encode_prompts` tokenizes rendered prompts as the trainer feeds them to the sampler.
+`PromptStream` walks the rows in a seeded order with a cursor that checkpoints save; `mix_seed`
+derives every per-epoch, per-step and per-prompt seed from a run's seed.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ import random
 from pathlib import Path
 
 from grpo_studio.engine import arith
-from grpo_studio.engine.contract.config import ConfigError, DataConfig
+from grpo_studio.engine.contract.config import DataConfig
+from grpo_studio.engine.contract.errors import UserError
 
 EVAL_SEED = 1234
 FILE_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet")
@@ -31,8 +34,8 @@ FILE_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet")
 _cache: dict[tuple, list[dict]] = {}
 
 
-def _err(key: str, value, why: str) -> ConfigError:
-    return ConfigError(f"config error: data.{key} = {value!r}: {why}")
+def _err(key: str, value, why: str) -> UserError:
+    return UserError(why, key=f"data.{key}", value=value)
 
 
 # ---- reading sources ----------------------------------------------------------------------------
@@ -59,7 +62,7 @@ def _read_file(path: Path, source: str) -> list[dict]:
                         rows.append(json.loads(line))
                     except json.JSONDecodeError as err:
                         raise _err("source", source, f"line {n} is not valid JSON ({err.msg})") from None
-    except ConfigError:
+    except UserError:
         raise
     except Exception as err:  # unreadable parquet, bad encoding, ...
         raise _err("source", source, f"cannot read the file ({type(err).__name__}: {err})") from None
@@ -239,19 +242,31 @@ def prompt_text(row: dict, data: DataConfig, tokenizer=None) -> str:
     return tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True, **kwargs)
 
 
+def encode_prompts(tokenizer, texts: list[str], max_len: int) -> list[list[int]]:
+    """Token ids of rendered prompts, no special tokens added (the template has them), keeping the
+    last max_len (rollout.max_prompt_len) of each."""
+    return [tokenizer.encode(t, add_special_tokens=False)[-max_len:] for t in texts]
+
+
+def mix_seed(seed: int, k: int) -> int:
+    """Seed number k derived from `seed` (epoch, step, prompt offset): seed · 1_000_003 + k, so the
+    streams of different run seeds stay apart for k below the prime 1_000_003."""
+    return seed * 1_000_003 + k
+
+
 class PromptStream:
     """Seeded shuffled epochs over `rows`; `state()`/`restore()` make resume exact."""
 
     def __init__(self, rows: list[dict], seed: int):
         if not rows:
-            raise ConfigError("config error: data.eval_size: no training rows left after holding out the eval split")
+            raise UserError("no training rows left after holding out the eval split", key="data.eval_size")
         self.rows, self.seed = rows, seed
         self.epoch, self.index = 0, 0
         self._order = self._shuffled(0)
 
     def _shuffled(self, epoch: int) -> list[int]:
         order = list(range(len(self.rows)))
-        random.Random(self.seed * 1_000_003 + epoch).shuffle(order)
+        random.Random(mix_seed(self.seed, epoch)).shuffle(order)
         return order
 
     def take(self, k: int) -> list[dict]:

@@ -25,7 +25,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from grpo_studio.engine.contract.config import AlgoConfig, ConfigError
+from grpo_studio.engine.contract.config import AlgoConfig
+from grpo_studio.engine.contract.errors import UserError
 
 SEQ_LOG_RATIO_MAX = 20.0  # sequence-level log ρ is capped here (ρ ≤ 4.9e8) so plain IS cannot overflow
 
@@ -97,12 +98,12 @@ def aggregate(per_token_loss: Tensor, mask: Tensor, loss_type: str, max_completi
         return masked.sum() / mask.sum().clamp(min=1.0)
     if loss_type == "dr_grpo":  # constant normaliser B·L_max (Dr. GRPO, arXiv 2503.20783)
         if not max_completion_len or max_completion_len <= 0:
-            raise ConfigError("config error: algo.loss_type = 'dr_grpo' needs rollout.max_completion_len > 0")
+            raise UserError("algo.loss_type = 'dr_grpo' needs rollout.max_completion_len > 0")
         return masked.sum() / (per_token_loss.size(0) * max_completion_len)
     if loss_type == "dapo":  # token sum over the active tokens of the whole generation batch (DAPO eq. 8)
         total = mask.sum() if num_items_in_batch is None else torch.as_tensor(num_items_in_batch, dtype=mask.dtype)
         return masked.sum() / total.clamp(min=1.0)
-    raise ConfigError(f"config error: algo.loss_type = {loss_type!r}: allowed: grpo, bnpo, dr_grpo, dapo")
+    raise UserError(key="algo.loss_type", value=loss_type, allowed=("grpo", "bnpo", "dr_grpo", "dapo"))
 
 
 def policy_loss(inp: LossInputs, algo: AlgoConfig, max_completion_len: int,
@@ -146,7 +147,7 @@ def policy_loss(inp: LossInputs, algo: AlgoConfig, max_completion_len: int,
         per_token_loss = -adv * logps
         metrics.update({"clip/low": 0.0, "clip/high": 0.0, "clip/region": 0.0})
     else:
-        raise ConfigError(f"config error: algo.objective = {algo.objective!r}: allowed: ppo, pg")
+        raise UserError(key="algo.objective", value=algo.objective, allowed=("ppo", "pg"))
 
     # 3. Rollout-correction weights multiply the per-token loss.
     if is_weights is not None:

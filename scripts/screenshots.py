@@ -25,7 +25,7 @@ from grpo_studio.engine.contract import config as cfgmod  # noqa: E402
 from grpo_studio.engine.contract import bundled, rundir  # noqa: E402
 from grpo_studio.studio import hardware, launcher  # noqa: E402
 from grpo_studio.studio.app import StudioApp  # noqa: E402
-from grpo_studio.studio.demo import write_run  # noqa: E402
+from tests.synthetic_run import write_run  # noqa: E402
 
 OUT = ROOT / "screenshots"
 RUN_SETS = ["train.steps=20", "train.prompts_per_step=4", "rollout.num_generations=4", "train.save_every=0"]
@@ -101,7 +101,7 @@ def main(argv: list[str]) -> int:
     else:
         bf16 = write_run(root / "tiny-arith-bf16", 12, total=30, dtype="bf16", seed=1, state="running")
         fp16 = write_run(root / "tiny-arith-fp16", 30, dtype="fp16", seed=2)
-        source = "synthetic demo runs (studio/demo.py)"
+        source = "synthetic demo runs (tests/synthetic_run.py)"
 
     async def open_bf16(pilot):
         pilot.app.open_run(bf16)

@@ -6,7 +6,6 @@ always a separate process; the studio reads its run directory and nothing else.
 
 from __future__ import annotations
 
-import argparse
 import os
 import signal
 import sys
@@ -18,12 +17,12 @@ from textual.binding import Binding
 from textual.screen import Screen
 
 from grpo_studio.engine.contract import config as cfgmod
-from grpo_studio.cli.parser import OneLineParser
-from grpo_studio.engine.contract.config import Config, ConfigError
+from grpo_studio.engine.contract import rundir
+from grpo_studio.engine.contract.bundled import DEFAULT_RECIPE
+from grpo_studio.engine.contract.config import Config
+from grpo_studio.engine.contract.errors import UserError
 from grpo_studio.studio import launcher
 from grpo_studio.studio.keymap import load_keymap
-
-DEFAULT_RECIPE = "tiny-arith"
 
 
 class StudioApp(App):
@@ -36,7 +35,7 @@ class StudioApp(App):
         Binding("ctrl+q", "quit", "Quit", id="app.quit", priority=True, show=False),
     ]
 
-    def __init__(self, cfg: Config | None = None, source: str = DEFAULT_RECIPE, runs_root: Path = Path("runs"),
+    def __init__(self, cfg: Config | None = None, source: str = DEFAULT_RECIPE, runs_root: Path = rundir.RUNS,
                  attach: Path | None = None, watch_tty: bool = False, poll_s: float = 1.0,
                  live_hardware: bool = True):
         super().__init__()
@@ -125,7 +124,7 @@ class StudioApp(App):
 
         try:
             cfg, dtype = launcher.duplicate_with_dtype(Path(run_dir))
-        except ConfigError as err:
+        except UserError as err:
             self.notify(str(err), severity="error")
             return
 
@@ -181,17 +180,6 @@ def _terminal_ok() -> bool:
     return bool(os.environ.get("TEXTUAL_DRIVER")) or (_stdin_is_tty() and sys.stdout.isatty())
 
 
-def _parse(argv: list[str], prog: str, attach: bool) -> argparse.Namespace:
-    p = OneLineParser(prog=prog, description="Open the grpo-studio terminal studio.")
-    if attach:
-        p.add_argument("run", help="run directory, or a run name under --runs-dir")
-    else:
-        p.add_argument("recipe", nargs="?", default=DEFAULT_RECIPE, help="preset name or FILE.toml")
-        p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE")
-    p.add_argument("--runs-dir", type=Path, default=Path("runs"), help="where runs live (default: runs)")
-    return p.parse_args(argv)
-
-
 def _run(app: StudioApp) -> int:
     if not _terminal_ok():
         print("grpo-studio: stdin/stdout is not a terminal; use `grpo-studio train` for headless runs",
@@ -201,14 +189,10 @@ def _run(app: StudioApp) -> int:
     return int(app.return_code or 0)
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = _parse(sys.argv[1:] if argv is None else argv, "grpo-studio", attach=False)
-    try:
-        cfg = cfgmod.load(args.recipe, args.sets)
-    except ConfigError as err:
-        print(err, file=sys.stderr)
-        return 2
-    return _run(StudioApp(cfg, args.recipe, args.runs_dir, watch_tty=_watch_tty()))
+def open_studio(recipe: str, sets: list[str], runs_dir: Path) -> int:
+    """`grpo-studio [RECIPE|FILE.toml] [--set KEY=VALUE]...`: the setup screen on the recipe."""
+    cfg = cfgmod.load(recipe, sets)
+    return _run(StudioApp(cfg, recipe, runs_dir, watch_tty=_watch_tty()))
 
 
 def resolve_run(run: str, runs_root: Path) -> Path:
@@ -216,19 +200,13 @@ def resolve_run(run: str, runs_root: Path) -> Path:
     for candidate in (path, runs_root / run):
         if candidate.is_dir():
             return candidate
-    from grpo_studio.engine.contract import rundir
-
     names = [r.name for r in rundir.list_runs(runs_root)][:8]
-    raise ConfigError(f"attach error: run {run!r} not found (not a folder, not under {runs_root}/)"
-                      + (f"; runs: {', '.join(names)}" if names else ""))
+    raise UserError(f"run {run!r} not found (not a folder, not under {runs_root}/)"
+                    + (f"; runs: {', '.join(names)}" if names else ""), kind="attach")
 
 
-def attach_main(argv: list[str]) -> int:
-    args = _parse(argv, "grpo-studio attach", attach=True)
-    try:
-        run_dir = resolve_run(args.run, args.runs_dir)
-        cfg = launcher.load_run_config(run_dir)
-    except ConfigError as err:
-        print(err, file=sys.stderr)
-        return 2
-    return _run(StudioApp(cfg, str(run_dir), args.runs_dir, attach=run_dir, watch_tty=_watch_tty()))
+def attach(run: str, runs_dir: Path) -> int:
+    """`grpo-studio attach RUN`: the studio on a run's dashboard."""
+    run_dir = resolve_run(run, runs_dir)
+    cfg = launcher.load_run_config(run_dir)
+    return _run(StudioApp(cfg, str(run_dir), runs_dir, attach=run_dir, watch_tty=_watch_tty()))

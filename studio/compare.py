@@ -11,7 +11,9 @@ from textual.containers import Grid
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Static
 
-from grpo_studio.studio.charts import COLORS, Line, MetricChart, fmt
+from grpo_studio.engine.contract import metrics
+from grpo_studio.engine.contract.metrics import fmt
+from grpo_studio.studio.charts import COLORS, Line, MetricChart
 from grpo_studio.studio.panels import PANELS
 from grpo_studio.studio.rundata import RunData
 
@@ -33,8 +35,8 @@ def summary(runs: list[RunData]) -> Table:
     for col in ("run", "dtype", "state", "step", "reward", "k3", "|Δp| max"):
         table.add_column(col, no_wrap=col != "run", overflow="ellipsis")
     for run in runs:
-        table.add_row(run.name, run.dtype(), run.state(), str(run.step), fmt(run.last("reward/mean")),
-                      fmt(run.last("mismatch/k3")), fmt(run.last("mismatch/abs_dp_max")))
+        table.add_row(run.name, run.dtype(), run.state(), str(run.step), fmt(run.last(metrics.REWARD)),
+                      fmt(run.last(metrics.K3)), fmt(run.last(metrics.DP_MAX)))
     return table
 
 
@@ -52,7 +54,7 @@ class CompareScreen(Screen):
         yield Static("", id="compare-summary")
         with Grid(id="compare-grid"):
             for pid in COMPARE_PANELS:
-                yield MetricChart(PANELS[pid].title, log=PANELS[pid].log, id=f"cmp-{pid}")
+                yield MetricChart(PANELS[pid].title, log=PANELS[pid].log, note=PANELS[pid].note, id=f"cmp-{pid}")
         yield Footer()
 
     def on_mount(self) -> None:

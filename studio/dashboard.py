@@ -14,10 +14,12 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Label, ProgressBar, RichLog, Static, TabbedContent, TabPane
 
+from grpo_studio.engine.contract import metrics
+from grpo_studio.engine.contract.metrics import fmt
 from grpo_studio.studio import hardware, launcher
-from grpo_studio.studio.charts import MetricChart, fmt
+from grpo_studio.studio.charts import MetricChart
 from grpo_studio.studio.dialogs import Confirm
-from grpo_studio.studio.panels import PANELS, TABS, histogram_bars
+from grpo_studio.studio.panels import PANELS, TABS, histogram_bars, histogram_title
 from grpo_studio.studio.rundata import RunData
 
 EVENT_STYLE = {"warning": "yellow", "skipped_step": "yellow", "reward_error": "red", "crashed": "bold red",
@@ -76,7 +78,7 @@ class DashboardScreen(Screen):
                                 continue
                             if pid in ("loss_scale", "skipped") and not self.fp16:
                                 continue
-                            yield MetricChart(panel.title, log=panel.log, id=f"{tab}-{pid}")
+                            yield MetricChart(panel.title, log=panel.log, note=panel.note, id=f"{tab}-{pid}")
             with TabPane("Δlogp", id="histogram"):
                 yield MetricChart("token |Δlogp| histogram", id="histogram-chart")
             with TabPane("Hardware", id="hardware"):
@@ -136,7 +138,7 @@ class DashboardScreen(Screen):
             labels, values = histogram_bars(self.run.histogram)
             step = (self.run.histogram or {}).get("step")
             self.query_one("#histogram-chart", MetricChart).show_bars(
-                labels, values, f"token |Δlogp| per decade (log10), step {step}" if step else "no histogram yet")
+                labels, values, histogram_title(self.run.histogram) if step else "no histogram yet")
         elif tab == "hardware":
             self._hardware()
         elif tab == "samples":
@@ -159,7 +161,7 @@ class DashboardScreen(Screen):
         bar = self.query_one("#progress", ProgressBar)
         bar.update(total=total or None, progress=run.step)
         eta = run.eta_s() if state == "running" else None
-        reward, k3 = run.last("reward/mean"), run.last("mismatch/k3")
+        reward, k3 = run.last(metrics.REWARD), run.last(metrics.K3)
         self.query_one("#run-step", Label).update(
             f"{run.step}/{total or '?'}  ETA {fmt_duration(eta)}  reward {fmt(reward)}  k3 {fmt(k3)}")
 
@@ -199,7 +201,7 @@ class DashboardScreen(Screen):
         h = hardware.host()
         table.add_row(f"CPU ×{h['cpus']}", f"{h['cpu_percent']:.0f}%",
                       f"RAM {h['ram_used_gib']:.1f}/{h['ram_total_gib']:.0f} GiB")
-        peak = max((v for v in self.run.columns.get("mem/peak_gib", []) if v is not None), default=None)
+        peak = max((v for v in self.run.columns.get(metrics.PEAK_GIB, []) if v is not None), default=None)
         est = f"{self.estimate_gib:.2f} GiB" if self.estimate_gib is not None else "–"
         table.add_row("run peak memory", "", f"{fmt(peak)} GiB  (planner estimate {est})")
         self.query_one("#hardware-info", Static).update(table)

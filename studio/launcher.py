@@ -14,8 +14,8 @@ from pathlib import Path
 from grpo_studio.engine.contract import config as cfgmod
 from grpo_studio.engine.contract import rundir
 from grpo_studio.engine.contract.config import Config
-
-DEFAULT_RUNS = Path("runs")
+from grpo_studio.engine.contract.dtypes import DTYPES
+from grpo_studio.engine.contract.errors import UserError
 
 
 def new_run_dir(root: Path, label: str) -> Path:
@@ -89,11 +89,11 @@ def load_run_config(run_dir: Path) -> Config:
         path = Path(run_dir) / name
         if path.is_file():
             return cfgmod.load(str(path))
-    raise cfgmod.ConfigError(f"run error: {run_dir}: no config.toml (not a run directory)")
+    raise UserError(f"{run_dir}: no {rundir.CONFIG} (not a run directory)", kind="run")
 
 
 def other_dtype(dtype: str) -> str:
-    return {"bf16": "fp16", "fp16": "bf16", "fp32": "bf16", "fp8": "bf16"}.get(dtype, "fp16")
+    return DTYPES[dtype].ab_partner
 
 
 def duplicate_with_dtype(run_dir: Path, dtype: str | None = None) -> tuple[Config, str]:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from grpo_studio.studio.charts import Line, ema, fmt
+from grpo_studio.engine.contract import metrics
+from grpo_studio.engine.contract.metrics import fmt
+from grpo_studio.studio.charts import Line, ema
 from grpo_studio.studio.rundata import RunData
 
 
@@ -14,14 +16,19 @@ class Panel:
     id: str
     title: str
     keys: list[str] = field(default_factory=list)  # metric keys, one line each
-    log: bool = False                               # plot log10 (k3 spans decades)
     rewards: bool = False                           # add rewards/<fn>/mean + a smoothed line
     needs_beta: bool = False
+    note: str = ""                                  # one line under the chart: why it looks as it does
+
+    @property
+    def log(self) -> bool:
+        """A log10 axis when the schema says so for every key (k3 spans decades)."""
+        return all(metrics.SCHEMA[key].log for key in self.keys)
 
     def lines(self, run: RunData, label_prefix: str = "") -> list[Line]:
         keys = list(self.keys)
         if self.rewards:
-            keys += [f"rewards/{fn}/mean" for fn in run.reward_funcs()]
+            keys += [metrics.reward_key(fn) for fn in run.reward_funcs()]
         out = []
         for key in keys:
             xs, ys = run.series(key)
@@ -42,30 +49,31 @@ def short(key: str) -> str:
     for prefix in ("mismatch/", "completion/", "perf/", "precision/", "mem/"):
         if key.startswith(prefix):
             return key[len(prefix):]
-    if key.startswith("rewards/") and key.endswith("/mean"):
-        return key[len("rewards/"):-len("/mean")]
-    return key
+    return metrics.reward_fn(key) or key
 
+
+# With one update per batch π_old = π, so the ratio is 1 and the zero-mean advantages cancel.
+LOSS_NOTE = "≈0 by design: ratio 1, zero-mean advantages; gradient ≠ 0"
 
 PANELS = {p.id: p for p in [
-    Panel("reward", "reward", ["reward/mean"], rewards=True),
-    Panel("k3", "KL k3", ["mismatch/k3"], log=True),
-    Panel("loss", "loss", ["loss"]),
+    Panel("reward", "reward", [metrics.REWARD], rewards=True),
+    Panel("k3", "KL k3", [metrics.K3]),
+    Panel("loss", "loss", [metrics.LOSS], note=LOSS_NOTE),
     Panel("grad_norm", "grad norm", ["grad_norm"]),
     Panel("lr", "lr", ["lr"]),
     Panel("entropy", "entropy", ["entropy"]),
     Panel("kl_ref", "KL to ref", ["kl_ref"], needs_beta=True),
     Panel("clip", "clip fraction", ["clip/region", "clip/low", "clip/high"]),
-    Panel("dp_max", "|Δp| max", ["mismatch/abs_dp_max", "mismatch/abs_dp_mean"]),
+    Panel("dp_max", "|Δp| max", [metrics.DP_MAX, "mismatch/abs_dp_mean"]),
     Panel("is", "IS ratio range", ["mismatch/is_max", "mismatch/is_mean", "mismatch/is_min"]),
     Panel("masked", "masked fraction", ["mismatch/masked_frac"]),
     Panel("length", "completion length", ["completion/len_mean", "completion/len_max"]),
     Panel("truncated", "truncated share", ["completion/truncated_frac"]),
     Panel("step_time", "step time s", ["perf/step_s", "perf/rollout_s", "perf/train_s"]),
     Panel("tok_s", "rollout tokens/s", ["perf/rollout_tok_s"]),
-    Panel("loss_scale", "fp16 loss scale", ["precision/loss_scale"], log=True),
+    Panel("loss_scale", "fp16 loss scale", ["precision/loss_scale"]),
     Panel("skipped", "skipped steps", ["precision/skipped_steps"]),
-    Panel("memory", "memory GiB", ["mem/peak_gib", "mem/rss_gib"]),
+    Panel("memory", "memory GiB", [metrics.PEAK_GIB, "mem/rss_gib"]),
 ]}
 
 TABS = [
@@ -75,6 +83,10 @@ TABS = [
     ("lengths", "Lengths", ["length", "truncated", "loss_scale", "skipped"]),
     ("perf", "Perf", ["step_time", "tok_s", "memory"]),
 ]
+
+
+def histogram_title(hist: dict) -> str:
+    return f"token |Δlogp| per decade (log10), step {hist.get('step')}"
 
 
 def histogram_bars(hist: dict | None) -> tuple[list[str], list[float]]:

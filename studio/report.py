@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import html
-import sys
 from pathlib import Path
 
-from grpo_studio.cli.parser import OneLineParser
-from grpo_studio.studio.charts import ema, fmt
-from grpo_studio.studio.panels import PANELS, histogram_bars
+from grpo_studio.engine.contract import metrics
+from grpo_studio.engine.contract.metrics import fmt
+from grpo_studio.studio.charts import ema
+from grpo_studio.studio.panels import PANELS, histogram_bars, histogram_title
 from grpo_studio.studio.rundata import RunData
 
 REPORT_PANELS = ["reward", "k3", "loss", "grad_norm", "entropy", "dp_max", "is", "length", "step_time", "tok_s",
@@ -31,7 +31,7 @@ def _figure(run: RunData, pid: str, out: Path) -> Path | None:
     if panel.log:
         ax.set_yscale("log")
     ax.set_title(panel.title)
-    ax.set_xlabel("step")
+    ax.set_xlabel(f"step\n{panel.note}" if panel.note else "step")
     ax.grid(alpha=0.3)
     if len(lines) > 1:
         ax.legend(fontsize=8)
@@ -50,7 +50,7 @@ def _histogram(run: RunData, out: Path) -> Path | None:
         return None
     fig, ax = plt.subplots(figsize=(6.4, 3.6), dpi=100)
     ax.bar(labels, values)
-    ax.set_title(f"token |Δlogp| per decade (log10), step {run.histogram.get('step')}")
+    ax.set_title(histogram_title(run.histogram))
     fig.tight_layout()
     path = out / "dlogp_histogram.png"
     fig.savefig(path)
@@ -75,9 +75,9 @@ def _html(run: RunData, images: list[Path]) -> str:
     rows = [("state", run.state()), ("steps", f"{run.step}/{run.total_steps or '?'}"), ("dtype (train/rollout)", run.dtype()),
             ("model", run.config.get("model", {}).get("name", "?")),
             ("algorithm", run.config.get("algo", {}).get("name", "?")),
-            ("final reward", fmt(run.last("reward/mean"))),
-            ("smoothed reward", fmt(ema(run.series("reward/mean")[1])[-1] if run.series("reward/mean")[1] else None)),
-            ("final k3", fmt(run.last("mismatch/k3"))), ("peak memory GiB", fmt(run.last("mem/peak_gib")))]
+            ("final reward", fmt(run.last(metrics.REWARD))),
+            ("smoothed reward", fmt(ema(run.series(metrics.REWARD)[1])[-1] if run.series(metrics.REWARD)[1] else None)),
+            ("final k3", fmt(run.last(metrics.K3))), ("peak memory GiB", fmt(run.last(metrics.PEAK_GIB)))]
     warnings = [e for e in run.events if e.get("event") in ("warning", "skipped_step", "reward_error", "crashed")]
     esc = html.escape
     table = "".join(f"<tr><th>{esc(k)}</th><td>{esc(str(v))}</td></tr>" for k, v in rows)
@@ -88,17 +88,3 @@ def _html(run: RunData, images: list[Path]) -> str:
             "</style>"
             f"<h1>{esc(run.name)}</h1><table>{table}</table>"
             + (f"<h2>Warnings</h2><ul>{warn}</ul>" if warn else "") + f"<h2>Charts</h2>{figs}\n")
-
-
-def main(argv: list[str]) -> int:
-    p = OneLineParser(prog="grpo-studio report", description="Export a run's charts to PNG and an HTML summary.")
-    p.add_argument("run", type=Path, help="run directory")
-    p.add_argument("--out", type=Path, help="output folder (default: RUN/report)")
-    args = p.parse_args(argv)
-    if not (args.run / "metrics.jsonl").is_file():
-        print(f"report error: {str(args.run)!r} has no metrics.jsonl (not a run directory, or no step yet)",
-              file=sys.stderr)
-        return 2
-    out = export(args.run, args.out)
-    print(f"report: {out / 'index.html'} ({len(list(out.glob('*.png')))} charts)")
-    return 0

@@ -12,9 +12,7 @@ import tomllib
 from collections import deque
 from pathlib import Path
 
-from grpo_studio.engine.contract import rundir
-
-STATE_EVENTS = ("started", "finished", "stopped", "crashed")
+from grpo_studio.engine.contract import metrics, rundir
 
 
 class RunData:
@@ -50,16 +48,16 @@ class RunData:
 
     def add_metrics(self, rows: list[dict]) -> None:
         for row in rows:
-            step = row.get("step")
+            step = row.get(metrics.STEP)
             if step is None:
                 continue
             if self.steps and step <= self.steps[-1]:  # a resume rewrote history: start over from there
                 self._truncate(step)
             n = len(self.steps)
             self.steps.append(int(step))
-            self.times.append(float(row.get("time") or 0.0))
+            self.times.append(float(row.get(metrics.TIME) or 0.0))
             for key, value in row.items():
-                if key in ("step", "time"):
+                if key in (metrics.STEP, metrics.TIME):
                     continue
                 col = self.columns.get(key)
                 if col is None:
@@ -86,7 +84,7 @@ class RunData:
         for event in self._tails[rundir.EVENTS].read_new():
             self.events.append(event)
             kind = event.get("event")
-            if kind in STATE_EVENTS:
+            if kind in rundir.STATE_EVENTS:
                 self.last_state_event = kind
             if kind == "started":
                 self.total_steps = event.get("total_steps") or self.total_steps
@@ -112,14 +110,9 @@ class RunData:
 
     # ---- derived ----------------------------------------------------------------------------
     def state(self) -> str:
-        pid = rundir.read_pid(self.dir)
-        if pid is not None and rundir.pid_alive(pid):
-            return "running"
         if not self.last_state_event:  # not polled yet: ask the run directory itself
             return rundir.run_state(self.dir).state
-        if self.last_state_event in ("finished", "stopped", "crashed"):
-            return self.last_state_event
-        return "crashed" if self.last_state_event == "started" else "created"
+        return rundir.state_of(self.dir, self.last_state_event)
 
     def series(self, key: str) -> tuple[list[int], list[float]]:
         col = self.columns.get(key)
@@ -146,15 +139,14 @@ class RunData:
         return self.steps[-1] if self.steps else 0
 
     def reward_funcs(self) -> list[str]:
-        names = [k[len("rewards/"):-len("/mean")] for k in self.columns
-                 if k.startswith("rewards/") and k.endswith("/mean")]
+        names = [fn for fn in map(metrics.reward_fn, self.columns) if fn is not None]
         return names or list(self.config.get("rewards", {}).get("funcs", []))
 
     def eta_s(self, now: float | None = None) -> float | None:
         total = self.total_steps
         if not total or not self.steps:
             return None
-        step_s = [v for v in (self.columns.get("perf/step_s") or [])[-20:] if v]
+        step_s = [v for v in (self.columns.get(metrics.STEP_S) or [])[-20:] if v]
         per = sum(step_s) / len(step_s) if step_s else None
         if per is None and self.start_time:
             per = ((now or time.time()) - self.start_time) / max(self.step, 1)

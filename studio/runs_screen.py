@@ -12,7 +12,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 
 from grpo_studio.engine.contract import rundir
-from grpo_studio.studio.charts import fmt
+from grpo_studio.engine.contract.metrics import fmt
 from grpo_studio.studio.dashboard import STATE_STYLE
 
 

@@ -6,25 +6,24 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
+from rich.segment import Segment
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
+from textual.strip import Strip
 from textual.widgets import Footer, Header, Input, Label, Select, SelectionList, Static
 
 from grpo_studio.engine.contract import algorithms, config as cfgmod
-from grpo_studio.engine.contract.config import Config, ConfigError
+from grpo_studio.engine.contract.config import Config
+from grpo_studio.engine.contract.dtypes import DTYPES
+from grpo_studio.engine.contract.errors import UserError, show
 from grpo_studio.studio import hardware, models, vram_adapter
 from grpo_studio.studio.rewards_info import builtin_rewards
 from grpo_studio.studio.vram_panel import VramPanel
 
-DTYPE_HINTS = {
-    "fp32": "least rollout/train mismatch; 2× bf16 memory",
-    "bf16": "7-bit mantissa: the largest mismatch (k3)",
-    "fp16": "10-bit mantissa: ~8× less k3; loss scaling",
-    "fp8": "unified fp8 is stable; bf16+fp8 rollout drifts",
-}
+DTYPE_HINTS = {name: d.hint for name, d in DTYPES.items()}
 
 # (key, label, kind): kind is "input", "select", "check"; selects take choices from field metadata.
 FIELDS = [
@@ -48,6 +47,24 @@ FIELDS = [
     ("train.steps", "steps", "input"),
     ("rollout.temperature", "temperature", "input"),
 ]
+
+
+class RewardList(SelectionList):
+    """A SelectionList whose boxes read ☑ / ☐, so the selected rewards show without colour."""
+
+    def render_line(self, y: int) -> Strip:
+        strip = super().render_line(y)
+        index = self.scroll_offset.y + y
+        if index >= self.option_count:
+            return strip
+        left, box, *rest = strip  # the toggle button: side, box character, side
+        mark = "☑" if self.get_option_at_index(index).value in self.selected else "☐"
+        return Strip([left, Segment(mark, box.style, box.control), *rest], strip.cell_length)
+
+
+def tooltip(info: cfgmod.KeyInfo) -> str:
+    """A field's config key (as --set and TOML spell it), its help and its default."""
+    return "\n".join(filter(None, [info.key, info.help, f"default: {show(info.default)}"]))
 
 
 def field_id(key: str) -> str:
@@ -133,7 +150,7 @@ class SetupScreen(Screen):
                                  compact=True)
                 elif kind == "rewards":
                     opts = [(f"{name}: {about}", name, name in value) for name, about in self.builtins]
-                    yield SelectionList(*opts, id=fid, classes="rewards")
+                    yield RewardList(*opts, id=fid, classes="rewards")
                 else:
                     yield Input(as_text(value), id=fid, compact=True, select_on_focus=False)
             if kind == "model":
@@ -152,6 +169,9 @@ class SetupScreen(Screen):
 
     def on_mount(self) -> None:
         self.sub_title = f"setup · {self.source or 'defaults'}"
+        infos = {info.key: info for info in cfgmod.key_info()}
+        for key, _, _ in FIELDS:
+            self.query_one(f"#{field_id(key)}").tooltip = tooltip(infos[key])
         self._ready = True
         self.recompute()
 
@@ -178,7 +198,7 @@ class SetupScreen(Screen):
             try:
                 raw = self._raw(key)
                 cfgmod.set_key(cfg, key, raw, from_text=kind in ("input", "model"))
-            except ConfigError as err:
+            except UserError as err:
                 errors[key] = str(err)
         if "rewards.funcs" not in errors and cfg.rewards.weights and len(cfg.rewards.weights) != len(cfg.rewards.funcs):
             cfg.rewards.weights = []
@@ -186,7 +206,7 @@ class SetupScreen(Screen):
         if not errors:
             try:
                 cfgmod.validate(cfg)
-            except ConfigError as err:
+            except UserError as err:
                 general = str(err)
         return cfg, errors, general
 
@@ -270,7 +290,7 @@ class SetupScreen(Screen):
     def load_file(self, path: str) -> None:
         try:
             cfg = cfgmod.load(path)
-        except ConfigError as err:
+        except UserError as err:
             self.notify(str(err), severity="error")
             return
         self.base, self.cfg, self.source = cfg, copy.deepcopy(cfg), path

@@ -4,16 +4,16 @@ gpu_gib)` returns what the VRAM panel shows, including the inverse-solved sugges
 from __future__ import annotations
 
 import functools
-import re
 from dataclasses import dataclass, field
 
 from grpo_studio.engine.contract import model_card, vram
-from grpo_studio.engine.contract.config import Config, ConfigError
+from grpo_studio.engine.contract.config import Config
+from grpo_studio.engine.contract.errors import UserError
 
 
 @dataclass
 class Plan:
-    rows: list[tuple[str, float, str, bool]] = field(default_factory=list)  # (name, GiB, formula, in total)
+    rows: list[vram.Row] = field(default_factory=list)
     total: float = 0.0
     mode: str = "documented"
     gpu_gib: float | None = None
@@ -38,32 +38,29 @@ def plan(cfg: Config, mode: str = "documented", gpu_gib: float | None = None, so
     try:
         card = _card(cfg.model.name)
         result = vram.estimate(card, cfg, mode=mode, gpu_gib=gpu_gib)
-    except ConfigError as err:
+    except UserError as err:
         return Plan(mode=mode, gpu_gib=gpu_gib, error=str(err))
     except Exception as err:  # the panel must never take the studio down
         return Plan(mode=mode, gpu_gib=gpu_gib, error=f"vram error: {type(err).__name__}: {err}")
-    out = Plan([(r.name, r.gib, r.formula, r.in_total) for r in result.rows], result.total_gib, mode, gpu_gib,
-               result.fits, peak_rule=result.peak_rule)
+    out = Plan(result.rows, result.total_gib, mode, gpu_gib, result.fits, peak_rule=result.peak_rule)
     if gpu_gib and solve:
         out.suggestion = suggest(card, cfg, mode, gpu_gib)
     return out
 
 
 def suggest(card, cfg: Config, mode: str, gpu_gib: float) -> str:
-    largest, unbounded = "", []
+    largest, unbounded = "", False
     for key, label in SOLVE:
         try:
             sol = vram.solve(card, cfg, key, gpu_gib, mode=mode)
-        except ConfigError as err:
-            if "up to the cap" in str(err):  # this key never outgrows the GPU
-                unbounded.append(label)
-                continue
-            found = re.search(r"largest row: ([^)]+)\)", str(err))
-            largest = found.group(1) if found else largest
+        except Exception:  # the panel must never take the studio down
             continue
-        except Exception:
-            continue
-        return f"{label}: {sol.value:,}"
+        if sol.status == "fits":
+            return f"{label}: {sol.value:,}"
+        if sol.status == "never_outgrows":
+            unbounded = True
+        else:
+            largest = sol.limiting_row
     if unbounded:
         return "completion length and generations are not what limits this run on this GPU"
     why = f" (largest row: {largest})" if largest else ""

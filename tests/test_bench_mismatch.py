@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from grpo_studio.benchmarks import mismatch as bench
+from grpo_studio.cli.main import main
 from grpo_studio.engine.contract import bundled
 
 
@@ -24,8 +25,8 @@ def model_path() -> str:
 
 @pytest.mark.slow
 def test_bench_orders_precisions_bf16_fp16_fp32_and_fp8_unified_below_rollout_only(model_path, capsys):
-    rc = bench.main(["--json", "--backend", "hf", "--model", model_path, "--prompts", "12", "--generations", "4",
-                     "--max-tokens", "8", "--seed", "0"])
+    rc = main(["bench", "mismatch", "--json", "--backend", "hf", "--model", model_path, "--prompts", "12",
+               "--generations", "4", "--max-tokens", "8", "--seed", "0"])
     assert rc == 0
     report = json.loads(capsys.readouterr().out)
     res = report["results"]
@@ -48,7 +49,7 @@ def test_bench_orders_precisions_bf16_fp16_fp32_and_fp8_unified_below_rollout_on
 
 
 def test_bad_precision_name_is_one_line_and_exit_2(capsys):
-    assert bench.main(["--dtypes", "fp32,fp61"]) == 2
+    assert main(["bench", "mismatch", "--dtypes", "fp32,fp61"]) == 2
     err = capsys.readouterr().err.strip()
     assert err == ("bench error: --dtypes: 'fp61' is not a precision; allowed: fp32, bf16, fp16, fp8-unified, "
                    "fp8-rollout (did you mean 'fp16'?)")
@@ -58,13 +59,15 @@ def test_fp8_full_finetune_trainer_is_the_rollout_model(model_path):
     """model.dtype = fp8, lora_rank = 0: bf16 master weights (not fp32), FP8 GEMMs, and the
     trainer's forward gives bit-identical logits to the hf rollout's fp8 copy on the same input."""
     from grpo_studio.engine import policy_loader
+    from grpo_studio.engine.contract.precision import resolve
     from grpo_studio.engine.sampler.hf import HFBackend
 
     cfg = bench.precision_config("fp8-unified", model=model_path, lora_rank=0)
+    plan = resolve(cfg)
     tok = policy_loader.load_tokenizer(model_path)
-    policy = policy_loader.load_policy(cfg, model_path)
+    policy = policy_loader.load_policy(cfg, model_path, plan)
     assert {p.dtype for p in policy.parameters()} == {torch.bfloat16}
-    rollout = HFBackend(cfg, model_path, tok).model
+    rollout = HFBackend(model_path, tok, plan).model
     ids = torch.tensor([tok.encode("12+30=", add_special_tokens=False)])
     with torch.no_grad(), policy_loader.autocast(cfg):
         trainer_logits = policy(input_ids=ids).logits

@@ -7,7 +7,11 @@ import sys
 
 import pytest
 
+import grpo_studio.cli.main
 from grpo_studio.engine.contract import config
+from grpo_studio.engine.contract.errors import UserError
+
+from cli_helpers import ENV, ROOT, run_cli
 
 CASES = [
     (["--set", "train.stepz=3"], "config error: unknown key 'train.stepz' (did you mean 'train.steps'?)"),
@@ -34,10 +38,16 @@ CASES = [
 ]
 
 
+def test_children_run_the_tree_under_test(tmp_path):
+    """The error-path children import this checkout's front door, not some other installed tree."""
+    probe = subprocess.run([sys.executable, "-c", "import grpo_studio.cli.main as m; print(m.__file__)"],
+                           capture_output=True, text=True, cwd=tmp_path, env=ENV, check=True)
+    assert probe.stdout.strip() == grpo_studio.cli.main.__file__ == str(ROOT / "cli" / "main.py")
+
+
 @pytest.mark.parametrize("args,message", CASES, ids=[" ".join(a) for a, _ in CASES])
 def test_bad_config_is_one_line_with_exit_2(args, message, tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "grpo_studio.cli.main", "train", *args, "--run-dir", str(tmp_path / "run")],
-                          capture_output=True, text=True, cwd=tmp_path, env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"})
+    proc = run_cli("train", *args, "--run-dir", str(tmp_path / "run"), cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip().splitlines() == [message]
     assert "Traceback" not in proc.stdout + proc.stderr
@@ -46,14 +56,14 @@ def test_bad_config_is_one_line_with_exit_2(args, message, tmp_path):
 def test_invalid_toml_file_names_the_file(tmp_path):
     bad = tmp_path / "bad.toml"
     bad.write_text("[train\nsteps = 3\n")
-    with pytest.raises(config.ConfigError, match=r"^config error: .*bad.toml: invalid TOML: "):
+    with pytest.raises(UserError, match=r"^config error: .*bad.toml: invalid TOML: "):
         config.load(str(bad))
 
 
 def test_toml_section_typo_gets_did_you_mean(tmp_path):
     bad = tmp_path / "typo.toml"
     bad.write_text("[trian]\nsteps = 3\n")
-    with pytest.raises(config.ConfigError) as err:
+    with pytest.raises(UserError) as err:
         config.load(str(bad))
     assert str(err.value) == f"config error: unknown section 'trian' (did you mean 'train'?) in {bad}"
 

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from grpo_studio.engine import data
-from grpo_studio.engine.contract.config import ConfigError, load
+from grpo_studio.engine.contract.config import load
+from grpo_studio.engine.contract.errors import UserError
 from grpo_studio.engine.rewards.builtin import SYSTEM_PROMPT
 
 GSM8K = [
@@ -88,27 +89,27 @@ def test_eval_split_is_a_seeded_held_out_slice(tmp_path):
 ])
 def test_data_errors_are_one_line(tmp_path, extra, message):
     path = write_jsonl(tmp_path / "g.jsonl", GSM8K)
-    with pytest.raises(ConfigError) as err:
+    with pytest.raises(UserError) as err:
         data.load_rows(cfg_for(path, *extra), "train")
     assert str(err.value) == message.format(p=path)
 
 
 def test_missing_and_malformed_files(tmp_path):
-    with pytest.raises(ConfigError) as err:
+    with pytest.raises(UserError) as err:
         data.load_rows(cfg_for(tmp_path / "nope.jsonl"), "train")
     assert str(err.value) == (f"config error: data.source = '{tmp_path}/nope.jsonl': file not found; allowed: "
                               f"builtin:arith, a .jsonl/.json/.csv/.parquet file, or a Hugging Face dataset id "
                               f"like 'openai/gsm8k'")
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"prompt": "1+1=", "answer": "2"}\n{"prompt": oops}\n')
-    with pytest.raises(ConfigError, match=r"^config error: data.source = '.*bad.jsonl': line 2 is not valid JSON"):
+    with pytest.raises(UserError, match=r"^config error: data.source = '.*bad.jsonl': line 2 is not valid JSON"):
         data.load_rows(cfg_for(bad), "train")
 
 
 def test_hf_dataset_offline_fails_with_one_line(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
-    with pytest.raises(ConfigError) as err:
+    with pytest.raises(UserError) as err:
         data.load_rows(cfg_for("openai/gsm8k", "data.subset=main"), "train")
     text = str(err.value)
     assert "\n" not in text
@@ -139,7 +140,7 @@ def test_conversational_data_without_a_template_is_a_clear_error(tmp_path, token
     conv = write_jsonl(tmp_path / "chat.jsonl", [{"prompt": [{"role": "user", "content": "2+2="}], "answer": "4"}] * 3)
     cfg = cfg_for(conv, "data.eval_size=0")
     row = data.load_rows(cfg, "train")[0]
-    with pytest.raises(ConfigError) as err:
+    with pytest.raises(UserError) as err:
         data.prompt_text(row, cfg, tokenizer)
     assert str(err.value) == (f"config error: data.chat_template = 'auto': {tokenizer.name_or_path} has no chat "
                               f"template but {conv} is conversational (column 'prompt' holds messages); set "
@@ -169,3 +170,22 @@ def test_gsm8k_file_trains_with_the_gsm8k_reward_set(tmp_path, request):
     assert set(samples[0]["rewards"]) == set(funcs)
     events = [json.loads(x) for x in (tmp_path / "run" / "events.jsonl").read_text().splitlines()]
     assert not [e for e in events if e["event"] == "reward_error"]
+
+
+def test_encode_prompts_adds_no_special_tokens_and_keeps_the_tail():
+    class Tok:  # one id per character, plus a BOS that add_special_tokens=True would add
+        def encode(self, text, add_special_tokens=True):
+            return ([1] if add_special_tokens else []) + [ord(c) for c in text]
+
+    assert data.encode_prompts(Tok(), ["abcd", "xy"], 3) == [[98, 99, 100], [120, 121]]
+
+
+def test_mix_seed_and_the_prompt_stream_order():
+    assert data.mix_seed(0, 5) == 5 and data.mix_seed(2, 7) == 2_000_013
+    import random
+
+    order = list(range(4))
+    random.Random(1_000_004).shuffle(order)  # seed 1, epoch 1
+    stream = data.PromptStream([{"i": i} for i in range(4)], seed=1)
+    stream.restore({"epoch": 1, "index": 0})
+    assert [r["i"] for r in stream.take(4)] == order

@@ -9,6 +9,7 @@ import torch
 from grpo_studio.engine.contract import config
 from grpo_studio.engine.batching import join_prompt_completion
 from grpo_studio.engine.logprobs import ChunkedLogSoftmax, token_logprobs
+from grpo_studio.engine.contract.precision import resolve
 from grpo_studio.engine.policy_loader import load_policy, load_tokenizer, resolve_model_path
 
 
@@ -29,7 +30,8 @@ def test_chunked_matches_materialised_values_and_gradients(lora_rank):
     results = []
     for chunk in (0, 5):  # 5 does not divide 3×7 = 21 tokens: a ragged last chunk
         torch.manual_seed(0)
-        policy = load_policy(config.load("tiny-arith", [f"model.lora_rank={lora_rank}"]), path)
+        cfg = config.load("tiny-arith", [f"model.lora_rank={lora_rank}"])
+        policy = load_policy(cfg, path, resolve(cfg))
         logps, entropy = token_logprobs(policy, ids, attn, T, temperature=0.7, with_entropy=True, logits_chunk=chunk)
         (logps * weights).sum().backward()
         grads = {n: p.grad.clone() for n, p in policy.named_parameters() if p.grad is not None}

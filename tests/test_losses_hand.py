@@ -21,7 +21,8 @@ import pytest
 import torch
 
 from grpo_studio.engine.contract import algorithms
-from grpo_studio.engine.contract.config import AlgoConfig, ConfigError, load
+from grpo_studio.engine.contract.config import AlgoConfig, load
+from grpo_studio.engine.contract.errors import UserError
 from grpo_studio.engine.losses import LossInputs, policy_loss
 
 TOL = 1e-6
@@ -121,7 +122,7 @@ def test_ppo_ignores_mu():
 # --- config resolution and one-line errors -------------------------------------------------------------------
 
 def _one_line_error(overrides) -> str:
-    with pytest.raises(ConfigError) as err:
+    with pytest.raises(UserError) as err:
         load(None, overrides)
     message = str(err.value)
     assert "\n" not in message
@@ -137,7 +138,7 @@ def test_dr_grpo_without_max_completion_len_is_a_config_error():
     msg = _one_line_error(["algo.name=dr_grpo", "rollout.max_completion_len=0"])
     assert "rollout.max_completion_len" in msg
     inp = example()
-    with pytest.raises(ConfigError, match="dr_grpo.*max_completion_len"):
+    with pytest.raises(UserError, match="dr_grpo.*max_completion_len"):
         policy_loss(inp, AlgoConfig(loss_type="dr_grpo"), max_completion_len=0)
 
 

@@ -1,4 +1,5 @@
-"""Precision policy: dtypes, FP8 flow resolution, the mismatch warning, the FP16 loss scaler."""
+"""Precision policy: the dtype table, the PrecisionPlan (FP8 flow, effective precisions, the mismatch
+warning), the FP16 loss scaler."""
 
 import math
 
@@ -6,13 +7,23 @@ import pytest
 import torch
 
 from grpo_studio.engine.contract import config as C
-from grpo_studio.engine.precision import (DTYPES, LossScaler, clip_grad_norm, effective_precisions, fp8_flow, fp8_sides,
-                              precision_warning)
+from grpo_studio.engine.contract.dtypes import DTYPES
+from grpo_studio.engine.contract.errors import UserError
+from grpo_studio.engine.contract.precision import fp8_sides, plan, resolve
+from grpo_studio.engine.precision import LossScaler, clip_grad_norm, torch_dtype
 
 
 def test_dtypes():
-    assert DTYPES == {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "fp8": torch.bfloat16}
-    assert set(DTYPES) == set(C.DTYPES)
+    assert {n: torch_dtype(n) for n in DTYPES} == {"fp32": torch.float32, "bf16": torch.bfloat16,
+                                                   "fp16": torch.float16, "fp8": torch.bfloat16}
+    assert C.DTYPES == ["fp32", "bf16", "fp16", "fp8"]
+    assert {n: (d.train_bytes, d.rollout_bytes, d.mantissa_bits) for n, d in DTYPES.items()} == {
+        "fp32": (4, 4, 23), "bf16": (2, 2, 7), "fp16": (2, 2, 10), "fp8": (2, 1, 3)}
+    for d in DTYPES.values():  # the byte counts are the stored torch dtype's (fp8: its bf16 master weights)
+        assert d.train_bytes == torch.empty(0, dtype=getattr(torch, d.torch)).element_size()
+    assert [n for n, d in DTYPES.items() if d.loss_scaling] == ["fp16"]
+    assert {n: d.ab_partner for n, d in DTYPES.items()} == {"fp32": "bf16", "bf16": "fp16", "fp16": "bf16",
+                                                            "fp8": "bf16"}
 
 
 def cfg(model, rollout="", flow="auto"):
@@ -35,19 +46,23 @@ def cfg(model, rollout="", flow="auto"):
 ])
 def test_fp8_flow_resolution(model, rollout, flow, sides, name):
     assert fp8_sides(model, rollout, flow) == sides
-    assert fp8_flow(cfg(model, rollout, flow)) == name
+    p = resolve(cfg(model, rollout, flow))
+    assert (p.train_fp8, p.rollout_fp8, p.flow) == (*sides, name)
 
 
 def test_default_config_flow_is_auto_and_bad_flow_is_one_line():
     assert C.Config().precision.fp8_flow == "auto"
-    with pytest.raises(C.ConfigError) as err:
+    with pytest.raises(UserError) as err:
         C.set_key(C.Config(), "precision.fp8_flow", "unify", from_text=True)
     assert "\n" not in str(err.value) and "unified" in str(err.value)
 
 
 def test_effective_precisions():
-    assert effective_precisions("fp8", "", "rollout_only") == ("bf16", "fp8")
-    assert effective_precisions("fp32", "bf16") == ("fp32", "bf16")
+    p = plan("fp8", "", "rollout_only")
+    assert (p.train_compute, p.rollout_compute, p.rollout_dtype) == ("bf16", "fp8", "fp8")
+    p = plan("fp32", "bf16")
+    assert (p.train_compute, p.rollout_compute) == ("fp32", "bf16")
+    assert [plan(d, "").loss_scaling for d in ("fp32", "bf16", "fp16", "fp8")] == [False, False, True, False]
 
 
 @pytest.mark.parametrize("model, rollout, flow", [
@@ -55,22 +70,22 @@ def test_effective_precisions():
     ("fp8", "fp8", "unified"), ("bf16", "fp8", "unified"),
 ])
 def test_no_warning_when_numerics_match(model, rollout, flow):
-    assert precision_warning(model, rollout, flow) is None
+    assert plan(model, rollout, flow).warning is None
 
 
 def test_warning_texts():
-    w = precision_warning("fp32", "bf16", "auto")
+    w = plan("fp32", "bf16", "auto").warning
     assert w.startswith("precision warning: rollout runs in bf16 but the trainer in fp32: expect bf16-level")
     assert "set rollout.dtype = model.dtype" in w and "\n" not in w
-    w = precision_warning("fp16", "bf16", "auto")
+    w = plan("fp16", "bf16", "auto").warning
     assert "rollout runs in bf16 but the trainer in fp16" in w and "bf16-level" in w
-    w = precision_warning("fp32", "fp16", "auto")
+    w = plan("fp32", "fp16", "auto").warning
     assert "rollout runs in fp16 but the trainer in fp32: expect fp16-level" in w
-    w = precision_warning("bf16", "fp8", "auto")
+    w = plan("bf16", "fp8", "auto").warning
     assert "rollout runs in fp8 but the trainer in bf16" in w and "precision.fp8_flow = 'unified'" in w
     assert "Jet-RL" in w
-    assert precision_warning("fp8", "fp8", "rollout_only") == w  # the same effective pair
-    w = precision_warning("fp8", "bf16", "auto")
+    assert plan("fp8", "fp8", "rollout_only").warning == w  # the same effective pair
+    w = plan("fp8", "bf16", "auto").warning
     assert "rollout runs in bf16 but the trainer in fp8" in w and "rollout.dtype = 'fp8'" in w
 
 
@@ -150,9 +165,9 @@ def test_from_config():
     c = cfg("fp16")
     C.set_key(c, "precision.loss_scale_init", 1024.0)
     C.set_key(c, "precision.loss_scale_growth_interval", 7)
-    s = LossScaler.from_config(c)
+    s = LossScaler.from_config(c, resolve(c))
     assert s.enabled and s.get_scale() == 1024.0 and s.growth_interval == 7
-    assert not LossScaler.from_config(cfg("bf16")).enabled
+    assert not LossScaler.from_config(cfg("bf16"), resolve(cfg("bf16"))).enabled
 
 
 def test_scaling_rescues_gradients_that_underflow_in_fp16():

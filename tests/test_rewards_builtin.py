@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from grpo_studio.engine.contract.config import ConfigError, load
+from grpo_studio.engine.contract.config import load
+from grpo_studio.engine.contract.errors import UserError
 from grpo_studio.engine.rewards import build, builtin, describe
 from grpo_studio.engine.rewards.builtin import Options
 
@@ -188,23 +189,23 @@ def test_build_binds_config_and_keeps_names():
 
 def test_build_errors_are_one_line():
     cfg = load("tiny-arith", ["rewards.funcs=[\"corectness\"]"])
-    with pytest.raises(ConfigError) as err:
+    with pytest.raises(UserError) as err:
         build(cfg.rewards)
     assert str(err.value).startswith("config error: rewards.funcs = 'corectness': unknown reward; allowed: correctness")
     assert str(err.value).endswith("or 'file.py:function' (did you mean 'correctness'?)")
     cfg = load("tiny-arith", ["rewards.funcs=[\"regex_match\"]"])
-    with pytest.raises(ConfigError, match=r"^config error: rewards.regex = '': the regex_match reward needs a pattern"):
+    with pytest.raises(UserError, match=r"^config error: rewards.regex = '': the regex_match reward needs a pattern"):
         build(cfg.rewards)
     cfg = load("tiny-arith", ["rewards.answer_regex=(unclosed"])
-    with pytest.raises(ConfigError, match=r"^config error: rewards.answer_regex = '\(unclosed': not a valid regular"):
+    with pytest.raises(UserError, match=r"^config error: rewards.answer_regex = '\(unclosed': not a valid regular"):
         build(cfg.rewards)
 
 
 def test_listing_names_every_builtin_with_a_range():
-    from grpo_studio.cli.rewards import main
+    from grpo_studio.cli.main import main
 
     names = [n for n, _, _ in describe()]
     assert names == ["correctness", "int", "soft_format", "strict_format", "xmlcount", "proximity", "format",
                      "length_penalty", "keyword", "regex_match", "code_exec"]
     assert all(about and span for _, about, span in describe())
-    assert main(["--json"]) == 0
+    assert main(["rewards", "--json"]) == 0

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from grpo_studio.engine.contract.config import ConfigError, load
+from grpo_studio.engine.contract.config import load
+from grpo_studio.engine.contract.errors import UserError
 from grpo_studio.engine.rewards import build, score
 
 USER_FILE = '''
@@ -78,7 +79,7 @@ def test_load_errors_are_one_line(tmp_path, monkeypatch, entry, message):
     (tmp_path / "my_rewards.py").write_text(USER_FILE)
     (tmp_path / "broken.py").write_text("x = 1 / 0\n")
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(ConfigError) as err:
+    with pytest.raises(UserError) as err:
         build([entry])
     assert str(err.value) == message
 

@@ -15,9 +15,9 @@ from grpo_studio.studio.app import StudioApp
 from grpo_studio.studio.charts import MetricChart
 from grpo_studio.studio.compare import CompareScreen
 from grpo_studio.studio.dashboard import DashboardScreen
-from grpo_studio.studio.demo import write_run
 from grpo_studio.studio.runs_screen import RunsScreen
 from tests.studio_helpers import anyio_backend, tiny_model_name, visible_text, wait_until  # noqa: F401
+from tests.synthetic_run import write_run
 
 pytestmark = pytest.mark.anyio
 

@@ -12,7 +12,7 @@ import pytest
 from grpo_studio.engine.contract import config as cfgmod
 from grpo_studio.studio import hardware
 from grpo_studio.studio.app import StudioApp
-from grpo_studio.studio.demo import write_run
+from tests.synthetic_run import write_run
 
 SIZES = [(80, 24), (120, 40)]
 

@@ -1,19 +1,25 @@
-"""Studio building blocks without a UI: tailing with back-pressure, downsampling, run states, keymaps."""
+"""Studio building blocks: tailing with back-pressure, downsampling, chart ticks and notes, run states, keymaps."""
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
 import time
 
-from grpo_studio.engine.contract import rundir
+import pytest
+from textual.app import App
+
+from grpo_studio.engine.contract import metrics, rundir
 from grpo_studio.studio import launcher
-from grpo_studio.studio.charts import downsample, ema
-from grpo_studio.studio.demo import write_run
+from grpo_studio.studio.charts import Line, MetricChart, downsample, ema, log_ticks, ticks
 from grpo_studio.studio.keymap import load_keymap
+from grpo_studio.studio.panels import LOSS_NOTE, PANELS
 from grpo_studio.studio.rundata import RunData
+from tests.studio_helpers import anyio_backend, visible_text  # noqa: F401
+from tests.synthetic_run import write_run
 
 
 def test_rundata_reads_partial_lines_only_when_complete(tmp_path):
@@ -62,17 +68,62 @@ def test_run_states_from_events_and_pid(tmp_path):
     b = write_run(tmp_path / "b", 5, state="running")  # started, no goodbye, no live pid
     run = RunData(b)
     run.drain()
-    assert run.state() == "crashed"
+    assert run.state() == rundir.run_state(b).state == "crashed"
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
     try:
         (b / rundir.PIDFILE).write_text(str(sleeper.pid))
-        assert run.state() == "running"
+        assert run.state() == rundir.run_state(b).state == "running"
         assert launcher.kill(b)  # SIGKILL to the process group
         sleeper.wait(timeout=10)
         assert sleeper.returncode == -9
     finally:
         if sleeper.poll() is None:
             sleeper.kill()
+
+
+def test_synthetic_rows_hold_every_schema_metric(tmp_path):
+    run = RunData(write_run(tmp_path / "r", 3))
+    run.drain()
+    assert set(run.columns) | {"step", "time"} == set(metrics.names(["correctness", "format"]))
+    assert run.steps == [1, 2, 3] and run.histogram["edges"] == metrics.HIST_EDGES
+
+
+def test_panels_read_their_keys_and_log_axes_from_the_schema():
+    assert all(key in metrics.SCHEMA for panel in PANELS.values() for key in panel.keys)
+    assert {pid for pid, panel in PANELS.items() if panel.log} == {"k3", "loss_scale"}
+
+
+def test_ticks_are_whole_steps_and_round_values():
+    assert ticks(1, 40, integer=True) == [10, 20, 30, 40]
+    assert ticks(1, 17, integer=True) == [5, 10, 15]
+    assert ticks(1, 3, integer=True) == [1, 2, 3]
+    assert ticks(1.5e-8, 2.1e-8) == pytest.approx([1.6e-8, 1.8e-8, 2.0e-8])
+    assert ticks(-0.01, 0.01) == pytest.approx([-0.01, -0.005, 0.0, 0.005, 0.01])
+    assert [10 ** t for t in log_ticks(math.log10(4e-8), math.log10(1.8e-7))] == pytest.approx([5e-8, 1e-7])
+    assert log_ticks(-13.2, -5.1) == [-12, -10, -8, -6]  # whole decades when 1-2-5 marks are too many
+
+
+@pytest.mark.anyio
+async def test_chart_labels_steps_tiny_values_and_its_note():
+    """A loss of ~1e-8 over 40 steps: whole-step x labels, scientific y labels, the note (truncated
+    when the chart is narrower than it)."""
+
+    class One(App):
+        def compose(self):
+            yield MetricChart("loss", note=LOSS_NOTE)
+
+    app = One()
+    async with app.run_test(size=(60, 14)) as pilot:
+        chart = app.query_one(MetricChart)
+        chart.show([Line("loss", list(range(1, 41)), [1.5e-8 + 1.5e-10 * i for i in range(40)])])
+        await pilot.pause()
+        text = visible_text(chart)
+        assert "1.60e-08" in text and "2.00e-08" in text and "0.0000" not in text
+        assert text.splitlines()[-2].split() == ["10", "20", "30", "40"]
+        assert text.splitlines()[-1].strip() == LOSS_NOTE
+        await pilot.resize_terminal(30, 14)
+        await pilot.pause()
+        assert visible_text(chart).splitlines()[-1].strip() == LOSS_NOTE[:29] + "…"
 
 
 def test_duplicate_with_other_dtype(tmp_path):

@@ -39,10 +39,12 @@ def tok(random_tiny_model):
 
 
 def _engine(random_tiny_model, tok, dtype):
+    from grpo_studio.engine.contract.precision import resolve
     from grpo_studio.engine.sampler.vllm_backend import VLLMBackend
 
     events = []
-    backend = VLLMBackend(_cfg(random_tiny_model, dtype), str(random_tiny_model), tok,
+    cfg = _cfg(random_tiny_model, dtype)
+    backend = VLLMBackend(cfg, str(random_tiny_model), tok, resolve(cfg),
                           emit_event=lambda kind, message, **kw: events.append((kind, message)))
     backend.events = events
     return backend
@@ -189,12 +191,13 @@ def test_weight_sync_after_a_step(bf16, tok, random_tiny_model, lora_rank):
     """After an optimizer step and load_weights, vLLM's log-probs of a fixed sequence match the
     trainer's new π within bf16 mismatch and differ from the old π."""
     from grpo_studio.engine import policy_loader
+    from grpo_studio.engine.contract.precision import resolve
     from grpo_studio.engine.logprobs import token_logprobs
     from grpo_studio.engine.weights import export_weights
 
     cfg = _cfg(random_tiny_model, "bf16")
     cfg.model.lora_rank = lora_rank
-    policy = policy_loader.load_policy(cfg, str(random_tiny_model))
+    policy = policy_loader.load_policy(cfg, str(random_tiny_model), resolve(cfg))
     seq = tok.encode("12+3=<answer>15</answer>", add_special_tokens=False) + [tok.eos_token_id]
     x = torch.tensor([seq])
 

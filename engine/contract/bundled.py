@@ -10,6 +10,7 @@ PRESETS = Path(presets.__file__).resolve().parent
 RECIPES = PRESETS / "recipes"
 MODELS = PRESETS / "models"
 CARDS = PRESETS / "cards"
+DEFAULT_RECIPE = "tiny-arith"  # what the studio, `grpo-studio train` and the benchmarks use without a recipe
 
 
 def recipe_names() -> list[str]:

@@ -2,14 +2,13 @@
 
 Pure python (no torch), so the studio and the VRAM planner can import it.
 
-Every user mistake raises `ConfigError` whose message is one line naming the key, the value
-and what is allowed. The CLI prints it and exits with code 2.
+Every user mistake raises `UserError` (engine/contract/errors.py) whose message is one line naming
+the key, the value and what is allowed. The CLI prints it and exits with code 2.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,11 +16,8 @@ from typing import Any
 
 import tomli_w
 
-from grpo_studio.engine.contract import bundled
-
-
-class ConfigError(ValueError):
-    """A user-facing config mistake. str(err) is the whole one-line message."""
+from grpo_studio.engine.contract import algorithms, bundled, dtypes
+from grpo_studio.engine.contract.errors import UserError, did_you_mean, show_choices
 
 
 def opt(default, *, choices=None, lo=None, hi=None, lo_open=False, help=""):
@@ -32,11 +28,8 @@ def opt(default, *, choices=None, lo=None, hi=None, lo_open=False, help=""):
     return field(default=default, metadata=meta)
 
 
-DTYPES = ["fp32", "bf16", "fp16", "fp8"]
-ALGOS = [
-    "grpo", "dapo", "dr_grpo", "gspo", "ppo", "ppo_token_tis", "ppo_seq_tis", "ppo_seq_mis",
-    "pg_seq_is", "pg_seq_tis", "pg_seq_mis",
-]
+DTYPES = list(dtypes.DTYPES)
+ALGOS = list(algorithms.PRESETS)
 LOSS_TYPES = ["grpo", "bnpo", "dr_grpo", "dapo"]
 
 
@@ -45,11 +38,13 @@ class ModelConfig:
     name: str = opt("tiny-arith", help="preset id, local folder, or hub id")
     dtype: str = opt("fp32", choices=DTYPES, help="trainer precision")
     lora_rank: int = opt(8, lo=0, help="0 = full fine-tune")
-    lora_alpha: float = opt(16.0, lo=0, lo_open=True)
-    lora_dropout: float = opt(0.0, lo=0, hi=0.99)
+    lora_alpha: float = opt(16.0, lo=0, lo_open=True, help="LoRA scaling: the update is multiplied by alpha / rank")
+    lora_dropout: float = opt(0.0, lo=0, hi=0.99, help="dropout on the LoRA adapters' input")
     lora_target_modules: list = opt(["all-linear"], help="peft target_modules")
-    load_in_4bit: bool = opt(False)
-    gradient_checkpointing: bool = opt(False)
+    load_in_4bit: bool = opt(False, help="QLoRA in the VRAM planner: base weights counted in 4-bit nf4 "
+                                         "(the trainer does not quantise)")
+    gradient_checkpointing: bool = opt(False, help="recompute each layer in the backward instead of keeping "
+                                                   "its activations (less memory, slower)")
     offload_checkpoints: bool = opt(False, help="keep saved activations in host RAM during the forward "
                                                 "(CUDA only; Unsloth-style offloaded checkpoints)")
     logits_chunk: int = opt(0, lo=0, help="tokens per chunk of the fused, recomputed lm_head + log-softmax; "
@@ -61,12 +56,13 @@ class RolloutConfig:
     backend: str = opt("auto", choices=["auto", "hf", "vllm"], help="auto = vllm when installed, else hf")
     dtype: str = opt("", choices=["", *DTYPES], help="empty = model.dtype")
     num_generations: int = opt(8, lo=2, help="G completions per prompt")
-    max_prompt_len: int = opt(64, lo=1)
-    max_completion_len: int = opt(16, lo=1)
-    temperature: float = opt(1.0, lo=0, lo_open=True)
-    top_p: float = opt(1.0, lo=0, hi=1.0, lo_open=True)
+    max_prompt_len: int = opt(64, lo=1, help="prompt tokens kept (the end of a longer prompt)")
+    max_completion_len: int = opt(16, lo=1, help="most tokens sampled per completion")
+    temperature: float = opt(1.0, lo=0, lo_open=True, help="sampling temperature; the trainer's log-probs use the same")
+    top_p: float = opt(1.0, lo=0, hi=1.0, lo_open=True, help="nucleus sampling; 1 = off")
     top_k: int = opt(0, lo=0, help="0 = off")
-    gpu_memory_utilization: float = opt(0.3, lo=0, hi=1.0, lo_open=True)
+    gpu_memory_utilization: float = opt(0.3, lo=0, hi=1.0, lo_open=True,
+                                        help="vLLM: share of the GPU's memory it reserves for weights and KV cache")
     colocate: bool = opt(True, help="vLLM shares the training GPU (TRL vllm_mode=colocate); false = its own GPU")
     sleep: bool = opt(False, help="vLLM sleeps (frees its memory) during the train phase")
     vllm_enforce_eager: str = opt("auto", choices=["auto", "on", "off"],
@@ -75,18 +71,22 @@ class RolloutConfig:
 
 @dataclass
 class AlgoConfig:
-    name: str = opt("grpo", choices=ALGOS)
-    loss_type: str = opt("grpo", choices=LOSS_TYPES)
-    epsilon: float = opt(0.2, lo=0)
-    epsilon_high: float = opt(0.2, lo=0)
+    name: str = opt("grpo", choices=ALGOS, help="algorithm preset: fills the other algo.* keys (docs/algorithms.md)")
+    loss_type: str = opt("grpo", choices=LOSS_TYPES, help="how token losses are averaged: per sequence (grpo), "
+                                                          "per batch token (bnpo), by B·L_max (dr_grpo), DAPO's")
+    epsilon: float = opt(0.2, lo=0, help="clip range below: ratio >= 1 - epsilon")
+    epsilon_high: float = opt(0.2, lo=0, help="clip range above: ratio <= 1 + epsilon_high")
     delta: float = opt(0.0, lo=0, help="INTELLECT-2 cap on the unclipped ratio; 0 = off")
     beta: float = opt(0.0, lo=0, help="KL-to-reference coefficient (k3)")
-    scale_rewards: str = opt("group", choices=["group", "batch", "none"])
-    mask_truncated_completions: bool = opt(False)
-    importance_sampling_level: str = opt("token", choices=["token", "sequence"])
+    scale_rewards: str = opt("group", choices=["group", "batch", "none"],
+                             help="advantages divided by the reward std of the group or the batch; none = only centred")
+    mask_truncated_completions: bool = opt(False, help="completions cut at max_completion_len are left out of the loss")
+    importance_sampling_level: str = opt("token", choices=["token", "sequence"],
+                                         help="pi/pi_old ratio per token, or one per sequence (GSPO)")
     is_level: str = opt("none", choices=["none", "token", "sequence"],
                         help="rollout-correction against the inference policy mu")
-    is_mode: str = opt("truncate", choices=["truncate", "mask"])
+    is_mode: str = opt("truncate", choices=["truncate", "mask"],
+                       help="rollout correction above algo.is_cap: truncate the weight, or mask the token/sequence")
     is_cap: float = opt(0.0, lo=0, help="C for rollout correction; 0 = no cap (plain IS, truncate mode only)")
     objective: str = opt("ppo", choices=["ppo", "pg"],
                          help="ppo = clipped surrogate; pg = -sg(w)·A·log pi (vanilla policy gradient)")
@@ -95,15 +95,15 @@ class AlgoConfig:
 
 @dataclass
 class TrainConfig:
-    steps: int = opt(40, lo=1)
-    lr: float = opt(1e-3, lo=0, lo_open=True)
-    warmup_steps: int = opt(0, lo=0)
-    lr_schedule: str = opt("constant", choices=["constant", "linear", "cosine"])
-    weight_decay: float = opt(0.0, lo=0)
-    prompts_per_step: int = opt(8, lo=1)
+    steps: int = opt(40, lo=1, help="optimizer steps in the run")
+    lr: float = opt(1e-3, lo=0, lo_open=True, help="AdamW learning rate")
+    warmup_steps: int = opt(0, lo=0, help="steps of linear learning-rate warm-up")
+    lr_schedule: str = opt("constant", choices=["constant", "linear", "cosine"], help="learning rate after the warm-up")
+    weight_decay: float = opt(0.0, lo=0, help="AdamW weight decay")
+    prompts_per_step: int = opt(8, lo=1, help="prompts per step, each sampled rollout.num_generations times")
     micro_batch_size: int = opt(0, lo=0, help="sequences per forward/backward (gradient accumulation); "
                                                "0 = the whole step's batch at once")
-    seed: int = opt(0, lo=0)
+    seed: int = opt(0, lo=0, help="seed of the data order, sampling and initialisation")
     grad_clip: float = opt(1.0, lo=0, help="max grad norm; 0 = off")
     save_every: int = opt(20, lo=0, help="checkpoint every N steps; 0 = only at the end")
     samples_every: int = opt(1, lo=1, help="write samples.jsonl every N steps")
@@ -113,9 +113,9 @@ class TrainConfig:
 @dataclass
 class DataConfig:
     source: str = opt("builtin:arith", help="builtin:arith, a .jsonl/.csv/.parquet file, or a HF dataset id")
-    prompt_column: str = opt("prompt")
-    answer_column: str = opt("answer")
-    eval_size: int = opt(200, lo=0)
+    prompt_column: str = opt("prompt", help="column with the prompt text")
+    answer_column: str = opt("answer", help="column with the reference answer the rewards check")
+    eval_size: int = opt(200, lo=0, help="rows held out for evaluation (without data.eval_split)")
     split: str = opt("train", help="HF dataset split used for training")
     subset: str = opt("", help="HF dataset config name, e.g. 'main' for openai/gsm8k")
     eval_split: str = opt("", help="HF split for evaluation; empty = a seeded held-out slice of eval_size rows")
@@ -129,9 +129,9 @@ class RewardsConfig:
     weights: list = opt([], help="one per func; empty = all 1.0")
     timeout_s: float = opt(30.0, lo=0, help="bound on one call of one reward function; 0 = no bound")
     reasoning_start: str = opt("<reasoning>", help="format rewards: reasoning start marker")
-    reasoning_end: str = opt("</reasoning>")
+    reasoning_end: str = opt("</reasoning>", help="format rewards: reasoning end marker")
     solution_start: str = opt("<answer>", help="answer extraction: solution start marker")
-    solution_end: str = opt("</answer>")
+    solution_end: str = opt("</answer>", help="answer extraction: solution end marker")
     answer_regex: str = opt("", help="regex whose group 1 is the answer; empty = solution markers, then '#### N'")
     format_require_reasoning: bool = opt(False, help="format: the reasoning block is required")
     format_numeric: bool = opt(True, help="format: the solution must be a number")
@@ -150,10 +150,10 @@ class RewardsConfig:
 class PrecisionConfig:
     fp8_flow: str = opt("auto", choices=["auto", "unified", "rollout_only"],
                         help="auto: model.dtype fp8 -> unified, bf16 + rollout fp8 -> rollout_only")
-    loss_scale_init: float = opt(2.0 ** 16, lo=1)
-    loss_scale_growth_interval: int = opt(2000, lo=1)
-    loss_scale_backoff: float = opt(0.5, lo=0, hi=1.0, lo_open=True)
-    loss_scale_growth: float = opt(2.0, lo=1, lo_open=True)
+    loss_scale_init: float = opt(2.0 ** 16, lo=1, help="fp16: the dynamic loss scale's starting value")
+    loss_scale_growth_interval: int = opt(2000, lo=1, help="fp16: steps without overflow before the scale grows")
+    loss_scale_backoff: float = opt(0.5, lo=0, hi=1.0, lo_open=True, help="fp16: scale factor after an overflow")
+    loss_scale_growth: float = opt(2.0, lo=1, lo_open=True, help="fp16: scale factor after growth_interval clean steps")
 
 
 @dataclass
@@ -198,6 +198,17 @@ class KeyInfo:
     lo_open: bool
     help: str
 
+    def allowed(self) -> str:
+        """The allowed values as the error messages word them: 'fp32, bf16, fp16, fp8', '>= 0', '> 0, <= 1'."""
+        if self.choices is not None:
+            return show_choices(self.choices)
+        bounds = []
+        if self.lo is not None:
+            bounds.append(_lower(self.lo, self.lo_open))
+        if self.hi is not None:
+            bounds.append(_upper(self.hi))
+        return ", ".join(bounds)
+
 
 def key_info() -> list[KeyInfo]:
     """Every key in file order, with its type, default, allowed values and help."""
@@ -213,15 +224,6 @@ def key_info() -> list[KeyInfo]:
     return out
 
 
-def _did_you_mean(word: str, candidates: list[str]) -> str:
-    close = difflib.get_close_matches(word, candidates, n=1, cutoff=0.6)
-    return f" (did you mean '{close[0]}'?)" if close else ""
-
-
-def _fmt(value: Any) -> str:
-    return repr(value) if isinstance(value, str) else str(value).lower() if isinstance(value, bool) else str(value)
-
-
 def _coerce(key: str, value: Any, default: Any, from_text: bool) -> Any:
     """Convert `value` to the type of `default`; `from_text` is True for --set strings."""
     kind = type(default)
@@ -230,10 +232,10 @@ def _coerce(key: str, value: Any, default: Any, from_text: bool) -> Any:
             return value
         if from_text and str(value).lower() in ("true", "false", "1", "0", "yes", "no"):
             return str(value).lower() in ("true", "1", "yes")
-        raise ConfigError(f"config error: {key} = {_fmt(value)}: expected true or false")
+        raise UserError("expected true or false", key=key, value=value)
     if kind is int:
         if isinstance(value, bool):
-            raise ConfigError(f"config error: {key} = {_fmt(value)}: expected an integer")
+            raise UserError("expected an integer", key=key, value=value)
         if isinstance(value, int):
             return value
         if isinstance(value, float) and value.is_integer():
@@ -243,10 +245,10 @@ def _coerce(key: str, value: Any, default: Any, from_text: bool) -> Any:
                 return int(str(value).replace("_", ""))
             except ValueError:
                 pass
-        raise ConfigError(f"config error: {key} = {_fmt(value)}: expected an integer")
+        raise UserError("expected an integer", key=key, value=value)
     if kind is float:
         if isinstance(value, bool):
-            raise ConfigError(f"config error: {key} = {_fmt(value)}: expected a number")
+            raise UserError("expected a number", key=key, value=value)
         if isinstance(value, (int, float)):
             return float(value)
         if from_text:
@@ -254,7 +256,7 @@ def _coerce(key: str, value: Any, default: Any, from_text: bool) -> Any:
                 return float(value)
             except ValueError:
                 pass
-        raise ConfigError(f"config error: {key} = {_fmt(value)}: expected a number")
+        raise UserError("expected a number", key=key, value=value)
     if kind is list:
         if isinstance(value, list):
             return value
@@ -264,35 +266,39 @@ def _coerce(key: str, value: Any, default: Any, from_text: bool) -> Any:
                 try:
                     return tomllib.loads(f"v = {text}")["v"]
                 except tomllib.TOMLDecodeError:
-                    raise ConfigError(f"config error: {key} = {text!r}: expected a list like [\"a\", \"b\"]") from None
+                    raise UserError('expected a list like ["a", "b"]', key=key, value=text) from None
             return [item.strip() for item in text.split(",") if item.strip()]
-        raise ConfigError(f"config error: {key} = {_fmt(value)}: expected a list")
+        raise UserError("expected a list", key=key, value=value)
     if not isinstance(value, str):
-        raise ConfigError(f"config error: {key} = {_fmt(value)}: expected a string")
+        raise UserError("expected a string", key=key, value=value)
     return value
+
+
+def _lower(lo: float, lo_open: bool) -> str:
+    return f"{'>' if lo_open else '>='} {lo:g}"
+
+
+def _upper(hi: float) -> str:
+    return f"<= {hi:g}"
 
 
 def _check(key: str, value: Any, meta: dict) -> None:
     choices = meta.get("choices")
     if choices is not None and value not in choices:
-        shown = ", ".join(c if c else '""' for c in choices)
-        hint = _did_you_mean(str(value), [c for c in choices if c])
-        raise ConfigError(f"config error: {key} = {_fmt(value)}: allowed: {shown}{hint}")
+        raise UserError(key=key, value=value, allowed=choices)
     lo, hi = meta.get("lo"), meta.get("hi")
     if lo is not None and (value <= lo if meta.get("lo_open") else value < lo):
-        raise ConfigError(f"config error: {key} = {_fmt(value)}: must be {'>' if meta.get('lo_open') else '>='} {lo:g}")
+        raise UserError(f"must be {_lower(lo, meta.get('lo_open'))}", key=key, value=value)
     if hi is not None and value > hi:
-        raise ConfigError(f"config error: {key} = {_fmt(value)}: must be <= {hi:g}")
+        raise UserError(f"must be {_upper(hi)}", key=key, value=value)
 
 
 def set_key(cfg: Config, key: str, value: Any, from_text: bool = False) -> None:
     """Set a dotted key (e.g. 'train.steps') with conversion and validation."""
     section, _, name = key.partition(".")
-    if section not in SECTIONS or not name:
-        raise ConfigError(f"config error: unknown key '{key}'{_did_you_mean(key, all_keys())}")
-    fields = _section_fields(section)
+    fields = _section_fields(section) if section in SECTIONS else {}
     if name not in fields:
-        raise ConfigError(f"config error: unknown key '{key}'{_did_you_mean(key, all_keys())}")
+        raise UserError(f"unknown key '{key}'{did_you_mean(key, all_keys())}")
     current = getattr(getattr(cfg, section), name)
     converted = _coerce(key, value, current, from_text)
     _check(key, converted, fields[name].metadata)
@@ -302,10 +308,10 @@ def set_key(cfg: Config, key: str, value: Any, from_text: bool = False) -> None:
 def apply_dict(cfg: Config, data: dict, source: str = "") -> None:
     for section, body in data.items():
         if section not in SECTIONS:
-            raise ConfigError(f"config error: unknown section '{section}'{_did_you_mean(section, list(SECTIONS))}"
-                              + (f" in {source}" if source else ""))
+            raise UserError(f"unknown section '{section}'{did_you_mean(section, SECTIONS)}"
+                            + (f" in {source}" if source else ""))
         if not isinstance(body, dict):
-            raise ConfigError(f"config error: [{section}] must be a table of keys")
+            raise UserError(f"[{section}] must be a table of keys")
         for name, value in body.items():
             set_key(cfg, f"{section}.{name}", value)
 
@@ -313,14 +319,13 @@ def apply_dict(cfg: Config, data: dict, source: str = "") -> None:
 def parse_override(text: str) -> tuple[str, str]:
     key, sep, value = text.partition("=")
     if not sep or not key.strip():
-        raise ConfigError(f"config error: --set {text!r}: expected section.key=value")
+        raise UserError(f"--set {text!r}: expected section.key=value")
     return key.strip(), value.strip()
 
 
 def load(source: str | None = None, overrides: list[str] = ()) -> Config:
-    """Resolve a recipe (preset name or TOML path) plus `--set` overrides into a validated Config."""
-    from grpo_studio.engine.contract import algorithms  # algorithm presets fill defaults before explicit keys
-
+    """Resolve a recipe (preset name or TOML path) plus `--set` overrides into a validated Config.
+    The algorithm preset fills its defaults before the explicit keys."""
     data = read_recipe(source) if source else {}
     cfg = Config()
     algo_name = data.get("algo", {}).get("name", "grpo")
@@ -344,39 +349,39 @@ def read_recipe(source: str) -> dict:
         preset = bundled.recipe(source)
         if preset is None:
             names = bundled.recipe_names()
-            raise ConfigError(f"config error: recipe {source!r} not found: not a .toml file or a preset "
-                              f"(presets: {', '.join(names)}){_did_you_mean(source, names)}")
+            raise UserError(f"recipe {source!r} not found: not a .toml file or a preset "
+                            f"(presets: {', '.join(names)}){did_you_mean(source, names)}")
         path = preset
     if not path.is_file():
-        raise ConfigError(f"config error: recipe file {str(path)!r} does not exist")
+        raise UserError(f"recipe file {str(path)!r} does not exist")
     try:
         return tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as err:
-        raise ConfigError(f"config error: {path}: invalid TOML: {err}") from None
+        raise UserError(f"{path}: invalid TOML: {err}") from None
 
 
 def validate(cfg: Config) -> None:
     """Cross-field rules that single-key checks cannot express."""
     r, a = cfg.rollout, cfg.algo
     if a.is_mode == "mask" and a.is_level != "none" and a.is_cap <= 0:
-        raise ConfigError(f"config error: algo.is_cap = {a.is_cap:g}: algo.is_mode = 'mask' needs a cap > 0 (e.g. 10.0)")
+        raise UserError(f"algo.is_cap = {a.is_cap:g}: algo.is_mode = 'mask' needs a cap > 0 (e.g. 10.0)")
     if 0 < a.delta <= 1 + a.epsilon_high:
-        raise ConfigError(f"config error: algo.delta = {a.delta:g}: must be > 1 + algo.epsilon_high "
-                          f"({1 + a.epsilon_high:g}), or 0 = off")
+        raise UserError(f"algo.delta = {a.delta:g}: must be > 1 + algo.epsilon_high ({1 + a.epsilon_high:g}), "
+                        f"or 0 = off")
     if a.objective == "pg" and a.importance_sampling_level == "sequence":
-        raise ConfigError("config error: algo.importance_sampling_level = 'sequence' with algo.objective = 'pg': "
-                          "the pg objective has no pi/pi_old ratio; use 'token' (its IS weight is algo.is_level)")
+        raise UserError("algo.importance_sampling_level = 'sequence' with algo.objective = 'pg': the pg objective "
+                        "has no pi/pi_old ratio; use 'token' (its IS weight is algo.is_level)")
     if cfg.rewards.weights and len(cfg.rewards.weights) != len(cfg.rewards.funcs):
-        raise ConfigError(f"config error: rewards.weights = {cfg.rewards.weights}: needs {len(cfg.rewards.funcs)} "
-                          f"values, one per rewards.funcs entry")
+        raise UserError(f"needs {len(cfg.rewards.funcs)} values, one per rewards.funcs entry", key="rewards.weights",
+                        value=cfg.rewards.weights)
     if not cfg.rewards.funcs:
-        raise ConfigError("config error: rewards.funcs = []: give at least one reward function")
+        raise UserError("give at least one reward function", key="rewards.funcs", value=cfg.rewards.funcs)
     if cfg.rollout_dtype == "fp8" and cfg.model.dtype not in ("bf16", "fp8"):
-        raise ConfigError(f"config error: rollout.dtype = 'fp8' with model.dtype = {cfg.model.dtype!r}: "
-                          f"fp8 rollout pairs with model.dtype 'bf16' (rollout_only) or 'fp8' (unified)")
+        raise UserError(f"rollout.dtype = 'fp8' with model.dtype = {cfg.model.dtype!r}: "
+                        f"fp8 rollout pairs with model.dtype 'bf16' (rollout_only) or 'fp8' (unified)")
     if r.max_prompt_len + r.max_completion_len > 1_000_000:
-        raise ConfigError(f"config error: rollout.max_completion_len = {r.max_completion_len}: "
-                          f"prompt + completion must be <= 1000000 tokens")
+        raise UserError("prompt + completion must be <= 1000000 tokens", key="rollout.max_completion_len",
+                        value=r.max_completion_len)
 
 
 def to_toml(cfg: Config) -> str:

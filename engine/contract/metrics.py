@@ -1,8 +1,125 @@
-"""The metric schema: what the trainer writes to metrics.jsonl and how every reader shows it."""
+"""The metric schema: every metric the trainer writes to metrics.jsonl and how every reader shows it.
+
+The names are the interface between processes: add new ones here, never rename one. The run
+writer refuses a row naming a metric not listed here (`check_row`), so the schema cannot drift
+from the trainer. Per-reward metrics are one pattern, `rewards/<fn>/mean|std`.
+"""
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+
+COMBINE = ("mean", "sum", "min", "max")  # how data-parallel ranks combine one metric
+FN = "<fn>"  # stands for a reward function's name in a pattern
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    meaning: str
+    unit: str = ""
+    log: bool = False  # its chart uses a log10 axis (values span decades)
+    combine: str = "mean"
+
+
+# Names more than one reader asks for by name.
+STEP, TIME = "step", "time"
+REWARD, K3, LOSS = "reward/mean", "mismatch/k3", "loss"
+DP_MAX, PEAK_GIB, STEP_S, EVAL_ACCURACY = "mismatch/abs_dp_max", "mem/peak_gib", "perf/step_s", "eval/accuracy"
+
+SCHEMA = {m.name: m for m in [
+    Metric(STEP, "optimizer steps done", "steps", combine="max"),
+    Metric(TIME, "when the row was written", "unix s", combine="max"),
+    Metric("epoch", "passes over the training prompts", "epochs"),
+    Metric(REWARD, "mean weighted reward of the step's completions"),
+    Metric("reward/std", "std of the weighted reward of the step's completions"),
+    Metric("reward/frac_zero_std", "share of completions in groups whose rewards are all equal (no signal)",
+           "fraction"),
+    Metric(f"rewards/{FN}/mean", "mean score of one reward function (unscored completions left out)"),
+    Metric(f"rewards/{FN}/std", "std of one reward function's scores"),
+    Metric(LOSS, "policy loss of the step"),
+    Metric("grad_norm", "global gradient L2 norm before clipping (inf on a skipped step)"),
+    Metric("lr", "learning rate after the step"),
+    Metric("entropy", "mean token entropy of the policy over completions", "nats"),
+    Metric("kl_ref", "mean token k3 KL to the reference policy (algo.beta > 0)", "nats"),
+    Metric("clip/low", "share of tokens clipped below 1 − ε (negative advantage)", "fraction"),
+    Metric("clip/high", "share of tokens clipped above 1 + ε_high (positive advantage)", "fraction"),
+    Metric("clip/region", "share of tokens clipped on either side", "fraction"),
+    Metric("mismatch/k1", "k1 estimate of KL(μ‖π), rollout vs trainer: mean(log μ − log π)", "nats"),
+    Metric("mismatch/k2", "k2 estimate of KL(μ‖π): ½·mean(Δlogp²)", "nats", log=True),
+    Metric(K3, "k3 estimate of KL(μ‖π): mean(r − 1 − log r), unbiased and ≥ 0", "nats", log=True),
+    Metric("mismatch/abs_dlogp_mean", "mean token |log π − log μ|", "nats", log=True),
+    Metric("mismatch/abs_dlogp_max", "largest token |log π − log μ|", "nats", log=True, combine="max"),
+    Metric("mismatch/abs_dp_mean", "mean token |π − μ| in probability", "probability"),
+    Metric(DP_MAX, "largest token |π − μ| in probability", "probability", combine="max"),
+    Metric("mismatch/seq_logratio_mean", "mean sequence log π(y)/μ(y)", "nats"),
+    Metric("mismatch/seq_logratio_std", "std of the sequence log-ratio", "nats"),
+    Metric("mismatch/seq_logratio_slope_per_1k", "growth of the sequence log-ratio per 1k completion tokens",
+           "nats/1k tokens"),
+    Metric("mismatch/prob_pearson", "Pearson correlation of the token probabilities π and μ"),
+    Metric("mismatch/is_min", "smallest importance ratio π/μ", "ratio", combine="min"),
+    Metric("mismatch/is_mean", "mean importance ratio π/μ", "ratio"),
+    Metric("mismatch/is_max", "largest importance ratio π/μ", "ratio", combine="max"),
+    Metric("mismatch/ess", "normalised effective sample size of the importance weights", "fraction"),
+    Metric("mismatch/masked_frac", "share of ratios above algo.is_cap (rollout correction on)", "fraction"),
+    Metric("mismatch/tokens", "completion tokens the mismatch metrics cover", "tokens", combine="sum"),
+    Metric("mismatch/nonfinite_tokens", "tokens left out because μ or π was not finite", "tokens", combine="sum"),
+    Metric("completion/len_mean", "mean completion length", "tokens"),
+    Metric("completion/len_max", "longest completion", "tokens", combine="max"),
+    Metric("completion/truncated_frac", "share of completions cut at rollout.max_completion_len", "fraction"),
+    Metric(STEP_S, "wall time of the step", "s", combine="max"),
+    Metric("perf/rollout_s", "time spent sampling", "s", combine="max"),
+    Metric("perf/train_s", "time after the rewards: log-probs, loss, backward, optimizer, weight sync", "s",
+           combine="max"),
+    Metric("perf/rollout_tok_s", "sampled completion tokens per second", "tokens/s", combine="sum"),
+    Metric(PEAK_GIB, "peak GPU memory allocated (CPU: peak resident memory)", "GiB", combine="max"),
+    Metric("mem/rss_gib", "resident memory of the trainer process", "GiB", combine="max"),
+    Metric("precision/loss_scale", "fp16 dynamic loss scale", log=True, combine="min"),
+    Metric("precision/skipped_steps", "steps skipped for non-finite gradients so far", "steps", combine="max"),
+    Metric(EVAL_ACCURACY, "share of eval prompts the first reward function scores above 0", "fraction"),
+]}
+
+# The token |Δlogp| histogram (histograms.jsonl): 4 log-spaced bins per decade from 1e-8 to 10
+# (36 bins), plus exact-zero, underflow and overflow counts. Fixed edges, so steps stack into a
+# heat map without rebinning.
+HIST_DECADE_LO, HIST_DECADE_HI, HIST_PER_DECADE = -8, 1, 4
+HIST_EDGES = [10.0 ** (HIST_DECADE_LO + i / HIST_PER_DECADE)
+              for i in range((HIST_DECADE_HI - HIST_DECADE_LO) * HIST_PER_DECADE + 1)]
+
+
+class UnknownMetric(ValueError):
+    """A metrics row names a metric the schema does not list: a programming error."""
+
+
+def reward_key(fn: str, stat: str = "mean") -> str:
+    return f"rewards/{fn}/{stat}"
+
+
+def reward_fn(name: str) -> str | None:
+    """The <fn> of a rewards/<fn>/mean name, else None."""
+    head, tail = "rewards/", "/mean"
+    return name[len(head):-len(tail)] if name.startswith(head) and name.endswith(tail) else None
+
+
+def lookup(name: str) -> Metric | None:
+    family, _, stat = name.rpartition("/")
+    return SCHEMA.get(reward_key(FN, stat) if family.startswith("rewards/") else name)
+
+
+def names(reward_funcs: list[str]) -> list[str]:
+    """Every name a run with these reward functions can write, in schema order."""
+    out = []
+    for name in SCHEMA:
+        out += [name.replace(FN, fn) for fn in reward_funcs] if FN in name else [name]
+    return out
+
+
+def check_row(row: dict) -> None:
+    unknown = [name for name in row if lookup(name) is None]
+    if unknown:
+        raise UnknownMetric(f"metrics row names {', '.join(unknown)}: not in the metric schema; "
+                            "add it to engine/contract/metrics.py")
 
 
 def fmt(value: float | None) -> str:

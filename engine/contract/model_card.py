@@ -8,14 +8,13 @@ Hugging Face cache. Parameter counts are computed from the architecture; the car
 
 from __future__ import annotations
 
-import difflib
 import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from grpo_studio.engine.contract import bundled
-from grpo_studio.engine.contract.config import ConfigError
+from grpo_studio.engine.contract.errors import UserError, close_matches
 
 FAMILIES = ("llama", "qwen2", "qwen3", "gemma3", "phi3", "gpt_oss")
 # config.json model_type -> family (Mistral's dense blocks are Llama blocks)
@@ -156,8 +155,8 @@ def from_config_json(data: dict, name: str) -> Card:
     model_type = data.get("model_type", "")
     family = MODEL_TYPES.get(model_type)
     if family is None:
-        raise ConfigError(f"vram error: model.name = {name!r}: model_type {model_type!r} has no VRAM formulas "
-                          f"(supported: {', '.join(sorted(MODEL_TYPES))})")
+        raise UserError(f"model_type {model_type!r} has no VRAM formulas (supported: {', '.join(sorted(MODEL_TYPES))})",
+                        kind="vram", key="model.name", value=name)
     try:
         heads = data["num_attention_heads"]
         hidden = data["hidden_size"]
@@ -173,7 +172,7 @@ def from_config_json(data: dict, name: str) -> Card:
             sliding_window=sliding if data.get("use_sliding_window", True) else 0,
         )
     except KeyError as err:
-        raise ConfigError(f"vram error: model.name = {name!r}: config.json lacks {err.args[0]!r}") from None
+        raise UserError(f"config.json lacks {err.args[0]!r}", kind="vram", key="model.name", value=name) from None
 
 
 def _hf_cache_config(hub_id: str) -> Path | None:
@@ -186,7 +185,8 @@ def _hf_cache_config(hub_id: str) -> Path | None:
 def load(name: str) -> Card:
     """A card by card name, hub id of a carded model, bundled model, local folder or cached hub id."""
     if not name or not name.strip():
-        raise ConfigError("vram error: model.name = '': give a card name, a local folder or a hub id")
+        raise UserError("give a card name, a local folder or a hub id", kind="vram", key="model.name",
+                        value=(name or "").strip())
     card_file = bundled.CARDS / f"{name}.json"
     if card_file.is_file():
         return _from_card_file(card_file)
@@ -194,7 +194,7 @@ def load(name: str) -> Card:
     if folder.is_dir():
         cfg = folder / "config.json"
         if not cfg.is_file():
-            raise ConfigError(f"vram error: model.name = {name!r}: folder has no config.json")
+            raise UserError("folder has no config.json", kind="vram", key="model.name", value=name)
         return from_config_json(json.loads(cfg.read_text()), name)
     wanted = _normalise(name)
     for card in card_names():
@@ -203,7 +203,7 @@ def load(name: str) -> Card:
     cached = _hf_cache_config(name) if "/" in name else None
     if cached is not None:
         return from_config_json(json.loads(cached.read_text()), name)
-    close = difflib.get_close_matches(wanted, card_names(), n=3, cutoff=0.4)
+    close = close_matches(wanted, card_names(), n=3, cutoff=0.4)
     hint = f"closest cards: {', '.join(close)}" if close else f"cards: {', '.join(card_names())}"
-    raise ConfigError(f"vram error: model.name = {name!r}: no model card, local folder or cached config.json "
-                      f"(offline); {hint}")
+    raise UserError(f"no model card, local folder or cached config.json (offline); {hint}", kind="vram",
+                    key="model.name", value=name)

@@ -18,6 +18,8 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from grpo_studio.engine.contract import metrics as schema
+
 METRICS = "metrics.jsonl"
 SAMPLES = "samples.jsonl"
 EVENTS = "events.jsonl"
@@ -26,6 +28,7 @@ CONFIG = "config.toml"
 PIDFILE = "trainer.pid"
 CHECKPOINTS = "checkpoints"
 STDOUT = "stdout.log"
+RUNS = Path("runs")  # where runs live unless told (--runs-dir): the studio, attach, runs, train's new runs
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -106,6 +109,8 @@ class RunWriter:
         os.fsync(fh.fileno())
 
     def metrics(self, row: dict) -> None:
+        """Append one row; a name missing from the metric schema raises UnknownMetric."""
+        schema.check_row(row)
         self._append(METRICS, row)
 
     def samples(self, rows: list[dict]) -> None:
@@ -131,7 +136,7 @@ class RunWriter:
 
 def _row_step(line: str) -> int:
     try:
-        return int(json.loads(line).get("step", 0))
+        return int(json.loads(line).get(schema.STEP, 0))
     except (ValueError, AttributeError):
         return 0
 
@@ -169,6 +174,9 @@ class JsonlTail:
         return rows
 
 
+STATE_EVENTS = ("started", "finished", "stopped", "crashed")  # the events that change a run's state
+
+
 @dataclass
 class RunState:
     name: str
@@ -200,27 +208,24 @@ def last_metrics_row(run_dir: Path) -> dict | None:
     return None
 
 
-def run_state(run_dir: Path) -> RunState:
-    """running / finished / stopped / crashed, from pid liveness and the last state event."""
-    run_dir = Path(run_dir)
-    events = [e for e in read_events(run_dir) if e.get("event") in ("started", "finished", "stopped", "crashed")]
-    last = events[-1]["event"] if events else ""
+def state_of(run_dir: Path, last_state_event: str) -> str:
+    """running / finished / stopped / crashed / created, from pid liveness and the last state event."""
     pid = read_pid(run_dir)
     if pid is not None and pid_alive(pid):
-        state = "running"
-    elif last in ("finished", "stopped", "crashed"):
-        state = last
-    elif last == "started":
-        state = "crashed"  # started but the process is gone without saying goodbye
-    else:
-        state = "created"
+        return "running"
+    if last_state_event == "started":
+        return "crashed"  # started but the process is gone without saying goodbye
+    return last_state_event or "created"
+
+
+def run_state(run_dir: Path) -> RunState:
+    """A run directory's state (state_of its last state event), step and total steps."""
+    run_dir = Path(run_dir)
+    events = [e for e in read_events(run_dir) if e.get("event") in STATE_EVENTS]
+    last = events[-1]["event"] if events else ""
+    total = next((e.get("total_steps") for e in reversed(events) if e["event"] == "started"), None)
     row = last_metrics_row(run_dir) or {}
-    total = None
-    for e in reversed(read_events(run_dir)):
-        if e.get("event") == "started":
-            total = e.get("total_steps")
-            break
-    return RunState(run_dir.name, run_dir, state, int(row.get("step", 0)), total, last)
+    return RunState(run_dir.name, run_dir, state_of(run_dir, last), int(row.get(schema.STEP, 0)), total, last)
 
 
 def list_runs(root: Path) -> list[RunState]:
@@ -243,5 +248,5 @@ def run_summaries(root: Path) -> list[dict]:
         model = cfg.get("model", {})
         rows.append({"path": st.path, "name": st.name, "state": st.state, "step": st.step, "total": st.total_steps,
                      "dtype": model.get("dtype", "?"), "model": model.get("name", "?"),
-                     "reward": last.get("reward/mean"), "k3": last.get("mismatch/k3")})
+                     "reward": last.get(schema.REWARD), "k3": last.get(schema.K3)})
     return rows

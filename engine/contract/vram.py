@@ -11,16 +11,23 @@ Two modes (formulas and sources in docs/vram.md):
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from typing import Literal
 
-from grpo_studio.engine.contract.config import Config, ConfigError
+from grpo_studio.engine.contract import backend
+from grpo_studio.engine.contract.config import Config
+from grpo_studio.engine.contract.dtypes import DTYPES
+from grpo_studio.engine.contract.errors import UserError
 from grpo_studio.engine.contract.model_card import Card
 
 GIB = 2 ** 30
 MODES = ("documented", "accurate")
 VARIANTS = ("efficient", "standard")
 SOLVE_KEYS = ("max_completion_len", "num_generations", "lora_rank", "context")
-BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 2}   # trainer storage: fp8 keeps bf16 weights (engine/fp8.py)
-ROLLOUT_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
+# When a row's memory is live: the whole run, while sampling, during the forward/backward, or not tensor
+# memory at all (CUDA context, allocator margin). The accurate total is picked by phase (phase_peak).
+PHASES = ("persistent", "rollout", "train", "overhead")
+BYTES = {name: d.train_bytes for name, d in DTYPES.items()}            # trainer storage per weight
+ROLLOUT_BYTES = {name: d.rollout_bytes for name, d in DTYPES.items()}  # rollout weight / KV element
 NF4_BITS = 4.5          # bitsandbytes nf4: 4-bit codes + one fp32 absmax per 64-weight block
 LOGPROB_CHUNK_ROWS = 8  # engine/logprobs.py token_logprobs(chunk_rows=8)
 CUDA_CONTEXT_GIB = 0.5  # CUDA context + cuBLAS workspace, typical for torch on recent GPUs
@@ -37,6 +44,7 @@ class Row:
     name: str
     gib: float
     formula: str
+    phase: str            # one of PHASES
     in_total: bool = True
 
 
@@ -104,8 +112,8 @@ def documented(card: Card, cfg: Config, variant: str = "efficient", training: Ro
     kv_f = f"2 · 2 B · {card.layers} layers · {T} ctx · ({card.kv_heads} kv heads · {card.head_dim} head_dim) per batch"
     if training is not None:
         train, train_f = training.gib, training.formula
-    return [Row("training", train, train_f), Row("GRPO logits", _g(logits), logits_f),
-            Row("inference weights copy", infer, infer_f), Row("KV cache", _g(kv), kv_f)]
+    return [Row("training", train, train_f, "persistent"), Row("GRPO logits", _g(logits), logits_f, "train"),
+            Row("inference weights copy", infer, infer_f, "persistent"), Row("KV cache", _g(kv), kv_f, "rollout")]
 
 
 # ---- accurate mode -----------------------------------------------------------------------
@@ -253,70 +261,72 @@ def kv_cache_bytes(card: Card, cfg: Config, sequences: int) -> tuple[float, str]
             f"2 (K,V) · {b} B · {lt} · {card.kv_dim} kv dim · {sequences} seqs")
 
 
-def accurate(card: Card, cfg: Config, gpu_gib: float | None = None, device: str = "cuda") -> tuple[list[Row], str]:
-    """Rows plus the phase-peak rule; rows with in_total=False are shown but not summed into the GPU total."""
+def accurate(card: Card, cfg: Config, gpu_gib: float | None = None,
+             device: str = "cuda") -> tuple[list[Row], str, bool]:
+    """Rows, the phase-peak rule in words, and whether the rollout's memory stays live during training
+    (phase_peak sums the two phases, else takes the larger). Rows with in_total=False are shown but not
+    summed into the GPU total."""
     r = cfg.rollout
     rows: list[Row] = []
     w, wf = weight_bytes(card, cfg)
-    rows.append(Row("base weights", _g(w), wf))
+    rows.append(Row("base weights", _g(w), wf, "persistent"))
     name, s, sf = train_state_bytes(card, cfg)
-    rows.append(Row(name, _g(s), sf))
+    rows.append(Row(name, _g(s), sf, "persistent"))
     act, af, host = activation_bytes(card, cfg, device)
-    rows.append(Row("activations", _g(act), af))
+    rows.append(Row("activations", _g(act), af, "train"))
     lg, lf = logits_bytes(card, cfg)
-    rows.append(Row("logits + log-softmax", _g(lg), lf))
+    rows.append(Row("logits + log-softmax", _g(lg), lf, "train"))
     if cfg.algo.beta > 0:
         ref, rf = reference_bytes(card, cfg)
-        rows.append(Row("reference log-probs", _g(ref), rf))
+        rows.append(Row("reference log-probs", _g(ref), rf, "train"))
     seqs = cfg.train.prompts_per_step * r.num_generations
     kv, kvf = kv_cache_bytes(card, cfg, seqs)
-    vllm = r.backend in ("vllm", "auto")
+    vllm = backend.resolve(r.backend)[0] == "vllm"
     if not vllm:
         rb = ROLLOUT_BYTES[cfg.rollout_dtype]
         rows.append(Row("sampler weights copy (hf)", _g(card.total_params() * rb),
                         f"{_n(card.total_params())} params · {rb} B: the hf backend samples from its own copy "
-                        f"in rollout.dtype, synced after each step (engine/sampler/hf.py)"))
-        rows.append(Row("rollout KV cache (hf generate)", _g(kv), kvf))
+                        f"in rollout.dtype, synced after each step (engine/sampler/hf.py)", "persistent"))
+        rows.append(Row("rollout KV cache (hf generate)", _g(kv), kvf, "rollout"))
         rule = ("weights + sampler copy + train state + max(rollout KV, train activations + logits): "
                 "hf generate frees its cache")
+        overlap = False
     else:
         rb = ROLLOUT_BYTES[cfg.rollout_dtype]
         need = card.total_params() * rb + kv
         need_f = f"weights {_n(card.total_params())} · {rb} B + KV cache ({kvf})"
         if not r.colocate:
-            rows.append(Row("vLLM (own GPU)", _g(need), need_f + "; on the rollout GPU, not in this total", False))
-            rule = "training GPU only: vLLM runs on its own GPU"
+            rows.append(Row("vLLM (own GPU)", _g(need), need_f + "; on the rollout GPU, not in this total", "rollout",
+                            False))
+            rule, overlap = "training GPU only: vLLM runs on its own GPU", True
         elif gpu_gib:
             rows.append(Row("vLLM reservation", r.gpu_memory_utilization * gpu_gib,
                             f"gpu_memory_utilization {r.gpu_memory_utilization:g} × {gpu_gib:g} GiB "
-                            f"(holds {_g(need):.2f} GiB of weights + KV: {need_f})"))
-            rule = _vllm_rule(r.sleep)
+                            f"(holds {_g(need):.2f} GiB of weights + KV: {need_f})", "rollout"))
+            rule, overlap = _vllm_rule(r.sleep)
         else:
             rows.append(Row("vLLM reservation", _g(need), need_f + " (no GPU size: the need, not "
-                            "gpu_memory_utilization × total)"))
-            rule = _vllm_rule(r.sleep)
+                            "gpu_memory_utilization × total)", "rollout"))
+            rule, overlap = _vllm_rule(r.sleep)
     if device == "cuda":
-        rows.append(Row("CUDA context", CUDA_CONTEXT_GIB, "CUDA context + cuBLAS workspace (typical)"))
+        rows.append(Row("CUDA context", CUDA_CONTEXT_GIB, "CUDA context + cuBLAS workspace (typical)", "overhead"))
     if host:
         rows.append(Row("host RAM: offloaded checkpoints", _g(host),
-                        "checkpointed layer inputs kept in pinned host RAM (not GPU)", False))
-    return rows, rule
+                        "checkpointed layer inputs kept in pinned host RAM (not GPU)", "train", False))
+    return rows, rule, overlap
 
 
-def _vllm_rule(sleep: bool) -> str:
+def _vllm_rule(sleep: bool) -> tuple[str, bool]:
     if sleep:
-        return "weights + train state + max(vLLM, activations + logits): vLLM sleeps during training"
-    return "weights + train state + vLLM + activations + logits: vLLM keeps its memory during training"
+        return "weights + train state + max(vLLM, activations + logits): vLLM sleeps during training", False
+    return "weights + train state + vLLM + activations + logits: vLLM keeps its memory during training", True
 
 
-def _accurate_tensors(rows: list[Row], rule: str) -> float:
-    """Tensor memory at the phase peak: persistent rows + (rollout, transient) summed or maxed."""
-    by = {r.name: r.gib for r in rows if r.in_total and r.name != "CUDA context"}
-    transient_names = ("activations", "logits + log-softmax", "reference log-probs")
-    transient = sum(by.get(k, 0.0) for k in transient_names)
-    rollout = sum(v for k, v in by.items() if k.startswith(("vLLM", "rollout")))
-    fixed = sum(v for k, v in by.items() if k not in transient_names and not k.startswith(("vLLM", "rollout")))
-    return fixed + (max(rollout, transient) if "max(" in rule else rollout + transient)
+def phase_peak(rows: list[Row], overlap: bool) -> float:
+    """Tensor memory at the peak: the persistent rows plus the rollout and train phases, summed when the
+    rollout's memory stays live during training (`overlap`), else the larger of the two."""
+    by = {phase: sum(r.gib for r in rows if r.in_total and r.phase == phase) for phase in PHASES}
+    return by["persistent"] + (by["rollout"] + by["train"] if overlap else max(by["rollout"], by["train"]))
 
 
 # ---- entry points ------------------------------------------------------------------------
@@ -324,23 +334,22 @@ def _accurate_tensors(rows: list[Row], rule: str) -> float:
 def estimate(card: Card, cfg: Config, mode: str = "accurate", gpu_gib: float | None = None,
              variant: str = "efficient", device: str = "cuda", doc_training: Row | None = None) -> Breakdown:
     if mode not in MODES:
-        raise ConfigError(f"vram error: --mode = {mode!r}: allowed: {', '.join(MODES)}")
+        raise UserError(kind="vram", key="--mode", value=mode, allowed=MODES)
     if variant not in VARIANTS:
-        raise ConfigError(f"vram error: --variant = {variant!r}: allowed: {', '.join(VARIANTS)}")
+        raise UserError(kind="vram", key="--variant", value=variant, allowed=VARIANTS)
     out = Breakdown(mode=mode, model=card.name, gpu_gib=gpu_gib)
     if mode == "documented":
         out.rows = documented(card, cfg, variant, doc_training)
         out.total_gib = sum(r.gib for r in out.rows)
         out.peak_rule = f"sum of the doc's rows ({variant} column)"
     else:
-        out.rows, out.peak_rule = accurate(card, cfg, gpu_gib, device)
-        tensors = _accurate_tensors(out.rows, out.peak_rule)
-        out.total_gib = tensors
+        out.rows, out.peak_rule, overlap = accurate(card, cfg, gpu_gib, device)
+        tensors = phase_peak(out.rows, overlap)
         if device == "cuda":
-            margin = ALLOCATOR_MARGIN * tensors
-            out.rows.append(Row("allocator margin", margin, f"{ALLOCATOR_MARGIN:.0%} of {tensors:.2f} GiB tensor "
-                                "memory (caching-allocator fragmentation)"))
-            out.total_gib = tensors + CUDA_CONTEXT_GIB + margin
+            out.rows.append(Row("allocator margin", ALLOCATOR_MARGIN * tensors,
+                                f"{ALLOCATOR_MARGIN:.0%} of {tensors:.2f} GiB tensor memory (caching-allocator "
+                                "fragmentation)", "overhead"))
+        out.total_gib = tensors + sum(r.gib for r in out.rows if r.phase == "overhead")
     if gpu_gib:
         out.fits = out.total_gib <= gpu_gib
     return out
@@ -350,11 +359,17 @@ def estimate(card: Card, cfg: Config, mode: str = "accurate", gpu_gib: float | N
 
 @dataclass
 class Solution:
+    """What solve() found for `key`, by status:
+    fits            `value` is the largest that fits (`total_gib`); `value + step` needs `next_total_gib`;
+                    `limiting_row` is the row that grew most
+    never_fits      even the smallest `value` needs `total_gib`; `limiting_row` is the largest row
+    never_outgrows  the cap `value` still fits (`total_gib`): the key barely changes the total"""
     key: str
+    status: Literal["fits", "never_fits", "never_outgrows"]
     value: int
     step: int
     total_gib: float
-    next_total_gib: float
+    next_total_gib: float | None
     limiting_row: str
 
 
@@ -375,11 +390,12 @@ def _with(cfg: Config, key: str, value: int) -> Config:
 
 def solve(card: Card, cfg: Config, key: str, gpu_gib: float, mode: str = "accurate",
           variant: str = "efficient", device: str = "cuda") -> Solution:
-    """The largest value of `key` whose estimate fits `gpu_gib` (binary search; totals are monotone)."""
+    """The largest value of `key` whose estimate fits `gpu_gib` (binary search; totals are monotone), or
+    why there is none (Solution.status)."""
     if key not in SOLVE_KEYS:
-        raise ConfigError(f"vram error: --solve = {key!r}: allowed: {', '.join(SOLVE_KEYS)}")
+        raise UserError(kind="vram", key="--solve", value=key, allowed=SOLVE_KEYS)
     if key == "lora_rank" and cfg.model.lora_rank == 0:
-        raise ConfigError("vram error: --solve lora_rank with model.lora_rank = 0 (full fine-tune): set a rank > 0")
+        raise UserError("--solve lora_rank with model.lora_rank = 0 (full fine-tune): set a rank > 0", kind="vram")
     pin = estimate(card, cfg, mode, gpu_gib, variant, device).rows[0] if mode == "documented" else None
 
     def est(c: Config) -> Breakdown:
@@ -391,20 +407,19 @@ def solve(card: Card, cfg: Config, key: str, gpu_gib: float, mode: str = "accura
     def total(v: int) -> float:
         return est(_with(cfg, key, v)).total_gib
 
-    if total(lo_value) > gpu_gib:
-        rows = est(_with(cfg, key, lo_value)).rows
-        big = max(rows, key=lambda r: r.gib if r.in_total else -1)
-        raise ConfigError(f"vram error: --solve {key}: does not fit {gpu_gib:g} GiB even at {key} = {lo_value} "
-                          f"({total(lo_value):.1f} GiB; largest row: {big.name})")
-    if total(cap) <= gpu_gib:
-        raise ConfigError(f"vram error: --solve {key}: fits {gpu_gib:g} GiB up to the cap {key} = {cap} "
-                          f"(in {mode} mode {key} barely changes the total)")
+    low = est(_with(cfg, key, lo_value))
+    if low.total_gib > gpu_gib:
+        big = max(low.rows, key=lambda r: r.gib if r.in_total else -1)
+        return Solution(key, "never_fits", lo_value, 0, low.total_gib, None, big.name)
+    top = total(cap)
+    if top <= gpu_gib:
+        return Solution(key, "never_outgrows", cap, 0, top, None, "")
     lo, hi = lo_value, cap           # total(lo) fits, total(hi) does not
     while hi - lo > 1:
         mid = (lo + hi) // 2
         lo, hi = (mid, hi) if total(mid) <= gpu_gib else (lo, mid)
     at, nxt = est(_with(cfg, key, lo)), est(_with(cfg, key, hi))
     growth = {r.name: r.gib for r in nxt.rows}
-    base = {r.name: r.gib for r in est(_with(cfg, key, lo_value)).rows}
+    base = {r.name: r.gib for r in low.rows}
     limiting = max(growth, key=lambda n: growth[n] - base.get(n, 0.0))
-    return Solution(key, lo, hi - lo, at.total_gib, nxt.total_gib, limiting)
+    return Solution(key, "fits", lo, hi - lo, at.total_gib, nxt.total_gib, limiting)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from typing import Callable
 
-from grpo_studio.engine.contract.config import ConfigError
+from grpo_studio.engine.contract.errors import UserError, did_you_mean
 from grpo_studio.engine.rewards import builtin, loader
 from grpo_studio.engine.rewards.runner import RewardFuncs, call_reward
 
@@ -31,40 +31,37 @@ def _validate(opts: builtin.Options, names: list[str]) -> None:
         try:
             re.compile(pattern)
         except re.error as err:
-            raise ConfigError(f"config error: rewards.{key} = {pattern!r}: not a valid regular expression ({err})") from None
+            raise UserError(f"not a valid regular expression ({err})", key=f"rewards.{key}", value=pattern) from None
     if "regex_match" in names and not opts.regex:
-        raise ConfigError("config error: rewards.regex = '': the regex_match reward needs a pattern, "
-                          "e.g. rewards.regex = '^Dear '")
+        raise UserError("the regex_match reward needs a pattern, e.g. rewards.regex = '^Dear '", key="rewards.regex",
+                        value=opts.regex)
     if opts.length_min > opts.length_max:
-        raise ConfigError(f"config error: rewards.length_min = {opts.length_min}: must be <= rewards.length_max "
-                          f"({opts.length_max})")
+        raise UserError(f"must be <= rewards.length_max ({opts.length_max})", key="rewards.length_min",
+                        value=opts.length_min)
     for key in ("solution_start", "solution_end"):
         if not getattr(opts, key):
-            raise ConfigError(f"config error: rewards.{key} = '': the answer marker cannot be empty")
+            raise UserError("the answer marker cannot be empty", key=f"rewards.{key}", value="")
 
 
 def build(spec) -> RewardFuncs:
     """Resolve rewards.funcs. `spec` is a RewardsConfig (options and timeout applied) or a list of names."""
-    names = list(spec) if isinstance(spec, (list, tuple)) else list(spec.funcs)
-    opts = builtin.DEFAULT if isinstance(spec, (list, tuple)) else builtin.options_from(spec)
-    timeout = 30.0 if isinstance(spec, (list, tuple)) else float(spec.timeout_s)
+    opts = builtin.Options(funcs=list(spec)) if isinstance(spec, (list, tuple)) else spec
+    names = list(opts.funcs)
     _validate(opts, names)
-    funcs = RewardFuncs(timeout_s=timeout)
+    funcs = RewardFuncs(timeout_s=float(opts.timeout_s))
     taken: set[str] = set()
     for entry in names:
         if not isinstance(entry, str):
-            raise ConfigError(f"config error: rewards.funcs = {entry!r}: expected a name or 'file.py:function'")
+            raise UserError("expected a name or 'file.py:function'", key="rewards.funcs", value=entry)
         if entry in builtin.REGISTRY:
             name, fn = entry, builtin.configure(entry, opts)
         elif ":" in entry:
             fn = loader.load(entry)
             name = getattr(fn, "__name__", None) or entry.rpartition(":")[2]
         else:
-            from grpo_studio.engine.contract.config import _did_you_mean
-
             allowed = ", ".join(builtin.REGISTRY)
-            raise ConfigError(f"config error: rewards.funcs = {entry!r}: unknown reward; allowed: {allowed} "
-                              f"or 'file.py:function'{_did_you_mean(entry, list(builtin.REGISTRY))}")
+            raise UserError(f"unknown reward; allowed: {allowed} or 'file.py:function'"
+                            f"{did_you_mean(entry, builtin.REGISTRY)}", key="rewards.funcs", value=entry)
         base, k = name, 2
         while name in taken:  # two files exporting `score`: score, score_2
             name, k = f"{base}_{k}", k + 1

@@ -5,40 +5,17 @@
 `completions` are strings, or chat messages (`[{"role": "assistant", "content": ...}]`) for
 conversational data; every function accepts both. `None` means "not applicable".
 
-The functions work as plain TRL reward functions with the defaults below (the
+The functions work as plain TRL reward functions with the `[rewards]` defaults (DEFAULT, the
 <reasoning>/<answer> layout of the GSM8K GRPO recipes). Inside grpo-studio, `configure()`
-binds the `[rewards]` markers and options from the config. Scores and curves: docs/rewards.md.
+binds the run's RewardsConfig (its markers and options). Scores and curves: docs/rewards.md.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from fractions import Fraction
 
-# ---- options (the [rewards] keys that shape the built-ins) ------------------------------------
-
-
-@dataclass(frozen=True)
-class Options:
-    reasoning_start: str = "<reasoning>"
-    reasoning_end: str = "</reasoning>"
-    solution_start: str = "<answer>"
-    solution_end: str = "</answer>"
-    answer_regex: str = ""
-    format_require_reasoning: bool = False
-    format_numeric: bool = True
-    length_min: int = 0
-    length_max: int = 2000
-    keywords: tuple = ()
-    regex: str = ""
-    code_tests_column: str = "tests"
-    code_timeout_s: float = 5.0
-    code_memory_mb: int = 512
-    code_workers: int = 0
-    code_max_output: int = 65536
-    extra: dict = field(default_factory=dict, compare=False)
-
+from grpo_studio.engine.contract.config import RewardsConfig as Options  # the [rewards] keys shape the built-ins
 
 DEFAULT = Options()
 
@@ -289,15 +266,6 @@ REGISTRY: dict[str, tuple] = {
     "regex_match": (regex_match, "1 when rewards.regex matches the completion", "{0, 1}"),
     "code_exec": (code_exec, "share of test cases the completion's Python passes, sandboxed", "[0, 1]"),
 }
-
-
-def options_from(cfg) -> Options:
-    """Options from a RewardsConfig (or anything with the same attributes)."""
-    names = [f for f in Options.__dataclass_fields__ if f != "extra"]
-    values = {n: getattr(cfg, n) for n in names if hasattr(cfg, n)}
-    if "keywords" in values:
-        values["keywords"] = tuple(values["keywords"])
-    return Options(**values)
 
 
 def configure(name: str, opts: Options):

@@ -2,7 +2,7 @@
 
 A file path is resolved against the working directory (absolute paths work as is) and loaded as
 a module of its own; `module:function` is imported with importlib. Every failure is one
-ConfigError line naming the entry and what is allowed.
+UserError line naming the entry and what is allowed.
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ import inspect
 import sys
 from pathlib import Path
 
-from grpo_studio.engine.contract.config import ConfigError
+from grpo_studio.engine.contract.errors import UserError
 
 
-def _fail(spec: str, why: str) -> ConfigError:
-    return ConfigError(f"config error: rewards.funcs = {spec!r}: {why}")
+def _fail(spec: str, why: str) -> UserError:
+    return UserError(why, key="rewards.funcs", value=spec)
 
 
 def _load_file(spec: str, path: Path):

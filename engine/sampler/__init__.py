@@ -2,27 +2,32 @@
 
 from __future__ import annotations
 
+from grpo_studio.engine.contract import backend
+from grpo_studio.engine.contract.errors import UserError
 from grpo_studio.engine.sampler.base import Rollout, Sampler, Sampling
 
 
-def make_sampler(cfg, model_path: str, tokenizer, emit_event=None) -> Sampler:
-    """Build the backend named by rollout.backend; `auto` falls back to hf when vLLM is missing."""
-    name = cfg.rollout.backend
-    if name in ("vllm", "auto"):
-        from grpo_studio.engine.sampler import vllm_backend
+def make_sampler(cfg, model_path: str, tokenizer, plan, emit_event=None) -> Sampler:
+    """Build the backend named by rollout.backend (contract.backend.resolve: `auto` falls back to hf
+    when vLLM cannot run here); `plan` is the run's PrecisionPlan."""
+    name, problem = backend.resolve(cfg.rollout.backend, _vllm_problem)
+    if name == "vllm" and problem:
+        raise UserError(problem, key="rollout.backend", value="vllm")
+    if problem and emit_event:
+        emit_event("warning", f"rollout.backend = 'auto': vLLM unavailable ({problem}); using hf")
+    if name == "vllm":
+        from grpo_studio.engine.sampler.vllm_backend import VLLMBackend
 
-        problem = vllm_backend.unavailable_reason()
-        if problem is None:
-            return vllm_backend.VLLMBackend(cfg, model_path, tokenizer, emit_event=emit_event)
-        if name == "vllm":
-            from grpo_studio.engine.contract.config import ConfigError
-
-            raise ConfigError(f"config error: rollout.backend = 'vllm': {problem}")
-        if emit_event:
-            emit_event("warning", f"rollout.backend = 'auto': vLLM unavailable ({problem}); using hf")
+        return VLLMBackend(cfg, model_path, tokenizer, plan, emit_event=emit_event)
     from grpo_studio.engine.sampler.hf import HFBackend
 
-    return HFBackend(cfg, model_path, tokenizer)
+    return HFBackend(model_path, tokenizer, plan)
+
+
+def _vllm_problem() -> str | None:
+    from grpo_studio.engine.sampler import vllm_backend  # sets vLLM's environment before it loads
+
+    return vllm_backend.unavailable_reason()
 
 
 __all__ = ["Rollout", "Sampler", "Sampling", "make_sampler"]

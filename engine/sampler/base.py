@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Iterable, Protocol
 
@@ -57,3 +58,13 @@ def completion_mask(ids: torch.Tensor, eos_id: int) -> tuple[torch.Tensor, torch
     first = torch.where(has_eos, is_eos.int().argmax(dim=1), ids.shape[1])
     pos = torch.arange(ids.shape[1], device=ids.device).unsqueeze(0)
     return (pos <= first.unsqueeze(1)).float(), ~has_eos
+
+
+def rollout_from(ids: torch.Tensor, logprobs: torch.Tensor, eos_id: int, pad_id: int, start: float) -> Rollout:
+    """The Rollout of sampled ids [B, T] and their log-probs: masked through the first EOS, log-probs
+    0 and ids pad_id after it, on the CPU, timed from time.perf_counter() = start."""
+    mask, truncated = completion_mask(ids, eos_id)
+    keep = mask.bool()
+    ids = torch.where(keep, ids, torch.full_like(ids, pad_id))
+    logprobs = torch.where(keep, logprobs, torch.zeros_like(logprobs))
+    return Rollout(ids.cpu(), mask.cpu(), logprobs.cpu(), truncated.cpu(), time.perf_counter() - start)

