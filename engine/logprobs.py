@@ -6,7 +6,10 @@ materialised (model.logits_chunk = 0): the forward keeps only the completion pos
 chunked (model.logits_chunk = N > 0): the lm_head and log-softmax run N tokens at a time
     inside one autograd Function that saves only the final hidden states and recomputes each
     chunk's logits in backward (the memory-efficient path of Unsloth's GRPO, cf. Liger's fused
-    linear cross-entropy): at most N×V logits exist at once, forward or backward.
+    linear cross-entropy): at most N×V logits exist at once, forward or backward. It applies the
+    final-logit transforms that the model's own forward applies after its lm_head: Cohere's
+    `logit_scale` (×), Granite's `logits_scaling` (÷) and Gemma-2/3's `final_logit_softcapping`
+    (c·tanh(z/c)); the first call on a model checks one row against the model's own logits.
 
 Log-probs use the same temperature as the sampler (TRL issue 4159: comparing μ at T with π at
 T=1 makes the mismatch metric and the IS weights meaningless).
@@ -49,24 +52,62 @@ def _chunked(model, input_ids, attention_mask, targets, temperature, chunk, with
                                  position_ids=position_ids(attention_mask), use_cache=False).last_hidden_state
     hidden = hidden[:, -(T + 1):-1, :].reshape(B * T, -1)      # position t predicts token t+1
     head = model.get_output_embeddings()
-    logps, entropy = ChunkedLogSoftmax.apply(hidden, head.weight, targets.reshape(-1), temperature, chunk)
+    scale, softcap = head_transform(model)
+    _check_head_transform(model, input_ids[:1], attention_mask[:1], hidden[:T], head.weight, scale, softcap)
+    logps, entropy = ChunkedLogSoftmax.apply(hidden, head.weight, targets.reshape(-1), temperature, chunk,
+                                             scale, softcap)
     return logps.view(B, T), (entropy.view(B, T) if with_entropy else None)
 
 
+def head_transform(model) -> tuple[float, float | None]:
+    """(scale, softcap): the model's forward turns h·Wᵀ into softcap·tanh(scale·h·Wᵀ / softcap)
+    (softcap None: scale·h·Wᵀ). Cohere multiplies by logit_scale, Granite divides by logits_scaling,
+    Gemma-2/3 soft-cap with final_logit_softcapping."""
+    cfg = model.config.get_text_config()
+    scale = float(getattr(cfg, "logit_scale", None) or 1.0) / float(getattr(cfg, "logits_scaling", None) or 1.0)
+    softcap = getattr(cfg, "final_logit_softcapping", None)
+    return scale, (float(softcap) if softcap else None)
+
+
+@torch.no_grad()
+def _check_head_transform(model, ids, attention, hidden_row, weight, scale, softcap) -> None:
+    """Once per model: the chunked logits of one row must equal the model's own, else the model
+    transforms its logits in a way this path does not know (refused in one line)."""
+    if getattr(model, "_grpo_head_checked", False):
+        return
+    from grpo_studio.engine.contract.errors import UserError
+
+    T = hidden_row.shape[0]
+    own = model(input_ids=ids, attention_mask=attention, position_ids=position_ids(attention),
+                logits_to_keep=T + 1, use_cache=False).logits[0, :-1].float()
+    ours = _final_logits(torch.nn.functional.linear(hidden_row, weight).float(), scale, softcap)
+    if not torch.allclose(ours, own, rtol=1e-3, atol=1e-3 * max(1.0, own.abs().max().item())):
+        raise UserError(f"{type(model).__name__} transforms its logits in a way the chunked path does not "
+                        f"reproduce; set model.logits_chunk = 0", key="model.logits_chunk", value=T)
+    model._grpo_head_checked = True
+
+
+def _final_logits(raw: torch.Tensor, scale: float, softcap: float | None) -> torch.Tensor:
+    z = raw * scale if scale != 1.0 else raw
+    return softcap * torch.tanh(z / softcap) if softcap else z
+
+
 class ChunkedLogSoftmax(torch.autograd.Function):
-    """log softmax(h·Wᵀ/τ)[y] and its entropy, `chunk` rows of h at a time, recomputed in backward."""
+    """log softmax(f(h·Wᵀ)/τ)[y] and its entropy, `chunk` rows of h at a time, recomputed in backward;
+    f is the model's final-logit transform (scale, then an optional soft cap: head_transform)."""
 
     @staticmethod
-    def forward(ctx, hidden, weight, targets, temperature, chunk):
+    def forward(ctx, hidden, weight, targets, temperature, chunk, scale=1.0, softcap=None):
         logps = torch.empty(hidden.shape[0], dtype=torch.float32, device=hidden.device)
         entropy = torch.empty_like(logps)
         for s in range(0, hidden.shape[0], chunk):
-            logits = torch.nn.functional.linear(hidden[s:s + chunk], weight).float() / temperature
+            raw = torch.nn.functional.linear(hidden[s:s + chunk], weight).float()
+            logits = _final_logits(raw, scale, softcap) / temperature
             lse = torch.logsumexp(logits, dim=-1)
             logps[s:s + chunk] = logits.gather(1, targets[s:s + chunk, None]).squeeze(1) - lse
             entropy[s:s + chunk] = lse - (torch.softmax(logits, dim=-1) * logits).sum(-1)  # H = lse − E_p[z]
         ctx.save_for_backward(hidden, weight, targets)
-        ctx.temperature, ctx.chunk = temperature, chunk
+        ctx.temperature, ctx.chunk, ctx.scale, ctx.softcap = temperature, chunk, scale, softcap
         ctx.mark_non_differentiable(entropy)
         return logps, entropy
 
@@ -77,13 +118,16 @@ class ChunkedLogSoftmax(torch.autograd.Function):
         grad_weight = torch.zeros_like(weight, dtype=torch.float32) if ctx.needs_input_grad[1] else None
         for s in range(0, hidden.shape[0], ctx.chunk):
             h = hidden[s:s + ctx.chunk]
-            logits = torch.nn.functional.linear(h, weight).float() / ctx.temperature
-            # d log p_y / d z = onehot(y) − softmax(z), times the incoming grad, through z = h·Wᵀ/τ
-            dz = -torch.softmax(logits, dim=-1) * grad_logps[s:s + ctx.chunk, None]
+            raw = torch.nn.functional.linear(h, weight).float()
+            capped = _final_logits(raw, ctx.scale, ctx.softcap)
+            # d log p_y / d z = onehot(y) − softmax(z), times the incoming grad, through z = f(h·Wᵀ)/τ
+            dz = -torch.softmax(capped / ctx.temperature, dim=-1) * grad_logps[s:s + ctx.chunk, None]
             dz.scatter_add_(1, targets[s:s + ctx.chunk, None], grad_logps[s:s + ctx.chunk, None])
-            dz = dz / ctx.temperature
+            dz = dz * (ctx.scale / ctx.temperature)
+            if ctx.softcap:  # d/du c·tanh(u/c) = 1 − tanh²(u/c) = 1 − (f/c)²
+                dz = dz * (1 - (capped / ctx.softcap) ** 2)
             if grad_hidden is not None:
                 grad_hidden[s:s + ctx.chunk] = (dz @ weight.float()).to(hidden.dtype)
             if grad_weight is not None:
                 grad_weight += dz.t() @ h.float()
-        return grad_hidden, (grad_weight.to(weight.dtype) if grad_weight is not None else None), None, None, None
+        return grad_hidden, (grad_weight.to(weight.dtype) if grad_weight is not None else None), None, None, None, None, None

@@ -58,3 +58,73 @@ def test_chunked_gradient_matches_autograd_of_the_formula():
     torch.testing.assert_close(ours.double(), ref, rtol=0, atol=1e-6)
     for a, b in zip(our_grads, ref_grads):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def _tiny(arch: str):
+    """A randomly initialised tiny model of a family whose forward transforms its final logits."""
+    import transformers
+
+    common = dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+                  num_key_value_heads=1, head_dim=16, max_position_embeddings=64)
+    torch.manual_seed(0)
+    if arch == "gemma2":  # soft cap 3.0: small enough that tanh bends the random logits
+        cfg = transformers.Gemma2Config(**common, final_logit_softcapping=3.0, attn_logit_softcapping=None)
+        return transformers.Gemma2ForCausalLM(cfg)
+    if arch == "cohere":
+        return transformers.CohereForCausalLM(transformers.CohereConfig(**common, logit_scale=0.25))
+    return transformers.GraniteForCausalLM(transformers.GraniteConfig(**common, logits_scaling=4.0))
+
+
+@pytest.mark.parametrize("arch", ["gemma2", "cohere", "granite"])
+def test_chunked_honours_final_logit_softcapping_and_scales(arch):
+    """Oracle: the model's own forward (which applies the soft cap / logit scale) through the
+    materialised path; the chunked path must give the same values and gradients to 1e-6."""
+    model = _tiny(arch).float()
+    ids = torch.randint(1, 64, (3, 12), generator=torch.Generator().manual_seed(2))
+    attn = torch.ones_like(ids)
+    attn[0, :3] = 0  # left padding
+    weights = torch.randn(3, 6, generator=torch.Generator().manual_seed(3))
+    results = []
+    for chunk in (0, 4):
+        model.zero_grad()
+        logps, entropy = token_logprobs(model, ids, attn, 6, temperature=0.7, with_entropy=True, logits_chunk=chunk)
+        (logps * weights).sum().backward()
+        results.append((logps.detach(), entropy, {n: p.grad.clone() for n, p in model.named_parameters()
+                                                  if p.grad is not None}))
+    (lp0, ent0, g0), (lp1, ent1, g1) = results
+    torch.testing.assert_close(lp1, lp0, rtol=0, atol=1e-6)
+    torch.testing.assert_close(ent1, ent0, rtol=1e-6, atol=1e-6)  # entropies ~4: fp32 rounding is ~5e-7
+    assert g0.keys() == g1.keys() and len(g0) > 0
+    for name in g0:
+        torch.testing.assert_close(g1[name], g0[name], rtol=1e-4, atol=1e-6)
+
+
+def test_chunked_softcap_gradient_matches_autograd_of_the_formula():
+    """Oracle: autograd of log_softmax(c·tanh(s·h·Wᵀ/c)/τ)[y] in float64."""
+    g = torch.Generator().manual_seed(4)
+    h = torch.randn(7, 5, dtype=torch.float64, generator=g, requires_grad=True)
+    w = torch.randn(11, 5, dtype=torch.float64, generator=g, requires_grad=True)
+    y = torch.randint(0, 11, (7,), generator=g)
+    upstream = torch.randn(7, dtype=torch.float64, generator=g)
+    s, c, tau = 0.5, 2.0, 0.8
+    ref = torch.log_softmax(c * torch.tanh(s * (h @ w.t()) / c) / tau, dim=-1).gather(1, y[:, None]).squeeze(1)
+    ref_grads = torch.autograd.grad((ref * upstream).sum(), (h, w))
+    ours, _ = ChunkedLogSoftmax.apply(h, w, y, tau, 3, s, c)
+    our_grads = torch.autograd.grad((ours * upstream.float()).sum(), (h, w))
+    torch.testing.assert_close(ours.double(), ref, rtol=0, atol=1e-6)
+    for a, b in zip(our_grads, ref_grads):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_chunked_refuses_an_unknown_logit_transform():
+    """A model whose lm_head output is changed by code the chunked path cannot see (a forward hook
+    here) is refused in one line instead of training on wrong log-probs."""
+    from grpo_studio.engine.contract.errors import UserError
+
+    model = _tiny("cohere").float()
+    model.get_output_embeddings().register_forward_hook(lambda mod, args, out: out * 2.0)
+    ids = torch.randint(1, 64, (2, 8), generator=torch.Generator().manual_seed(5))
+    with pytest.raises(UserError) as err:
+        token_logprobs(model, ids, torch.ones_like(ids), 4, logits_chunk=4)
+    assert str(err.value) == ("config error: model.logits_chunk = 4: CohereForCausalLM transforms its logits in a "
+                              "way the chunked path does not reproduce; set model.logits_chunk = 0")
