@@ -76,6 +76,41 @@ def test_bf16_rollout_train_mismatch_is_10x_fp16(runs):
     assert mean["bf16"] >= 10 * mean["fp16"] > 0
 
 
+@pytest.mark.vllm
+@pytest.mark.slow
+@pytest.mark.skipif(not HAS_VLLM, reason="vLLM not installed")
+@pytest.mark.parametrize("model_dtype,rollout_dtype", [("fp8", ""), ("bf16", "fp8")], ids=["unified", "rollout_only"])
+def test_fp8_flows_train_on_vllms_default_path(tmp_path, random_tiny_model, model_dtype, rollout_dtype):
+    """Both FP8 flows train with rollout.vllm_enforce_eager left at its default ('auto'). vLLM's
+    compiled graph cannot follow the simulated FP8 linears (it crashed at the first rollout with
+    "'function' object has no attribute 'handler_tensor'"), so the flow runs eager and says so once."""
+    from grpo_studio.engine.trainer import Trainer
+
+    cfg = _cfg(_model(random_tiny_model), model_dtype)
+    cfg.rollout.dtype, cfg.rollout.vllm_enforce_eager, cfg.train.steps = rollout_dtype, "auto", 2
+    assert Trainer(cfg, tmp_path).run() == "finished"
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2] and all(r["mismatch/k3"] > 0 for r in rows)
+    said = [json.loads(line)["message"] for line in (tmp_path / "events.jsonl").read_text().splitlines()]
+    assert said.count("rollout.vllm_enforce_eager = 'auto': vLLM runs eager for the simulated FP8 rollout on cpu "
+                      "(its compiled graph cannot follow the FP8 linears)") == 1
+
+
+@pytest.mark.vllm
+@pytest.mark.skipif(not HAS_VLLM, reason="vLLM not installed")
+def test_compiled_vllm_with_the_simulated_fp8_rollout_is_refused_in_one_line(random_tiny_model):
+    from grpo_studio.engine.policy_loader import load_tokenizer
+    from grpo_studio.engine.sampler import make_sampler
+
+    cfg = _cfg(str(random_tiny_model), "fp8")
+    cfg.rollout.vllm_enforce_eager = "off"
+    with pytest.raises(UserError) as err:
+        make_sampler(cfg, str(random_tiny_model), load_tokenizer(str(random_tiny_model)), resolve(cfg))
+    assert str(err.value) == ("config error: rollout.vllm_enforce_eager = 'off': the simulated FP8 rollout (vLLM on cpu "
+                              "has no FP8 kernels) swaps vLLM's linears after start-up, which its compiled graph "
+                              "cannot follow; use 'auto' or 'on'")
+
+
 # ---- vLLM missing ------------------------------------------------------------------------------
 
 

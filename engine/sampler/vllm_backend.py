@@ -32,12 +32,13 @@ from typing import Iterable
 # before vLLM is imported, so users never have to export them.
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")  # its warnings are for vLLM developers; set WARNING to see them
 
 import torch  # noqa: E402
 
 from grpo_studio.engine.contract.backend import installed_version, parse_version, vllm_missing  # noqa: E402
 from grpo_studio.engine.contract.dtypes import DTYPES  # noqa: E402
+from grpo_studio.engine.contract.errors import UserError  # noqa: E402
 from grpo_studio.engine.data import mix_seed  # noqa: E402
 from grpo_studio.engine.precision import torch_dtype  # noqa: E402
 from grpo_studio.engine.sampler.base import Rollout, Sampling, rollout_from  # noqa: E402
@@ -150,6 +151,7 @@ class VLLMBackend:
                 self.fp8 = "vllm"
             else:
                 self.fp8 = "sim"
+                kwargs["enforce_eager"] = self._eager_for_fp8_sim(r.vllm_enforce_eager)
         for note in version_notes(self.version):
             self.emit("warning", note)
         if r.sleep and not self.sleep_enabled:
@@ -168,6 +170,19 @@ class VLLMBackend:
                               f"{self.platform}; its linears run the simulated FP8 GEMM of engine/fp8.py")
         self.emit("info", f"vLLM {self.version} on {self.platform}: {self.vllm_dtype}"
                           f"{' + fp8 (' + self.fp8 + ')' if self.fp8 else ''}, engine up in {self.start_seconds:.1f}s")
+
+    def _eager_for_fp8_sim(self, setting: str) -> bool:
+        """The simulated FP8 GEMM replaces vLLM's linears after the engine is built; vLLM's compiled
+        graph (its default) has already captured the originals and breaks on the swap, so this flow
+        runs eager: said once for "auto", refused for "off" (compiled on request)."""
+        if setting == "off":
+            raise UserError(f"the simulated FP8 rollout (vLLM on {self.platform} has no FP8 kernels) swaps vLLM's "
+                            f"linears after start-up, which its compiled graph cannot follow; use 'auto' or 'on'",
+                            key="rollout.vllm_enforce_eager", value=setting)
+        if setting == "auto":
+            self.emit("info", f"rollout.vllm_enforce_eager = 'auto': vLLM runs eager for the simulated FP8 rollout "
+                              f"on {self.platform} (its compiled graph cannot follow the FP8 linears)")
+        return True
 
     @staticmethod
     def _max_model_len(model_path: str, wanted: int) -> int:
