@@ -61,3 +61,26 @@ def test_vllm_missing_messages(fake_vllm):
     fake_vllm(True, None)  # found by find_spec, no metadata: let the import checks decide
     assert backend.vllm_missing() is None
     assert backend.resolve("auto") == ("vllm", None)
+
+
+@pytest.mark.parametrize("sets, key", [(["model.dtype=fp16"], "model.dtype"),
+                                       (["model.dtype=bf16", "rollout.dtype=fp16"], "rollout.dtype")])
+def test_vllm_fp16_refusal_names_the_key_that_set_it(sets, key):
+    from grpo_studio.engine.contract import config
+    from grpo_studio.engine.contract.errors import UserError
+
+    cfg = config.load("tiny-arith", sets)
+    with pytest.raises(UserError) as err:
+        backend.refuse_vllm_dtype("gemma3_text", cfg)
+    assert str(err.value) == (f"config error: {key} = 'fp16': vLLM refuses float16 for gemma3_text models "
+                              "(numerical instability); use 'bf16' or 'fp32' for the rollout, or rollout.backend = 'hf'")
+    backend.refuse_vllm_dtype("qwen3", cfg)                                       # other families run fp16
+    backend.refuse_vllm_dtype("gemma2", config.load("tiny-arith", ["model.dtype=bf16"]))  # and bf16 is fine
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM not installed")
+def test_fp16_refusal_table_is_the_installed_vllms():
+    """Oracle: vLLM's own table of model types it refuses in float16."""
+    from vllm.config import model as vllm_model_config
+
+    assert backend.VLLM_NO_FP16 == set(vllm_model_config._FLOAT16_NOT_SUPPORTED_MODELS)

@@ -51,3 +51,19 @@ def resolve(requested: str, problem: Callable[[], str | None] = vllm_missing) ->
         return "hf", None
     why = problem()
     return ("hf" if why and requested == "auto" else "vllm"), why
+
+
+# Model types whose float16 vLLM refuses at start-up ("Numerical instability"): vLLM's own table,
+# vllm/config/model.py _FLOAT16_NOT_SUPPORTED_MODELS (tests/test_vllm_train.py compares the two).
+VLLM_NO_FP16 = frozenset({"gemma2", "gemma3", "gemma3_text", "glm4"})
+
+
+def refuse_vllm_dtype(model_type: str, cfg) -> None:
+    """Raise the one-line UserError for a rollout dtype vLLM will not run this model in, before any
+    weights load (vLLM would refuse only after the trainer's model is up)."""
+    from grpo_studio.engine.contract.errors import UserError
+
+    if model_type in VLLM_NO_FP16 and cfg.rollout_dtype == "fp16":
+        key = "rollout.dtype" if cfg.rollout.dtype else "model.dtype"
+        raise UserError(f"vLLM refuses float16 for {model_type} models (numerical instability); use 'bf16' or "
+                        f"'fp32' for the rollout, or rollout.backend = 'hf'", key=key, value="fp16")

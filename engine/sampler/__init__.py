@@ -18,10 +18,20 @@ def make_sampler(cfg, model_path: str, tokenizer, plan, emit_event=None) -> Samp
     if name == "vllm":
         from grpo_studio.engine.sampler.vllm_backend import VLLMBackend
 
+        backend.refuse_vllm_dtype(model_type(model_path), cfg)
+
         return VLLMBackend(cfg, model_path, tokenizer, plan, emit_event=emit_event)
     from grpo_studio.engine.sampler.hf import HFBackend
 
     return HFBackend(model_path, tokenizer, plan)
+
+
+def model_type(model_path: str) -> str:
+    """config.json's model_type of a local model folder ("" when it has none)."""
+    import json
+    from pathlib import Path
+
+    return json.loads((Path(model_path) / "config.json").read_text()).get("model_type", "")
 
 
 def _vllm_problem() -> str | None:
