@@ -4,7 +4,8 @@ For each configuration a tiny model is built from a transformers config (Llama, 
 loaded through the engine (engine/policy_loader.py), and one GRPO-shaped step runs through the engine's
 own log-prob path (engine/logprobs.py), a policy-gradient loss, backward and AdamW. Measured:
 
-  weights            bytes of every parameter storage
+  weights            bytes of every parameter storage (a 4-bit base: with the quantisation state each
+                     bitsandbytes weight carries outside the parameters: absmax scales, code tables)
   train state        trainable params (LoRA) + .grad + AdamW state after the step, plus the
                      autocast low-precision weight copies seen among the saved tensors
   activations        bytes saved for backward (torch.autograd.graph.saved_tensors_hooks) from the
@@ -36,6 +37,7 @@ class Case:
     completion: int = 32
     generations: int = 4
     checkpointing: bool = False
+    load_in_4bit: bool = False
 
 
 CASES = [
@@ -48,6 +50,10 @@ CASES = [
     Case("qwen3 lora grad-ckpt", "qwen3", checkpointing=True),
     Case("llama full grad-ckpt", "llama", lora_rank=0, checkpointing=True),
     Case("gemma3 full bf16", "gemma3", dtype="bf16", lora_rank=0),
+    Case("qwen3 qlora r8", "qwen3", load_in_4bit=True),
+    Case("qwen3 qlora bf16", "qwen3", dtype="bf16", load_in_4bit=True),
+    Case("llama qlora grad-ckpt", "llama", load_in_4bit=True, checkpointing=True),
+    Case("gemma3 qlora bf16", "gemma3", dtype="bf16", load_in_4bit=True),
 ]
 PROMPT, PROMPTS_PER_STEP = 29, 2      # odd lengths keep activation shapes apart from weight shapes
 ARCH = dict(hidden_size=256, intermediate_size=704, num_hidden_layers=4, num_attention_heads=4,
@@ -118,7 +124,7 @@ def measure(case: Case, folder: str) -> dict:
     param_ptrs = {p.untyped_storage().data_ptr() for p in params}
     param_shapes = {tuple(p.shape) for p in params if p.dim() == 2}
     frozen = params if case.lora_rank == 0 else [p for p in params if not p.requires_grad]
-    weights = sum(p.untyped_storage().nbytes() for p in {p.untyped_storage().data_ptr(): p for p in frozen}.values())
+    weights = sum(t.untyped_storage().nbytes() for t in _unique(with_quant_states(frozen)))
 
     B, T = PROMPTS_PER_STEP * case.generations, PROMPT + case.completion
     gen = torch.Generator().manual_seed(0)
@@ -165,7 +171,7 @@ def measure(case: Case, folder: str) -> dict:
         step((pack, lambda t: t))
         peak = torch.cuda.max_memory_allocated()  # persistent weights/optimizer included, like the CPU path
     else:
-        before = sum(t.untyped_storage().nbytes() for t in _persistent(params, optimizer))
+        before = sum(t.untyped_storage().nbytes() for t in _persistent(with_quant_states(params), optimizer))
         tracker = LiveBytes()
         with tracker.mode:
             step((pack, lambda t: t))
@@ -224,18 +230,36 @@ def _sum_tags(saved: dict) -> dict:
     return out
 
 
-def _persistent(params, optimizer, grads: bool = False):
+def with_quant_states(params) -> list:
+    """The parameters and, for each bitsandbytes 4-bit one, the quantisation state it carries, which is no
+    parameter or buffer: the absmax scales and NF4 code table, and with double quantisation the fp32 offset
+    and the scales' own absmax and code table."""
+    out = []
+    for p in params:
+        out.append(p)
+        qs = getattr(p, "quant_state", None)
+        if qs is not None:
+            out += [qs.absmax, qs.code] + ([qs.offset, qs.state2.absmax, qs.state2.code] if qs.nested else [])
+    return out
+
+
+def _unique(tensors) -> list:
+    """One tensor per storage."""
     seen, out = set(), []
-    tensors = list(params)
-    if grads:
-        tensors += [p.grad for p in params if p.grad is not None]
-    for state in optimizer.state.values():
-        tensors += [v for v in state.values() if hasattr(v, "untyped_storage") and v.dim() > 0]
     for t in tensors:
         if t.untyped_storage().data_ptr() not in seen:
             seen.add(t.untyped_storage().data_ptr())
             out.append(t)
     return out
+
+
+def _persistent(params, optimizer, grads: bool = False):
+    tensors = list(params)
+    if grads:
+        tensors += [p.grad for p in params if p.grad is not None]
+    for state in optimizer.state.values():
+        tensors += [v for v in state.values() if hasattr(v, "untyped_storage") and v.dim() > 0]
+    return _unique(tensors)
 
 
 def _config(case: Case):
@@ -244,6 +268,7 @@ def _config(case: Case):
     cfg = Config()
     cfg.model.dtype, cfg.model.lora_rank = case.dtype, case.lora_rank
     cfg.model.gradient_checkpointing = case.checkpointing
+    cfg.model.load_in_4bit = case.load_in_4bit
     cfg.rollout.num_generations, cfg.rollout.max_completion_len = case.generations, case.completion
     cfg.rollout.max_prompt_len, cfg.train.prompts_per_step = PROMPT, PROMPTS_PER_STEP
     return cfg

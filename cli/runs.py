@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from grpo_studio.engine.contract.errors import UserError
@@ -27,4 +28,8 @@ def run(args: argparse.Namespace) -> int:
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
     for row in table:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+    for r in rows:
+        if r["skipped"]:
+            print(f"warning: {r['name']}: skipped {r['skipped']} malformed lines (not a JSON object with the fields "
+                  f"its file needs)", file=sys.stderr)
     return 0

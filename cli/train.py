@@ -4,14 +4,19 @@ when piped."""
 from __future__ import annotations
 
 import argparse
+import os
+import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
 
 from grpo_studio.cli.parser import add_recipe
-from grpo_studio.engine.contract import config, metrics
-from grpo_studio.engine.contract.errors import UserError
+from grpo_studio.engine.contract import config, metrics, rundir
+from grpo_studio.engine.contract.errors import UserError, user_path
 from grpo_studio.engine.contract.rundir import CONFIG, RUNS
+
+IN_PROCESS = "--no-supervisor"  # the supervisor's child: train in this process
 
 
 class PlainProgress:
@@ -63,21 +68,39 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_recipe(parser)
     parser.add_argument("--run-dir", type=Path)
     parser.add_argument("--resume", type=Path, metavar="DIR", help="continue the run in DIR from its last checkpoint")
+    parser.add_argument(IN_PROCESS, dest="in_process", action="store_true", help=argparse.SUPPRESS)
 
 
 def default_run_dir(recipe: str) -> Path:
     return RUNS / f"{Path(recipe).stem}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
+def usable_run_dir(run_dir: Path, flag: str) -> None:
+    """Create the run directory now, before torch loads or a trainer process starts: a path through a file,
+    a name too long, a read-only place is one line naming the flag."""
+    doing = "cannot use it as the run directory"
+    with user_path(flag, str(run_dir), doing):
+        is_file = run_dir.is_file()
+        if not is_file:
+            run_dir.mkdir(parents=True, exist_ok=True)
+    if is_file or not os.access(run_dir, os.W_OK):
+        raise UserError(f"{doing}: {'it is a file' if is_file else 'not writable'}", key=flag, value=str(run_dir))
+
+
 def run(args: argparse.Namespace) -> int:
     if args.resume:
-        if not (args.resume / CONFIG).is_file():
+        with user_path("--resume", str(args.resume)):
+            is_run = (args.resume / CONFIG).is_file()
+        if not is_run:
             raise UserError(f"--resume {str(args.resume)!r}: no {CONFIG} there (not a run directory)")
         cfg = config.load(str(args.resume / CONFIG), args.sets)
         run_dir = args.resume
     else:
         cfg = config.load(args.recipe, args.sets)
         run_dir = args.run_dir or default_run_dir(args.recipe)
+    usable_run_dir(run_dir, "--resume" if args.resume else "--run-dir")
+    if not args.in_process:
+        return supervise(args, run_dir)
     from grpo_studio.engine.trainer import Trainer  # torch loads only once the config is known to be good
 
     trainer = Trainer(cfg, run_dir, resume=bool(args.resume))
@@ -90,3 +113,47 @@ def run(args: argparse.Namespace) -> int:
         trainer.close()
     print(f"{state} at step {trainer.step_no}: {run_dir}", flush=True)
     return 0
+
+
+def supervise(args: argparse.Namespace, run_dir: Path) -> int:
+    """Train in a child process (this command with --no-supervisor) and outlive it: a trainer that dies
+    without saying goodbye (os._exit in a reward function, SIGKILL from the OOM killer) gets its `crashed`
+    event and loses its lock here. SIGTERM and SIGINT are passed on, so a stop stays graceful. Returns
+    the child's exit code (128 + N when signal N killed it)."""
+    cmd = [sys.executable, "-m", "grpo_studio.cli.main", "train", IN_PROCESS]
+    cmd += ["--resume", str(run_dir)] if args.resume else [args.recipe, "--run-dir", str(run_dir)]
+    for setting in args.sets:
+        cmd += ["--set", setting]
+    child, pending = None, []
+
+    def forward(signum, _frame):
+        if signum == signal.SIGINT and _terminal_sent_it():
+            return  # Ctrl-C reached the trainer from the terminal already
+        if child is None:
+            pending.append(signum)
+        else:
+            child.send_signal(signum)
+
+    old = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        child = subprocess.Popen(cmd)
+        for signum in pending:
+            child.send_signal(signum)
+        code = child.wait()
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+    if code != 0:
+        crash = rundir.record_exit(run_dir, child.pid, code)
+        if crash:
+            print(f"run error: {crash}; the run is marked crashed: {run_dir}", file=sys.stderr, flush=True)
+    return code if code >= 0 else 128 - code
+
+
+def _terminal_sent_it() -> bool:
+    """Whether a SIGINT came from Ctrl-C: the terminal sends it to its whole foreground process group,
+    which holds this process and the trainer."""
+    try:
+        return os.tcgetpgrp(0) == os.getpgrp()
+    except OSError:  # no terminal
+        return False

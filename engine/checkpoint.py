@@ -1,13 +1,22 @@
 """Checkpoints: checkpoints/step-N/ holds the PEFT adapter (or full weights) in the layout
 `PeftModel.from_pretrained` / `from_pretrained` load, plus trainer_state.pt with the optimizer,
-LR schedule, fp16 loss scaler, RNG and data cursor. Written to a temp folder, then renamed.
+LR schedule, fp16 loss scaler, RNG, data cursor and the trainer's counters, and manifest.json (step,
+every file's size and sha256), written last. The folder is written as .step-N.tmp and renamed into
+place, so a step-N folder is whole; the manifest still catches what a rename cannot (a file the disk
+lost or damaged).
+
+`restore` takes the newest checkpoint that passes its manifest and loads; each one it passes over is
+reported (`on_skip(step, path, why)`) and moved aside to step-N.skipped, so the run can write step-N again.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import re
 import shutil
+import time
 from pathlib import Path
 
 import torch
@@ -15,61 +24,141 @@ import torch
 from grpo_studio.engine.contract.rundir import CHECKPOINTS
 
 STATE = "trainer_state.pt"
+MANIFEST = "manifest.json"
+# Test hook (tests/test_crash_consistency.py): seconds to sleep after the weights are written and
+# before the trainer state, so a test can kill the trainer in the middle of a checkpoint write.
+TEST_PAUSE_ENV = "GRPO_STUDIO_TEST_CHECKPOINT_PAUSE_S"
+
+
+class BadCheckpoint(Exception):
+    """A checkpoint that cannot be trusted; str() says why, in one line."""
 
 
 def _dirs(run_dir: Path) -> list[tuple[int, Path]]:
     found = []
     for path in (Path(run_dir) / CHECKPOINTS).glob("step-*"):
         match = re.fullmatch(r"step-(\d+)", path.name)
-        if match and (path / STATE).is_file():
+        if match and path.is_dir():
             found.append((int(match.group(1)), path))
     return sorted(found)
 
 
-def save(run_dir: Path, step: int, policy, optimizer, schedule, scaler, data_cursor: dict) -> Path | None:
+def _sha256(path: Path) -> str:
+    with open(path, "rb") as fh:
+        return hashlib.file_digest(fh, "sha256").hexdigest()
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def save(run_dir: Path, step: int, policy, optimizer, schedule, scaler, data_cursor: dict,
+         counters: dict) -> Path | None:
+    """Write checkpoints/step-N (None if it exists). `counters`: the trainer's own running counts."""
     final = Path(run_dir) / CHECKPOINTS / f"step-{step}"
     if final.exists():
         return None
     tmp = final.with_name(f".step-{step}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     policy.save_pretrained(tmp, safe_serialization=True)
+    time.sleep(float(os.environ.get(TEST_PAUSE_ENV, 0)))
     torch.save({
         "step": step,
         "optimizer": optimizer.state_dict(),
         "schedule": schedule.state_dict(),
         "scaler": scaler.state_dict(),
         "rng": torch.get_rng_state(),
+        "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
         "data_cursor": data_cursor,
+        "counters": counters,
     }, tmp / STATE)
-    for f in tmp.iterdir():
-        with open(f, "rb") as fh:
-            os.fsync(fh.fileno())
+    files = {}
+    for f in sorted(p for p in tmp.rglob("*") if p.is_file()):
+        _fsync(f)
+        files[f.relative_to(tmp).as_posix()] = {"size": f.stat().st_size, "sha256": _sha256(f)}
+    manifest = tmp / MANIFEST
+    manifest.write_text(json.dumps({"step": step, "files": files}, indent=1))
+    _fsync(manifest)
+    _fsync(tmp)
     os.replace(tmp, final)
+    _fsync(final.parent)
     return final
 
 
-def load_latest(run_dir: Path, policy, optimizer, schedule, scaler) -> dict | None:
-    found = _dirs(run_dir)
-    if not found:
-        return None
-    _, path = found[-1]
-    _load_weights(policy, path)
-    state = torch.load(path / STATE, weights_only=False)
-    optimizer.load_state_dict(state["optimizer"])
-    schedule.load_state_dict(state["schedule"])
-    scaler.load_state_dict(state["scaler"])
-    torch.set_rng_state(state["rng"])
-    return state
+def restore(run_dir: Path, policy, optimizer, schedule, scaler, on_skip) -> dict | None:
+    """Load the newest trustworthy checkpoint into the trainer's objects and return its trainer state;
+    None when there is none. Leftover .step-N.tmp folders (writes cut short) are removed."""
+    for tmp in (Path(run_dir) / CHECKPOINTS).glob(".step-*.tmp"):
+        shutil.rmtree(tmp, ignore_errors=True)
+    for step, path in reversed(_dirs(run_dir)):
+        try:
+            weights, state = _read(path, step, policy)
+        except BadCheckpoint as why:
+            aside = path.with_name(f"{path.name}.skipped")
+            shutil.rmtree(aside, ignore_errors=True)
+            os.replace(path, aside)
+            on_skip(step, path, f"{why} (moved to {aside.name})")
+            continue
+        _weights_into(policy, weights)
+        optimizer.load_state_dict(state["optimizer"])
+        schedule.load_state_dict(state["schedule"])
+        scaler.load_state_dict(state["scaler"])
+        torch.set_rng_state(state["rng"])
+        if state.get("cuda_rng") and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state["cuda_rng"])
+        return state
+    return None
 
 
-def _load_weights(policy, path: Path) -> None:
-    from peft import PeftModel, set_peft_model_state_dict
+def _read(path: Path, step: int, policy) -> tuple[dict, dict]:
+    """Check `path` against its manifest and read its weights and trainer state into memory."""
+    try:
+        manifest = json.loads((path / MANIFEST).read_text())
+        files = {name: (int(f["size"]), str(f["sha256"])) for name, f in manifest["files"].items()}
+        listed_step = manifest["step"]
+    except FileNotFoundError:
+        raise BadCheckpoint(f"no {MANIFEST} (written before this version, or cut short)") from None
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        raise BadCheckpoint(f"{MANIFEST} is unreadable") from None
+    if listed_step != step:
+        raise BadCheckpoint(f"{MANIFEST} is for step {listed_step}")
+    for name in (STATE, *sorted(files)):
+        if name not in files:
+            raise BadCheckpoint(f"{MANIFEST} does not list {name}")
+        file, (size, digest) = path / name, files[name]
+        if not file.is_file():
+            raise BadCheckpoint(f"{name} is missing")
+        if file.stat().st_size != size:
+            raise BadCheckpoint(f"{name} is {file.stat().st_size} bytes, the manifest says {size}")
+        if _sha256(file) != digest:
+            raise BadCheckpoint(f"{name} fails its sha256 check")
+    try:
+        return _weights_from(policy, path), torch.load(path / STATE, weights_only=False)
+    except Exception as err:  # whatever a reader raises, this checkpoint cannot be used
+        reason = (str(err).strip().splitlines() or [""])[0][:160]
+        raise BadCheckpoint(f"cannot be loaded ({type(err).__name__}: {reason})") from None
+
+
+def _weights_from(policy, path: Path) -> dict:
+    """The weights of checkpoint `path` as a state dict for `policy` (adapters only with LoRA)."""
+    from peft import PeftModel
     from safetensors.torch import load_file
 
     if isinstance(policy, PeftModel):
-        set_peft_model_state_dict(policy, load_file(path / "adapter_model.safetensors"))
-    else:
-        from transformers import AutoModelForCausalLM
+        return load_file(path / "adapter_model.safetensors")
+    from transformers import AutoModelForCausalLM
 
-        loaded = AutoModelForCausalLM.from_pretrained(path, dtype=next(policy.parameters()).dtype)
-        policy.load_state_dict(loaded.state_dict())
+    return AutoModelForCausalLM.from_pretrained(path, dtype=next(policy.parameters()).dtype).state_dict()
+
+
+def _weights_into(policy, weights: dict) -> None:
+    from peft import PeftModel, set_peft_model_state_dict
+
+    if isinstance(policy, PeftModel):
+        set_peft_model_state_dict(policy, weights)
+    else:
+        policy.load_state_dict(weights)

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from grpo_studio.engine import arith
 from grpo_studio.engine.contract.config import DataConfig
-from grpo_studio.engine.contract.errors import UserError
+from grpo_studio.engine.contract.errors import UserError, describe, user_path
 
 EVAL_SEED = 1234
 FILE_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet")
@@ -65,7 +65,7 @@ def _read_file(path: Path, source: str) -> list[dict]:
     except UserError:
         raise
     except Exception as err:  # unreadable parquet, bad encoding, ...
-        raise _err("source", source, f"cannot read the file ({type(err).__name__}: {err})") from None
+        raise _err("source", source, f"cannot read the file ({describe(err)})") from None
     if not all(isinstance(r, dict) for r in rows):
         raise _err("source", source, "every record must be an object with named columns")
     return rows
@@ -88,18 +88,19 @@ def _read_hub(data: DataConfig, split: str) -> list[dict]:
 
 
 def _source_rows(data: DataConfig, split_name: str) -> list[dict]:
-    path = Path(data.source).expanduser()
-    if path.suffix.lower() in FILE_SUFFIXES or path.exists():
-        if not path.is_file():
-            raise _err("source", data.source, "file not found; allowed: builtin:arith, a .jsonl/.json/.csv/.parquet "
-                                              "file, or a Hugging Face dataset id like 'openai/gsm8k'")
-        if path.suffix.lower() not in FILE_SUFFIXES:
-            raise _err("source", data.source, f"unsupported file type {path.suffix!r}; allowed: "
-                                              f"{', '.join(FILE_SUFFIXES)}")
-        key = (str(path.resolve()), path.stat().st_mtime_ns)
-        if key not in _cache:
-            _cache[key] = _read_file(path, data.source)
-        return _cache[key]
+    with user_path("data.source", data.source):  # a name too long, a NUL byte, '~nosuchuser/x'
+        path = Path(data.source).expanduser()
+        if path.suffix.lower() in FILE_SUFFIXES or path.exists():
+            if not path.is_file():
+                raise _err("source", data.source, "file not found; allowed: builtin:arith, a .jsonl/.json/.csv/"
+                                                  ".parquet file, or a Hugging Face dataset id like 'openai/gsm8k'")
+            if path.suffix.lower() not in FILE_SUFFIXES:
+                raise _err("source", data.source, f"unsupported file type {path.suffix!r}; allowed: "
+                                                  f"{', '.join(FILE_SUFFIXES)}")
+            key = (str(path.resolve()), path.stat().st_mtime_ns)
+            if key not in _cache:
+                _cache[key] = _read_file(path, data.source)
+            return _cache[key]
     if data.source.startswith("builtin:"):
         raise _err("source", data.source, "unknown built-in task; allowed: builtin:arith")
     key = (data.source, data.subset, split_name)
@@ -127,15 +128,18 @@ def is_gsm8k(rows: list[dict]) -> bool:
     return bool(head) and all("question" in r and "####" in str(r.get("answer", "")) for r in head)
 
 
+def _columns(row: dict) -> str:
+    return ", ".join(map(str, row))  # a CSV row longer than its header has a None column
+
+
 def _prompt_column(data: DataConfig, rows: list[dict]) -> str:
-    columns = list(rows[0])
     if data.prompt_column in rows[0]:
         return data.prompt_column
     if data.prompt_column == "prompt":  # the default: fall back to the usual names
         for alt in ("question", "problem", "instruction", "input"):
             if alt in rows[0]:
                 return alt
-    raise _err("prompt_column", data.prompt_column, f"no such column in {data.source}; columns: {', '.join(columns)}")
+    raise _err("prompt_column", data.prompt_column, f"no such column in {data.source}; columns: {_columns(rows[0])}")
 
 
 def system_prompt(data: DataConfig, gsm8k: bool) -> str:
@@ -154,7 +158,7 @@ def normalize(rows: list[dict], data: DataConfig) -> list[dict]:
     pcol = _prompt_column(data, rows)
     acol = data.answer_column
     if acol not in rows[0] and acol != "answer":
-        raise _err("answer_column", acol, f"no such column in {data.source}; columns: {', '.join(rows[0])}")
+        raise _err("answer_column", acol, f"no such column in {data.source}; columns: {_columns(rows[0])}")
     system = system_prompt(data, gsm8k)
     out = []
     for row in rows:
@@ -179,22 +183,26 @@ def normalize(rows: list[dict], data: DataConfig) -> list[dict]:
 def load_rows(data: DataConfig, split: str) -> list[dict]:
     """Rows of the 'train' or 'eval' split."""
     if data.source == "builtin:arith":
+        _check_eval_size(data, len(arith.all_pairs()))
         return arith.rows(split, data.eval_size)
     if split == "eval" and data.eval_split:
         return normalize(_source_rows(data, data.eval_split), data)
     rows = normalize(_source_rows(data, data.split), data)
     if data.eval_split:  # a separate eval split: train on everything
         return rows if split == "train" else []
-    n_eval = data.eval_size
-    if n_eval and n_eval >= len(rows):
-        raise _err("eval_size", n_eval, f"{data.source} has {len(rows)} rows; allowed: 0 to {len(rows) - 1} "
-                                        f"(rows held out for evaluation), or set data.eval_split")
+    _check_eval_size(data, len(rows))
     order = list(range(len(rows)))
     random.Random(EVAL_SEED).shuffle(order)
-    held = set(order[:n_eval])
+    held = set(order[:data.eval_size])
     if split == "eval":
         return [rows[i] for i in sorted(held)]
     return [r for i, r in enumerate(rows) if i not in held]
+
+
+def _check_eval_size(data: DataConfig, n_rows: int) -> None:
+    if data.eval_size and data.eval_size >= n_rows:
+        raise _err("eval_size", data.eval_size, f"{data.source} has {n_rows} rows; allowed: 0 to {n_rows - 1} "
+                                                f"(rows held out for evaluation), or set data.eval_split")
 
 
 # ---- rendering prompts --------------------------------------------------------------------------
@@ -206,11 +214,12 @@ def _template(data: DataConfig) -> str | None:
     if value in ("auto", "plain"):
         return None
     if value.endswith((".jinja", ".j2", ".jinja2")) and "{" not in value:
-        path = Path(value).expanduser()
-        if not path.is_file():
-            raise _err("chat_template", value, "file not found; allowed: auto, plain, a Jinja template string "
-                                               "or a .jinja file")
-        return path.read_text(encoding="utf-8")
+        with user_path("data.chat_template", value):
+            path = Path(value).expanduser()
+            if not path.is_file():
+                raise _err("chat_template", value, "file not found; allowed: auto, plain, a Jinja template string "
+                                                   "or a .jinja file")
+            return path.read_bytes().decode("utf-8")
     if "{" not in value:
         raise _err("chat_template", value, "allowed: auto, plain, a Jinja template string or a .jinja file")
     return value
@@ -239,7 +248,10 @@ def prompt_text(row: dict, data: DataConfig, tokenizer=None) -> str:
                        f"a .jinja file, or 'plain'")
         return plain(prompt)  # prompts we built from text (GSM8K + system prompt): plain is fine
     kwargs = {"chat_template": template} if template else {}
-    return tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True, **kwargs)
+    try:
+        return tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True, **kwargs)
+    except Exception as err:  # a Jinja syntax error, an undefined variable, raise_exception() in the template
+        raise _err("chat_template", data.chat_template, f"rendering a prompt failed ({describe(err)})") from None
 
 
 def encode_prompts(tokenizer, texts: list[str], max_len: int) -> list[list[int]]:

@@ -14,8 +14,8 @@ checks value and gradient to 1e-6. docs/algorithms.md lists the formulas and pap
 
 Gradient accumulation: grpo / bnpo / dr_grpo losses are means over *this* call's batch, so a
 trainer that splits a batch into k micro-batches divides each by k (as TRL does). dapo divides
-by `num_items_in_batch` (active tokens in the whole generation batch), so micro-batch losses
-simply add up.
+by `num_items_in_batch` (TRL: the active tokens of the generation batch over its
+steps_per_generation optimizer steps), so micro-batch losses simply add up.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from grpo_studio.engine.contract.algorithms import rollout_is_level
 from grpo_studio.engine.contract.config import AlgoConfig
 from grpo_studio.engine.contract.errors import UserError
 
@@ -34,7 +35,7 @@ SEQ_LOG_RATIO_MAX = 20.0  # sequence-level log ρ is capped here (ρ ≤ 4.9e8) 
 @dataclass
 class LossInputs:
     logps: Tensor            # [B, T] π_θ per-token log-probs (requires grad)
-    old_logps: Tensor        # [B, T] π_old (detached; equals logps.detach() when one update per batch)
+    old_logps: Tensor        # [B, T] π_old: the weights that sampled the batch (logps.detach() with one update)
     advantages: Tensor       # [B]
     mask: Tensor             # [B, T] completion mask (1 = real token), already zeroed for truncated seqs
     rollout_logps: Tensor | None = None   # [B, T] μ from the sampler
@@ -47,6 +48,14 @@ def masked_mean(x: Tensor, mask: Tensor) -> float:
     if x.shape[-1] == 1:
         return x.float().mean().item()
     return ((x * mask).sum() / mask.sum().clamp(min=1.0)).item()
+
+
+def masked_max(x: Tensor, mask: Tensor) -> float:
+    """Largest x over active tokens (0.0 when there is none); a [B, 1] x over sequences."""
+    if x.shape[-1] == 1:
+        return x.float().max().item()
+    active = x[mask.bool()]
+    return active.max().item() if active.numel() else 0.0
 
 
 def rollout_correction(behaviour_logps: Tensor, rollout_logps: Tensor, mask: Tensor, level: str, mode: str,
@@ -107,8 +116,10 @@ def aggregate(per_token_loss: Tensor, mask: Tensor, loss_type: str, max_completi
 
 
 def policy_loss(inp: LossInputs, algo: AlgoConfig, max_completion_len: int,
-                num_items_in_batch: int | None = None) -> tuple[Tensor, dict[str, float]]:
-    """Scalar loss to minimise and its metrics (clip/*, kl_ref, entropy, mismatch/is_*, ...)."""
+                num_items_in_batch: int | float | Tensor | None = None,
+                rollout_backend: str = "hf") -> tuple[Tensor, dict[str, float]]:
+    """Scalar loss to minimise and its metrics (clip/*, policy/ratio_*, kl_ref, entropy, mismatch/is_*, ...).
+    `rollout_backend` (hf | vllm) resolves algo.is_level = 'auto'."""
     logps, old_logps = inp.logps, inp.old_logps.detach()
     mask = inp.mask.to(logps.dtype)
     adv = inp.advantages.to(logps.dtype).unsqueeze(-1)  # [B, 1]
@@ -116,12 +127,12 @@ def policy_loss(inp: LossInputs, algo: AlgoConfig, max_completion_len: int,
 
     # 1. Rollout correction against μ. PPO corrects π_old vs μ (the ratio to π_θ is clipped
     #    separately); the pg objective has no π_old term, so its weight is sg(π_θ/μ).
-    is_weights = None
-    if algo.is_level != "none":
+    is_weights, is_level = None, rollout_is_level(algo.is_level, rollout_backend)
+    if is_level != "none":
         if inp.rollout_logps is None:
-            raise ValueError(f"algo.is_level = {algo.is_level!r} needs rollout_logps (μ) from the sampler")
+            raise ValueError(f"algo.is_level = {is_level!r} needs rollout_logps (μ) from the sampler")
         behaviour = logps.detach() if algo.objective == "pg" else old_logps
-        is_weights, is_metrics = rollout_correction(behaviour, inp.rollout_logps, mask, algo.is_level,
+        is_weights, is_metrics = rollout_correction(behaviour, inp.rollout_logps, mask, is_level,
                                                     algo.is_mode, algo.is_cap)
         metrics.update(is_metrics)
 
@@ -130,6 +141,8 @@ def policy_loss(inp: LossInputs, algo: AlgoConfig, max_completion_len: int,
     if algo.importance_sampling_level == "sequence":
         log_ratio = (log_ratio * mask).sum(-1, keepdim=True) / mask.sum(-1, keepdim=True).clamp(min=1.0)
     ratio = torch.exp(log_ratio)
+    metrics["policy/ratio_mean"] = masked_mean(ratio.detach(), mask)
+    metrics["policy/ratio_max"] = masked_max(ratio.detach(), mask)
 
     if algo.objective == "ppo":
         # PPO-clip (Schulman et al. 2017): -min(r·A, clip(r, 1-ε_low, 1+ε_high)·A); ε_high > ε_low is

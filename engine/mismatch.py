@@ -15,7 +15,9 @@ so a step costs a few elementwise ops over B×T: cheap enough to leave on every 
 Empty input: when no token is selected (all rows masked, or B·T == 0) every metric is 0.0,
 never NaN; mismatch/tokens = 0 tells the reader the zeros mean "no data". Rows with no tokens
 do not count as sequences in the sequence-level metrics. Tokens whose μ or π is not finite
-(e.g. −inf) are left out and counted in mismatch/nonfinite_tokens.
+are counted in mismatch/nonfinite_tokens: an infinite one (a token one side gave zero
+probability) is left out; a NaN one means that side's numbers are broken (a diverged policy),
+so every estimate is NaN (null in metrics.jsonl), never a reassuring 0.0.
 """
 
 from __future__ import annotations
@@ -43,7 +45,8 @@ METRIC_NAMES = (
 
 
 def _prepare(rollout_logps: Tensor, train_logps: Tensor, mask: Tensor | None):
-    """(μ, π, m) as float64 with non-finite or masked positions zeroed, plus the non-finite count."""
+    """(μ, π, m) as float64 with non-finite or masked positions zeroed, plus the counts of selected
+    non-finite and NaN tokens."""
     mu = rollout_logps.detach().to(torch.float64)
     pi = train_logps.detach().to(device=mu.device, dtype=torch.float64)
     if mu.shape != pi.shape:
@@ -56,13 +59,14 @@ def _prepare(rollout_logps: Tensor, train_logps: Tensor, mask: Tensor | None):
             raise ValueError(f"mask {tuple(m.shape)} does not match log-probs {tuple(mu.shape)}")
     finite = torch.isfinite(mu) & torch.isfinite(pi)
     nonfinite = int((m & ~finite).sum())
+    nan = int((m & (torch.isnan(mu) | torch.isnan(pi))).sum())
     m = m & finite
     zero = torch.zeros((), dtype=torch.float64, device=mu.device)
     mu = torch.where(m, mu, zero)
     pi = torch.where(m, pi, zero)
     if mu.dim() == 1:  # a single sequence
         mu, pi, m = mu[None], pi[None], m[None]
-    return mu, pi, m, nonfinite
+    return mu, pi, m, nonfinite, nan
 
 
 def mismatch_metrics(rollout_logps: Tensor, train_logps: Tensor, mask: Tensor | None) -> dict[str, float]:
@@ -85,7 +89,8 @@ def mismatch_metrics(rollout_logps: Tensor, train_logps: Tensor, mask: Tensor | 
       prob_pearson: Pearson correlation of p and q over tokens. When a side has zero variance
              (e.g. a single token): 1.0 if p == q exactly, else 0.0.
       is_min|mean|max: token ratio r;  ess = (Σr)² / (N Σr²) ∈ (0, 1]  (verl's normalised ESS)
-      tokens = N,  nonfinite_tokens = masked tokens left out because μ or π was not finite
+      tokens = N,  nonfinite_tokens = masked tokens left out because μ or π was not finite;
+      any NaN among them makes every other value NaN
 
     Worked example (the unit test's): μ = [[−1, −2, pad], [−0.5, pad, pad]],
     π = [[−1.1, −2, pad], [−0.3, pad, pad]] → Δ = [−0.1, 0, 0.2], N = 3:
@@ -93,13 +98,13 @@ def mismatch_metrics(rollout_logps: Tensor, train_logps: Tensor, mask: Tensor | 
       k3 = ((e^−0.1 + 0.1 − 1) + 0 + (e^0.2 − 0.2 − 1))/3
       seq s = [−0.1, 0.2] with lengths [2, 1] → mean 0.05, std 0.15, slope = −0.3 per token = −300 per 1k.
 
-    Every value is a Python float, never NaN; with N = 0 every value is 0.0.
+    Every value is a Python float, NaN only where a μ or π is NaN; with N = 0 every value is 0.0.
     """
-    mu, pi, m, nonfinite = _prepare(rollout_logps, train_logps, mask)
-    out = dict.fromkeys(METRIC_NAMES, 0.0)
-    out["mismatch/nonfinite_tokens"] = float(nonfinite)
+    mu, pi, m, nonfinite, nan = _prepare(rollout_logps, train_logps, mask)
+    out = dict.fromkeys(METRIC_NAMES, math.nan if nan else 0.0)
     n = int(m.sum())
-    if n == 0:
+    out.update({"mismatch/tokens": float(n), "mismatch/nonfinite_tokens": float(nonfinite)})
+    if n == 0 or nan:
         return out
     mf = m.to(torch.float64)
     delta = pi - mu  # Δ = log π − log μ, zero at unselected positions
@@ -109,7 +114,6 @@ def mismatch_metrics(rollout_logps: Tensor, train_logps: Tensor, mask: Tensor | 
     p = torch.exp(pi[m])
     q = torch.exp(mu[m])
 
-    out["mismatch/tokens"] = float(n)
     out["mismatch/k1"] = float((-d).mean())
     out["mismatch/k2"] = float(0.5 * (d * d).mean())
     # expm1(Δ) − Δ is r − 1 − log r without the cancellation of exp(Δ) − 1 for tiny Δ.
@@ -162,7 +166,7 @@ def dlogp_histogram(rollout_logps: Tensor, train_logps: Tensor, mask: Tensor | N
       n           selected tokens = zero + under + sum(counts) + over
     The trainer adds "step" and appends it to histograms.jsonl.
     """
-    mu, pi, m, _ = _prepare(rollout_logps, train_logps, mask)
+    mu, pi, m, _, _ = _prepare(rollout_logps, train_logps, mask)
     d = (pi - mu)[m]
     nb = len(HIST_EDGES) - 1
     edges = torch.tensor(HIST_EDGES, dtype=torch.float64, device=d.device)

@@ -5,11 +5,15 @@ Precision (see docs/mismatch.md):
   * Full fine-tune: fp32 master weights, forward under torch.autocast(dtype) for bf16/fp16.
   * fp8: bf16 master weights (LoRA base and full fine-tune alike) with every linear GEMM
     quantised (engine/fp8.py).
+  * model.load_in_4bit (QLoRA): the decoder's linears in 4-bit NF4 (bitsandbytes) computing in
+    model.dtype, everything else stored in model.dtype, fp32 LoRA adapters on top.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib.util
+import logging
 import os
 from pathlib import Path
 
@@ -17,20 +21,25 @@ import torch
 
 from grpo_studio.engine.contract import bundled
 from grpo_studio.engine.contract.config import Config
-from grpo_studio.engine.contract.errors import UserError
+from grpo_studio.engine.contract.errors import UserError, describe, user_path
 from grpo_studio.engine.precision import torch_dtype
+
+# bitsandbytes (which peft imports) warns at import on CPUs with AVX512-BF16 that an optional kernel
+# package is missing; its built-in CPU kernels are what run, so the line is noise in a run's console.
+logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)
 
 
 def resolve_model_path(name: str) -> str:
     """A preset id, a local folder with config.json, or a hub id already in the local HF cache."""
-    preset = bundled.bundled_model(name)
-    if preset is not None:
-        return str(preset)
-    local = Path(name).expanduser()
-    if local.is_dir():
-        if (local / "config.json").is_file():
-            return str(local)
-        raise UserError("folder has no config.json", key="model.name", value=name)
+    with user_path("model.name", name):  # a name too long, a NUL byte, an unreadable folder
+        preset = bundled.bundled_model(name)
+        if preset is not None:
+            return str(preset)
+        local = Path(name).expanduser()
+        if local.is_dir():
+            if (local / "config.json").is_file():
+                return str(local)
+            raise UserError("folder has no config.json", key="model.name", value=name)
     if "/" in name and not name.startswith((".", "/")):
         from huggingface_hub import snapshot_download
 
@@ -64,24 +73,67 @@ def quiet_transformers() -> None:
     hf_logging.set_verbosity_error()
 
 
+@contextlib.contextmanager
+def _loading(path: str):
+    """A model folder transformers cannot read (a bad config.json, no tokenizer, corrupt weights) is one
+    line naming it; out of memory is not the folder's fault and stays what it is."""
+    try:
+        yield
+    except (MemoryError, torch.OutOfMemoryError, UserError):
+        raise
+    except Exception as err:
+        raise UserError(f"could not load ({describe(err)})", key="model.name", value=path) from None
+
+
 def load_tokenizer(path: str):
     from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(path)
+    with _loading(path):
+        tok = AutoTokenizer.from_pretrained(path)
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
     tok.padding_side = "left"
     return tok
 
 
-def load_base(path: str, dtype: torch.dtype):
+def load_base(path: str, dtype: torch.dtype, quant=None):
+    """The base model with its weights in `dtype`; `quant` a transformers quantization config (4-bit) or None."""
     from transformers import AutoModelForCausalLM
 
     quiet_transformers()
+    with _loading(path):
+        return AutoModelForCausalLM.from_pretrained(path, dtype=dtype, quantization_config=quant)
+
+
+def quantization(m, compute: torch.dtype):
+    """model.load_in_4bit: bitsandbytes NF4 for the base's linears, computing in `compute` (QLoRA's
+    recipe; config.validate has refused the combinations that cannot work); else None."""
+    if not m.load_in_4bit:
+        return None
+    if importlib.util.find_spec("bitsandbytes") is None:
+        raise UserError("bitsandbytes is not installed: pip install 'grpo-studio[qlora]'", key="model.load_in_4bit",
+                        value=True)
+    from transformers import BitsAndBytesConfig
+
+    return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=compute,
+                              bnb_4bit_use_double_quant=m.double_quant)
+
+
+def add_lora(model, m):
+    """The model wrapped by peft with model.lora_* adapters (the base frozen)."""
+    from peft import LoraConfig, get_peft_model
+
+    targets = m.lora_target_modules
+    lora = LoraConfig(r=m.lora_rank, lora_alpha=m.lora_alpha, lora_dropout=m.lora_dropout,
+                      target_modules=targets[0] if targets == ["all-linear"] else targets,
+                      task_type="CAUSAL_LM")
     try:
-        return AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
-    except OSError as err:
-        raise UserError(f"could not load ({str(err).splitlines()[0]})", key="model.name", value=path) from None
+        return get_peft_model(model, lora)
+    except ValueError:  # peft's NoMatchingPeftModuleError: a name the model does not have
+        linear = sorted({n.rpartition(".")[2] for n, mod in model.named_modules()
+                         if isinstance(mod, torch.nn.Linear)})
+        raise UserError(f"matches no module of the model; allowed: all-linear, or its linear layers "
+                        f"{', '.join(linear)}", key="model.lora_target_modules", value=targets) from None
 
 
 def load_policy(cfg: Config, path: str, plan):
@@ -92,18 +144,16 @@ def load_policy(cfg: Config, path: str, plan):
     # Full fine-tune keeps fp32 master weights under autocast, except fp8: Jet-RL's unified flow
     # keeps BF16 master weights, the same copy the rollout quantises, so both sides see one model.
     store = torch.float32 if full_ft and m.dtype != "fp8" else torch_dtype(m.dtype)
-    model = load_base(path, store)
+    # 4-bit: not peft's prepare_model_for_kbit_training, whose fp32 upcast of the embeddings, norms and
+    # lm_head would spend 4 B where the 16-bit LoRA path (and the planner) keep model.dtype, and compute them
+    # differently from the 16-bit run; the freezing is get_peft_model's, gradient checkpointing is
+    # model.gradient_checkpointing's, below.
+    model = load_base(path, store, quantization(m, store))
     if m.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model.config.use_cache = False
     if not full_ft:
-        from peft import LoraConfig, get_peft_model
-
-        targets = m.lora_target_modules
-        lora = LoraConfig(r=m.lora_rank, lora_alpha=m.lora_alpha, lora_dropout=m.lora_dropout,
-                          target_modules=targets[0] if targets == ["all-linear"] else targets,
-                          task_type="CAUSAL_LM")
-        model = get_peft_model(model, lora)
+        model = add_lora(model, m)
         if m.gradient_checkpointing:
             model.enable_input_require_grads()
     if plan.train_fp8:

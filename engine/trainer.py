@@ -1,16 +1,20 @@
-"""The GRPO loop. One call of `Trainer.step()` is one GRPO step, readable top to bottom:
+"""The GRPO loop. One call of `Trainer.step()` is one optimizer step, readable top to bottom:
 
-    prompts → rollout (G completions each, with the sampler's log-probs μ)
-            → rewards → group-relative advantages
+    [every steps_per_generation × num_iterations steps]
+      prompts → rollout (G completions each, with the sampler's log-probs μ)
+              → rewards → group-relative advantages → π_old (when a rollout gets several updates)
+    this step's share of the rollout
             → trainer log-probs π (and the reference's, when beta > 0)
             → policy loss → backward (fp16: scaled) → clip → AdamW → LR schedule
-            → mismatch metrics from (μ, π) → weight sync to the rollout engine
+            → mismatch metrics from (μ, π_old) on a rollout's first step
+            → weight sync to the rollout engine after a rollout's last step
             → one metrics row in the run directory
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import os
 import signal
@@ -22,14 +26,30 @@ from grpo_studio.engine import checkpoint, data, policy_loader, rewards as rewar
 from grpo_studio.engine.advantages import compute_advantages
 from grpo_studio.engine.batching import join_prompt_completion
 from grpo_studio.engine.contract.config import Config, save as save_config
+from grpo_studio.engine.contract.errors import UserError
+from grpo_studio.engine.faults import disk_full, disk_full_error, out_of_memory
 from grpo_studio.engine.logprobs import token_logprobs
 from grpo_studio.engine.losses import LossInputs, policy_loss
 from grpo_studio.engine.mismatch import dlogp_histogram, mismatch_metrics
 from grpo_studio.engine.contract import precision
 from grpo_studio.engine.precision import LossScaler
 from grpo_studio.engine.sampler import Sampling, make_sampler
-from grpo_studio.engine.contract.rundir import CONFIG, RunWriter
+from grpo_studio.engine.sampler.base import NonFiniteSampling, Rollout
+from grpo_studio.engine.contract.rundir import CONFIG, RunWriter, read_events
 from grpo_studio.engine.weights import export_weights
+
+
+@dataclasses.dataclass
+class GenerationBatch:
+    """One rollout and what the optimizer steps that train on it read (TRL's buffered generation batch)."""
+    step: int                    # optimizer steps done when it was sampled
+    rollout: Rollout             # completions, μ, completion mask, truncation (CPU)
+    input_ids: torch.Tensor      # [B, P + T] prompts + completions
+    attention: torch.Tensor
+    inputs: LossInputs           # advantages, loss mask, μ, π_old (None with one update per rollout)
+    num_items: torch.Tensor      # dapo's normaliser of one optimizer step
+    metrics: dict                # rewards, completions and (from its first step) mismatch: on each of its rows
+    samples: list | None         # its samples.jsonl rows, until written
 
 
 class Trainer:
@@ -46,6 +66,7 @@ class Trainer:
         self.eval_rows = data.load_rows(cfg.data, "eval")
         self.model_path = policy_loader.resolve_model_path(cfg.model.name)
         self.tokenizer = policy_loader.load_tokenizer(self.model_path)
+        data.prompt_text(self.prompts.rows[0], cfg.data, self.tokenizer)  # a broken chat template fails here
         self.device = policy_loader.device()
         self.precision = precision.resolve(cfg)  # the one precision decision, handed to every consumer
         self.policy = policy_loader.load_policy(cfg, self.model_path, self.precision).to(self.device)
@@ -55,7 +76,14 @@ class Trainer:
         self.schedule = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_factor)
         self.scaler = LossScaler.from_config(cfg, self.precision)  # fp16; elsewhere it only skips NaN steps
         self.sampler = make_sampler(cfg, self.model_path, self.tokenizer, self.precision, emit_event=self.rundir.event)
+        if cfg.rollout.top_p < 1 or cfg.rollout.top_k > 0:  # config.validate refuses it with rollout correction
+            self.rundir.event("warning", f"rollout.top_p = {cfg.rollout.top_p:g}, rollout.top_k = {cfg.rollout.top_k}: "
+                                         "the sampler's μ is the truncated distribution and π is not, so mismatch/* "
+                                         "also measure the truncation (docs/mismatch.md)")
+        self.batch: GenerationBatch | None = None  # the rollout being trained on
+        self.updates: list[torch.Tensor] = []      # the rows of each optimizer step still to take on it
         self.step_no = 0
+        self.bad_steps = self.bad_streak = 0  # steps skipped for non-finite numbers: in all, and in a row
         self.reference = None
 
     # ---- schedule -------------------------------------------------------------------------
@@ -70,69 +98,126 @@ class Trainer:
             return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
         return 1.0
 
-    # ---- one GRPO step ----------------------------------------------------------------------
+    # ---- one optimizer step ------------------------------------------------------------------
     def step(self) -> dict:
-        cfg, r = self.cfg, self.cfg.rollout
-        t0 = time.perf_counter()
-        rows = self.prompts.take(cfg.train.prompts_per_step)
+        """One optimizer step (TRL's global step). Each rollout is trained on for train.steps_per_generation
+        × train.num_iterations steps: the first of them samples it, the last hands the new weights to the
+        sampler (docs/algorithms.md, "Updates per rollout")."""
+        t = self.cfg.train
+        t0, t_rollout, sampled = time.perf_counter(), 0.0, not self.updates
+        if sampled:
+            # 1-2. Rollout (μ) → rewards → group-relative advantages; the steps that will train on it.
+            try:
+                self.batch = self._generate()
+            except NonFiniteSampling as err:  # nothing to train on: a skipped step
+                self._judge(str(err))
+                self.step_no += 1
+                return {**self._common_metrics(t0), "loss": math.nan, "grad_norm": math.nan}
+            t_rollout = time.perf_counter() - t0
+            self.updates = self._update_plan(len(self.batch.input_ids))
+        batch, rows = self.batch, self.updates.pop(0)
+        lag = self.step_no - batch.step  # optimizer steps since the weights that sampled the batch
+
+        with out_of_memory("training", self.step_no + 1, self.rundir.dir):
+            # 3. π_old, the log-probs under the weights that sampled, once per rollout and only where it can
+            #    differ from π (more updates follow this one): TRL's _generate_and_score_completions skips
+            #    old_per_token_logps otherwise, and _compute_loss then uses π.detach() (as _accumulate does).
+            if sampled and self.updates:
+                batch.inputs.old_logps = self._old_logps(batch)
+            # 4. π on this step's rows at the sampler's temperature, loss and backward, one micro-batch at
+            #    a time (gradient accumulation); then clip, one AdamW step and the LR schedule.
+            logps, loss, loss_metrics = self._accumulate(batch.input_ids[rows], batch.attention[rows],
+                                                         _take(batch.inputs, rows), batch.num_items)
+            grad_norm, skipped = self._optimize(loss)
+        self._judge(skipped)
+
+        # 5. Rollout/train mismatch: μ against π under the weights that sampled (π_old, or with one update
+        #    per rollout this step's π, whose rows are then the whole batch), on the first pass only.
+        if lag == 0:
+            pi = (logps if batch.inputs.old_logps is None else batch.inputs.old_logps).cpu()
+            out = batch.rollout
+            batch.metrics.update(mismatch_metrics(out.logprobs, pi, out.mask))
+            self.rundir.histogram({"step": self.step_no + 1, **dlogp_histogram(out.logprobs, pi, out.mask)})
+
+        # 6. After the batch's last update the rollout engine takes the new weights for the next rollout.
+        if not self.updates:
+            self.sampler.load_weights(export_weights(self.policy))
+        self.step_no += 1
+
+        metrics = {**batch.metrics, **loss_metrics, **self._common_metrics(t0)}  # loss's mismatch/is_*: as applied
+        metrics.update({"loss": loss, "grad_norm": grad_norm, "policy/lag": float(lag),
+                        "perf/rollout_s": batch.rollout.seconds if sampled else 0.0,
+                        "perf/train_s": metrics["perf/step_s"] - t_rollout})
+        if batch.samples and self.step_no % t.samples_every == 0:  # each rollout's samples once
+            self.rundir.samples([{"step": self.step_no, **sample} for sample in batch.samples])
+            batch.samples = None
+        return metrics
+
+    def _generate(self) -> GenerationBatch:
+        """Sample prompts_per_step × steps_per_generation prompts G times each, score them and compute the
+        group-relative advantages: one rollout, as the batch of the optimizer steps that train on it."""
+        cfg, r, t = self.cfg, self.cfg.rollout, self.cfg.train
+        rows = self.prompts.take(t.prompts_per_step * t.steps_per_generation)
         prompts = [data.prompt_text(row, cfg.data, self.tokenizer) for row in rows]
         prompt_ids = data.encode_prompts(self.tokenizer, prompts, r.max_prompt_len)
 
         # 1. Rollout: G completions per prompt, with μ = the sampler's per-token log-probs.
         sampling = Sampling(n=r.num_generations, max_tokens=r.max_completion_len, temperature=r.temperature,
-                            top_p=r.top_p, top_k=r.top_k, seed=data.mix_seed(cfg.train.seed, self.step_no))
-        out = self.sampler.generate(prompt_ids, sampling)
+                            top_p=r.top_p, top_k=r.top_k, seed=data.mix_seed(t.seed, self.step_no))
+        with out_of_memory("rollout", self.step_no + 1, self.rundir.dir):
+            out = self.sampler.generate(prompt_ids, sampling)
         self.sampler.sleep()  # colocated vLLM frees its memory for training; it wakes on the next generate
         mask = out.mask.to(self.device)
         texts = self.tokenizer.batch_decode(out.completion_ids, skip_special_tokens=True)
 
         # 2. Rewards (TRL signature, every dataset column as a keyword) → group-relative advantages.
         G = r.num_generations
-        rep_prompts = [p for p in prompts for _ in range(G)]
         table = self._score(self.reward_fns, rows, G, texts)
         rewards = torch.tensor(table, dtype=torch.float32)
         advantages, metrics = compute_advantages(rewards, self.reward_weights, G, cfg.algo.scale_rewards)
         if cfg.algo.mask_truncated_completions:
             mask = mask * (~out.truncated).float().unsqueeze(1).to(self.device)
-        t_rollout = time.perf_counter() - t0
 
-        # 3-4. Trainer log-probs π at the sampler's temperature, loss and backward, one
-        #      micro-batch at a time (gradient accumulation); then clip and one AdamW step.
         input_ids, attention = join_prompt_completion(prompt_ids, out.completion_ids, G,
                                                       self.tokenizer.pad_token_id, self.device)
-        batch = LossInputs(logps=None, old_logps=None, advantages=advantages.to(self.device), mask=mask,
-                           rollout_logps=out.logprobs.to(self.device))
-        logps, loss, loss_metrics = self._accumulate(input_ids, attention, batch)
-        grad_norm = self._optimize()
-
-        # 5. Rollout/train mismatch over completion tokens (before the update changes π).
-        mismatch = mismatch_metrics(out.logprobs, logps.cpu(), out.mask)
-        self.rundir.histogram({"step": self.step_no + 1, **dlogp_histogram(out.logprobs, logps.cpu(), out.mask)})
-
-        # 6. The rollout engine samples the new policy from the next step on.
-        self.sampler.load_weights(export_weights(self.policy))
-        self.step_no += 1
-        t_total = time.perf_counter() - t0
-
         lengths = out.mask.sum(1)
-        metrics.update(mismatch)
-        metrics.update(loss_metrics)  # its mismatch/is_* describe the correction actually applied
         metrics.update(self._reward_metrics(rewards))
         metrics.update({
-            "step": self.step_no, "time": time.time(),
-            "epoch": self.prompts.epoch + self.prompts.index / max(1, len(self.prompts.rows)),
-            "loss": loss, "grad_norm": grad_norm, "lr": self.schedule.get_last_lr()[0],
             "completion/len_mean": lengths.mean().item(), "completion/len_max": lengths.max().item(),
             "completion/truncated_frac": out.truncated.float().mean().item(),
-            "perf/step_s": t_total, "perf/rollout_s": out.seconds, "perf/train_s": t_total - t_rollout,
             "perf/rollout_tok_s": lengths.sum().item() / max(out.seconds, 1e-9),
-            "mem/peak_gib": _peak_gib(), "mem/rss_gib": _rss_gib(),
         })
-        if self.precision.loss_scaling:
-            metrics.update(self.scaler.metrics())
-        if self.step_no % cfg.train.samples_every == 0:
-            self._write_samples(rep_prompts, texts, table, advantages)
-        return metrics
+        return GenerationBatch(
+            step=self.step_no, rollout=out, input_ids=input_ids, attention=attention,
+            inputs=LossInputs(logps=None, old_logps=None, advantages=advantages.to(self.device), mask=mask,
+                              rollout_logps=out.logprobs.to(self.device)),
+            # dapo's normaliser, TRL's: the rollout's active tokens, spread over its steps_per_generation steps
+            num_items=mask.sum() / t.steps_per_generation,
+            metrics=metrics, samples=self._samples([p for p in prompts for _ in range(G)], texts, table, advantages))
+
+    def _update_plan(self, n: int) -> list[torch.Tensor]:
+        """The rows of each optimizer step on a rollout of n sequences, in order, as TRL's _prepare_inputs
+        buffers them: the rollout shuffled (shuffle_sequence_dict) and split into steps_per_generation equal
+        parts (split_tensor_dict), taken in turn num_iterations times (_buffered_inputs[_step % steps])."""
+        t = self.cfg.train
+        order = torch.arange(n)
+        if t.shuffle_batch and t.steps_per_generation > 1:  # a single part's order cannot change its update
+            order = torch.randperm(n, generator=torch.Generator().manual_seed(data.mix_seed(t.seed, self.step_no)))
+        return list(order.view(t.steps_per_generation, -1)) * t.num_iterations
+
+    def _logps(self, model, input_ids, attention, completion_len, with_entropy=False):
+        """Per-token log-probs (and entropies) of the completion tokens at the sampler's temperature."""
+        return token_logprobs(model, input_ids, attention, completion_len, self.cfg.rollout.temperature,
+                              with_entropy=with_entropy, logits_chunk=self.cfg.model.logits_chunk)
+
+    @torch.no_grad()
+    def _old_logps(self, batch: GenerationBatch) -> torch.Tensor:
+        """π_old over a whole rollout, in chunks of one step's micro-batch (no grad, no more memory)."""
+        cfg, B, T = self.cfg, batch.input_ids.shape[0], batch.inputs.mask.shape[1]
+        size = cfg.train.micro_batch_size or B // cfg.train.steps_per_generation
+        with policy_loader.autocast(cfg):
+            return torch.cat([self._logps(self.policy, batch.input_ids[i:i + size], batch.attention[i:i + size], T)[0]
+                              for i in range(0, B, size)])
 
     @torch.no_grad()
     def _reference_logps(self, input_ids, attention, completion_len):
@@ -141,39 +226,36 @@ class Trainer:
             return None
         if self.cfg.model.lora_rank > 0:
             with self.policy.disable_adapter():
-                return token_logprobs(self.policy, input_ids, attention, completion_len,
-                                      self.cfg.rollout.temperature, logits_chunk=self.cfg.model.logits_chunk)[0]
+                return self._logps(self.policy, input_ids, attention, completion_len)[0]
         if self.reference is None:  # full fine-tune: a frozen copy of the starting weights
             self.reference = policy_loader.load_policy(self.cfg, self.model_path,  # same numerics
                                                        self.precision).to(self.device)
             self.reference.requires_grad_(False)
-        return token_logprobs(self.reference, input_ids, attention, completion_len, self.cfg.rollout.temperature,
-                              logits_chunk=self.cfg.model.logits_chunk)[0]
+        return self._logps(self.reference, input_ids, attention, completion_len)[0]
 
-    def _accumulate(self, input_ids, attention, batch: LossInputs) -> tuple[torch.Tensor, float, dict]:
+    def _accumulate(self, input_ids, attention, batch: LossInputs, num_items) -> tuple[torch.Tensor, float, dict]:
         """Forward + backward over micro-batches of train.micro_batch_size rows. Returns the
         detached π for the whole batch, the loss value and the loss metrics (row-weighted).
 
         Each micro-batch loss is weighted so the accumulated gradient equals the whole-batch
         loss's: by its share of rows for the per-row normalisations (grpo, bnpo, dr_grpo), and
-        not at all for dapo, which already divides by the whole batch's active tokens."""
+        not at all for dapo, which already divides by `num_items` (the step's share of the rollout's
+        active tokens)."""
         cfg, B, T = self.cfg, input_ids.shape[0], batch.mask.shape[1]
         size = cfg.train.micro_batch_size or B
-        active_tokens = batch.mask.sum()
         self.optimizer.zero_grad(set_to_none=True)
         logps_all, total, metrics = [], 0.0, {}
         for start in range(0, B, size):
             rows = slice(start, min(start + size, B))
             with policy_loader.autocast(cfg), policy_loader.offload_activations(cfg):
-                logps, entropy = token_logprobs(self.policy, input_ids[rows], attention[rows], T,
-                                                cfg.rollout.temperature, with_entropy=True,
-                                                logits_chunk=cfg.model.logits_chunk)
+                logps, entropy = self._logps(self.policy, input_ids[rows], attention[rows], T, with_entropy=True)
                 ref_logps = self._reference_logps(input_ids[rows], attention[rows], T)
+            old_logps = logps.detach() if batch.old_logps is None else batch.old_logps[rows]  # TRL _compute_loss
             loss, part = policy_loss(
-                LossInputs(logps=logps, old_logps=logps.detach(), advantages=batch.advantages[rows],
-                           mask=batch.mask[rows], rollout_logps=batch.rollout_logps[rows], ref_logps=ref_logps,
-                           entropy=entropy),
-                cfg.algo, max_completion_len=cfg.rollout.max_completion_len, num_items_in_batch=active_tokens)
+                dataclasses.replace(_take(batch, rows), logps=logps, old_logps=old_logps, ref_logps=ref_logps,
+                                    entropy=entropy),
+                cfg.algo, max_completion_len=cfg.rollout.max_completion_len, num_items_in_batch=num_items,
+                rollout_backend=self.sampler.name)
             share = (rows.stop - rows.start) / B
             weight = 1.0 if cfg.algo.loss_type == "dapo" else share
             self.scaler.scale(loss * weight).backward()
@@ -182,15 +264,63 @@ class Trainer:
             _merge_metrics(metrics, part, share)
         return torch.cat(logps_all), total, metrics
 
-    def _optimize(self) -> float:
-        """(fp16) unscale, skip on inf/NaN → clip → AdamW step → LR schedule."""
+    def _optimize(self, loss: float) -> tuple[float, str | None]:
+        """(fp16) unscale, skip on inf/NaN → clip → AdamW step → LR schedule. Returns the grad norm and
+        why the step was skipped (None: it was taken). A skipped step does not advance the LR schedule
+        (as HF Trainer) and, in fp16, shrinks the loss scale."""
+        if not math.isfinite(loss):  # even finite gradients of a NaN/inf loss are not to be trusted
+            self.optimizer.zero_grad(set_to_none=True)
+            self.scaler.update(found_inf=True)
+            return math.inf, "non-finite loss"
         stepped, grad_norm = self.scaler.step(self.optimizer, self.params, self.cfg.train.grad_clip)
-        if stepped:
-            self.schedule.step()  # a skipped step does not advance the LR schedule (as HF Trainer)
-        else:
-            self.rundir.event("skipped_step", f"non-finite gradients at step {self.step_no + 1}: step skipped, "
-                           f"loss scale now {self.scaler.get_scale():g}", step=self.step_no + 1)
-        return grad_norm
+        if not stepped:
+            return grad_norm, "non-finite gradients"
+        self.schedule.step()
+        return grad_norm, None
+
+    def _judge(self, skipped: str | None) -> None:
+        """Count step step_no + 1: taken (skipped None), or skipped for the reason given, with a
+        `skipped_step` event. train.max_bad_steps skipped in a row means the run diverged: a `diverged`
+        event naming the cause and the last good checkpoint (the newest whose weights then trained a step:
+        saved before the step before the streak), then a UserError."""
+        step = self.step_no + 1
+        if skipped is None:
+            self.bad_streak = 0
+            return
+        self.bad_steps += 1
+        self.bad_streak += 1
+        self.rundir.event("skipped_step", f"{skipped} at step {step}: step skipped, loss scale now "
+                                          f"{self.scaler.get_scale():g}", step=step, cause=skipped)
+        limit = self.cfg.train.max_bad_steps
+        if not limit or self.bad_streak < limit:
+            return
+        first = step - self.bad_streak + 1
+        last_good = self._last_checkpoint(first - 2)  # its weights trained step first - 1 (or an earlier one)
+        steps = f"step {step}" if first == step else f"steps {first}-{step}"
+        why = (f"diverged: {steps} all skipped (train.max_bad_steps = {limit}), the last for {skipped}; "
+               f"last good checkpoint: {last_good or 'none'}; try a lower train.lr (now {self.cfg.train.lr:g})")
+        self.rundir.event("diverged", why, step=step, cause=skipped, bad_steps=self.bad_streak,
+                          last_good_checkpoint=last_good)
+        raise UserError(why, kind="run")
+
+    def _last_checkpoint(self, at_most: int) -> str | None:
+        """The path of the newest checkpoint saved at a step <= at_most (from the `checkpoint` events)."""
+        saved = [e.get("path") for e in read_events(self.rundir.dir)
+                 if e.get("event") == "checkpoint" and isinstance(e.get("step"), int) and e["step"] <= at_most]
+        return saved[-1] if saved else None
+
+    def _common_metrics(self, t0: float) -> dict:
+        """The part of a metrics row every step has, taken or skipped (call after step_no += 1)."""
+        row = {
+            "step": self.step_no, "time": time.time(),
+            "epoch": self.prompts.epoch + self.prompts.index / max(1, len(self.prompts.rows)),
+            "lr": self.schedule.get_last_lr()[0], "perf/step_s": time.perf_counter() - t0,
+            "mem/peak_gib": _peak_gib(), "mem/rss_gib": _rss_gib(),
+            "precision/bad_steps": float(self.bad_steps), "precision/bad_streak": float(self.bad_streak),
+        }
+        if self.precision.loss_scaling:
+            row.update(self.scaler.metrics())
+        return row
 
     def _score(self, funcs, rows: list[dict], n: int, completions: list[str]) -> list[list[float]]:
         """Rewards for n completions per row, called as TRL does: the raw prompts, and every other
@@ -213,18 +343,19 @@ class Trainer:
         self.rundir.event("reward_error", f"reward {name!r} failed: {message}", function=name, sample=index,
                        step=self.step_no + 1, **fields)
 
-    def _write_samples(self, prompts, texts, table, advantages) -> None:
+    def _samples(self, prompts, texts, table, advantages) -> list[dict]:
+        """samples.jsonl rows of one rollout, less their step (the step that writes them)."""
         names = [n for n, _ in self.reward_fns]
-        self.rundir.samples([
-            {"step": self.step_no, "prompt": p, "completion": c, "advantage": a,
-             "rewards": {n: (None if math.isnan(v) else v) for n, v in zip(names, row)}}
-            for p, c, row, a in zip(prompts, texts, table, advantages.tolist())
-        ])
+        return [{"prompt": p, "completion": c, "advantage": a,
+                 "rewards": {n: (None if math.isnan(v) else v) for n, v in zip(names, row)}}
+                for p, c, row, a in zip(prompts, texts, table, advantages.tolist())]
 
     # ---- evaluation -------------------------------------------------------------------------
     def evaluate(self, limit: int | None = None) -> float:
         """Held-out accuracy at the run's temperature: the share of eval prompts whose one
         sample gets a positive score from the first reward function (correctness by default)."""
+        if self.updates:  # between the updates of a rollout the sampler still holds the weights that sampled it
+            self.sampler.load_weights(export_weights(self.policy))
         rows = self.eval_rows[:limit] if limit else self.eval_rows
         texts = [data.prompt_text(row, self.cfg.data, self.tokenizer) for row in rows]
         ids = data.encode_prompts(self.tokenizer, texts, self.cfg.rollout.max_prompt_len)
@@ -242,8 +373,14 @@ class Trainer:
             with _stop_on_signals(self):  # from here to the last checkpoint a stop is graceful
                 return self._run(progress)
         except BaseException as err:
-            self.rundir.event("crashed", f"{type(err).__name__}: {err}", step=self.step_no)
-            raise
+            stop = err
+            if disk_full(err, self.rundir.dir):
+                stop = disk_full_error(self.rundir.dir, self.step_no, self._last_checkpoint(self.step_no))
+            with contextlib.suppress(OSError):  # a full disk may refuse this line too: stderr still says it
+                self.rundir.event("crashed", f"{type(stop).__name__}: {stop}", step=self.step_no)
+            if stop is err:
+                raise
+            raise stop from None
         finally:
             self.rundir.release()
 
@@ -280,18 +417,36 @@ class Trainer:
 
     def _save(self) -> None:
         path = checkpoint.save(self.rundir.dir, self.step_no, self.policy, self.optimizer, self.schedule,
-                               self.scaler, self.prompts.state())
+                               self.scaler, self.prompts.state(),
+                               {"bad_steps": self.bad_steps, "bad_streak": self.bad_streak})
         if path is not None:
             self.rundir.event("checkpoint", f"saved {path.name}", step=self.step_no, path=str(path))
 
     def _restore(self) -> None:
-        state = checkpoint.load_latest(self.rundir.dir, self.policy, self.optimizer, self.schedule, self.scaler)
+        """Continue from the newest trustworthy checkpoint, or from step 0 and the base weights when there
+        is none, with the streams cut back to that step: each step stays in them once."""
+        state = checkpoint.restore(self.rundir.dir, self.policy, self.optimizer, self.schedule, self.scaler,
+                                   on_skip=self._checkpoint_skipped)
         if state is None:
-            return
-        self.step_no = state["step"]
-        self.prompts.restore(state["data_cursor"])
-        self.rundir.truncate_metrics_after(self.step_no)
-        self.sampler.load_weights(export_weights(self.policy))
+            self.rundir.event("no_checkpoint", "no complete checkpoint to resume from: restarting at step 0 "
+                                               "from the base weights", step=0)
+        else:
+            self.step_no = state["step"]
+            self.prompts.restore(state["data_cursor"])
+            self.bad_steps, self.bad_streak = state["counters"]["bad_steps"], state["counters"]["bad_streak"]
+            self.sampler.load_weights(export_weights(self.policy))
+        dropped = self.rundir.cut_streams(self.step_no)
+        if dropped:
+            what = "; ".join(f"{name}: " + " and ".join(
+                part for part, n in ((f"{n['past']} rows past step {self.step_no}", n["past"]),
+                                     (f"{n['malformed']} malformed lines", n["malformed"])) if n)
+                for name, n in dropped.items())
+            self.rundir.event("rows_dropped", f"resuming at step {self.step_no}: dropped {what}", step=self.step_no,
+                              files=dropped)
+
+    def _checkpoint_skipped(self, step: int, path, why: str) -> None:
+        self.rundir.event("checkpoint_skipped", f"skipped checkpoint {path.name}: {why}", step=step, path=str(path),
+                          reason=why)
 
 
 @contextlib.contextmanager
@@ -306,6 +461,11 @@ def _stop_on_signals(trainer: Trainer):
     finally:
         for sig, handler in old.items():
             signal.signal(sig, handler)
+
+
+def _take(inputs: LossInputs, rows) -> LossInputs:
+    """The rows `rows` of every tensor in `inputs`."""
+    return LossInputs(**{k: None if v is None else v[rows] for k, v in vars(inputs).items()})
 
 
 def _merge_metrics(into: dict, part: dict, share: float) -> None:

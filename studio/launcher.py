@@ -1,15 +1,18 @@
-"""Start, stop and kill trainers. The trainer is its own process in its own session (its own
-process group, no controlling terminal), so closing the studio, an SSH drop or a studio crash
-never stops it. The studio only reads the run directory."""
+"""Start, stop and kill trainers. `grpo-studio train` runs in its own session (its own process group,
+no controlling terminal), so closing the studio, an SSH drop or a studio crash never stops it; it runs
+the trainer as its child and records the trainer's end if the trainer cannot. Stop and kill signal
+only a process proven to be the run's trainer. The studio only reads the run directory."""
 
 from __future__ import annotations
 
 import os
-import signal
+import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+import psutil
 
 from grpo_studio.engine.contract import config as cfgmod
 from grpo_studio.engine.contract import rundir
@@ -62,25 +65,57 @@ def wait_for_pid(run_dir: Path, proc: subprocess.Popen | None = None, timeout: f
     return None
 
 
-def stop(run_dir: Path) -> bool:
+def trainer_process(run_dir: Path) -> psutil.Process:
+    """The process proven to be this run's trainer: the lock's pid is alive on this host with the lock's
+    start time, and its command line is a `grpo-studio train` of this run directory. Anything else is
+    refused (UserError): a stale lock's pid may belong to an unrelated process by now."""
+    run_dir = Path(run_dir)
+    lock = rundir.read_lock(run_dir)
+    if lock is None:
+        raise UserError(f"no trainer holds it ({rundir.PIDFILE} is missing or unreadable)", kind="run",
+                        key=str(run_dir))
+    if lock.host != socket.gethostname():
+        why = f"it runs on host {lock.host}; stop it there"
+    else:
+        why = rundir.stale_reason(lock)
+    if why is None:
+        try:
+            proc = psutil.Process(lock.pid)
+            if _trains(proc.cmdline(), Path(proc.cwd()), run_dir):
+                return proc
+        except psutil.Error:
+            pass
+        why = f"pid {lock.pid} is not a grpo-studio train of this run directory"
+    raise UserError(f"refusing to signal trainer pid {lock.pid}: {why}", kind="run", key=str(run_dir))
+
+
+def _trains(argv: list[str], cwd: Path, run_dir: Path) -> bool:
+    """Whether a command line is `grpo-studio train ...` naming `run_dir` (relative to its cwd)."""
+    if "train" not in argv:
+        return False
+    at = argv.index("train")
+    if not any(a == "grpo_studio.cli.main" or Path(a).name == "grpo-studio" for a in argv[:at]):
+        return False
+    target = run_dir.resolve()
+    values = (a.partition("=")[2] if a.startswith("--") else a for a in argv[at + 1:])
+    return any(v and (cwd / v).resolve() == target for v in values)
+
+
+def stop(run_dir: Path) -> None:
     """Graceful: SIGTERM to the trainer, which finishes its step, checkpoints and logs `stopped`."""
-    pid = rundir.read_pid(run_dir)
-    if pid is None or not rundir.pid_alive(pid):
-        return False
-    os.kill(pid, signal.SIGTERM)
-    return True
+    trainer_process(run_dir).terminate()
 
 
-def kill(run_dir: Path) -> bool:
-    """SIGKILL to the trainer's whole process group (no checkpoint)."""
-    pid = rundir.read_pid(run_dir)
-    if pid is None or not rundir.pid_alive(pid):
-        return False
-    try:
-        os.killpg(os.getpgid(pid), signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        os.kill(pid, signal.SIGKILL)
-    return True
+def kill(run_dir: Path) -> None:
+    """SIGKILL to the trainer and every process it started (no checkpoint); the `grpo-studio train` that
+    launched it records the `crashed` event."""
+    proc = trainer_process(run_dir)
+    children = proc.children(recursive=True)
+    for victim in (proc, *children):
+        try:
+            victim.kill()
+        except psutil.NoSuchProcess:
+            pass
 
 
 def load_run_config(run_dir: Path) -> Config:

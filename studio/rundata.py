@@ -31,6 +31,7 @@ class RunData:
         self.last_state_event = ""
         self.start_time: float | None = None
         self.version = 0
+        self._reported: dict[str, int] = {}  # skipped lines already reported, per file
         self.config: dict = {}
         self._read_config()
 
@@ -55,14 +56,14 @@ class RunData:
                 self._truncate(step)
             n = len(self.steps)
             self.steps.append(int(step))
-            self.times.append(float(row.get(metrics.TIME) or 0.0))
+            self.times.append(rundir.as_number(row.get(metrics.TIME)) or 0.0)
             for key, value in row.items():
                 if key in (metrics.STEP, metrics.TIME):
                     continue
                 col = self.columns.get(key)
                 if col is None:
                     col = self.columns[key] = [None] * n
-                col.append(float(value) if isinstance(value, (int, float)) else None)
+                col.append(rundir.as_number(value))
             for col in self.columns.values():
                 if len(col) < n + 1:
                     col.append(None)
@@ -75,32 +76,61 @@ class RunData:
 
     def poll(self) -> bool:
         changed = False
-        metrics = self._tails[rundir.METRICS].read_new()
+        tails = self._tails
+        metrics = tails[rundir.METRICS].read_new()
         if metrics:
             if not (self.dir / rundir.CONFIG).exists() or not self.config:
                 self._read_config()
             self.add_metrics(metrics)
             changed = True
-        for event in self._tails[rundir.EVENTS].read_new():
+        events = tails[rundir.EVENTS].read_new()
+        if tails[rundir.EVENTS].restarted:  # a resume rewrote events.jsonl: it holds the whole history again
+            self.events.clear()
+        for event in events:
             self.events.append(event)
-            kind = event.get("event")
+            kind = event["event"]
             if kind in rundir.STATE_EVENTS:
                 self.last_state_event = kind
             if kind == "started":
-                self.total_steps = event.get("total_steps") or self.total_steps
-                self.start_time = event.get("time")
+                total = event.get("total_steps")
+                self.total_steps = total if isinstance(total, int) and total > 0 else self.total_steps
+                self.start_time = rundir.as_number(event.get("time"))
             changed = True
-        samples = self._tails[rundir.SAMPLES].read_new()
+        samples = tails[rundir.SAMPLES].read_new()
+        if tails[rundir.SAMPLES].restarted:
+            self.samples.clear()
         if samples:
             self.samples.extend(samples)
             changed = True
-        hists = self._tails[rundir.HISTOGRAMS].read_new()
+        hists = tails[rundir.HISTOGRAMS].read_new()
         if hists:
             self.histogram = hists[-1]
             changed = True
+        changed = self._report_skipped() or changed
         if changed:
             self.version += 1
         return changed
+
+    @property
+    def skipped_rows(self) -> int:
+        """Malformed lines skipped so far (not a JSON object with the fields its file needs)."""
+        return sum(tail.skipped for tail in self._tails.values())
+
+    def _report_skipped(self) -> bool:
+        """Say once, as a warning in the events, how many more malformed lines a poll skipped."""
+        for name, tail in self._tails.items():
+            if tail.restarted:  # a resume rewrote the file without the lines reported before
+                self._reported.pop(name, None)
+        new = {name: tail.skipped - self._reported.get(name, 0) for name, tail in self._tails.items()}
+        new = {name: n for name, n in new.items() if n > 0}
+        if not new:
+            return False
+        self._reported.update({name: self._tails[name].skipped for name in new})
+        where = ", ".join(f"{n} in {name}" for name, n in new.items())
+        self.events.append({"time": time.time(), "event": "warning",
+                            "message": f"skipped malformed lines ({where}): not a JSON object with the fields "
+                                       f"the file needs"})
+        return True
 
     def drain(self, limit: int = 1000) -> None:
         """Read everything already on disk (attach / compare)."""

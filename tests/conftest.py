@@ -38,6 +38,15 @@ def model_name() -> str:
     return "tiny-arith"
 
 
+@pytest.fixture(scope="session")
+def trained_runs(tmp_path_factory) -> dict[str, Path]:
+    """Two short runs the real trainer wrote (tests/trained_runs.py: bundled model, bf16 and fp16,
+    4 steps each), trained once per session. Copy a run before changing anything in it."""
+    from tests.trained_runs import train
+
+    return train(tmp_path_factory.mktemp("trained"))
+
+
 def pytest_collection_modifyitems(config, items):
     import torch
 

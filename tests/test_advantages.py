@@ -33,7 +33,8 @@ def _trl_block(method, start: str, end: str) -> str:
 
 @pytest.fixture(scope="module")
 def trl_advantages():
-    grpo = pytest.importorskip("trl.trainer.grpo_trainer")
+    import trl.trainer.grpo_trainer as grpo  # the oracle: in the dev extra; missing TRL fails, never skips
+
     method = grpo.GRPOTrainer._generate_and_score_completions
     adv_block = _trl_block(method, "# A completion for which every reward function returned None",
                            "# Slice to keep only the local part of the data")
@@ -83,6 +84,28 @@ def test_single_function_matches_trl_and_zero_std_groups(trl_advantages):
     ref_adv, ref_metrics = trl_advantages(rewards, torch.tensor([1.0]), 4, "group")
     torch.testing.assert_close(adv, ref_adv, atol=1e-6, rtol=0)
     assert metrics["reward/frac_zero_std"] == ref_metrics["reward/frac_zero_std"] == 0.5
+
+
+@pytest.mark.parametrize("scale", ["group", "batch", "none"])
+def test_groups_of_two_match_trl(trl_advantages, scale):
+    """G = 2 (the smallest rollout.num_generations): a pair's std has one degree of freedom; one
+    pair ties (zero std). And the smallest batch, one prompt of 2."""
+    rewards = torch.tensor([[1.0, 0.5], [0.0, 0.5], [2.0, 1.0], [2.0, 1.0], [0.25, 0.0], [1.0, 0.0]])
+    weights = torch.tensor([1.0, 2.0])
+    for r in (rewards, rewards[:2]):
+        adv, metrics = compute_advantages(r, weights, 2, scale)
+        ref_adv, ref_metrics = trl_advantages(r, weights, 2, scale)
+        torch.testing.assert_close(adv, ref_adv, atol=1e-6, rtol=0)
+        assert adv.abs().max() > 0.1
+        for key, value in ref_metrics.items():
+            assert metrics[key] == pytest.approx(value, abs=1e-6), key
+
+
+def test_advantages_are_float32_whatever_the_weights_dtype():
+    rewards = torch.tensor([[2.0], [0.0], [1.0], [1.0]])
+    adv64, _ = compute_advantages(rewards, torch.tensor([1.0], dtype=torch.float64), 4, "group")
+    adv32, _ = compute_advantages(rewards, torch.tensor([1.0]), 4, "group")
+    assert adv64.dtype == torch.float32 and torch.equal(adv64, adv32)
 
 
 def test_hand_computed_group_zscore():

@@ -130,8 +130,8 @@ def _one_line_error(overrides) -> str:
 
 
 def test_mask_without_cap_is_a_config_error():
-    msg = _one_line_error(["algo.is_level=sequence", "algo.is_mode=mask"])
-    assert "algo.is_cap" in msg and "mask" in msg
+    msg = _one_line_error(["algo.is_level=sequence", "algo.is_mode=mask", "algo.is_cap=0"])
+    assert msg == "config error: algo.is_cap = 0: algo.is_mode = 'mask' needs a cap > 0 (e.g. 10.0)"
 
 
 def test_dr_grpo_without_max_completion_len_is_a_config_error():
@@ -164,3 +164,168 @@ def test_every_preset_resolves_to_a_valid_config():
     for name in algorithms.PRESETS:
         cfg = load(None, [f"algo.name={name}"])
         assert cfg.algo.name == name
+
+
+# ---- edges the parity data does not reach, by hand ------------------------------------------------
+
+def flat(logps, old, adv, mask, mu=None, ref=None):
+    dt = torch.float64
+    return LossInputs(logps=torch.tensor(logps, dtype=dt, requires_grad=True), old_logps=torch.tensor(old, dtype=dt),
+                      advantages=torch.tensor(adv, dtype=dt), mask=torch.tensor(mask, dtype=dt),
+                      rollout_logps=None if mu is None else torch.tensor(mu, dtype=dt),
+                      ref_logps=None if ref is None else torch.tensor(ref, dtype=dt))
+
+
+def test_clip_metrics_count_strictly_outside_the_range_and_by_the_sign_of_the_advantage():
+    """ratios exp(±log 1.25) = 1.25 / 0.8 and exactly 1 ± ε (ε = 0.25: 0.75 and 1.25 are exact in
+    binary), advantages -1, 0, +0.5, +2: low = r < 1-ε with A < 0, high = r > 1+ε with A > 0 (TRL)."""
+    up, down = math.log(1.5), math.log(0.5)
+    edge_hi, edge_lo = math.log(1.25), math.log(0.75)
+    assert math.exp(edge_hi) == 1.25 and math.exp(edge_lo) == 0.75  # the boundaries are hit exactly
+    inp = flat(logps=[[down, edge_lo, 0.0], [down, up, 0.0], [up, edge_hi, down], [up, down, 0.0]],
+               old=[[0.0] * 3] * 4, adv=[-1.0, 0.0, 0.5, 2.0], mask=[[1, 1, 0], [1, 1, 0], [1, 1, 1], [1, 1, 0]])
+    _, m = policy_loss(inp, AlgoConfig(loss_type="bnpo", epsilon=0.25, epsilon_high=0.25), max_completion_len=3)
+    # 9 active tokens; low: row 0 token 0 (0.5 < 0.75, A < 0); 0.75 itself is not below. Row 1 has A = 0.
+    # high: row 2 token 0 (1.5, A = 0.5 > 0) and row 3 token 0 (1.5, A = 2); 1.25 itself is not above.
+    assert m["clip/low"] == pytest.approx(1 / 9, abs=1e-12)
+    assert m["clip/high"] == pytest.approx(2 / 9, abs=1e-12)
+    assert m["clip/region"] == pytest.approx(3 / 9, abs=1e-12)
+
+
+@pytest.mark.parametrize("name", ["pg_seq_is", "pg_seq_tis", "pg_seq_mis"])
+def test_pg_objective_reports_no_clipping(name):
+    _, _, m = run(preset(name), example(theta_ratio=(2.0, 0.1, 3.0)))
+    assert (m["clip/low"], m["clip/high"], m["clip/region"]) == (0.0, 0.0, 0.0)
+
+
+@pytest.mark.parametrize("loss_type, want", [("bnpo", 3.0), ("dapo", 3.0), ("grpo", 3.0), ("dr_grpo", 3.0 / 2)])
+def test_one_active_token_is_not_averaged_away(loss_type, want):
+    """A batch whose only active token has loss 3 (A = -3, log π = 1 with π_old = π): bnpo/dapo divide by
+    the 1 active token, grpo by that row's 1 token, dr_grpo by B·L_max = 1·2; masked means likewise."""
+    inp = flat(logps=[[1.0, 0.5]], old=[[1.0, 0.5]], adv=[-3.0], mask=[[1, 0]])
+    inp.entropy = torch.tensor([[0.7, 9.0]], dtype=torch.float64)
+    loss, m = policy_loss(inp, AlgoConfig(loss_type=loss_type, objective="pg"), max_completion_len=2)
+    assert loss.item() == pytest.approx(want, abs=1e-12)
+    assert m["entropy"] == pytest.approx(0.7, abs=1e-12)
+
+
+def test_dapo_divides_by_the_generation_batch_tokens_even_when_it_is_one():
+    inp = flat(logps=[[1.0, 0.5]], old=[[1.0, 0.5]], adv=[-3.0], mask=[[1, 1]])
+    loss, _ = policy_loss(inp, AlgoConfig(loss_type="dapo", objective="pg"), max_completion_len=2,
+                          num_items_in_batch=1)
+    assert loss.item() == pytest.approx(3.0 * 1.5, abs=1e-12)
+
+
+@pytest.mark.parametrize("length", [0, None])
+def test_dr_grpo_needs_a_positive_max_completion_len(length):
+    inp = flat(logps=[[1.0]], old=[[1.0]], adv=[1.0], mask=[[1]])
+    with pytest.raises(UserError) as err:
+        policy_loss(inp, AlgoConfig(loss_type="dr_grpo"), max_completion_len=length)
+    assert str(err.value) == "config error: algo.loss_type = 'dr_grpo' needs rollout.max_completion_len > 0"
+    loss, _ = policy_loss(flat(logps=[[2.0]], old=[[2.0]], adv=[-1.0], mask=[[1]]),
+                          AlgoConfig(loss_type="dr_grpo", objective="pg"), max_completion_len=1)
+    assert loss.item() == pytest.approx(2.0, abs=1e-12)  # L_max = 1 is fine: 2 / (1·1)
+
+
+def test_unknown_loss_type_and_objective_are_one_line_config_errors():
+    inp = flat(logps=[[1.0]], old=[[1.0]], adv=[1.0], mask=[[1]])
+    with pytest.raises(UserError) as err:
+        policy_loss(inp, AlgoConfig(loss_type="dapa"), max_completion_len=1)
+    assert str(err.value) == "config error: algo.loss_type = 'dapa': allowed: grpo, bnpo, dr_grpo, dapo (did you mean 'dapo'?)"
+    with pytest.raises(UserError) as err:
+        policy_loss(inp, AlgoConfig(objective="pgg"), max_completion_len=1)
+    assert str(err.value) == "config error: algo.objective = 'pgg': allowed: ppo, pg (did you mean 'pg'?)"
+
+
+def test_missing_inputs_say_what_is_missing():
+    inp = flat(logps=[[1.0]], old=[[1.0]], adv=[1.0], mask=[[1]])
+    with pytest.raises(ValueError) as err:
+        policy_loss(inp, AlgoConfig(is_level="token", is_cap=2.0), max_completion_len=1)
+    assert str(err.value) == "algo.is_level = 'token' needs rollout_logps (μ) from the sampler"
+    with pytest.raises(ValueError) as err:
+        policy_loss(inp, AlgoConfig(beta=0.1), max_completion_len=1)
+    assert str(err.value) == "algo.beta > 0 needs ref_logps from the reference policy"
+    with pytest.raises(ValueError) as err:
+        rollout_correction(inp.old_logps, inp.old_logps, inp.mask, "token", "clip", 2.0)
+    assert str(err.value) == "algo.is_mode = 'clip': allowed: truncate, mask"
+
+
+def test_the_loss_is_computed_in_the_log_prob_dtype():
+    """float32 log-probs with float64 mask and advantages (as a caller may hold them): the loss is float32
+    and equal to the all-float32 computation."""
+    g = torch.Generator().manual_seed(3)
+    logps = -torch.rand(3, 4, generator=g)
+    old = logps + 0.3 * torch.randn(3, 4, generator=g)
+    mask = torch.tensor([[1, 1, 1, 0], [1, 0, 0, 0], [1, 1, 1, 1]], dtype=torch.float64)
+    adv = torch.tensor([0.5, -1.0, 2.0], dtype=torch.float64)
+    algo = AlgoConfig(loss_type="bnpo")
+    mixed, _ = policy_loss(LossInputs(logps, old, adv, mask), algo, 4)
+    pure, _ = policy_loss(LossInputs(logps, old, adv.float(), mask.float()), algo, 4)
+    assert mixed.dtype == torch.float32 and torch.equal(mixed, pure)
+
+
+# ---- rollout correction (IS against μ): weights and metrics by hand ---------------------------------
+
+from grpo_studio.engine.losses import rollout_correction  # noqa: E402
+
+
+def rho_example():
+    """Token ratios π_b/μ: row 0 = [2, 0.5, (pad)], row 1 = [4, (pad), (pad)], row 2 all padding.
+    ln 2 and ln 0.5 make ρ exactly 2 and 0.5."""
+    dt = torch.float64
+    l2 = math.log(2.0)
+    behaviour = torch.tensor([[l2, -l2, 5.0], [2 * l2, 5.0, 5.0], [1.0, 1.0, 1.0]], dtype=dt)
+    mu = torch.zeros(3, 3, dtype=dt)
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0], [0, 0, 0]], dtype=dt)
+    assert math.exp(l2) == 2.0 and math.exp(2 * l2) == 4.0
+    return behaviour, mu, mask
+
+
+def ess(w):
+    return sum(w) ** 2 / (len(w) * sum(x * x for x in w))
+
+
+@pytest.mark.parametrize("mode, cap, weights, masked", [
+    ("truncate", 2.0, [2.0, 0.5, 2.0], 1 / 3),   # ρ = C (2) is not above the cap; only 4 is
+    ("mask", 2.0, [2.0, 0.5, 0.0], 1 / 3),       # ρ = C is kept; 4 is masked
+    ("truncate", 0.5, [0.5, 0.5, 0.5], 2 / 3),   # a cap below 1 truncates too (TRL clamps at any C_max)
+    ("truncate", 0.0, [2.0, 0.5, 4.0], 0.0),     # cap 0: plain IS
+])
+def test_token_level_weights_and_metrics(mode, cap, weights, masked):
+    behaviour, mu, mask = rho_example()
+    w, m = rollout_correction(behaviour, mu, mask, "token", mode, cap)
+    active = mask.bool()
+    assert w[active].tolist() == weights
+    assert m == pytest.approx({"mismatch/is_min": 0.5, "mismatch/is_mean": 6.5 / 3, "mismatch/is_max": 4.0,
+                               "mismatch/masked_frac": masked, "mismatch/ess": ess(weights)}, abs=1e-7)
+
+
+def test_sequence_level_weights_and_metrics_count_non_empty_rows_only():
+    """Sequence ρ = Π_t ρ_t: row 0 → 2·0.5 = 1, row 1 → 4; the all-padding row 2 is no sequence."""
+    behaviour, mu, mask = rho_example()
+    w, m = rollout_correction(behaviour, mu, mask, "sequence", "mask", 2.0)
+    assert w.shape == (3, 1) and w[:2, 0].tolist() == [1.0, 0.0]
+    assert m == pytest.approx({"mismatch/is_min": 1.0, "mismatch/is_mean": 2.5, "mismatch/is_max": 4.0,
+                               "mismatch/masked_frac": 0.5, "mismatch/ess": 0.5}, abs=1e-7)
+
+
+def test_one_unit_still_has_metrics_and_all_masked_has_ess_zero():
+    dt = torch.float64
+    one = torch.tensor([[math.log(0.25)]], dtype=dt)
+    w, m = rollout_correction(one, torch.zeros(1, 1, dtype=dt), torch.ones(1, 1, dtype=dt), "token", "truncate", 2.0)
+    assert w.item() == 0.25 and m["mismatch/ess"] == 1.0 and m["mismatch/is_mean"] == 0.25  # Σw² < 1
+    behaviour, mu, mask = rho_example()
+    w, m = rollout_correction(behaviour + 3.0, mu, mask, "token", "mask", 2.0)  # every ρ > 2
+    assert w[mask.bool()].tolist() == [0.0, 0.0, 0.0]
+    assert m["mismatch/masked_frac"] == 1.0 and m["mismatch/ess"] == 0.0
+    w, m = rollout_correction(behaviour, mu, torch.zeros_like(mask), "token", "mask", 2.0)
+    assert m == {}  # nothing active: no metrics
+
+
+def test_tokens_the_sampler_did_not_score_get_weight_one():
+    """μ = NaN on an active token (not scored by the sampler): ρ_t = 1, as in TRL."""
+    behaviour, mu, mask = rho_example()
+    mu[0, 1] = float("nan")
+    w, m = rollout_correction(behaviour, mu, mask, "token", "truncate", 0.0)
+    assert w[mask.bool()].tolist() == [2.0, 1.0, 4.0]
+    assert m["mismatch/is_min"] == 1.0

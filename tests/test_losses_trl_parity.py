@@ -25,7 +25,9 @@ import torch
 from grpo_studio.engine.contract.config import AlgoConfig
 from grpo_studio.engine.losses import LossInputs, policy_loss
 
-trl_grpo = pytest.importorskip("trl.trainer.grpo_trainer")
+# TRL is the oracle, not an option: it is in the dev extra (`make test` installs it), and without it
+# these tests must fail, not skip.
+import trl.trainer.grpo_trainer as trl_grpo  # noqa: E402
 GRPOTrainer = trl_grpo.GRPOTrainer
 
 TOL = 1e-6
@@ -65,23 +67,31 @@ class _Accelerator:
         return x
 
 
-def trl_loss(data: dict, logps: torch.Tensor, *, loss_type="grpo", epsilon=0.2, epsilon_high=0.2, delta=None,
-             beta=0.0, use_bias_correction_kl=True, importance_sampling_level="token", is_mode=None, is_cap=None,
-             num_items_in_batch=None):
-    """Loss from TRL's `_compute_loss` and the metrics it logged."""
+def trl_trainer(*, loss_type="grpo", epsilon=0.2, epsilon_high=0.2, delta=None, beta=0.0,
+                use_bias_correction_kl=True, importance_sampling_level="token", vllm_is=False,
+                max_completion_length=MAX_LEN, steps_per_generation=1, num_iterations=1):
+    """A GRPOTrainer made with `__new__`, carrying only the attributes `_compute_loss` and `_prepare_inputs`
+    read: one process, one micro-batch per optimizer step; vllm_is = TRL's vLLM IS correction applied."""
     t = GRPOTrainer.__new__(GRPOTrainer)
-    t.args = SimpleNamespace(delta=delta, use_bias_correction_kl=use_bias_correction_kl, steps_per_generation=1)
+    t.args = SimpleNamespace(delta=delta, use_bias_correction_kl=use_bias_correction_kl,
+                             steps_per_generation=steps_per_generation)
     t.model = SimpleNamespace(training=True)
     t.accelerator = _Accelerator()
     t._metrics = {"train": defaultdict(list), "eval": defaultdict(list)}
     t.loss_type, t.beta, t.importance_sampling_level = loss_type, beta, importance_sampling_level
     t.epsilon_low, t.epsilon_high = epsilon, epsilon_high
-    t.max_completion_length = MAX_LEN
+    t.max_completion_length = max_completion_length
     t.current_gradient_accumulation_steps = 1
     t.top_entropy_quantile, t.off_policy_mask_threshold = 1.0, None
     t.aux_loss_enabled, t._entropy_bonus_enabled = False, False
-    t.use_vllm = is_mode is not None
-    t.vllm_importance_sampling_correction = is_mode is not None
+    t.use_vllm = t.vllm_importance_sampling_correction = vllm_is
+    t.num_iterations, t._step, t._buffered_inputs = num_iterations, 0, None
+    return t
+
+
+def trl_loss(data: dict, logps: torch.Tensor, *, is_mode=None, is_cap=None, num_items_in_batch=None, **knobs):
+    """Loss from TRL's `_compute_loss` and the metrics it logged."""
+    t = trl_trainer(vllm_is=is_mode is not None, **knobs)
     t._get_per_token_logps_and_entropies = lambda *a, **k: (logps, data["entropy"], None)
 
     mask = data["mask"]
@@ -225,6 +235,34 @@ def test_precision_rl_ppo_token_tis_is_trl_token_truncate(data):
 def test_float32_as_the_trainer_runs_it(data, loss_type):
     """The trainer works in float32: same numbers as TRL there too (beta, token TIS, clip-higher on)."""
     data32 = {k: v.float() for k, v in data.items()}
-    algo = AlgoConfig(loss_type=loss_type, epsilon_high=0.28, beta=0.04, is_level="token", is_cap=1.6)
+    algo = AlgoConfig(loss_type=loss_type, epsilon_high=0.28, beta=0.04, is_level="token", is_mode="truncate",
+                      is_cap=1.6)
     assert_parity(data32, algo, dict(loss_type=loss_type, epsilon_high=0.28, beta=0.04,
                                      is_mode="token_truncate", is_cap=1.6))
+
+
+@pytest.mark.parametrize("loss_type", LOSS_TYPES)
+def test_a_batch_with_one_active_token(data, loss_type):
+    """Normalisers clamp at one token, not more: a batch whose only active token is (0, 0)."""
+    one = dict(data)
+    one["mask"] = torch.zeros_like(data["mask"])
+    one["mask"][0, 0] = 1.0
+    assert_parity(one, AlgoConfig(loss_type=loss_type, beta=0.04), dict(loss_type=loss_type, beta=0.04))
+
+
+def test_delta_below_one_caps_like_trl(data):
+    """Loss and gradient cap the ratio at any delta > 0 as TRL does. (The clip metrics differ there: TRL
+    counts clipping on the capped ratio; the config only allows delta > 1 + epsilon_high, where the two agree.)"""
+    loss, grad, _ = ours(data, AlgoConfig(loss_type="bnpo", delta=0.9))
+    ref_loss, ref_grad, _ = theirs(data, loss_type="bnpo", delta=0.9)
+    assert loss.item() == pytest.approx(ref_loss.item(), abs=TOL, rel=0)
+    torch.testing.assert_close(grad, ref_grad, atol=TOL, rtol=0)
+    uncapped, _, _ = ours(data, AlgoConfig(loss_type="bnpo"))
+    assert abs(uncapped.item() - loss.item()) > 1e-3  # the cap binds on this data
+
+
+@pytest.mark.parametrize("trl_mode", ["token_truncate", "sequence_truncate"])
+def test_rollout_correction_cap_below_one(data, trl_mode):
+    level, mode = trl_mode.split("_")
+    algo = AlgoConfig(loss_type="dapo", is_level=level, is_mode=mode, is_cap=0.5)
+    assert_parity(data, algo, dict(loss_type="dapo", is_mode=trl_mode, is_cap=0.5))

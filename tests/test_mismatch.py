@@ -29,9 +29,8 @@ def approx(x):
 
 def test_names_and_types():
     out = mismatch_metrics(MU, PI, MASK)
-    for name in DESIGN_NAMES:
-        assert name in out
-    assert set(out) == set(METRIC_NAMES)
+    # the docstring's names plus the two counts, in the order METRIC_NAMES lists them
+    assert list(out) == list(METRIC_NAMES) == DESIGN_NAMES + ["mismatch/tokens", "mismatch/nonfinite_tokens"]
     assert all(type(v) is float for v in out.values())
 
 
@@ -161,3 +160,80 @@ def test_histogram_hand_counts():
     assert h["counts"][21] == 2 and h["counts_pos"][21] == 1 and h["counts_neg"][21] == 1
     assert sum(h["counts"]) == 4
     assert h["zero"] + h["under"] + sum(h["counts"]) + h["over"] == h["n"]
+
+
+# ---- edges: correlation bounds, shapes, NaN, the far side of the clamp, histogram boundaries ---------
+
+def _seeded_mu(seed):
+    return -3 * torch.rand(1, 5, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+
+
+def test_pearson_stays_within_minus_one_and_one():
+    """p = e^0.5·q is perfectly correlated and p = 1 − q perfectly anti-correlated; for these seeds the
+    float64 quotient lands one ulp outside [−1, 1] and must be clamped back."""
+    mu = _seeded_mu(0)
+    assert mismatch_metrics(mu, mu + 0.5, None)["mismatch/prob_pearson"] == 1.0
+    mu = _seeded_mu(8)
+    assert mismatch_metrics(mu, torch.log1p(-torch.exp(mu)), None)["mismatch/prob_pearson"] == -1.0
+
+
+def test_pearson_when_one_side_is_constant():
+    """Zero variance on either side (but not both): no correlation to speak of, 0.0 (p ≠ q)."""
+    varied = torch.log(torch.tensor([[0.2, 0.4, 0.6]], dtype=torch.float64))
+    flat = torch.log(torch.full((1, 3), 0.5, dtype=torch.float64))
+    assert mismatch_metrics(flat, varied, None)["mismatch/prob_pearson"] == 0.0   # μ constant
+    assert mismatch_metrics(varied, flat, None)["mismatch/prob_pearson"] == 0.0   # π constant
+
+
+def test_no_mask_means_every_token_and_a_single_row_may_be_1d():
+    out = mismatch_metrics(MU[:1, :2], PI[:1, :2], None)
+    assert out["mismatch/tokens"] == 2.0 and out["mismatch/k1"] == pytest.approx(0.05, abs=1e-6)
+    assert mismatch_metrics(MU[0, :2], PI[0, :2], None) == out  # [T] is one sequence
+    assert mismatch_metrics(MU[0], PI[0], MASK[0]) == mismatch_metrics(MU[:1], PI[:1], MASK[:1])
+
+
+def test_shape_mistakes_are_named():
+    with pytest.raises(ValueError) as err:
+        mismatch_metrics(torch.zeros(2, 3), torch.zeros(2, 4), None)
+    assert str(err.value) == "rollout_logps (2, 3) and train_logps (2, 4) differ in shape"
+    with pytest.raises(ValueError) as err:
+        mismatch_metrics(torch.zeros(2, 3), torch.zeros(2, 3), torch.ones(3, 2))
+    assert str(err.value) == "mask (3, 2) does not match log-probs (2, 3)"
+
+
+@pytest.mark.parametrize("side", ["mu", "pi"])
+def test_a_nan_on_either_side_makes_every_estimate_nan(side):
+    """A NaN log-prob is a broken side, not a missing token: the estimates are NaN (never a calm 0.0)
+    and the token is counted as non-finite."""
+    mu, pi = MU.clone(), PI.clone()
+    (mu if side == "mu" else pi)[0, 1] = float("nan")
+    out = mismatch_metrics(mu, pi, MASK)
+    assert out["mismatch/nonfinite_tokens"] == 1.0
+    assert math.isnan(out["mismatch/k1"]) and math.isnan(out["mismatch/k3"])
+
+
+def test_large_negative_log_ratio_is_clamped_too():
+    """Δ = −999 (π gives the token e^−999 of μ's probability): k3 uses Δ clamped at −20."""
+    out = mismatch_metrics(torch.tensor([[-1.0, -1.0]]), torch.tensor([[-1000.0, -1.0]]),
+                           torch.ones(1, 2, dtype=torch.bool))
+    assert out["mismatch/k1"] == pytest.approx(999.0 / 2)
+    assert out["mismatch/k3"] == pytest.approx((math.expm1(-20.0) + 20.0) / 2, rel=1e-12)
+    assert out["mismatch/is_min"] == pytest.approx(math.exp(-20.0), rel=1e-12)
+
+
+def test_histogram_edges_are_exact_and_sides_are_counted_apart():
+    """Δ = π − μ exactly on several edges (μ = 0 there) falls in the bin the edge opens; with μ = −0.75:
+    Δ = 10 (the last edge) is over, 7 is in the last bin, and 1.5e-3 twice positive, once negative."""
+    picks = [0, 5, 11, 22, 30, 35]
+    rest = [10.0, 7.0, 1.5e-3, 1.5e-3, -1.5e-3]
+    mu = torch.tensor([[0.0] * len(picks) + [-0.75] * len(rest)], dtype=torch.float64)
+    pi = mu + torch.tensor([[HIST_EDGES[i] for i in picks] + rest], dtype=torch.float64)
+    d = (pi - mu)[0].tolist()
+    assert d[:len(picks)] == [HIST_EDGES[i] for i in picks] and d[-5:-3] == [10.0, 7.0]
+    h = dlogp_histogram(mu, pi, None)
+    want = [0] * 36
+    for i in picks + [35, 20, 20, 20]:  # 7 → bin 35; 1.5e-3 → bin 20 = [1e-3, 10^-2.75)
+        want[i] += 1
+    assert h["counts"] == want and h["over"] == 1 and h["n"] == 11 and h["zero"] == h["under"] == 0
+    assert h["counts_pos"][20] == 2 and h["counts_neg"][20] == 1
+    assert sum(h["counts_pos"]) == 9 and sum(h["counts_neg"]) == 1

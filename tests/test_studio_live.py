@@ -5,19 +5,23 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 
 import pytest
+from textual.widgets import DataTable, Label
 
 from grpo_studio.engine.contract import config as cfgmod
-from grpo_studio.engine.contract import rundir
+from grpo_studio.engine.contract import metrics, rundir
+from grpo_studio.engine.contract.metrics import fmt
 from grpo_studio.studio import hardware
 from grpo_studio.studio.app import StudioApp
 from grpo_studio.studio.charts import MetricChart
 from grpo_studio.studio.compare import CompareScreen
 from grpo_studio.studio.dashboard import DashboardScreen
+from grpo_studio.studio.panels import PANELS, TABS, short
 from grpo_studio.studio.runs_screen import RunsScreen
 from tests.studio_helpers import anyio_backend, tiny_model_name, visible_text, wait_until  # noqa: F401
-from tests.synthetic_run import write_run
+from tests.trained_runs import TRAINED_STEPS
 
 pytestmark = pytest.mark.anyio
 
@@ -62,7 +66,7 @@ async def test_launch_watch_stop_and_reattach(tmp_path, request):
         assert reward.lines[0].ys == [r["reward/mean"] for r in rows[:len(reward.lines[0].ys)]]
         assert "reward" in visible_text(reward)
         pid = rundir.read_pid(run_dir)
-        assert pid is not None and os.getpgid(pid) == pid  # its own session / process group
+        assert pid is not None and os.getsid(pid) == app.procs[-1].pid  # in the session `grpo-studio train` leads
 
         # graceful stop: confirm, the trainer checkpoints and logs `stopped`
         await pilot.press("s")
@@ -90,12 +94,15 @@ async def test_launch_watch_stop_and_reattach(tmp_path, request):
         assert dash2.run.state() == "stopped"
 
 
-async def test_compare_two_finished_runs_by_keyboard(tmp_path, monkeypatch):
+async def test_compare_two_finished_runs_by_keyboard(tmp_path, monkeypatch, trained_runs):
+    """Two runs the real trainer wrote (bf16, fp16): the runs table lists them, and compare draws
+    each file's columns exactly and prints each run's last values as metrics.fmt formats them."""
     monkeypatch.chdir(tmp_path)
-    write_run(tmp_path / "runs" / "ab-bf16", 30, dtype="bf16", seed=1)
-    write_run(tmp_path / "runs" / "ab-fp16", 30, dtype="fp16", seed=2)
-    app = StudioApp(cfgmod.load("tiny-arith"), "tiny-arith", tmp_path / "runs", live_hardware=False)
-    async with app.run_test(size=(80, 24)) as pilot:
+    runs = tmp_path / "runs"
+    for dtype, run in trained_runs.items():
+        shutil.copytree(run, runs / f"ab-{dtype}")
+    app = StudioApp(cfgmod.load("tiny-arith"), "tiny-arith", runs, live_hardware=False)
+    async with app.run_test(size=(120, 30)) as pilot:
         await pilot.pause()
         await pilot.press("f3")
         await pilot.pause()
@@ -105,12 +112,101 @@ async def test_compare_two_finished_runs_by_keyboard(tmp_path, monkeypatch):
         await pilot.press("space", "space", "c")
         await pilot.pause()
         assert isinstance(app.screen, CompareScreen)
-        k3 = app.screen.query_one("#cmp-k3", MetricChart)
-        assert len(k3.lines) == 2
-        assert {line.label.split()[-1] for line in k3.lines} == {"bf16/bf16", "fp16/fp16"}
-        bf16 = next(line for line in k3.lines if "bf16/bf16" in line.label)
-        fp16 = next(line for line in k3.lines if "fp16/fp16" in line.label)
-        assert len(bf16.xs) == len(fp16.xs) == 30
-        assert sum(bf16.ys) > sum(fp16.ys)  # the data says bf16 drifts more; the chart must carry it
         summary = visible_text(app.screen.query_one("#compare-summary"))
-        assert "ab-bf16" in summary and "ab-fp16" in summary
+        for dtype in ("bf16", "fp16"):
+            rows = file_rows(runs / f"ab-{dtype}")
+            last = rows[-1]
+            for pid, key in (("k3", metrics.K3), ("reward", metrics.REWARD), ("loss", metrics.LOSS),
+                             ("dp_max", metrics.DP_MAX)):
+                chart = app.screen.query_one(f"#cmp-{pid}", MetricChart)
+                (line,) = [line for line in chart.lines if line.label == f"ab-{dtype} {dtype}/{dtype}"]
+                assert line.xs == [r["step"] for r in rows] == list(range(1, TRAINED_STEPS + 1))
+                assert line.ys == [r[key] for r in rows], (pid, dtype)
+            (shown,) = [line.split() for line in summary.splitlines() if line.split()[:1] == [f"ab-{dtype}"]]
+            assert shown == [f"ab-{dtype}", f"{dtype}/{dtype}", "finished", str(TRAINED_STEPS),
+                             fmt(last[metrics.REWARD]), fmt(last[metrics.K3]), fmt(last[metrics.DP_MAX])]
+
+
+def file_rows(run_dir) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / rundir.METRICS).read_text().splitlines()]
+
+
+def hand_histogram(hist: dict) -> tuple[list[str], list[float]]:
+    """Per-decade bars by hand: exact zeros, underflow, 4 bins per decade from 1e-8, overflow."""
+    labels, values = ["0"], [float(hist["zero"])]
+    if hist["under"]:
+        labels.append("<")
+        values.append(float(hist["under"]))
+    for i, decade in enumerate(range(-8, 1)):
+        labels.append(str(decade))
+        values.append(float(sum(hist["counts"][4 * i:4 * i + 4])))
+    if hist["over"]:
+        labels.append(">")
+        values.append(float(hist["over"]))
+    return labels, values
+
+
+async def test_attached_dashboard_shows_exactly_what_the_trainer_wrote(trained_runs):
+    """Attach to a finished real run: every chart on every tab holds the file's columns, every
+    headline and the status line print the file's last values through metrics.fmt, the histogram
+    tab the last histograms.jsonl row per decade, the samples table the last samples.jsonl row."""
+    run_dir = trained_runs["fp16"]
+    rows = file_rows(run_dir)
+    last = rows[-1]
+    column = {key: [r[key] for r in rows if r.get(key) is not None] for key in {k for r in rows for k in r}}
+    app = StudioApp(cfgmod.load(str(run_dir / rundir.CONFIG)), str(run_dir), run_dir.parent, attach=run_dir,
+                    live_hardware=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        dash = app.screen
+        assert isinstance(dash, DashboardScreen)
+        await wait_until(pilot, lambda: dash.run.steps == [r["step"] for r in rows])
+        status = str(dash.query_one("#run-step", Label).render())
+        assert status.startswith(f"{TRAINED_STEPS}/{TRAINED_STEPS}  ")
+        assert status.endswith(f"reward {fmt(last[metrics.REWARD])}  k3 {fmt(last[metrics.K3])}")
+        seen = set()
+        for tab, _, panel_ids in TABS:
+            await pilot.press(str([t[0] for t in TABS].index(tab) + 1))
+            await pilot.pause()
+            for pid in panel_ids:
+                if pid == "kl_ref":  # beta = 0: no chart
+                    assert not dash.query(f"#{tab}-{pid}")
+                    continue
+                chart = dash.query_one(f"#{tab}-{pid}", MetricChart)
+                await wait_until(pilot, lambda: dash.drawn.get(tab) == dash.run.version, timeout=60)
+                panel = PANELS[pid]
+                keys = list(panel.keys) + ([metrics.reward_key(fn) for fn in ("correctness", "format")]
+                                           if panel.rewards else [])
+                keys = [key for key in keys if key in column]  # e.g. no mismatch/masked_frac without is_level
+                assert [line.label for line in chart.lines[:len(keys)]] == [short(key) for key in keys]
+                for key, line in zip(keys, chart.lines):
+                    assert line.xs == [r["step"] for r in rows if r.get(key) is not None], key
+                    assert line.ys == column[key], key
+                    seen.add(key)
+                if panel.rewards:  # the smoothed line: EMA with alpha 0.1 of the mean reward
+                    acc, smooth = None, []
+                    for y in column[metrics.REWARD]:
+                        acc = y if acc is None else acc + 0.1 * (y - acc)
+                        smooth.append(acc)
+                    assert chart.lines[-1].label == "smoothed" and chart.lines[-1].ys == smooth
+                assert len(chart.lines) == len(keys) + panel.rewards
+                suffix = " · log10 axis" if panel.log else ""
+                assert chart.chart_title == f"{panel.title}  {fmt(last.get(panel.keys[0]))}{suffix}"
+        assert {metrics.REWARD, metrics.K3, metrics.LOSS, "lr", "precision/loss_scale"} <= seen
+
+        await pilot.press(str(len(TABS) + 1))  # the Δlogp histogram
+        await pilot.pause()
+        hist = json.loads((run_dir / rundir.HISTOGRAMS).read_text().splitlines()[-1])
+        assert hist["step"] == TRAINED_STEPS
+        chart = dash.query_one("#histogram-chart", MetricChart)
+        await wait_until(pilot, lambda: chart.bars is not None, timeout=60)
+        assert chart.bars == hand_histogram(hist)
+
+        await pilot.press(str(len(TABS) + 3))  # samples, newest first
+        await pilot.pause()
+        table = dash.query_one("#samples-table", DataTable)
+        await wait_until(pilot, lambda: table.row_count > 0, timeout=60)
+        newest = json.loads((run_dir / rundir.SAMPLES).read_text().splitlines()[-1])
+        cells = [str(c) for c in table.get_row_at(0)]
+        assert cells[:4] == [str(newest["step"]), fmt(newest["advantage"]), fmt(newest["rewards"]["correctness"]),
+                             fmt(newest["rewards"]["format"])]

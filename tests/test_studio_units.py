@@ -9,10 +9,12 @@ import subprocess
 import sys
 import time
 
+import psutil
 import pytest
 from textual.app import App
 
 from grpo_studio.engine.contract import metrics, rundir
+from grpo_studio.engine.contract.metrics import fmt
 from grpo_studio.studio import launcher
 from grpo_studio.studio.charts import Line, MetricChart, downsample, ema, log_ticks, ticks
 from grpo_studio.studio.keymap import load_keymap
@@ -20,6 +22,7 @@ from grpo_studio.studio.panels import LOSS_NOTE, PANELS
 from grpo_studio.studio.rundata import RunData
 from tests.studio_helpers import anyio_backend, visible_text  # noqa: F401
 from tests.synthetic_run import write_run
+from tests.trained_runs import DTYPES, TRAINED_STEPS
 
 
 def test_rundata_reads_partial_lines_only_when_complete(tmp_path):
@@ -69,11 +72,16 @@ def test_run_states_from_events_and_pid(tmp_path):
     run = RunData(b)
     run.drain()
     assert run.state() == rundir.run_state(b).state == "crashed"
-    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    # a stand-in trainer: a live process whose command line is a grpo-studio train of this run directory
+    argv = [sys.executable, "-c", "import time; time.sleep(60)", "grpo_studio.cli.main", "train", "--run-dir", str(b)]
+    sleeper = subprocess.Popen(argv, start_new_session=True)
     try:
-        (b / rundir.PIDFILE).write_text(str(sleeper.pid))
+        deadline = time.monotonic() + 30
+        while psutil.Process(sleeper.pid).cmdline() != argv and time.monotonic() < deadline:
+            time.sleep(0.01)  # until the fork has become the stand-in
+        rundir.write_lock(b, rundir.Lock.of(sleeper.pid))
         assert run.state() == rundir.run_state(b).state == "running"
-        assert launcher.kill(b)  # SIGKILL to the process group
+        launcher.kill(b)  # SIGKILL to the proven trainer and its children
         sleeper.wait(timeout=10)
         assert sleeper.returncode == -9
     finally:
@@ -166,6 +174,85 @@ def test_report_cli_writes_pngs_and_html(tmp_path):
     assert all((tmp_path / "rep" / p).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
     html = (tmp_path / "rep" / "index.html").read_text()
     assert "reward.png" in html and "fp16/fp16" in html and "skipped_step" in html
+
+
+def _file_rows(run_dir) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / rundir.METRICS).read_text().splitlines()]
+
+
+def test_rundata_reads_a_real_run_column_for_column(trained_runs):
+    """RunData over a run the real trainer wrote: every column of metrics.jsonl, value for value."""
+    for dtype in DTYPES:
+        rows = _file_rows(trained_runs[dtype])
+        run = RunData(trained_runs[dtype])
+        run.drain()
+        assert run.steps == [r["step"] for r in rows] == list(range(1, TRAINED_STEPS + 1))
+        keys = {k for r in rows for k in r} - {"step", "time"}
+        assert set(run.columns) == keys
+        assert "eval/accuracy" in keys and (dtype == "fp16") == ("precision/loss_scale" in keys)
+        for key in keys:
+            present = [r for r in rows if r.get(key) is not None]
+            assert run.series(key) == ([r["step"] for r in present], [r[key] for r in present]), key
+        assert run.series("eval/accuracy")[0] == [2, 4]  # train.eval_every = 2
+        assert (run.state(), run.total_steps, run.dtype()) == ("finished", TRAINED_STEPS, f"{dtype}/{dtype}")
+        assert run.reward_funcs() == ["correctness", "format"]
+
+
+def test_compare_overlay_and_summary_hold_the_real_files_values(trained_runs):
+    """compare.overlay draws each run's column exactly; compare.summary prints the last values
+    through metrics.fmt (runs written by the real trainer)."""
+    from grpo_studio.studio.compare import COMPARE_PANELS, overlay, summary
+
+    runs = [RunData(trained_runs[d]) for d in DTYPES]
+    for run in runs:
+        run.drain()
+    files = [_file_rows(trained_runs[d]) for d in DTYPES]
+    keys = {"reward": metrics.REWARD, "k3": metrics.K3, "loss": metrics.LOSS, "dp_max": metrics.DP_MAX}
+    assert COMPARE_PANELS == list(keys)
+    for pid, key in keys.items():
+        lines = overlay(runs, pid)
+        assert [line.label for line in lines] == [f"real-{d} {d}/{d}" for d in DTYPES]
+        for line, rows in zip(lines, files):
+            assert line.xs == [r["step"] for r in rows] == list(range(1, TRAINED_STEPS + 1))
+            assert line.ys == [r[key] for r in rows], pid
+    table = summary(runs)
+    cells = [list(col._cells) for col in table.columns]
+    assert [c.header for c in table.columns] == ["run", "dtype", "state", "step", "reward", "k3", "|Δp| max"]
+    for i, (d, rows) in enumerate(zip(DTYPES, files)):
+        assert [col[i] for col in cells] == [f"real-{d}", f"{d}/{d}", "finished", str(TRAINED_STEPS),
+                                             fmt(rows[-1][metrics.REWARD]), fmt(rows[-1][metrics.K3]),
+                                             fmt(rows[-1][metrics.DP_MAX])]
+
+
+def test_report_of_a_real_run_prints_the_files_values(trained_runs, tmp_path):
+    """report.export on a run the real trainer wrote: the summary table's values are the file's,
+    formatted by metrics.fmt; one PNG per panel with data (no kl_ref with beta = 0, the fp16 loss
+    scale only for the fp16 run) plus the Δlogp histogram."""
+    import re
+
+    from grpo_studio.studio.report import export
+
+    for dtype in DTYPES:
+        run_dir = trained_runs[dtype]
+        out = export(run_dir, tmp_path / dtype)
+        rows = _file_rows(run_dir)
+        smooth = None
+        for r in rows:  # EMA, alpha 0.1
+            smooth = r[metrics.REWARD] if smooth is None else smooth + 0.1 * (r[metrics.REWARD] - smooth)
+        page = (out / "index.html").read_text()
+        table = dict(re.findall(r"<tr><th>(.*?)</th><td>(.*?)</td></tr>", page))
+        assert table == {
+            "state": "finished", "steps": f"{TRAINED_STEPS}/{TRAINED_STEPS}", "dtype (train/rollout)": f"{dtype}/{dtype}",
+            "model": "tiny-arith", "algorithm": "grpo", "final reward": fmt(rows[-1][metrics.REWARD]),
+            "smoothed reward": fmt(smooth), "final k3": fmt(rows[-1][metrics.K3]),
+            "peak memory GiB": fmt(rows[-1][metrics.PEAK_GIB]),
+        }
+        pngs = {p.name for p in out.glob("*.png")}
+        expected = {f"{pid}.png" for pid in ("reward", "k3", "loss", "grad_norm", "entropy", "dp_max", "is", "length",
+                                             "step_time", "tok_s", "memory")} | {"dlogp_histogram.png"}
+        assert pngs == expected | ({"loss_scale.png"} if dtype == "fp16" else set())
+        assert all((out / p).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
+        assert re.findall(r'<img src="(.*?)"', page) and set(re.findall(r'<img src="(.*?)"', page)) == pngs
 
 
 def test_runs_cli_lists_states(tmp_path):

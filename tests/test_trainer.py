@@ -4,11 +4,8 @@ skipped cleanly, and a SIGTERM'd run resumes into one gap-free metrics stream.""
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -80,31 +77,42 @@ def test_fp16_overflow_skips_step_shrinks_scale_and_keeps_weights(tmp_path):
     assert skipped[0]["message"] == "non-finite gradients at step 1: step skipped, loss scale now 32768"
 
 
-def _wait_for_rows(run_dir: Path, n: int, proc: subprocess.Popen, timeout: float = 600) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        path = run_dir / "metrics.jsonl"
-        if path.exists() and len(path.read_text().splitlines()) >= n:
-            return
-        assert proc.poll() is None, proc.stdout.read()
-        time.sleep(0.2)
-    raise AssertionError(f"no {n} metrics rows in {timeout}s")
+# A reward function that sends SIGTERM to its own trainer while it scores step 3, once: the stop
+# lands at a known step with no race against the clock (the marker file makes it once per test).
+STOPPER = """
+import os, signal
+from pathlib import Path
+
+calls = 0
+
+
+def stop_during_step_3(prompts, completions, **kwargs):
+    global calls
+    calls += 1
+    mark = Path(__file__).with_name("stop-once")
+    if calls == 3 and mark.exists():
+        mark.unlink()
+        os.kill(os.getpid(), signal.SIGTERM)
+    return [0.0] * len(completions)
+"""
 
 
 @pytest.mark.slow
 def test_sigterm_then_resume_gives_one_gap_free_stream(tmp_path):
-    run = tmp_path / "run"
-    steps = 30  # enough that a quiet machine cannot finish before SIGTERM lands
+    """SIGTERM during step 3: the trainer finishes that step, checkpoints, logs `stopped`, exits 0;
+    --resume continues at step 4 into one gap-free metrics stream."""
+    run, steps = tmp_path / "run", 6
+    (tmp_path / "stopper.py").write_text(STOPPER)
+    (tmp_path / "stop-once").touch()
+    funcs = f'rewards.funcs=["correctness", "format", "{tmp_path / "stopper.py"}:stop_during_step_3"]'
     args = [sys.executable, "-m", "grpo_studio.cli.main", "train", "tiny-arith", "--set", f"train.steps={steps}",
-            "--set", "train.save_every=0", *[a for s in SMALL for a in ("--set", s)]]
-    proc = subprocess.Popen([*args, "--run-dir", str(run)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    _wait_for_rows(run, 2, proc)
-    os.kill(proc.pid, signal.SIGTERM)
-    assert proc.wait(timeout=300) == 0
-    stopped_at = len(metrics(run))
-    assert 2 <= stopped_at < steps
+            "--set", "train.save_every=0", "--set", funcs, *[a for s in SMALL for a in ("--set", s)]]
+    stopped = subprocess.run([*args, "--run-dir", str(run)], capture_output=True, text=True, timeout=600)
+    assert stopped.returncode == 0, stopped.stderr
+    assert not (tmp_path / "stop-once").exists()  # the stop really came from step 3's scoring
+    assert [r["step"] for r in metrics(run)] == [1, 2, 3]
     assert events(run)[-1]["event"] == "stopped"
-    assert (run / f"checkpoints/step-{stopped_at}/adapter_model.safetensors").is_file()
+    assert (run / "checkpoints/step-3/adapter_model.safetensors").is_file()
     assert not (run / "trainer.pid").exists()
 
     resumed = subprocess.run([sys.executable, "-m", "grpo_studio.cli.main", "train", "--resume", str(run)],
@@ -135,9 +143,9 @@ def test_micro_batches_accumulate_to_the_whole_batch_gradient(tmp_path, loss_typ
         optimize = trainer._optimize
         grads = {}
 
-        def snapshot_then_optimize():
+        def snapshot_then_optimize(loss):
             grads.update({n: p.grad.clone() for n, p in trainer.policy.named_parameters() if p.grad is not None})
-            return optimize()
+            return optimize(loss)
 
         trainer._optimize = snapshot_then_optimize
         trainer.rundir.acquire()

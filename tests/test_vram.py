@@ -201,5 +201,9 @@ def test_vram_does_not_import_torch():
 def test_json_shape():
     est = vram.estimate(model_card.load("gemma-3-1b"), cfg_of("model.name=gemma-3-1b"), gpu_gib=24.0)
     out = json.loads(json.dumps(est.to_json()))
-    assert out["mode"] == "accurate" and out["fits"] in (True, False)
+    assert out["mode"] == "accurate" and out["gpu_gib"] == 24.0 and out["total_gib"] == round(est.total_gib, 4)
     assert all({"name", "gib", "formula"} <= set(r) for r in out["rows"])
+    # fits <=> total <= GPU: the fp32 default needs ~32 GiB, so not on 24 GiB, and yes on 40 GiB
+    assert 24.0 < out["total_gib"] < 40.0 and out["fits"] is False
+    roomy = vram.estimate(model_card.load("gemma-3-1b"), cfg_of("model.name=gemma-3-1b"), gpu_gib=40.0).to_json()
+    assert json.loads(json.dumps(roomy))["fits"] is True and roomy["total_gib"] == out["total_gib"]

@@ -44,10 +44,12 @@ def vllm_missing() -> str | None:
     return None
 
 
-def resolve(requested: str, problem: Callable[[], str | None] = vllm_missing) -> tuple[str, str | None]:
+def resolve(requested: str, problem: Callable[[], str | None] = vllm_missing,
+            load_in_4bit: bool = False) -> tuple[str, str | None]:
     """(backend name, why vLLM cannot run here or None). "auto" falls back to hf when problem() names
-    one; an explicit "vllm" stays "vllm" with the problem attached for the caller to refuse."""
-    if requested == "hf":
+    one; an explicit "vllm" stays "vllm" with the problem attached for the caller to refuse. A 4-bit base
+    (model.load_in_4bit) is sampled by hf only: "auto" is hf there (config.validate refuses "vllm")."""
+    if requested == "hf" or load_in_4bit:
         return "hf", None
     why = problem()
     return ("hf" if why and requested == "auto" else "vllm"), why

@@ -9,6 +9,7 @@ the key, the value and what is allowed. The CLI prints it and exits with code 2.
 from __future__ import annotations
 
 import dataclasses
+import math
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,13 +17,14 @@ from typing import Any
 
 import tomli_w
 
-from grpo_studio.engine.contract import algorithms, bundled, dtypes
-from grpo_studio.engine.contract.errors import UserError, did_you_mean, show_choices
+from grpo_studio.engine.contract import algorithms, backend, bundled, dtypes
+from grpo_studio.engine.contract.errors import UserError, did_you_mean, show_choices, user_path
 
 
-def opt(default, *, choices=None, lo=None, hi=None, lo_open=False, help=""):
-    """A config field with its validation rules (choices, inclusive/open lower bound, upper bound)."""
-    meta = {"choices": choices, "lo": lo, "hi": hi, "lo_open": lo_open, "help": help}
+def opt(default, *, choices=None, lo=None, hi=None, lo_open=False, item=None, help=""):
+    """A config field with its validation rules (choices, inclusive/open lower bound, upper bound; for a
+    list the type of its items, str or float)."""
+    meta = {"choices": choices, "lo": lo, "hi": hi, "lo_open": lo_open, "item": item, "help": help}
     if isinstance(default, list):
         return field(default_factory=lambda: list(default), metadata=meta)
     return field(default=default, metadata=meta)
@@ -31,49 +33,62 @@ def opt(default, *, choices=None, lo=None, hi=None, lo_open=False, help=""):
 DTYPES = list(dtypes.DTYPES)
 ALGOS = list(algorithms.PRESETS)
 LOSS_TYPES = ["grpo", "bnpo", "dr_grpo", "dapo"]
+# Upper bounds no real run reaches, so a typo (an extra 000) is refused before anything allocates.
+MAX_STEPS = 10_000_000        # optimizer steps, and every "every N steps" key
+MAX_TOKENS = 1_000_000        # prompt + completion tokens of one sequence
+MAX_GENERATIONS = 1024        # completions per prompt
+MAX_PROMPTS = 65_536          # prompts per step
+MAX_SEQUENCES = 1_048_576     # sequences per step: prompts_per_step x num_generations
+MAX_SECONDS = 86_400          # a reward time bound: one day
+MAX_UPDATES = 1024            # optimizer steps per rollout: steps_per_generation, num_iterations
 
 
 @dataclass
 class ModelConfig:
     name: str = opt("tiny-arith", help="preset id, local folder, or hub id")
     dtype: str = opt("fp32", choices=DTYPES, help="trainer precision")
-    lora_rank: int = opt(8, lo=0, help="0 = full fine-tune")
+    lora_rank: int = opt(8, lo=0, hi=4096, help="0 = full fine-tune")
     lora_alpha: float = opt(16.0, lo=0, lo_open=True, help="LoRA scaling: the update is multiplied by alpha / rank")
     lora_dropout: float = opt(0.0, lo=0, hi=0.99, help="dropout on the LoRA adapters' input")
-    lora_target_modules: list = opt(["all-linear"], help="peft target_modules")
-    load_in_4bit: bool = opt(False, help="QLoRA in the VRAM planner: base weights counted in 4-bit nf4 "
-                                         "(the trainer does not quantise)")
+    lora_target_modules: list = opt(["all-linear"], item=str, help="peft target_modules")
+    load_in_4bit: bool = opt(False, help="QLoRA: the base's linear layers in 4-bit NF4 (bitsandbytes, computing in "
+                                         "model.dtype) under the LoRA adapters; needs 'grpo-studio[qlora]'")
+    double_quant: bool = opt(True, help="4-bit base: also quantise its per-block scales to 8 bits (QLoRA double "
+                                        "quantisation: ~4.13 instead of 4.5 bits per weight)")
     gradient_checkpointing: bool = opt(False, help="recompute each layer in the backward instead of keeping "
                                                    "its activations (less memory, slower)")
     offload_checkpoints: bool = opt(False, help="keep saved activations in host RAM during the forward "
                                                 "(CUDA only; Unsloth-style offloaded checkpoints)")
-    logits_chunk: int = opt(0, lo=0, help="tokens per chunk of the fused, recomputed lm_head + log-softmax; "
-                                          "0 = materialise the completion logits")
+    logits_chunk: int = opt(0, lo=0, hi=MAX_TOKENS, help="tokens per chunk of the fused, recomputed lm_head + "
+                                                         "log-softmax; 0 = materialise the completion logits")
 
 
 @dataclass
 class RolloutConfig:
-    backend: str = opt("auto", choices=["auto", "hf", "vllm"], help="auto = vllm when installed, else hf")
+    backend: str = opt("auto", choices=["auto", "hf", "vllm"], help="auto = vllm when installed, else hf "
+                                                                     "(hf for a 4-bit base: model.load_in_4bit)")
     dtype: str = opt("", choices=["", *DTYPES], help="empty = model.dtype")
-    num_generations: int = opt(8, lo=2, help="G completions per prompt")
-    max_prompt_len: int = opt(64, lo=1, help="prompt tokens kept (the end of a longer prompt)")
-    max_completion_len: int = opt(16, lo=1, help="most tokens sampled per completion")
+    num_generations: int = opt(8, lo=2, hi=MAX_GENERATIONS, help="G completions per prompt")
+    max_prompt_len: int = opt(64, lo=1, hi=MAX_TOKENS, help="prompt tokens kept (the end of a longer prompt)")
+    max_completion_len: int = opt(16, lo=1, hi=MAX_TOKENS, help="most tokens sampled per completion")
     temperature: float = opt(1.0, lo=0, lo_open=True, help="sampling temperature; the trainer's log-probs use the same")
     top_p: float = opt(1.0, lo=0, hi=1.0, lo_open=True, help="nucleus sampling; 1 = off")
-    top_k: int = opt(0, lo=0, help="0 = off")
+    top_k: int = opt(0, lo=0, hi=MAX_TOKENS, help="0 = off")
     gpu_memory_utilization: float = opt(0.3, lo=0, hi=1.0, lo_open=True,
                                         help="vLLM: share of the GPU's memory it reserves for weights and KV cache")
     colocate: bool = opt(True, help="vLLM shares the training GPU (TRL vllm_mode=colocate); false = its own GPU")
     sleep: bool = opt(False, help="vLLM sleeps (frees its memory) during the train phase")
     vllm_enforce_eager: str = opt("auto", choices=["auto", "on", "off"],
-                                  help="on = no torch.compile/graphs (faster start, slower decode); auto = vLLM's default")
+                                  help="on = no torch.compile/graphs (faster start, slower decode); off = always compiled; "
+                                       "auto = compiled, eager where a flow needs it (the simulated FP8 rollout)")
 
 
 @dataclass
 class AlgoConfig:
     name: str = opt("grpo", choices=ALGOS, help="algorithm preset: fills the other algo.* keys (docs/algorithms.md)")
-    loss_type: str = opt("grpo", choices=LOSS_TYPES, help="how token losses are averaged: per sequence (grpo), "
-                                                          "per batch token (bnpo), by B·L_max (dr_grpo), DAPO's")
+    loss_type: str = opt("dapo", choices=LOSS_TYPES, help="how token losses are averaged: per sequence (grpo), "
+                                                          "per batch token (bnpo), by B·L_max (dr_grpo), over the "
+                                                          "rollout's tokens (dapo, TRL's default)")
     epsilon: float = opt(0.2, lo=0, help="clip range below: ratio >= 1 - epsilon")
     epsilon_high: float = opt(0.2, lo=0, help="clip range above: ratio <= 1 + epsilon_high")
     delta: float = opt(0.0, lo=0, help="INTELLECT-2 cap on the unclipped ratio; 0 = off")
@@ -83,11 +98,12 @@ class AlgoConfig:
     mask_truncated_completions: bool = opt(False, help="completions cut at max_completion_len are left out of the loss")
     importance_sampling_level: str = opt("token", choices=["token", "sequence"],
                                          help="pi/pi_old ratio per token, or one per sequence (GSPO)")
-    is_level: str = opt("none", choices=["none", "token", "sequence"],
-                        help="rollout-correction against the inference policy mu")
-    is_mode: str = opt("truncate", choices=["truncate", "mask"],
+    is_level: str = opt("auto", choices=["auto", "none", "token", "sequence"],
+                        help="rollout correction against the inference policy mu; auto = sequence for a vLLM "
+                             "rollout, none for hf (TRL's vllm_importance_sampling_correction)")
+    is_mode: str = opt("mask", choices=["truncate", "mask"],
                        help="rollout correction above algo.is_cap: truncate the weight, or mask the token/sequence")
-    is_cap: float = opt(0.0, lo=0, help="C for rollout correction; 0 = no cap (plain IS, truncate mode only)")
+    is_cap: float = opt(3.0, lo=0, help="C for rollout correction; 0 = no cap (plain IS, truncate mode only)")
     objective: str = opt("ppo", choices=["ppo", "pg"],
                          help="ppo = clipped surrogate; pg = -sg(w)·A·log pi (vanilla policy gradient)")
     use_bias_correction_kl: bool = opt(True, help="TRL's default: multiply the k3 KL term by pi/pi_old")
@@ -95,19 +111,31 @@ class AlgoConfig:
 
 @dataclass
 class TrainConfig:
-    steps: int = opt(40, lo=1, help="optimizer steps in the run")
+    steps: int = opt(40, lo=1, hi=MAX_STEPS, help="optimizer steps in the run")
     lr: float = opt(1e-3, lo=0, lo_open=True, help="AdamW learning rate")
-    warmup_steps: int = opt(0, lo=0, help="steps of linear learning-rate warm-up")
+    warmup_steps: int = opt(0, lo=0, hi=MAX_STEPS, help="steps of linear learning-rate warm-up")
     lr_schedule: str = opt("constant", choices=["constant", "linear", "cosine"], help="learning rate after the warm-up")
     weight_decay: float = opt(0.0, lo=0, help="AdamW weight decay")
-    prompts_per_step: int = opt(8, lo=1, help="prompts per step, each sampled rollout.num_generations times")
-    micro_batch_size: int = opt(0, lo=0, help="sequences per forward/backward (gradient accumulation); "
-                                               "0 = the whole step's batch at once")
-    seed: int = opt(0, lo=0, help="seed of the data order, sampling and initialisation")
+    prompts_per_step: int = opt(8, lo=1, hi=MAX_PROMPTS,
+                                help="prompts per step, each sampled rollout.num_generations times")
+    micro_batch_size: int = opt(0, lo=0, hi=MAX_SEQUENCES, help="sequences per forward/backward (gradient "
+                                                                "accumulation); 0 = the whole step's batch at once")
+    steps_per_generation: int = opt(1, lo=1, hi=MAX_UPDATES, help="optimizer steps each rollout is split into "
+                                                                  "(TRL steps_per_generation): a rollout samples "
+                                                                  "prompts_per_step × this many prompts")
+    num_iterations: int = opt(1, lo=1, hi=MAX_UPDATES, help="optimizer passes over each rollout (TRL "
+                                                            "num_iterations, the GRPO paper's inner iterations); "
+                                                            "with either key above 1 the pi/pi_old clip acts")
+    shuffle_batch: bool = opt(True, help="shuffle the rollout's sequences before splitting them into "
+                                         "train.steps_per_generation steps (TRL always does)")
+    seed: int = opt(0, lo=0, hi=2**32 - 1, help="seed of the data order, sampling and initialisation")
     grad_clip: float = opt(1.0, lo=0, help="max grad norm; 0 = off")
-    save_every: int = opt(20, lo=0, help="checkpoint every N steps; 0 = only at the end")
-    samples_every: int = opt(1, lo=1, help="write samples.jsonl every N steps")
-    eval_every: int = opt(0, lo=0, help="held-out accuracy every N steps; 0 = off")
+    save_every: int = opt(20, lo=0, hi=MAX_STEPS, help="checkpoint every N steps; 0 = only at the end")
+    samples_every: int = opt(1, lo=1, hi=MAX_STEPS, help="write samples.jsonl every N steps")
+    eval_every: int = opt(0, lo=0, hi=MAX_STEPS, help="held-out accuracy every N steps; 0 = off")
+    max_bad_steps: int = opt(5, lo=0, hi=MAX_STEPS, help="stop the run (diverged) after this many steps in a row "
+                                                          "skipped for a non-finite sampler, loss or gradient; "
+                                                          "0 = never stop")
 
 
 @dataclass
@@ -115,7 +143,7 @@ class DataConfig:
     source: str = opt("builtin:arith", help="builtin:arith, a .jsonl/.csv/.parquet file, or a HF dataset id")
     prompt_column: str = opt("prompt", help="column with the prompt text")
     answer_column: str = opt("answer", help="column with the reference answer the rewards check")
-    eval_size: int = opt(200, lo=0, help="rows held out for evaluation (without data.eval_split)")
+    eval_size: int = opt(200, lo=0, hi=1_000_000, help="rows held out for evaluation (without data.eval_split)")
     split: str = opt("train", help="HF dataset split used for training")
     subset: str = opt("", help="HF dataset config name, e.g. 'main' for openai/gsm8k")
     eval_split: str = opt("", help="HF split for evaluation; empty = a seeded held-out slice of eval_size rows")
@@ -125,9 +153,9 @@ class DataConfig:
 
 @dataclass
 class RewardsConfig:
-    funcs: list = opt(["correctness", "format"], help="builtin names or file.py:function")
-    weights: list = opt([], help="one per func; empty = all 1.0")
-    timeout_s: float = opt(30.0, lo=0, help="bound on one call of one reward function; 0 = no bound")
+    funcs: list = opt(["correctness", "format"], item=str, help="builtin names or file.py:function")
+    weights: list = opt([], item=float, help="one per func; empty = all 1.0")
+    timeout_s: float = opt(30.0, lo=0, hi=MAX_SECONDS, help="bound on one call of one reward function; 0 = no bound")
     reasoning_start: str = opt("<reasoning>", help="format rewards: reasoning start marker")
     reasoning_end: str = opt("</reasoning>", help="format rewards: reasoning end marker")
     solution_start: str = opt("<answer>", help="answer extraction: solution start marker")
@@ -135,23 +163,25 @@ class RewardsConfig:
     answer_regex: str = opt("", help="regex whose group 1 is the answer; empty = solution markers, then '#### N'")
     format_require_reasoning: bool = opt(False, help="format: the reasoning block is required")
     format_numeric: bool = opt(True, help="format: the solution must be a number")
-    length_min: int = opt(0, lo=0, help="length_penalty: fewest characters without penalty")
-    length_max: int = opt(2000, lo=1, help="length_penalty: most characters without penalty")
-    keywords: list = opt([], help="keyword: required words (a 'keywords' column overrides)")
+    length_min: int = opt(0, lo=0, hi=10**9, help="length_penalty: fewest characters without penalty")
+    length_max: int = opt(2000, lo=1, hi=10**9, help="length_penalty: most characters without penalty")
+    keywords: list = opt([], item=str, help="keyword: required words (a 'keywords' column overrides)")
     regex: str = opt("", help="regex_match: pattern searched in the completion")
     code_tests_column: str = opt("tests", help="code_exec: column with the test cases")
-    code_timeout_s: float = opt(5.0, lo=0, lo_open=True, help="code_exec: wall seconds per execution")
-    code_memory_mb: int = opt(512, lo=64, help="code_exec: address-space limit")
-    code_workers: int = opt(0, lo=0, help="code_exec: parallel executions; 0 = one per CPU core")
-    code_max_output: int = opt(65536, lo=1024, help="code_exec: bytes of output read before the process is killed")
+    code_timeout_s: float = opt(5.0, lo=0, hi=MAX_SECONDS, lo_open=True, help="code_exec: wall seconds per execution")
+    code_memory_mb: int = opt(512, lo=64, hi=1_048_576, help="code_exec: address-space limit")
+    code_workers: int = opt(0, lo=0, hi=1024, help="code_exec: parallel executions; 0 = one per CPU core")
+    code_max_output: int = opt(65536, lo=1024, hi=2**30,
+                               help="code_exec: bytes of output read before the process is killed")
 
 
 @dataclass
 class PrecisionConfig:
     fp8_flow: str = opt("auto", choices=["auto", "unified", "rollout_only"],
                         help="auto: model.dtype fp8 -> unified, bf16 + rollout fp8 -> rollout_only")
-    loss_scale_init: float = opt(2.0 ** 16, lo=1, help="fp16: the dynamic loss scale's starting value")
-    loss_scale_growth_interval: int = opt(2000, lo=1, help="fp16: steps without overflow before the scale grows")
+    loss_scale_init: float = opt(2.0 ** 16, lo=1, hi=2.0 ** 32, help="fp16: the dynamic loss scale's starting value")
+    loss_scale_growth_interval: int = opt(2000, lo=1, hi=MAX_STEPS,
+                                          help="fp16: steps without overflow before the scale grows")
     loss_scale_backoff: float = opt(0.5, lo=0, hi=1.0, lo_open=True, help="fp16: scale factor after an overflow")
     loss_scale_growth: float = opt(2.0, lo=1, lo_open=True, help="fp16: scale factor after growth_interval clean steps")
 
@@ -250,39 +280,63 @@ def _coerce(key: str, value: Any, default: Any, from_text: bool) -> Any:
         if isinstance(value, bool):
             raise UserError("expected a number", key=key, value=value)
         if isinstance(value, (int, float)):
-            return float(value)
+            try:
+                return float(value)
+            except OverflowError:  # an int beyond the float range
+                raise UserError("must be a finite number", key=key, value=value) from None
         if from_text:
             try:
                 return float(value)
             except ValueError:
                 pass
         raise UserError("expected a number", key=key, value=value)
-    if kind is list:
-        if isinstance(value, list):
-            return value
-        if from_text:
-            text = str(value).strip()
-            if text.startswith("["):
-                try:
-                    return tomllib.loads(f"v = {text}")["v"]
-                except tomllib.TOMLDecodeError:
-                    raise UserError('expected a list like ["a", "b"]', key=key, value=text) from None
-            return [item.strip() for item in text.split(",") if item.strip()]
-        raise UserError("expected a list", key=key, value=value)
     if not isinstance(value, str):
         raise UserError("expected a string", key=key, value=value)
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: bytes from the command line that are not UTF-8
+        raise UserError("not valid UTF-8 text", key=key, value=value) from None
     return value
 
 
+def _coerce_list(key: str, value: Any, item: type, from_text: bool) -> list:
+    """A list whose items are each coerced and checked like a key of type `item` (str or float), named
+    `key[i]` in a message; `from_text` accepts --set's '["a", "b"]' and 'a, b' forms."""
+    items_from_text = False
+    if from_text and not isinstance(value, list):
+        text = str(value).strip()
+        if text.startswith("["):
+            try:
+                value = tomllib.loads(f"v = {text}")["v"]
+            except (tomllib.TOMLDecodeError, ValueError):
+                raise UserError('expected a list like ["a", "b"]', key=key, value=text) from None
+        else:
+            value, items_from_text = [part.strip() for part in text.split(",") if part.strip()], True
+    if not isinstance(value, list):
+        raise UserError("expected a list", key=key, value=value)
+    out = []
+    for i, element in enumerate(value):
+        converted = _coerce(f"{key}[{i}]", element, item(), items_from_text)
+        _check(f"{key}[{i}]", converted, {})
+        out.append(converted)
+    return out
+
+
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else f"{x:g}"
+
+
 def _lower(lo: float, lo_open: bool) -> str:
-    return f"{'>' if lo_open else '>='} {lo:g}"
+    return f"{'>' if lo_open else '>='} {_num(lo)}"
 
 
 def _upper(hi: float) -> str:
-    return f"<= {hi:g}"
+    return f"<= {_num(hi)}"
 
 
 def _check(key: str, value: Any, meta: dict) -> None:
+    if isinstance(value, float) and not math.isfinite(value):  # NaN slips past every comparison below
+        raise UserError("must be a finite number", key=key, value=value)
     choices = meta.get("choices")
     if choices is not None and value not in choices:
         raise UserError(key=key, value=value, allowed=choices)
@@ -298,20 +352,29 @@ def set_key(cfg: Config, key: str, value: Any, from_text: bool = False) -> None:
     section, _, name = key.partition(".")
     fields = _section_fields(section) if section in SECTIONS else {}
     if name not in fields:
-        raise UserError(f"unknown key '{key}'{did_you_mean(key, all_keys())}")
-    current = getattr(getattr(cfg, section), name)
-    converted = _coerce(key, value, current, from_text)
-    _check(key, converted, fields[name].metadata)
+        raise UserError(f"unknown key {key!r}{did_you_mean(key, all_keys())}")
+    current, meta = getattr(getattr(cfg, section), name), fields[name].metadata
+    if isinstance(current, list):
+        converted = _coerce_list(key, value, meta["item"], from_text)
+    else:
+        converted = _coerce(key, value, current, from_text)
+    _check(key, converted, meta)
     setattr(getattr(cfg, section), name, converted)
 
 
-def apply_dict(cfg: Config, data: dict, source: str = "") -> None:
+def check_tables(data: dict, source: str = "") -> None:
+    """A recipe's top level holds only known [section] tables."""
+    where = f" in {source}" if source else ""
     for section, body in data.items():
         if section not in SECTIONS:
-            raise UserError(f"unknown section '{section}'{did_you_mean(section, SECTIONS)}"
-                            + (f" in {source}" if source else ""))
+            raise UserError(f"unknown section {section!r}{did_you_mean(section, SECTIONS)}{where}")
         if not isinstance(body, dict):
-            raise UserError(f"[{section}] must be a table of keys")
+            raise UserError(f"must be a [{section}] table of keys{where}", key=section, value=body)
+
+
+def apply_dict(cfg: Config, data: dict, source: str = "") -> None:
+    check_tables(data, source)
+    for section, body in data.items():
         for name, value in body.items():
             set_key(cfg, f"{section}.{name}", value)
 
@@ -327,6 +390,7 @@ def load(source: str | None = None, overrides: list[str] = ()) -> Config:
     """Resolve a recipe (preset name or TOML path) plus `--set` overrides into a validated Config.
     The algorithm preset fills its defaults before the explicit keys."""
     data = read_recipe(source) if source else {}
+    check_tables(data, source or "")
     cfg = Config()
     algo_name = data.get("algo", {}).get("name", "grpo")
     parsed = [parse_override(o) for o in overrides]
@@ -344,19 +408,22 @@ def load(source: str | None = None, overrides: list[str] = ()) -> Config:
 
 
 def read_recipe(source: str) -> dict:
-    path = Path(source)
-    if path.suffix != ".toml":
-        preset = bundled.recipe(source)
-        if preset is None:
-            names = bundled.recipe_names()
-            raise UserError(f"recipe {source!r} not found: not a .toml file or a preset "
-                            f"(presets: {', '.join(names)}){did_you_mean(source, names)}")
-        path = preset
-    if not path.is_file():
-        raise UserError(f"recipe file {str(path)!r} does not exist")
+    """The TOML table of a preset name or a .toml path; unreadable, not UTF-8 or not TOML: one line."""
+    with user_path("recipe", source):
+        path = Path(source)
+        if path.suffix != ".toml":
+            preset = bundled.recipe(source)
+            if preset is None:
+                names = bundled.recipe_names()
+                raise UserError(f"recipe {source!r} not found: not a .toml file or a preset "
+                                f"(presets: {', '.join(names)}){did_you_mean(source, names)}")
+            path = preset
+        if not path.is_file():
+            raise UserError(f"recipe file {str(path)!r} does not exist")
+        text = path.read_bytes().decode("utf-8")
     try:
-        return tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as err:
+        return tomllib.loads(text)
+    except ValueError as err:  # TOMLDecodeError, or an integer of more than 4300 digits
         raise UserError(f"{path}: invalid TOML: {err}") from None
 
 
@@ -376,12 +443,69 @@ def validate(cfg: Config) -> None:
                         value=cfg.rewards.weights)
     if not cfg.rewards.funcs:
         raise UserError("give at least one reward function", key="rewards.funcs", value=cfg.rewards.funcs)
+    if cfg.model.lora_rank > 0 and not cfg.model.lora_target_modules:
+        raise UserError("give at least one module name, or 'all-linear'", key="model.lora_target_modules",
+                        value=cfg.model.lora_target_modules)
+    if cfg.model.load_in_4bit:
+        _refuse_4bit(cfg)
     if cfg.rollout_dtype == "fp8" and cfg.model.dtype not in ("bf16", "fp8"):
         raise UserError(f"rollout.dtype = 'fp8' with model.dtype = {cfg.model.dtype!r}: "
                         f"fp8 rollout pairs with model.dtype 'bf16' (rollout_only) or 'fp8' (unified)")
-    if r.max_prompt_len + r.max_completion_len > 1_000_000:
-        raise UserError("prompt + completion must be <= 1000000 tokens", key="rollout.max_completion_len",
+    if r.max_prompt_len + r.max_completion_len > MAX_TOKENS:
+        raise UserError(f"prompt + completion must be <= {MAX_TOKENS} tokens", key="rollout.max_completion_len",
                         value=r.max_completion_len)
+    sequences = cfg.train.prompts_per_step * r.num_generations
+    if sequences > MAX_SEQUENCES:
+        raise UserError(f"{sequences} sequences per step with rollout.num_generations = {r.num_generations}; "
+                        f"must be <= {MAX_SEQUENCES}", key="train.prompts_per_step", value=cfg.train.prompts_per_step)
+    _check_updates_per_rollout(cfg, sequences)
+    _refuse_truncated_is(cfg)
+
+
+def _check_updates_per_rollout(cfg: Config, sequences: int) -> None:
+    """A rollout is trained on for steps_per_generation × num_iterations optimizer steps (docs/algorithms.md)."""
+    t = cfg.train
+    if sequences * t.steps_per_generation > MAX_SEQUENCES:
+        raise UserError(f"{sequences * t.steps_per_generation} sequences per rollout "
+                        f"(train.prompts_per_step × rollout.num_generations × this); must be <= {MAX_SEQUENCES}",
+                        key="train.steps_per_generation", value=t.steps_per_generation)
+    cycle = t.steps_per_generation * t.num_iterations
+    if t.save_every % cycle:
+        raise UserError(f"must be a multiple of train.steps_per_generation × train.num_iterations ({cycle}), so a "
+                        f"checkpoint never falls between the updates of one rollout; or 0 = only at the end",
+                        key="train.save_every", value=t.save_every)
+
+
+def _refuse_truncated_is(cfg: Config) -> None:
+    """top-p / top-k sampling makes μ the truncated distribution while π is the full one: π_old/μ is then no
+    importance weight (docs/mismatch.md), so rollout correction is refused with it."""
+    r = cfg.rollout
+    if r.top_k == 0 and r.top_p == 1:
+        return
+    name = backend.resolve(r.backend, load_in_4bit=cfg.model.load_in_4bit)[0]
+    level = algorithms.rollout_is_level(cfg.algo.is_level, name)
+    if level != "none":
+        key, value = ("rollout.top_k", r.top_k) if r.top_k else ("rollout.top_p", r.top_p)
+        shown = "" if level == cfg.algo.is_level else f" ({level} for the {name} rollout)"
+        raise UserError(f"algo.is_level = {cfg.algo.is_level!r}{shown} corrects towards the sampler's mu, "
+                        f"which this truncates while pi does not; set algo.is_level = 'none', or sample the full "
+                        f"distribution (rollout.top_k = 0, rollout.top_p = 1)", key=key, value=value)
+
+
+def _refuse_4bit(cfg: Config) -> None:
+    """The model.load_in_4bit combinations that cannot run, refused before anything loads."""
+    m = cfg.model
+    if m.lora_rank == 0:
+        raise UserError("a 4-bit base cannot be fine-tuned in full (model.lora_rank = 0); set a LoRA rank > 0 (QLoRA)",
+                        key="model.load_in_4bit", value=True)
+    for key, dtype in (("model.dtype", m.dtype), ("rollout.dtype", cfg.rollout_dtype)):
+        if dtype == "fp8":
+            raise UserError(f"{key} = 'fp8': bitsandbytes 4-bit layers compute in fp32, bf16 or fp16; use one of "
+                            f"those", key="model.load_in_4bit", value=True)
+    if cfg.rollout.backend == "vllm":
+        raise UserError("rollout.backend = 'vllm': a 4-bit base is sampled with its live LoRA adapters by the hf "
+                        "backend only (docs/mismatch.md); use rollout.backend = 'hf' or 'auto' (hf for a 4-bit base)",
+                        key="model.load_in_4bit", value=True)
 
 
 def to_toml(cfg: Config) -> str:

@@ -11,6 +11,7 @@ the studio shows the same line beside the field.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 from typing import Any, Iterable
 
@@ -69,3 +70,26 @@ class UserError(ValueError):
             if self.near is not None:
                 text += did_you_mean(self.near, [a for a in self.allowed if a])
         return f"{kind or self.kind} error: {subject}{text}"
+
+
+def describe(err: BaseException) -> str:
+    """An exception as one short line for a message: "<Type>: <first line>", or for bad bytes where text
+    was expected "not UTF-8 text (byte 0xff at offset 3)"."""
+    if isinstance(err, UnicodeDecodeError):
+        return f"not UTF-8 text (byte 0x{err.object[err.start]:02x} at offset {err.start})"
+    first = next((line.strip() for line in str(err).splitlines() if line.strip()), "")
+    return f"{type(err).__name__}: {first[:200]}" if first else type(err).__name__
+
+
+@contextlib.contextmanager
+def user_path(key: str, value: Any, doing: str = "cannot read it"):
+    """Touch a file or folder the user named (`key` = `value`): a missing or unreadable file, a name too
+    long, a NUL byte, a file where a folder belongs, bad bytes — any failure becomes one UserError line,
+    "<key> = <value>: <doing>: <reason>"."""
+    try:
+        yield
+    except UserError:
+        raise
+    except (OSError, ValueError, RuntimeError) as err:  # RuntimeError: expanduser of '~nosuchuser'
+        reason = err.strerror.lower() if isinstance(err, OSError) and err.strerror else describe(err)
+        raise UserError(f"{doing}: {reason}", key=key, value=value) from None

@@ -46,6 +46,11 @@ SCHEMA = {m.name: m for m in [
     Metric("clip/low", "share of tokens clipped below 1 − ε (negative advantage)", "fraction"),
     Metric("clip/high", "share of tokens clipped above 1 + ε_high (positive advantage)", "fraction"),
     Metric("clip/region", "share of tokens clipped on either side", "fraction"),
+    Metric("policy/ratio_mean", "mean ratio π/π_old over the step's tokens (sequences at GSPO's sequence level); "
+                                "exactly 1 on a rollout's first update", "ratio"),
+    Metric("policy/ratio_max", "largest ratio π/π_old", "ratio", combine="max"),
+    Metric("policy/lag", "optimizer steps between the weights that sampled the step's batch and the weights "
+                         "it trains", "steps", combine="max"),
     Metric("mismatch/k1", "k1 estimate of KL(μ‖π), rollout vs trainer: mean(log μ − log π)", "nats"),
     Metric("mismatch/k2", "k2 estimate of KL(μ‖π): ½·mean(Δlogp²)", "nats", log=True),
     Metric(K3, "k3 estimate of KL(μ‖π): mean(r − 1 − log r), unbiased and ≥ 0", "nats", log=True),
@@ -77,6 +82,10 @@ SCHEMA = {m.name: m for m in [
     Metric("mem/rss_gib", "resident memory of the trainer process", "GiB", combine="max"),
     Metric("precision/loss_scale", "fp16 dynamic loss scale", log=True, combine="min"),
     Metric("precision/skipped_steps", "steps skipped for non-finite gradients so far", "steps", combine="max"),
+    Metric("precision/bad_steps", "steps skipped so far for non-finite sampler probabilities, loss or gradients",
+           "steps", combine="max"),
+    Metric("precision/bad_streak", "steps skipped in a row; at train.max_bad_steps the run stops as diverged",
+           "steps", combine="max"),
     Metric(EVAL_ACCURACY, "share of eval prompts the first reward function scores above 0", "fraction"),
 ]}
 

@@ -28,7 +28,8 @@ SOLVE_KEYS = ("max_completion_len", "num_generations", "lora_rank", "context")
 PHASES = ("persistent", "rollout", "train", "overhead")
 BYTES = {name: d.train_bytes for name, d in DTYPES.items()}            # trainer storage per weight
 ROLLOUT_BYTES = {name: d.rollout_bytes for name, d in DTYPES.items()}  # rollout weight / KV element
-NF4_BITS = 4.5          # bitsandbytes nf4: 4-bit codes + one fp32 absmax per 64-weight block
+NF4_BLOCK = 64          # bitsandbytes 4-bit: one absmax scale per 64 weights
+NF4_NESTED_BLOCK = 256  # double quantisation: the absmax scales in uint8, one fp32 scale per 256 of them
 LOGPROB_CHUNK_ROWS = 8  # engine/logprobs.py token_logprobs(chunk_rows=8)
 CUDA_CONTEXT_GIB = 0.5  # CUDA context + cuBLAS workspace, typical for torch on recent GPUs
 ALLOCATOR_MARGIN = 0.05  # caching-allocator fragmentation, share of the tensor total
@@ -124,11 +125,30 @@ def weight_bytes(card: Card, cfg: Config) -> tuple[float, str]:
         return 4.0 * P, f"{_n(P)} params · 4 B (full fine-tune keeps fp32 master weights, engine/policy_loader.py)"
     b = BYTES[m.dtype]
     if m.load_in_4bit:
-        lin = card.layers * (card.layer_linear_params() + card.expert_params())
-        rest = P - lin
-        return lin * NF4_BITS / 8 + rest * 2, (f"{_n(lin)} linear params · {NF4_BITS} bits (nf4 + absmax) + "
-                                               f"{_n(rest)} embedding/norm params · 2 B")
+        return nf4_model_bytes(card, cfg, m.dtype)
     return float(P * b), f"{_n(P)} params · {b} B ({m.dtype})"
+
+
+def nf4_model_bytes(card: Card, cfg: Config, dtype: str) -> tuple[float, str]:
+    """A 4-bit base as bitsandbytes allocates it (engine/policy_loader.quantization): each decoder linear
+    of n weights holds n/2 B of NF4 codes, one absmax per 64-weight block (fp32; with model.double_quant
+    uint8 plus one fp32 per 256 of them, an fp32 offset and that level's 256-entry fp32 code table) and the
+    16-entry fp32 NF4 table; everything else (embeddings, lm_head, norms, MoE experts, which are not
+    nn.Linear) stays in `dtype`."""
+    dq = cfg.model.double_quant
+    lin = 0
+    for _, din, dout, copies in card.linears():
+        n = din * dout
+        blocks = -(-n // NF4_BLOCK)
+        scales = blocks + 4 * -(-blocks // NF4_NESTED_BLOCK) + 4 + 4 * 256 if dq else 4 * blocks
+        lin += copies * (-(-n // 2) + scales + 4 * 16)
+    lin *= card.layers
+    n_lin = card.layers * card.layer_linear_params()
+    rest, b = card.total_params() - n_lin, BYTES[dtype]
+    scale_text = (f"uint8 absmax per {NF4_BLOCK} + fp32 per {NF4_NESTED_BLOCK} of those (double quant)" if dq
+                  else f"fp32 absmax per {NF4_BLOCK}")
+    return lin + rest * b, (f"{_n(n_lin)} linear params in NF4 ({lin * 8 / n_lin:.3f} bits each: 4-bit codes, "
+                            f"{scale_text}, code tables) + {_n(rest)} embedding/norm params · {b} B ({dtype})")
 
 
 def train_state_bytes(card: Card, cfg: Config) -> tuple[str, float, str]:
@@ -281,12 +301,9 @@ def accurate(card: Card, cfg: Config, gpu_gib: float | None = None,
         rows.append(Row("reference log-probs", _g(ref), rf, "train"))
     seqs = cfg.train.prompts_per_step * r.num_generations
     kv, kvf = kv_cache_bytes(card, cfg, seqs)
-    vllm = backend.resolve(r.backend)[0] == "vllm"
+    vllm = backend.resolve(r.backend, load_in_4bit=cfg.model.load_in_4bit)[0] == "vllm"
     if not vllm:
-        rb = ROLLOUT_BYTES[cfg.rollout_dtype]
-        rows.append(Row("sampler weights copy (hf)", _g(card.total_params() * rb),
-                        f"{_n(card.total_params())} params · {rb} B: the hf backend samples from its own copy "
-                        f"in rollout.dtype, synced after each step (engine/sampler/hf.py)", "persistent"))
+        rows.append(Row("sampler weights copy (hf)", *_hf_copy_bytes(card, cfg), "persistent"))
         rows.append(Row("rollout KV cache (hf generate)", _g(kv), kvf, "rollout"))
         rule = ("weights + sampler copy + train state + max(rollout KV, train activations + logits): "
                 "hf generate frees its cache")
@@ -314,6 +331,17 @@ def accurate(card: Card, cfg: Config, gpu_gib: float | None = None,
         rows.append(Row("host RAM: offloaded checkpoints", _g(host),
                         "checkpointed layer inputs kept in pinned host RAM (not GPU)", "train", False))
     return rows, rule, overlap
+
+
+def _hf_copy_bytes(card: Card, cfg: Config) -> tuple[float, str]:
+    """The hf backend's own copy of the policy (engine/sampler/hf.py), in rollout.dtype."""
+    where = "the hf backend samples from its own copy in rollout.dtype, synced after each step (engine/sampler/hf.py)"
+    if cfg.model.load_in_4bit:
+        base, text = nf4_model_bytes(card, cfg, cfg.rollout_dtype)
+        n = card.lora_params(cfg.model.lora_rank, cfg.model.lora_target_modules)
+        return _g(base + 4 * n), f"{text} + {_n(n)} LoRA params · 4 B (unmerged adapters): {where}"
+    rb, P = ROLLOUT_BYTES[cfg.rollout_dtype], card.total_params()
+    return _g(P * rb), f"{_n(P)} params · {rb} B: {where}"
 
 
 def _vllm_rule(sleep: bool) -> tuple[str, bool]:

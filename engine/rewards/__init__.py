@@ -30,7 +30,7 @@ def _validate(opts: builtin.Options, names: list[str]) -> None:
         pattern = getattr(opts, key)
         try:
             re.compile(pattern)
-        except re.error as err:
+        except (re.error, OverflowError, RecursionError) as err:  # also a{99999999999}, deeply nested groups
             raise UserError(f"not a valid regular expression ({err})", key=f"rewards.{key}", value=pattern) from None
     if "regex_match" in names and not opts.regex:
         raise UserError("the regex_match reward needs a pattern, e.g. rewards.regex = '^Dear '", key="rewards.regex",

@@ -14,7 +14,7 @@ import inspect
 import sys
 from pathlib import Path
 
-from grpo_studio.engine.contract.errors import UserError
+from grpo_studio.engine.contract.errors import UserError, describe, user_path
 
 
 def _fail(spec: str, why: str) -> UserError:
@@ -22,10 +22,12 @@ def _fail(spec: str, why: str) -> UserError:
 
 
 def _load_file(spec: str, path: Path):
-    if not path.is_file():
-        return None, _fail(spec, f"file {str(path)!r} not found; give 'file.py:function' with an existing file "
-                                 f"or 'module:function'")
-    name = "grpo_user_reward_" + hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:12]
+    with user_path("rewards.funcs", spec):
+        if not path.is_file():
+            return None, _fail(spec, f"file {str(path)!r} not found; give 'file.py:function' with an existing "
+                                     f"file or 'module:function'")
+        resolved = str(path.resolve())
+    name = "grpo_user_reward_" + hashlib.sha1(resolved.encode("utf-8", "surrogateescape")).hexdigest()[:12]
     module = sys.modules.get(name)
     if module is None:
         mod_spec = importlib.util.spec_from_file_location(name, path)
@@ -33,10 +35,9 @@ def _load_file(spec: str, path: Path):
         sys.modules[name] = module  # dataclasses / pickling inside the file need it registered
         try:
             mod_spec.loader.exec_module(module)
-        except Exception as err:
+        except (Exception, SystemExit) as err:  # sys.exit() at import must not end the trainer
             del sys.modules[name]
-            return None, _fail(spec, f"loading {path.name} raised {type(err).__name__}: "
-                                     f"{str(err).splitlines()[0] if str(err) else ''}".rstrip(": "))
+            return None, _fail(spec, f"loading {path.name} raised {describe(err)}")
     return module, None
 
 
@@ -55,8 +56,8 @@ def load(spec: str):
             module = importlib.import_module(target)
         except ImportError as err:
             raise _fail(spec, f"cannot import module {target!r} ({err}); a file path must end in .py") from None
-        except Exception as err:
-            raise _fail(spec, f"importing {target!r} raised {type(err).__name__}: {err}") from None
+        except (Exception, SystemExit) as err:
+            raise _fail(spec, f"importing {target!r} raised {describe(err)}") from None
     fn = getattr(module, func_name, None)
     if fn is None or not callable(fn):
         found = sorted(n for n, v in vars(module).items()

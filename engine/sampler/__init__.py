@@ -10,7 +10,7 @@ from grpo_studio.engine.sampler.base import Rollout, Sampler, Sampling
 def make_sampler(cfg, model_path: str, tokenizer, plan, emit_event=None) -> Sampler:
     """Build the backend named by rollout.backend (contract.backend.resolve: `auto` falls back to hf
     when vLLM cannot run here); `plan` is the run's PrecisionPlan."""
-    name, problem = backend.resolve(cfg.rollout.backend, _vllm_problem)
+    name, problem = backend.resolve(cfg.rollout.backend, _vllm_problem, cfg.model.load_in_4bit)
     if name == "vllm" and problem:
         raise UserError(problem, key="rollout.backend", value="vllm")
     if problem and emit_event:
@@ -23,7 +23,7 @@ def make_sampler(cfg, model_path: str, tokenizer, plan, emit_event=None) -> Samp
         return VLLMBackend(cfg, model_path, tokenizer, plan, emit_event=emit_event)
     from grpo_studio.engine.sampler.hf import HFBackend
 
-    return HFBackend(model_path, tokenizer, plan)
+    return HFBackend(model_path, tokenizer, plan, cfg.model)
 
 
 def model_type(model_path: str) -> str:

@@ -19,6 +19,11 @@ class Sampling:
     seed: int = 0
 
 
+class NonFiniteSampling(ArithmeticError):
+    """The policy's next-token distribution holds NaN/inf (its weights or activations overflowed): this
+    step cannot be sampled. The trainer skips the step and counts it (train.max_bad_steps)."""
+
+
 @dataclass
 class Rollout:
     """Completions for len(prompts) * n rows, grouped: rows [i*n, (i+1)*n) belong to prompt i.

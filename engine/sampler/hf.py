@@ -4,6 +4,10 @@ It keeps a separate model (like vLLM does), so the rollout precision can differ 
 trainer's and weight sync after each optimizer step goes through the same `load_weights` path
 as the vLLM backend. μ is read from generate's *processed* scores (after temperature, top-k,
 top-p), i.e. the distribution the sampler actually drew from.
+
+A 4-bit base (model.load_in_4bit) is sampled unmerged: this copy holds the same NF4 base (quantising the
+same weights gives the same codes) under the same LoRA adapters, and the sync copies the adapters
+(engine/weights.py). Merging them would have to dequantise, add and re-quantise, a different base.
 """
 
 from __future__ import annotations
@@ -13,18 +17,37 @@ from typing import Iterable
 
 import torch
 
-from grpo_studio.engine.policy_loader import device, load_base
+from grpo_studio.engine.policy_loader import add_lora, device, load_base, quantization
 from grpo_studio.engine.precision import torch_dtype
-from grpo_studio.engine.sampler.base import Rollout, Sampling, rollout_from
+from grpo_studio.engine.sampler.base import NonFiniteSampling, Rollout, Sampling, rollout_from
+
+
+def _keep_training_kernel(model) -> None:
+    """On CPUs with AVX512-BF16, bitsandbytes re-packs a Linear4bit's weight for inference the first time it
+    runs in eval mode without grad, and that kernel computes in bf16 (bf16 absmax and activations) whatever
+    the compute dtype: an fp32 rollout would sample bf16 GEMMs. The sampler keeps the layout and kernel the
+    trainer's forward uses, so both sides compute the same function."""
+    import bitsandbytes as bnb
+
+    for module in model.modules():
+        if isinstance(module, bnb.nn.Linear4bit):
+            module.support_avx512bf16_for_cpu = False
 
 
 class HFBackend:
     name = "hf"
 
-    def __init__(self, model_path: str, tokenizer, plan):
+    def __init__(self, model_path: str, tokenizer, plan, model_cfg=None):
+        """`model_cfg`: the run's model.* keys, read for a 4-bit base (its quantisation and adapters)."""
         self.tokenizer = tokenizer
         self.device = device()
-        self.model = load_base(model_path, torch_dtype(plan.rollout_dtype)).to(self.device).eval()
+        dtype = torch_dtype(plan.rollout_dtype)
+        quant = quantization(model_cfg, dtype) if model_cfg is not None else None
+        model = load_base(model_path, dtype, quant)
+        if quant:
+            model = add_lora(model, model_cfg)
+            _keep_training_kernel(model)
+        self.model = model.to(self.device).eval()
         self.model.generation_config.pad_token_id = tokenizer.pad_token_id
         if plan.rollout_fp8:
             from grpo_studio.engine.fp8 import apply_fp8
@@ -41,12 +64,19 @@ class HFBackend:
         input_ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows], device=self.device)
         attention = (torch.arange(width).unsqueeze(0) >= torch.tensor([width - len(r) for r in rows]).unsqueeze(1))
         torch.manual_seed(sampling.seed)
-        out = self.model.generate(
-            input_ids=input_ids, attention_mask=attention.long().to(self.device),
-            do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k or None,
-            max_new_tokens=sampling.max_tokens, eos_token_id=self.tokenizer.eos_token_id, pad_token_id=pad,
-            output_scores=True, return_dict_in_generate=True,
-        )
+        try:
+            out = self.model.generate(
+                input_ids=input_ids, attention_mask=attention.long().to(self.device),
+                do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k or None,
+                max_new_tokens=sampling.max_tokens, eos_token_id=self.tokenizer.eos_token_id, pad_token_id=pad,
+                output_scores=True, return_dict_in_generate=True,
+            )
+        except RuntimeError as err:
+            # torch.multinomial checks its probabilities on the host before drawing (CPU and CUDA alike):
+            # NaN/inf logits, e.g. fp16 weights that overflowed after a too-large update, end up here.
+            if "probability tensor contains" not in str(err):
+                raise
+            raise NonFiniteSampling("non-finite sampler probabilities") from None
         ids = out.sequences[:, width:]
         # log μ(y_t) = log_softmax(processed scores at step t)[y_t], one step at a time (no B×T×V copy)
         logprobs = torch.stack([
