@@ -76,10 +76,11 @@ class Trainer:
         self.schedule = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_factor)
         self.scaler = LossScaler.from_config(cfg, self.precision)  # fp16; elsewhere it only skips NaN steps
         self.sampler = make_sampler(cfg, self.model_path, self.tokenizer, self.precision, emit_event=self.rundir.event)
-        if cfg.rollout.top_p < 1 or cfg.rollout.top_k > 0:  # config.validate refuses it with rollout correction
-            self.rundir.event("warning", f"rollout.top_p = {cfg.rollout.top_p:g}, rollout.top_k = {cfg.rollout.top_k}: "
-                                         "the sampler's μ is the truncated distribution and π is not, so mismatch/* "
-                                         "also measure the truncation (docs/mismatch.md)")
+        truncation = [f"rollout.{k} = {v:g}" for k, v, off in (("top_k", cfg.rollout.top_k, 0),
+                                                                  ("top_p", cfg.rollout.top_p, 1)) if v != off]
+        if truncation:  # config.validate refuses it with rollout correction
+            self.rundir.event("warning", f"{', '.join(truncation)}: the sampler's μ is the truncated distribution and "
+                                         f"π is not, so mismatch/* also measure the truncation (docs/mismatch.md)")
         self.batch: GenerationBatch | None = None  # the rollout being trained on
         self.updates: list[torch.Tensor] = []      # the rows of each optimizer step still to take on it
         self.step_no = 0

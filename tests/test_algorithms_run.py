@@ -6,7 +6,8 @@ Which metrics each preset must log follows from engine/contract/algorithms.py + 
   kl_ref                                        only when algo.beta > 0 (no preset sets it; one extra
                                                 case runs grpo with beta = 0.04)
   mismatch/is_min|is_mean|is_max, mismatch/ess  every step (mismatch telemetry from μ and π)
-  mismatch/masked_frac                          only with rollout correction (algo.is_level != none)
+  mismatch/masked_frac                          only with rollout correction (algo.is_level resolves to
+                                                token or sequence; 'auto' does on a vLLM rollout only)
 """
 
 from __future__ import annotations
@@ -39,7 +40,9 @@ def test_algorithm_trains_without_nan_and_logs_its_metrics(tmp_path, model_name,
         f"model.name={model_name}", f"algo.name={algo}", f"algo.beta={beta}", f"train.steps={STEPS}",
         "train.prompts_per_step=2", "rollout.num_generations=4", "train.save_every=0"])
     assert cfg.algo.is_level == algorithms.PRESETS[algo]["algo.is_level"]
-    assert Trainer(cfg, run).run() == "finished"
+    trainer = Trainer(cfg, run)
+    assert trainer.run() == "finished"
+    corrected = algorithms.rollout_is_level(cfg.algo.is_level, trainer.sampler.name) != "none"  # 'auto': vLLM only
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == list(range(1, STEPS + 1))
 
@@ -47,7 +50,7 @@ def test_algorithm_trains_without_nan_and_logs_its_metrics(tmp_path, model_name,
                 "mismatch/is_min", "mismatch/is_mean", "mismatch/is_max", "mismatch/ess", "mismatch/k3"]
     if beta > 0:
         required.append("kl_ref")
-    if cfg.algo.is_level != "none":
+    if corrected:
         required.append("mismatch/masked_frac")
     for row in rows:
         missing = [k for k in required if k not in row]
@@ -56,7 +59,7 @@ def test_algorithm_trains_without_nan_and_logs_its_metrics(tmp_path, model_name,
         bad = {k: v for k, v in row.items() if v is None or (isinstance(v, float) and not math.isfinite(v))}
         assert not bad, f"{algo} step {row['step']}: non-finite {bad}"
         assert ("kl_ref" in row) == (beta > 0)
-        assert ("mismatch/masked_frac" in row) == (cfg.algo.is_level != "none")
+        assert ("mismatch/masked_frac" in row) == corrected
         for k in ("clip/low", "clip/high", "clip/region"):
             assert 0.0 <= row[k] <= 1.0, (k, row[k])
         # ESS = (Σw)²/(nΣw²) ≤ 1 by Cauchy-Schwarz; the loss computes it in fp32, so allow rounding

@@ -199,9 +199,9 @@ def test_an_unloadable_trainer_state_is_skipped_with_the_readers_error(saved, tm
     _edit_manifest(newest, lambda m: m["files"].update({"trainer_state.pt": {
         "size": 16, "sha256": hashlib.sha256(b"not a torch file").hexdigest()}}))
     state, skipped = Objects(seed=7, steps=1).restore(run)
-    ((step, name, why),) = skipped
-    assert (step, name) == (10, "step-10") and why.startswith("cannot be loaded (") and why.endswith(
-        "(moved to step-10.skipped)")
+    # the reader's own error, type and first line: torch.load's pickle reader on b"not a torch file"
+    assert skipped == [(10, "step-10", "cannot be loaded (UnpicklingError: invalid load key, 'n'.) "
+                                       "(moved to step-10.skipped)")]
     assert state["step"] == 9
 
 
@@ -217,3 +217,41 @@ def test_restore_clears_writes_cut_short_and_a_second_skip_replaces_the_first(sa
     assert not cut.exists() and state["step"] == 9 and [s for s, _, _ in skipped] == [10]
     assert not (run / "checkpoints" / "step-10.skipped" / "old").exists()
     assert (run / "checkpoints" / "step-10.skipped" / "adapter_model.safetensors").is_file()
+
+
+def test_the_trainer_state_file_holds_exactly_the_trainer_state(tmp_path):
+    objs = Objects(seed=2, steps=2)
+    torch.manual_seed(77)
+    rng = torch.get_rng_state()
+    path = objs.save(tmp_path / "run", 4, {"epoch": 0, "index": 8})
+    state = torch.load(path / "trainer_state.pt", weights_only=False)
+    assert set(state) == {"step", "optimizer", "schedule", "scaler", "rng", "cuda_rng", "data_cursor", "counters"}
+    assert (state["step"], state["data_cursor"], state["counters"]) == (4, {"epoch": 0, "index": 8}, {"counted": 12})
+    assert_same(state["optimizer"], objs.optimizer.state_dict())
+    assert state["schedule"] == objs.schedule.state_dict() and state["scaler"] == objs.scaler.state_dict()
+    assert torch.equal(state["rng"], rng)
+    if torch.cuda.is_available():
+        assert len(state["cuda_rng"]) == torch.cuda.device_count()
+    else:
+        assert state["cuda_rng"] == []
+
+
+def test_save_starts_from_an_empty_folder_when_an_earlier_write_was_cut_short(tmp_path):
+    run = tmp_path / "run"
+    cut = run / "checkpoints" / ".step-4.tmp"
+    cut.mkdir(parents=True)
+    (cut / "junk.bin").write_bytes(b"left by a killed write")
+    path = Objects().save(run, 4)
+    assert not (path / "junk.bin").exists() and not cut.exists()
+    assert "junk.bin" not in json.loads((path / "manifest.json").read_text())["files"]
+
+
+@pytest.mark.gpu
+def test_cuda_rng_round_trip(tmp_path):
+    objs = Objects()
+    torch.cuda.manual_seed_all(5)
+    saved_state = torch.cuda.get_rng_state_all()
+    objs.save(tmp_path / "run", 1)
+    torch.cuda.manual_seed_all(6)
+    state, _ = Objects(seed=3).restore(tmp_path / "run")
+    assert state["cuda_rng"] and all(torch.equal(a, b) for a, b in zip(torch.cuda.get_rng_state_all(), saved_state))

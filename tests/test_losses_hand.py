@@ -329,3 +329,42 @@ def test_tokens_the_sampler_did_not_score_get_weight_one():
     w, m = rollout_correction(behaviour, mu, mask, "token", "truncate", 0.0)
     assert w[mask.bool()].tolist() == [2.0, 1.0, 4.0]
     assert m["mismatch/is_min"] == 1.0
+
+
+def test_ratio_metrics_by_hand():
+    """policy/ratio_mean and _max over active tokens (token level), or over sequences (GSPO's one ratio
+    per row); a batch with no active token has max 0.0."""
+    up, down = math.log(1.5), math.log(0.5)
+    inp = flat(logps=[[up, down, 5.0], [0.0, 0.0, 0.0]], old=[[0.0] * 3] * 2, adv=[1.0, -1.0],
+               mask=[[1, 1, 0], [1, 0, 0]])
+    _, m = policy_loss(inp, AlgoConfig(loss_type="bnpo"), max_completion_len=3)
+    assert m["policy/ratio_mean"] == pytest.approx((1.5 + 0.5 + 1.0) / 3, abs=1e-12)
+    assert m["policy/ratio_max"] == pytest.approx(1.5, abs=1e-12)  # not e^5: that token is padding
+    _, m = policy_loss(inp, AlgoConfig(loss_type="bnpo", importance_sampling_level="sequence", epsilon=3e-4,
+                                       epsilon_high=4e-4), max_completion_len=3)
+    row0 = math.exp((up + down) / 2)  # exp of the mean token log-ratio
+    assert m["policy/ratio_mean"] == pytest.approx((row0 + 1.0) / 2, abs=1e-7)  # one value per row, in fp32
+    assert m["policy/ratio_max"] == pytest.approx(1.0, abs=1e-7)  # row0 = √0.75 < 1
+    empty = flat(logps=[[up, down]], old=[[0.0, 0.0]], adv=[1.0], mask=[[0, 0]])
+    _, m = policy_loss(empty, AlgoConfig(loss_type="bnpo"), max_completion_len=2)
+    assert (m["policy/ratio_mean"], m["policy/ratio_max"]) == (0.0, 0.0)
+
+
+def test_auto_rollout_correction_follows_the_rollout_backend():
+    """algo.is_level = 'auto': none for the hf rollout (the default backend), sequence level for vLLM (TRL's
+    default correction of vLLM rollouts)."""
+    behaviour, mu, mask = rho_example()
+    inp = LossInputs(logps=behaviour.clone().requires_grad_(True), old_logps=behaviour, mask=mask,
+                     advantages=torch.tensor([1.0, -1.0, 0.5], dtype=torch.float64), rollout_logps=mu)
+    algo = AlgoConfig(is_level="auto", is_mode="truncate", is_cap=3.0)
+    _, m = policy_loss(inp, algo, max_completion_len=3)
+    assert not any(k.startswith("mismatch/") for k in m)
+    _, m = policy_loss(inp, algo, max_completion_len=3, rollout_backend="vllm")
+    assert m["mismatch/is_max"] == 4.0 and m["mismatch/is_min"] == 1.0  # sequence ρ: [1, 4]
+
+
+def test_mask_mode_without_a_cap_keeps_every_weight():
+    """cap 0 means no cap in either mode (the config refuses mask with cap 0; the function stays total)."""
+    behaviour, mu, mask = rho_example()
+    w, m = rollout_correction(behaviour, mu, mask, "token", "mask", 0.0)
+    assert w[mask.bool()].tolist() == [2.0, 0.5, 4.0] and m["mismatch/masked_frac"] == 0.0

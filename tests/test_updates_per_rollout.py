@@ -107,6 +107,22 @@ def test_pi_old_is_the_sampling_weights_and_only_computed_when_it_can_differ(tmp
     assert rows[1]["policy/ratio_max"] > 1.0  # the second half trains on weights one step newer
 
 
+def test_a_run_resumed_between_rollouts_is_the_uninterrupted_run(tmp_path):
+    """CPU fp32, num_iterations = 2, save_every = 2 (the cycle): stopped after step 2's checkpoint and
+    resumed to step 4, the metrics and the adapters are those of one run of 4 steps."""
+    sets = [*SMALL, "train.num_iterations=2", "train.save_every=2"]
+    whole = Trainer(config.load("tiny-arith", [*sets, "train.steps=4"]), tmp_path / "whole")
+    whole.run()
+    Trainer(config.load("tiny-arith", [*sets, "train.steps=2"]), tmp_path / "cut").run()
+    resumed = Trainer(config.load("tiny-arith", [*sets, "train.steps=4"]), tmp_path / "cut", resume=True)
+    assert resumed.run() == "finished"
+    keys = ("reward/mean", "loss", "grad_norm", "mismatch/k3", "clip/region", "policy/ratio_max", "policy/lag")
+    rows = {name: [{k: json.loads(line)[k] for k in keys} for line in (tmp_path / name / "metrics.jsonl")
+                   .read_text().splitlines()] for name in ("whole", "cut")}
+    assert [r["policy/lag"] for r in rows["whole"]] == [0.0, 1.0, 0.0, 1.0] and rows["cut"] == rows["whole"]
+    assert all(torch.equal(a, b) for a, b in zip(whole.params, resumed.params))
+
+
 def test_save_every_inside_a_rollout_is_refused():
     with pytest.raises(UserError) as err:
         config.load("tiny-arith", ["train.num_iterations=3", "train.save_every=20"])

@@ -207,3 +207,15 @@ def test_json_shape():
     assert 24.0 < out["total_gib"] < 40.0 and out["fits"] is False
     roomy = vram.estimate(model_card.load("gemma-3-1b"), cfg_of("model.name=gemma-3-1b"), gpu_gib=40.0).to_json()
     assert json.loads(json.dumps(roomy))["fits"] is True and roomy["total_gib"] == out["total_gib"]
+
+
+def test_rollout_kv_cache_holds_the_whole_rollout_of_steps_per_generation():
+    """One rollout samples prompts_per_step × steps_per_generation prompts × G completions, while
+    each optimizer step trains one part: the KV row doubles with steps_per_generation = 2 and the
+    activation row stays."""
+    card = model_card.load("qwen3-1.7b")
+    one, two = (vram.estimate(card, cfg_of("rollout.backend=hf", f"train.steps_per_generation={k}",
+                                           "train.save_every=0"), "accurate") for k in (1, 2))
+    kv = "rollout KV cache (hf generate)"
+    assert two.row(kv).gib == pytest.approx(2 * one.row(kv).gib, rel=1e-6)
+    assert two.row("activations").gib == one.row("activations").gib

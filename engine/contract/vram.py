@@ -299,7 +299,7 @@ def accurate(card: Card, cfg: Config, gpu_gib: float | None = None,
     if cfg.algo.beta > 0:
         ref, rf = reference_bytes(card, cfg)
         rows.append(Row("reference log-probs", _g(ref), rf, "train"))
-    seqs = cfg.train.prompts_per_step * r.num_generations
+    seqs = cfg.train.prompts_per_step * cfg.train.steps_per_generation * r.num_generations  # one rollout
     kv, kvf = kv_cache_bytes(card, cfg, seqs)
     vllm = backend.resolve(r.backend, load_in_4bit=cfg.model.load_in_4bit)[0] == "vllm"
     if not vllm:
