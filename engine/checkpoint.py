@@ -5,6 +5,10 @@ every file's size and sha256), written last. The folder is written as .step-N.tm
 place, so a step-N folder is whole; the manifest still catches what a rename cannot (a file the disk
 lost or damaged).
 
+`prune` keeps the newest N complete checkpoints (train.keep_checkpoints), the one just written and the best
+by train.best_metric; each other one is renamed to .step-N.deleted.tmp before it is removed, so no step-N
+folder is ever half deleted (restore clears a leftover like a cut-short write).
+
 `restore` takes the newest checkpoint that passes its manifest and loads; each one it passes over is
 reported (`on_skip(step, path, why)`) and moved aside to step-N.skipped, so the run can write step-N again.
 """
@@ -87,6 +91,25 @@ def save(run_dir: Path, step: int, policy, optimizer, schedule, scaler, data_cur
     os.replace(tmp, final)
     _fsync(final.parent)
     return final
+
+
+def prune(run_dir: Path, keep: int, just_saved: int, scores: dict[int, float]) -> list[int]:
+    """Delete the complete checkpoints older than the newest `keep` (0 = keep all), but for `just_saved` and
+    the best one (the highest of `scores`, step -> train.best_metric, the newest of equals); returns their
+    steps. The newest, the one a resume takes, always stays."""
+    found = _dirs(run_dir)
+    kept = {step for step, _ in found[-keep:]} | {just_saved}
+    best = max(((scores[step], step) for step, _ in found if step in scores), default=None)
+    if best is not None:
+        kept.add(best[1])
+    removed = []
+    for step, path in found:
+        if step not in kept:
+            doomed = path.with_name(f".step-{step}.deleted.tmp")
+            os.replace(path, doomed)
+            shutil.rmtree(doomed, ignore_errors=True)
+            removed.append(step)
+    return removed
 
 
 def restore(run_dir: Path, policy, optimizer, schedule, scaler, on_skip) -> dict | None:

@@ -8,6 +8,7 @@ source, which reward functions receive as keyword arguments.
                    prompt = [system: the reasoning prompt, user: question], answer = "72"
     column mapping data.prompt_column / data.answer_column name the source columns
     eval split     data.eval_split (a HF split) or a seeded held-out slice of data.eval_size rows
+                   (-1 = auto: 200 for builtin:arith, none for other data; `eval_size(data)`)
 
 `prompt_text(row, data, tokenizer)` renders a row's prompt for the model: text prompts as is;
 conversational prompts through data.chat_template ("auto" = the tokenizer's template; "plain"
@@ -30,6 +31,7 @@ from grpo_studio.engine.contract.errors import UserError, describe, user_path
 
 EVAL_SEED = 1234
 FILE_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet")
+ARITH_EVAL_SIZE = 200  # builtin:arith's held-out pairs under data.eval_size = -1 (auto)
 
 _cache: dict[tuple, list[dict]] = {}
 
@@ -180,11 +182,30 @@ def normalize(rows: list[dict], data: DataConfig) -> list[dict]:
     return out
 
 
+def eval_size(data: DataConfig) -> int:
+    """Rows held out for evaluation: data.eval_size, or for -1 (auto) the bundled recipe's 200 held-out
+    builtin:arith rows and none of a user's data (as TRL, which holds out nothing unless asked)."""
+    if data.eval_size >= 0:
+        return data.eval_size
+    return ARITH_EVAL_SIZE if data.source == "builtin:arith" else 0
+
+
+def split_summary(data: DataConfig, train: list[dict], evals: list[dict]) -> str:
+    """The `info` event line that says what a run trains and evaluates on."""
+    if data.eval_split:
+        held = f"{len(evals)} eval rows from split {data.eval_split!r}"
+    elif evals:
+        held = f"{len(evals)} held out for evaluation (data.eval_size)"
+    else:
+        held = "no held-out rows (set data.eval_size to hold some out)"
+    return f"data: {len(train)} training rows, {held}"
+
+
 def load_rows(data: DataConfig, split: str) -> list[dict]:
     """Rows of the 'train' or 'eval' split."""
     if data.source == "builtin:arith":
         _check_eval_size(data, len(arith.all_pairs()))
-        return arith.rows(split, data.eval_size)
+        return arith.rows(split, eval_size(data))
     if split == "eval" and data.eval_split:
         return normalize(_source_rows(data, data.eval_split), data)
     rows = normalize(_source_rows(data, data.split), data)
@@ -193,14 +214,15 @@ def load_rows(data: DataConfig, split: str) -> list[dict]:
     _check_eval_size(data, len(rows))
     order = list(range(len(rows)))
     random.Random(EVAL_SEED).shuffle(order)
-    held = set(order[:data.eval_size])
+    held = set(order[:eval_size(data)])
     if split == "eval":
         return [rows[i] for i in sorted(held)]
     return [r for i, r in enumerate(rows) if i not in held]
 
 
 def _check_eval_size(data: DataConfig, n_rows: int) -> None:
-    if data.eval_size and data.eval_size >= n_rows:
+    size = eval_size(data)
+    if size and size >= n_rows:
         raise _err("eval_size", data.eval_size, f"{data.source} has {n_rows} rows; allowed: 0 to {n_rows - 1} "
                                                 f"(rows held out for evaluation), or set data.eval_split")
 

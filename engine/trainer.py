@@ -35,7 +35,7 @@ from grpo_studio.engine.contract import precision
 from grpo_studio.engine.precision import LossScaler
 from grpo_studio.engine.sampler import Sampling, make_sampler
 from grpo_studio.engine.sampler.base import NonFiniteSampling, Rollout
-from grpo_studio.engine.contract.rundir import CONFIG, RunWriter, read_events
+from grpo_studio.engine.contract.rundir import CONFIG, METRICS, RunWriter, as_number, parse_row, read_events
 from grpo_studio.engine.weights import export_weights
 
 
@@ -54,6 +54,9 @@ class GenerationBatch:
 
 class Trainer:
     def __init__(self, cfg: Config, run_dir, resume: bool = False):
+        if not cfg.rollout.colocate:
+            raise UserError("a rollout on its own device is not built yet; the VRAM planner (grpo-studio vram) "
+                            "reads it to plan a two-GPU split", key="rollout.colocate", value=False)
         self.cfg, self.resume = cfg, resume
         self.rundir = RunWriter(run_dir)
         self.stop_requested = False
@@ -64,6 +67,10 @@ class Trainer:
         self.reward_weights = torch.tensor(cfg.rewards.weights or [1.0] * len(self.reward_fns))
         self.prompts = data.PromptStream(data.load_rows(cfg.data, "train"), cfg.train.seed)
         self.eval_rows = data.load_rows(cfg.data, "eval")
+        self.rundir.event("info", data.split_summary(cfg.data, self.prompts.rows, self.eval_rows))
+        if cfg.train.eval_every and not self.eval_rows:
+            self.rundir.event("warning", f"train.eval_every = {cfg.train.eval_every}: no rows to evaluate on, so no "
+                                         f"eval/accuracy; set data.eval_size (rows held out) or data.eval_split")
         self.model_path = policy_loader.resolve_model_path(cfg.model.name)
         self.tokenizer = policy_loader.load_tokenizer(self.model_path)
         data.prompt_text(self.prompts.rows[0], cfg.data, self.tokenizer)  # a broken chat template fails here
@@ -400,7 +407,7 @@ class Trainer:
                        total_steps=cfg.train.steps, pid=os.getpid())
         while self.step_no < cfg.train.steps and not self.stop_requested:
             row = self.step()
-            if cfg.train.eval_every and self.step_no % cfg.train.eval_every == 0:
+            if cfg.train.eval_every and self.eval_rows and self.step_no % cfg.train.eval_every == 0:
                 row["eval/accuracy"] = self.evaluate()
             self.rundir.metrics(row)
             if progress:
@@ -420,8 +427,27 @@ class Trainer:
         path = checkpoint.save(self.rundir.dir, self.step_no, self.policy, self.optimizer, self.schedule,
                                self.scaler, self.prompts.state(),
                                {"bad_steps": self.bad_steps, "bad_streak": self.bad_streak})
-        if path is not None:
-            self.rundir.event("checkpoint", f"saved {path.name}", step=self.step_no, path=str(path))
+        if path is None:
+            return
+        self.rundir.event("checkpoint", f"saved {path.name}", step=self.step_no, path=str(path))
+        keep = self.cfg.train.keep_checkpoints
+        if keep:
+            removed = checkpoint.prune(self.rundir.dir, keep, self.step_no, self._best_metric_scores())
+            if removed:
+                self.rundir.event("checkpoints_deleted", f"deleted {', '.join(f'step-{s}' for s in removed)} "
+                                                         f"(train.keep_checkpoints = {keep})", steps=removed)
+
+    def _best_metric_scores(self) -> dict[int, float]:
+        """step -> train.best_metric from the metrics rows that have a finite one (none without a best_metric)."""
+        name, scores = self.cfg.train.best_metric, {}
+        if name:
+            with open(self.rundir.dir / METRICS, "rb") as fh:
+                for line in fh:
+                    row = parse_row(METRICS, line) or {}
+                    value = as_number(row.get(name))
+                    if value is not None and math.isfinite(value):
+                        scores[row["step"]] = value
+        return scores
 
     def _restore(self) -> None:
         """Continue from the newest trustworthy checkpoint, or from step 0 and the base weights when there

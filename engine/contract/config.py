@@ -17,7 +17,7 @@ from typing import Any
 
 import tomli_w
 
-from grpo_studio.engine.contract import algorithms, backend, bundled, dtypes
+from grpo_studio.engine.contract import algorithms, backend, bundled, dtypes, metrics
 from grpo_studio.engine.contract.errors import UserError, did_you_mean, show_choices, user_path
 
 
@@ -76,7 +76,8 @@ class RolloutConfig:
     top_k: int = opt(0, lo=0, hi=MAX_TOKENS, help="0 = off")
     gpu_memory_utilization: float = opt(0.3, lo=0, hi=1.0, lo_open=True,
                                         help="vLLM: share of the GPU's memory it reserves for weights and KV cache")
-    colocate: bool = opt(True, help="vLLM shares the training GPU (TRL vllm_mode=colocate); false = its own GPU")
+    colocate: bool = opt(True, help="vLLM shares the training GPU (TRL vllm_mode=colocate); false = its "
+                                    "own GPU, read by the VRAM planner only (training refuses it for now)")
     sleep: bool = opt(False, help="vLLM sleeps (frees its memory) during the train phase")
     vllm_enforce_eager: str = opt("auto", choices=["auto", "on", "off"],
                                   help="on = no torch.compile/graphs (faster start, slower decode); off = always compiled; "
@@ -131,6 +132,10 @@ class TrainConfig:
     seed: int = opt(0, lo=0, hi=2**32 - 1, help="seed of the data order, sampling and initialisation")
     grad_clip: float = opt(1.0, lo=0, help="max grad norm; 0 = off")
     save_every: int = opt(20, lo=0, hi=MAX_STEPS, help="checkpoint every N steps; 0 = only at the end")
+    keep_checkpoints: int = opt(0, lo=0, hi=MAX_STEPS, help="keep the newest N checkpoints (plus the best by "
+                                                             "train.best_metric) and delete older ones; 0 = keep all")
+    best_metric: str = opt("", help="metrics key whose highest value marks the best checkpoint, kept by "
+                                    "train.keep_checkpoints (e.g. reward/mean); empty = no best")
     samples_every: int = opt(1, lo=1, hi=MAX_STEPS, help="write samples.jsonl every N steps")
     eval_every: int = opt(0, lo=0, hi=MAX_STEPS, help="held-out accuracy every N steps; 0 = off")
     max_bad_steps: int = opt(5, lo=0, hi=MAX_STEPS, help="stop the run (diverged) after this many steps in a row "
@@ -143,7 +148,8 @@ class DataConfig:
     source: str = opt("builtin:arith", help="builtin:arith, a .jsonl/.csv/.parquet file, or a HF dataset id")
     prompt_column: str = opt("prompt", help="column with the prompt text")
     answer_column: str = opt("answer", help="column with the reference answer the rewards check")
-    eval_size: int = opt(200, lo=0, hi=1_000_000, help="rows held out for evaluation (without data.eval_split)")
+    eval_size: int = opt(-1, lo=-1, hi=1_000_000, help="rows held out for evaluation (without data.eval_split); "
+                                                         "-1 = auto: 200 for builtin:arith, none for other data")
     split: str = opt("train", help="HF dataset split used for training")
     subset: str = opt("", help="HF dataset config name, e.g. 'main' for openai/gsm8k")
     eval_split: str = opt("", help="HF split for evaluation; empty = a seeded held-out slice of eval_size rows")
@@ -430,6 +436,10 @@ def read_recipe(source: str) -> dict:
 def validate(cfg: Config) -> None:
     """Cross-field rules that single-key checks cannot express."""
     r, a = cfg.rollout, cfg.algo
+    best = cfg.train.best_metric
+    if best and metrics.lookup(best) is None:
+        raise UserError(f"not a metric the trainer writes{did_you_mean(best, metrics.names(cfg.rewards.funcs))}",
+                        key="train.best_metric", value=best)
     if a.is_mode == "mask" and a.is_level != "none" and a.is_cap <= 0:
         raise UserError(f"algo.is_cap = {a.is_cap:g}: algo.is_mode = 'mask' needs a cap > 0 (e.g. 10.0)")
     if 0 < a.delta <= 1 + a.epsilon_high:
