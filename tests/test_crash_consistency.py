@@ -33,8 +33,10 @@ from grpo_studio.studio.rundata import RunData
 
 PAUSE_ENV = "GRPO_STUDIO_TEST_CHECKPOINT_PAUSE_S"  # engine/checkpoint.py's test hook
 STEPS = 12
+PACE = Path(__file__).with_name("pace_reward.py")  # 50 ms a step: kills land between the chosen steps
 SETTINGS = ["train.prompts_per_step=4", "rollout.num_generations=4", f"train.steps={STEPS}", "train.save_every=3",
-            "train.eval_every=5", "train.samples_every=2", "data.eval_size=16"]
+            "train.eval_every=5", "train.samples_every=2", "data.eval_size=16",
+            f"rewards.funcs=correctness,format,{PACE}:pace"]
 SAMPLE_ROWS = 16  # prompts_per_step × num_generations
 SAMPLE_STEPS = [s for s in range(2, STEPS + 1, 2) for _ in range(SAMPLE_ROWS)]
 
@@ -90,7 +92,9 @@ def steps(run: Path, name: str) -> list[int]:
 
 
 def events(run: Path) -> list[dict]:
-    return rundir.read_events(run)
+    """The run's events less `info` lines (the data summary each start writes): these tests are about
+    state and recovery events."""
+    return [e for e in rundir.read_events(run) if e["event"] != "info"]
 
 
 def started(run: Path) -> int:
@@ -188,7 +192,7 @@ def test_sigkill_at_random_moments_then_resume_gives_each_step_once_and_the_unin
         elif moment == "checkpoint":
             wait_for((run / "checkpoints" / f".step-{step}.tmp").exists, proc, f"checkpoint {step} being written")
         if moment != "checkpoint":
-            time.sleep(rng.uniform(0.0, 0.3))
+            time.sleep(rng.uniform(0.0, 0.04))  # within the paced step (tests/pace_reward.py: 50 ms)
         lock = rundir.read_lock(run)
         if victim == "trainer":
             os.kill(lock.pid, signal.SIGKILL)
@@ -375,7 +379,7 @@ def test_malformed_lines_crash_no_reader_and_resume_drops_them(reference, tmp_pa
         assert (run / name).read_text() == (reference / name).read_text()
     text = (run / EVENTS).read_text()
     assert text.startswith(reference_events)
-    new = [json.loads(line) for line in text[len(reference_events):].splitlines()]
+    new = [e for e in map(json.loads, text[len(reference_events):].splitlines()) if e["event"] != "info"]
     assert [e["event"] for e in new] == ["rows_dropped", "started", "finished"]
     assert new[0]["files"] == {name: {"past": 0, "malformed": n + 1} for name in (*STREAMS, EVENTS)}
 
