@@ -47,6 +47,11 @@ def _dirs(run_dir: Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
+def newest(run_dir: Path, at_most: int) -> Path | None:
+    """The newest checkpoint folder saved at a step <= at_most, or None."""
+    return next((path for step, path in reversed(_dirs(run_dir)) if step <= at_most), None)
+
+
 def _sha256(path: Path) -> str:
     with open(path, "rb") as fh:
         return hashlib.file_digest(fh, "sha256").hexdigest()

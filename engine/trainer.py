@@ -31,11 +31,11 @@ from grpo_studio.engine.faults import disk_full, disk_full_error, out_of_memory
 from grpo_studio.engine.logprobs import token_logprobs
 from grpo_studio.engine.losses import LossInputs, policy_loss
 from grpo_studio.engine.mismatch import dlogp_histogram, mismatch_metrics
-from grpo_studio.engine.contract import precision
+from grpo_studio.engine.contract import metrics as schema, precision
 from grpo_studio.engine.precision import LossScaler
 from grpo_studio.engine.sampler import Sampling, make_sampler
 from grpo_studio.engine.sampler.base import NonFiniteSampling, Rollout
-from grpo_studio.engine.contract.rundir import CONFIG, METRICS, RunWriter, as_number, parse_row, read_events
+from grpo_studio.engine.contract.rundir import CONFIG, METRICS, RunWriter, as_number, read_rows
 from grpo_studio.engine.weights import export_weights
 
 
@@ -312,10 +312,10 @@ class Trainer:
         raise UserError(why, kind="run")
 
     def _last_checkpoint(self, at_most: int) -> str | None:
-        """The path of the newest checkpoint saved at a step <= at_most (from the `checkpoint` events)."""
-        saved = [e.get("path") for e in read_events(self.rundir.dir)
-                 if e.get("event") == "checkpoint" and isinstance(e.get("step"), int) and e["step"] <= at_most]
-        return saved[-1] if saved else None
+        """The path of the newest checkpoint on disk saved at a step <= at_most (train.keep_checkpoints may
+        have deleted older ones)."""
+        path = checkpoint.newest(self.rundir.dir, at_most)
+        return None if path is None else str(path)
 
     def _common_metrics(self, t0: float) -> dict:
         """The part of a metrics row every step has, taken or skipped (call after step_no += 1)."""
@@ -343,8 +343,8 @@ class Trainer:
         for j, (name, _) in enumerate(self.reward_fns):
             col = rewards[:, j]
             col = col[~torch.isnan(col)]
-            out[f"rewards/{name}/mean"] = col.mean().item() if col.numel() else float("nan")
-            out[f"rewards/{name}/std"] = col.std().item() if col.numel() > 1 else 0.0
+            out[schema.reward_key(name, "mean")] = col.mean().item() if col.numel() else float("nan")
+            out[schema.reward_key(name, "std")] = col.std().item() if col.numel() > 1 else 0.0
         return out
 
     def _reward_error(self, name: str, message: str, index, **fields) -> None:
@@ -440,13 +440,10 @@ class Trainer:
     def _best_metric_scores(self) -> dict[int, float]:
         """step -> train.best_metric from the metrics rows that have a finite one (none without a best_metric)."""
         name, scores = self.cfg.train.best_metric, {}
-        if name:
-            with open(self.rundir.dir / METRICS, "rb") as fh:
-                for line in fh:
-                    row = parse_row(METRICS, line) or {}
-                    value = as_number(row.get(name))
-                    if value is not None and math.isfinite(value):
-                        scores[row["step"]] = value
+        for row in read_rows(self.rundir.dir / METRICS) if name else []:
+            value = as_number(row.get(name))
+            if value is not None and math.isfinite(value):
+                scores[row[schema.STEP]] = value
         return scores
 
     def _restore(self) -> None:

