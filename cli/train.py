@@ -68,6 +68,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_recipe(parser)
     parser.add_argument("--run-dir", type=Path)
     parser.add_argument("--resume", type=Path, metavar="DIR", help="continue the run in DIR from its last checkpoint")
+    parser.add_argument("--force", action="store_true",
+                        help="launch even when the pre-flight check says the run will not fit the free memory")
     parser.add_argument(IN_PROCESS, dest="in_process", action="store_true", help=argparse.SUPPRESS)
 
 
@@ -98,6 +100,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         cfg = config.load(args.recipe, args.sets)
         run_dir = args.run_dir or default_run_dir(args.recipe)
+    if not args.in_process:
+        preflight_check(cfg, args.force)  # before the run directory exists: a refused run leaves nothing behind
     usable_run_dir(run_dir, "--resume" if args.resume else "--run-dir")
     if not args.in_process:
         return supervise(args, run_dir)
@@ -113,6 +117,19 @@ def run(args: argparse.Namespace) -> int:
         trainer.close()
     print(f"{state} at step {trainer.step_no}: {run_dir}", flush=True)
     return 0
+
+
+def preflight_check(cfg: config.Config, force: bool) -> None:
+    """The planner's total against the device's free memory, before anything loads (engine/contract/preflight.py):
+    a run that will not fit is refused in one line unless --force."""
+    from grpo_studio.engine.contract import preflight
+
+    verdict = preflight.check(cfg, preflight.device())
+    if verdict.fits or force:
+        note = verdict.message if verdict.fits else f"pre-flight (--force): {verdict.message}"
+        print(note, flush=True)  # stdout, with the progress: stderr stays the one line of an error
+        return
+    raise UserError(f"{verdict.message}; or launch anyway with --force", kind="pre-flight")
 
 
 def supervise(args: argparse.Namespace, run_dir: Path) -> int:

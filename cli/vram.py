@@ -27,20 +27,12 @@ def parse_gpu_mem(text: str) -> float:
 
 
 def detect_gpu_gib() -> tuple[float | None, str]:
-    """Total memory of GPU 0 via pynvml (nvidia-ml-py); (None, reason) when there is none."""
-    try:
-        import pynvml
+    """Total memory of the first visible GPU (pynvml, engine/contract/preflight.py); (None, reason) when there
+    is none."""
+    from grpo_studio.engine.contract import preflight
 
-        pynvml.nvmlInit()
-        try:
-            handle = pynvml.nvmlDeviceGetHandleByIndex(0)
-            name = pynvml.nvmlDeviceGetName(handle)
-            total = pynvml.nvmlDeviceGetMemoryInfo(handle).total
-        finally:
-            pynvml.nvmlShutdown()
-        return total / 2 ** 30, name.decode() if isinstance(name, bytes) else str(name)
-    except Exception:  # no driver, no GPU, no pynvml: all mean "no GPU"
-        return None, "no GPU detected"
+    dev = preflight.gpu()
+    return (None, "no GPU detected") if dev is None else (dev.total_gib, dev.name)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -112,9 +112,9 @@ class StudioApp(App):
         self.push_screen(CompareScreen(run_dirs))
 
     # ---- training processes -----------------------------------------------------------------
-    def launch_run(self, cfg: Config, label: str | None = None) -> Path:
+    def launch_run(self, cfg: Config, label: str | None = None, force: bool = False) -> Path:
         run_dir = launcher.new_run_dir(self.runs_root, label or launcher.run_label(cfg))
-        self.procs.append(launcher.launch(cfg, run_dir))
+        self.procs.append(launcher.launch(cfg, run_dir, force))
         self.notify(f"trainer started: {run_dir}")
         self.open_run(run_dir)
         return run_dir

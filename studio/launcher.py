@@ -36,14 +36,16 @@ def run_label(cfg: Config) -> str:
     return f"{model}-{cfg.model.dtype}"
 
 
-def launch(cfg: Config, run_dir: Path) -> subprocess.Popen:
-    """Write the setup next to the run and start `grpo-studio train` on it, detached."""
+def launch(cfg: Config, run_dir: Path, force: bool = False) -> subprocess.Popen:
+    """Write the setup next to the run and start `grpo-studio train` on it, detached (`force`: past a
+    refusing pre-flight check, which the user was shown)."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     setup = run_dir / "setup.toml"
     rundir.atomic_write_text(setup, cfgmod.to_toml(cfg))
     log = open(run_dir / rundir.STDOUT, "ab")
     cmd = [sys.executable, "-m", "grpo_studio.cli.main", "train", str(setup), "--run-dir", str(run_dir)]
+    cmd += ["--force"] if force else []
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     try:
         return subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,

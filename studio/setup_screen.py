@@ -262,9 +262,24 @@ class SetupScreen(Screen):
         return self.cfg
 
     def action_launch(self) -> None:
+        """Launch after the pre-flight check (engine/contract/preflight.py); a run it refuses launches only
+        when the user answers yes to "launch anyway"."""
+        from grpo_studio.engine.contract import preflight
+        from grpo_studio.studio.dialogs import Confirm
+
         cfg = self.valid_config()
-        if cfg is not None:
+        if cfg is None:
+            return
+        verdict = preflight.check(cfg, preflight.device())
+        if verdict.fits:
             self.app.launch_run(cfg)
+            return
+
+        def done(yes: bool | None) -> None:
+            if yes:
+                self.app.launch_run(cfg, force=True)
+
+        self.app.push_screen(Confirm(f"Pre-flight: {verdict.message}. Launch anyway?"), done)
 
     def action_save(self) -> None:
         from grpo_studio.studio.dialogs import PathPrompt

@@ -45,7 +45,6 @@ SHARED = {
     "rollout.top_p": "top_p",
     "rollout.top_k": "top_k",
     "rollout.num_generations": "num_generations",
-    "rollout.gpu_memory_utilization": "vllm_gpu_memory_utilization",
     "rollout.colocate": lambda c: c.vllm_mode == "colocate",
     "rollout.sleep": "vllm_enable_sleep_mode",
     "train.num_iterations": "num_iterations",
@@ -62,6 +61,7 @@ SHARED = {
 INTENDED = {
     "model.dtype": "bf16",
     "model.gradient_checkpointing": "gradient_checkpointing",
+    "rollout.gpu_memory_utilization": "vllm_gpu_memory_utilization",
     "rollout.max_completion_len": "max_completion_length",
     "train.lr": "learning_rate",
     "train.lr_schedule": "lr_scheduler_type",

@@ -21,10 +21,11 @@ from grpo_studio.engine.contract import algorithms, backend, bundled, dtypes, me
 from grpo_studio.engine.contract.errors import UserError, did_you_mean, show_choices, user_path
 
 
-def opt(default, *, choices=None, lo=None, hi=None, lo_open=False, item=None, help=""):
+def opt(default, *, choices=None, lo=None, hi=None, lo_open=False, item=None, auto=None, help=""):
     """A config field with its validation rules (choices, inclusive/open lower bound, upper bound; for a
-    list the type of its items, str or float)."""
-    meta = {"choices": choices, "lo": lo, "hi": hi, "lo_open": lo_open, "item": item, "help": help}
+    list the type of its items, str or float; for a key that also takes the word "auto", the type of its
+    other values)."""
+    meta = {"choices": choices, "lo": lo, "hi": hi, "lo_open": lo_open, "item": item, "auto": auto, "help": help}
     if isinstance(default, list):
         return field(default_factory=lambda: list(default), metadata=meta)
     return field(default=default, metadata=meta)
@@ -41,6 +42,7 @@ MAX_PROMPTS = 65_536          # prompts per step
 MAX_SEQUENCES = 1_048_576     # sequences per step: prompts_per_step x num_generations
 MAX_SECONDS = 86_400          # a reward time bound: one day
 MAX_UPDATES = 1024            # optimizer steps per rollout: steps_per_generation, num_iterations
+AUTO = "auto"                 # the word a key declared with opt(auto=type) takes besides its values
 
 
 @dataclass
@@ -74,8 +76,9 @@ class RolloutConfig:
     temperature: float = opt(1.0, lo=0, lo_open=True, help="sampling temperature; the trainer's log-probs use the same")
     top_p: float = opt(1.0, lo=0, hi=1.0, lo_open=True, help="nucleus sampling; 1 = off")
     top_k: int = opt(0, lo=0, hi=MAX_TOKENS, help="0 = off")
-    gpu_memory_utilization: float = opt(0.3, lo=0, hi=1.0, lo_open=True,
-                                        help="vLLM: share of the GPU's memory it reserves for weights and KV cache")
+    gpu_memory_utilization: float | str = opt(AUTO, auto=float, lo=0, hi=1.0, lo_open=True,
+                                              help="vLLM: share of the GPU's memory it reserves for weights and KV "
+                                                   "cache; auto = the planner's need for one rollout (docs/vram.md)")
     colocate: bool = opt(True, help="vLLM shares the training GPU (TRL vllm_mode=colocate); false = its "
                                     "own GPU, read by the VRAM planner only (training refuses it for now)")
     sleep: bool = opt(False, help="vLLM sleeps (frees its memory) during the train phase")
@@ -233,12 +236,13 @@ class KeyInfo:
     hi: float | None
     lo_open: bool
     help: str
+    auto: bool = False  # also takes the word "auto"
 
     def allowed(self) -> str:
         """The allowed values as the error messages word them: 'fp32, bf16, fp16, fp8', '>= 0', '> 0, <= 1'."""
         if self.choices is not None:
             return show_choices(self.choices)
-        bounds = []
+        bounds = ["auto"] if self.auto else []
         if self.lo is not None:
             bounds.append(_lower(self.lo, self.lo_open))
         if self.hi is not None:
@@ -254,9 +258,11 @@ def key_info() -> list[KeyInfo]:
         for name, f in _section_fields(section).items():
             default = getattr(getattr(defaults, section), name)
             m = f.metadata
-            out.append(KeyInfo(f"{section}.{name}", type(default).__name__, default,
+            kind = m["auto"] if m.get("auto") else type(default)
+            out.append(KeyInfo(f"{section}.{name}", kind.__name__, default,
                                tuple(m["choices"]) if m.get("choices") is not None else None,
-                               m.get("lo"), m.get("hi"), bool(m.get("lo_open")), m.get("help", "")))
+                               m.get("lo"), m.get("hi"), bool(m.get("lo_open")), m.get("help", ""),
+                               bool(m.get("auto"))))
     return out
 
 
@@ -360,10 +366,18 @@ def set_key(cfg: Config, key: str, value: Any, from_text: bool = False) -> None:
     if name not in fields:
         raise UserError(f"unknown key {key!r}{did_you_mean(key, all_keys())}")
     current, meta = getattr(getattr(cfg, section), name), fields[name].metadata
+    if meta.get("auto") and isinstance(value, str) and value.strip().lower() == AUTO:
+        setattr(getattr(cfg, section), name, AUTO)
+        return
     if isinstance(current, list):
         converted = _coerce_list(key, value, meta["item"], from_text)
     else:
-        converted = _coerce(key, value, current, from_text)
+        try:
+            converted = _coerce(key, value, meta["auto"]() if meta.get("auto") else current, from_text)
+        except UserError as err:
+            if not meta.get("auto"):
+                raise
+            raise UserError(f"expected {AUTO} or {err.why.removeprefix('expected ')}", key=key, value=value) from None
     _check(key, converted, meta)
     setattr(getattr(cfg, section), name, converted)
 

@@ -10,11 +10,12 @@ Two modes (formulas and sources in docs/vram.md):
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Literal
 
 from grpo_studio.engine.contract import backend
-from grpo_studio.engine.contract.config import Config
+from grpo_studio.engine.contract.config import AUTO, Config
 from grpo_studio.engine.contract.dtypes import DTYPES
 from grpo_studio.engine.contract.errors import UserError
 from grpo_studio.engine.contract.model_card import Card
@@ -33,6 +34,8 @@ NF4_NESTED_BLOCK = 256  # double quantisation: the absmax scales in uint8, one f
 LOGPROB_CHUNK_ROWS = 8  # engine/logprobs.py token_logprobs(chunk_rows=8)
 CUDA_CONTEXT_GIB = 0.5  # CUDA context + cuBLAS workspace, typical for torch on recent GPUs
 ALLOCATOR_MARGIN = 0.05  # caching-allocator fragmentation, share of the tensor total
+VLLM_HEADROOM = 1.2     # rollout.gpu_memory_utilization = auto: the need for one rollout, plus 20% ...
+VLLM_OVERHEAD_GIB = 1.0  # ... plus vLLM's own non-KV memory (profiling activations, sampler buffers, graphs)
 
 # Unsloth's published "Training Memory Cost" for Llama 3.1 8B, 20K context, 8 generations.
 # No derivation is published; the planner takes them as the doc's inputs.
@@ -317,8 +320,10 @@ def accurate(card: Card, cfg: Config, gpu_gib: float | None = None,
                             False))
             rule, overlap = "training GPU only: vLLM runs on its own GPU", True
         elif gpu_gib:
-            rows.append(Row("vLLM reservation", r.gpu_memory_utilization * gpu_gib,
-                            f"gpu_memory_utilization {r.gpu_memory_utilization:g} × {gpu_gib:g} GiB "
+            share = vllm_share(card, cfg, gpu_gib)
+            shown = f"{share:g}" if r.gpu_memory_utilization != AUTO else f"auto = {share:g}"
+            rows.append(Row("vLLM reservation", share * gpu_gib,
+                            f"gpu_memory_utilization {shown} × {gpu_gib:g} GiB "
                             f"(holds {_g(need):.2f} GiB of weights + KV: {need_f})", "rollout"))
             rule, overlap = _vllm_rule(r.sleep)
         else:
@@ -331,6 +336,18 @@ def accurate(card: Card, cfg: Config, gpu_gib: float | None = None,
         rows.append(Row("host RAM: offloaded checkpoints", _g(host),
                         "checkpointed layer inputs kept in pinned host RAM (not GPU)", "train", False))
     return rows, rule, overlap
+
+
+def vllm_share(card: Card, cfg: Config, total_gib: float) -> float:
+    """rollout.gpu_memory_utilization as vLLM receives it: the key's value, or for `auto` the share of
+    `total_gib` that holds the rollout's weights and the KV cache of one rollout's sequences, with
+    VLLM_HEADROOM and VLLM_OVERHEAD_GIB, rounded up to 0.01 and capped at 0.95."""
+    r = cfg.rollout
+    if r.gpu_memory_utilization != AUTO:
+        return r.gpu_memory_utilization
+    sequences = cfg.train.prompts_per_step * cfg.train.steps_per_generation * r.num_generations
+    need = _g(card.total_params() * ROLLOUT_BYTES[cfg.rollout_dtype] + kv_cache_bytes(card, cfg, sequences)[0])
+    return min(0.95, math.ceil((need * VLLM_HEADROOM + VLLM_OVERHEAD_GIB) / total_gib * 100) / 100)
 
 
 def _hf_copy_bytes(card: Card, cfg: Config) -> tuple[float, str]:

