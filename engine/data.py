@@ -89,10 +89,17 @@ def _read_hub(data: DataConfig, split: str) -> list[dict]:
     return [dict(r) for r in ds]
 
 
+def _is_file(source: str) -> bool:
+    """Whether data.source names a local file (by its suffix, or because the path exists)."""
+    with user_path("data.source", source):
+        path = Path(source).expanduser()
+        return path.suffix.lower() in FILE_SUFFIXES or path.exists()
+
+
 def _source_rows(data: DataConfig, split_name: str) -> list[dict]:
     with user_path("data.source", data.source):  # a name too long, a NUL byte, '~nosuchuser/x'
         path = Path(data.source).expanduser()
-        if path.suffix.lower() in FILE_SUFFIXES or path.exists():
+        if _is_file(data.source):
             if not path.is_file():
                 raise _err("source", data.source, "file not found; allowed: builtin:arith, a .jsonl/.json/.csv/"
                                                   ".parquet file, or a Hugging Face dataset id like 'openai/gsm8k'")
@@ -203,6 +210,7 @@ def split_summary(data: DataConfig, train: list[dict], evals: list[dict]) -> str
 
 def load_rows(data: DataConfig, split: str) -> list[dict]:
     """Rows of the 'train' or 'eval' split."""
+    _refuse_hub_only_keys(data)
     if data.source == "builtin:arith":
         _check_eval_size(data, len(arith.all_pairs()))
         return arith.rows(split, eval_size(data))
@@ -220,11 +228,25 @@ def load_rows(data: DataConfig, split: str) -> list[dict]:
     return [r for i, r in enumerate(rows) if i not in held]
 
 
+def _refuse_hub_only_keys(data: DataConfig) -> None:
+    """data.split, data.subset and data.eval_split pick parts of a Hugging Face dataset: a file or a built-in
+    task has none, and reading one of them anyway would train (or evaluate) on the whole of it."""
+    if not data.source.startswith("builtin:") and not _is_file(data.source):
+        return
+    what = "a built-in task" if data.source.startswith("builtin:") else "a file"
+    for key, value, unset in (("split", data.split, "train"), ("subset", data.subset, ""),
+                              ("eval_split", data.eval_split, "")):
+        if value != unset:
+            raise _err(key, value, f"picks a part of a Hugging Face dataset and data.source = {data.source!r} is "
+                                   f"{what}; allowed: {unset!r} (hold rows out with data.eval_size)")
+
+
 def _check_eval_size(data: DataConfig, n_rows: int) -> None:
     size = eval_size(data)
     if size and size >= n_rows:
+        hub = not data.source.startswith("builtin:") and not _is_file(data.source)
         raise _err("eval_size", data.eval_size, f"{data.source} has {n_rows} rows; allowed: 0 to {n_rows - 1} "
-                                                f"(rows held out for evaluation), or set data.eval_split")
+                                                f"(rows held out for evaluation){', or set data.eval_split' * hub}")
 
 
 # ---- rendering prompts --------------------------------------------------------------------------

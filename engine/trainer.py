@@ -70,7 +70,8 @@ class Trainer:
         self.rundir.event("info", data.split_summary(cfg.data, self.prompts.rows, self.eval_rows))
         if cfg.train.eval_every and not self.eval_rows:
             self.rundir.event("warning", f"train.eval_every = {cfg.train.eval_every}: no rows to evaluate on, so no "
-                                         f"eval/accuracy; set data.eval_size (rows held out) or data.eval_split")
+                                         f"eval/accuracy; set data.eval_size (rows held out), or data.eval_split "
+                                         f"for a Hugging Face dataset")
         self.model_path = policy_loader.resolve_model_path(cfg.model.name)
         self.tokenizer = policy_loader.load_tokenizer(self.model_path)
         data.prompt_text(self.prompts.rows[0], cfg.data, self.tokenizer)  # a broken chat template fails here

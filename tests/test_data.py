@@ -81,7 +81,13 @@ def test_eval_split_is_a_seeded_held_out_slice(tmp_path):
 
 @pytest.mark.parametrize("extra, message", [
     (["data.eval_size=6"], "config error: data.eval_size = 6: {p} has 6 rows; allowed: 0 to 5 (rows held out for "
-                           "evaluation), or set data.eval_split"),
+                           "evaluation)"),
+    (["data.eval_split=test"], "config error: data.eval_split = 'test': picks a part of a Hugging Face dataset and "
+                               "data.source = '{p}' is a file; allowed: '' (hold rows out with data.eval_size)"),
+    (["data.split=test"], "config error: data.split = 'test': picks a part of a Hugging Face dataset and "
+                          "data.source = '{p}' is a file; allowed: 'train' (hold rows out with data.eval_size)"),
+    (["data.subset=main"], "config error: data.subset = 'main': picks a part of a Hugging Face dataset and "
+                           "data.source = '{p}' is a file; allowed: '' (hold rows out with data.eval_size)"),
     (["data.prompt_column=text"], "config error: data.prompt_column = 'text': no such column in {p}; columns: "
                                   "question, answer"),
     (["data.answer_column=solution"], "config error: data.answer_column = 'solution': no such column in {p}; "

@@ -109,7 +109,10 @@ def test_data_file_mistakes_are_one_exact_line(tmp_path):
                                            "RuntimeError: Could not determine home directory."),
         (data_cfg("builtin:arith", "data.eval_size=2500"),
          "config error: data.eval_size = 2500: builtin:arith has 2500 rows; allowed: 0 to 2499 (rows held out for "
-         "evaluation), or set data.eval_split"),
+         "evaluation)"),
+        (data_cfg("builtin:arith", "data.eval_split=test"),
+         "config error: data.eval_split = 'test': picks a part of a Hugging Face dataset and data.source = "
+         "'builtin:arith' is a built-in task; allowed: '' (hold rows out with data.eval_size)"),
     ]
     for cfg, message in cases:
         with pytest.raises(UserError) as err:
