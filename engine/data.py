@@ -211,9 +211,10 @@ def split_summary(data: DataConfig, train: list[dict], evals: list[dict]) -> str
 def load_rows(data: DataConfig, split: str) -> list[dict]:
     """Rows of the 'train' or 'eval' split."""
     _refuse_hub_only_keys(data)
-    if data.source == "builtin:arith":
+    if data.source == "builtin:arith":  # read as a file's rows are: columns, system prompt
         _check_eval_size(data, len(arith.all_pairs()))
-        return arith.rows(split, eval_size(data))
+        rows = arith.rows(split, eval_size(data))
+        return normalize(rows, data) if rows else []
     if split == "eval" and data.eval_split:
         return normalize(_source_rows(data, data.eval_split), data)
     rows = normalize(_source_rows(data, data.split), data)
