@@ -140,16 +140,18 @@ def _lora_sync(cfg, plan, model_path, tokenizer, prompts, a) -> dict:
 
 
 def _random_model(spec: str) -> str:
-    """random:LxH → a randomly initialised Qwen3 (L layers, hidden H, head_dim 64, GQA 2:1, MLP 3H)."""
+    """random:LxH[xI] → a randomly initialised Qwen3 (L layers, hidden H, head_dim 64, GQA 2:1, MLP I,
+    default 3H)."""
     import importlib.util
     from pathlib import Path
 
     from grpo_studio.engine.contract.errors import UserError
 
     try:
-        layers, hidden = (int(x) for x in spec.removeprefix("random:").split("x"))
+        layers, hidden, *mlp = (int(x) for x in spec.removeprefix("random:").split("x"))
+        (intermediate,) = mlp or [3 * hidden]
     except ValueError:
-        raise UserError("use random:LAYERSxHIDDEN, e.g. random:8x1024", kind="bench", key="--model",
+        raise UserError("use random:LAYERSxHIDDEN[xINTERMEDIATE], e.g. random:8x1024", kind="bench", key="--model",
                         value=spec) from None
     maker_path = Path(__file__).resolve().parents[1] / "scripts" / "make_tiny_model.py"
     spec_ = importlib.util.spec_from_file_location("make_tiny_model", maker_path)
@@ -159,7 +161,7 @@ def _random_model(spec: str) -> str:
 
     tok = maker.build_tokenizer()
     heads = max(1, hidden // 64)
-    config = Qwen3Config(vocab_size=maker.VOCAB_SIZE, hidden_size=hidden, intermediate_size=3 * hidden,
+    config = Qwen3Config(vocab_size=maker.VOCAB_SIZE, hidden_size=hidden, intermediate_size=intermediate,
                          num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=max(1, heads // 2),
                          head_dim=64, max_position_embeddings=512, tie_word_embeddings=True,
                          eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, bos_token_id=None)

@@ -29,6 +29,42 @@ def _report(args: argparse.Namespace, measure, show, indent: int = 2) -> dict:
     return report
 
 
+# ---- logprobs ----------------------------------------------------------------------------
+
+def _logprobs_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--tokens", type=int, default=512, help="completion tokens (rows of hidden states, default 512)")
+    p.add_argument("--hidden", type=int, default=896, help="hidden size (default 896, Qwen2.5-0.5B)")
+    p.add_argument("--vocab", type=int, default=151_936, help="vocabulary (default 151936, Qwen2.5/Qwen3)")
+    p.add_argument("--chunk", type=int, default=32, help="model.logits_chunk of the chunked paths (default 32)")
+    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--repeats", type=int, default=3, help="timed calls per path, after a warm-up call (default 3)")
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="auto: cuda when available")
+    p.add_argument("--seed", type=int, default=0)
+
+
+def _logprobs(args: argparse.Namespace) -> int:
+    from grpo_studio.benchmarks import logprobs
+
+    for opt, value in (("--tokens", args.tokens), ("--hidden", args.hidden), ("--vocab", args.vocab),
+                       ("--chunk", args.chunk), ("--repeats", args.repeats)):
+        if value < 1:
+            raise UserError("must be >= 1", kind="bench", key=opt, value=value)
+    if args.temperature <= 0:
+        raise UserError("must be > 0", kind="bench", key="--temperature", value=args.temperature)
+    device = args.device
+    if device != "cpu":
+        import torch
+
+        if device == "cuda" and not torch.cuda.is_available():
+            raise UserError("no CUDA device here; use cpu or auto", kind="bench", key="--device", value=device)
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    workload = logprobs.Workload(tokens=args.tokens, hidden=args.hidden, vocab=args.vocab, chunk=args.chunk,
+                                 temperature=args.temperature, repeats=args.repeats, device=device, seed=args.seed)
+    progress = None if args.json else (lambda n: print(f"measuring {n} ...", file=sys.stderr, flush=True))
+    _report(args, lambda: logprobs.run(workload, progress), logprobs.print_report)
+    return 0
+
+
 # ---- mismatch ----------------------------------------------------------------------------
 
 def _mismatch_arguments(p: argparse.ArgumentParser) -> None:
@@ -91,6 +127,96 @@ def _rollout(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---- scaling -----------------------------------------------------------------------------
+
+def _scaling_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--recipe", default=DEFAULT_RECIPE, help=f"recipe preset or TOML file (default {DEFAULT_RECIPE})")
+    p.add_argument("--nproc", type=int, default=2, help="processes of the data-parallel side (default 2)")
+    p.add_argument("--prompts", type=int, default=16, help="prompts per step, all processes together (default 16)")
+    p.add_argument("--generations", type=int, default=8, help="completions per prompt (default 8)")
+    p.add_argument("--steps", type=int, default=8, help="timed steps per side (default 8)")
+    p.add_argument("--warmup", type=int, default=2, help="untimed steps per side before them (default 2)")
+
+
+def _scaling(args: argparse.Namespace) -> int:
+    from grpo_studio.benchmarks import scaling
+
+    for opt, value, low in (("--nproc", args.nproc, 2), ("--prompts", args.prompts, 1),
+                            ("--generations", args.generations, 2), ("--steps", args.steps, 1),
+                            ("--warmup", args.warmup, 0)):
+        if value < low:
+            raise UserError(f"must be >= {low}", kind="bench", key=opt, value=value)
+    if args.prompts % args.nproc:
+        raise UserError(f"must divide evenly among the {args.nproc} processes", kind="bench", key="--prompts",
+                        value=args.prompts)
+    workload = scaling.Workload(recipe=args.recipe, nproc=args.nproc, prompts=args.prompts,
+                                generations=args.generations, steps=args.steps, warmup=args.warmup)
+    progress = None if args.json else (lambda n: print(f"measuring {n} ...", file=sys.stderr, flush=True))
+    _report(args, lambda: scaling.run(workload, progress), scaling.print_report)
+    return 0
+
+
+# ---- step --------------------------------------------------------------------------------
+
+def _step_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--vs", default="trl", choices=["trl", "none"], help="the baseline run first (default trl: "
+                                                                        "TRL's GRPOTrainer; none: ours only)")
+    p.add_argument("--model", default="tiny-arith",
+                   help="preset id, local folder, or random:LAYERSxHIDDEN[xINTERMEDIATE] (a random Qwen3 with the "
+                        "bundled char tokenizer and an EOS bias, e.g. random:8x768x2048, ~50M parameters)")
+    p.add_argument("--prompts", type=int, default=16, help="prompts per step (default 16)")
+    p.add_argument("--generations", type=int, default=8, help="completions per prompt (default 8)")
+    p.add_argument("--max-tokens", type=int, default=8, help="max completion tokens (default 8)")
+    p.add_argument("--mean-len", type=int, default=0,
+                   help="random models: mean completion length the EOS bias aims at (default 0: max-tokens / 2)")
+    p.add_argument("--steps", type=int, default=5, help="timed steps per side (default 5)")
+    p.add_argument("--warmup", type=int, default=1, help="untimed steps per side before them (default 1)")
+    p.add_argument("--lora-rank", type=int, default=16, help="LoRA rank, 0 = full fine-tune (default 16)")
+    p.add_argument("--lr", type=float, default=2e-3, help="learning rate (default 2e-3)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--backends", default="hf", help="our rollout backends, comma list from hf, vllm (default hf)")
+    p.add_argument("--micro-batch-tokens", type=int, default=0,
+                   help="ours: train.micro_batch_tokens, length-sorted micro-batches under this token budget "
+                        "(default 0: one padded batch, as TRL)")
+    p.add_argument("--profile", type=int, default=0, metavar="N",
+                   help="also profile one more step of ours (torch.profiler) and show its top N operators")
+
+
+def _mean_len(args: argparse.Namespace) -> int:
+    """The EOS bias's target length: random models only (a trained model has its own lengths)."""
+    if not args.model.startswith("random:"):
+        return 0
+    return args.mean_len or max(2, args.max_tokens // 2)
+
+
+def _step(args: argparse.Namespace) -> int:
+    from grpo_studio.benchmarks import step
+
+    backends = tuple(b for b in args.backends.split(",") if b)
+    if not backends or set(backends) - {"hf", "vllm"}:
+        raise UserError("a comma list from hf, vllm", kind="bench", key="--backends", value=args.backends)
+    for opt, value in (("--prompts", args.prompts), ("--max-tokens", args.max_tokens), ("--steps", args.steps)):
+        if value < 1:
+            raise UserError("must be >= 1", kind="bench", key=opt, value=value)
+    if args.generations < 2:
+        raise UserError("must be >= 2 (group-relative advantages)", kind="bench", key="--generations",
+                        value=args.generations)
+    if not args.lr > 0:
+        raise UserError("must be > 0", kind="bench", key="--lr", value=args.lr)
+    for opt, value in (("--warmup", args.warmup), ("--mean-len", args.mean_len), ("--lora-rank", args.lora_rank),
+                       ("--micro-batch-tokens", args.micro_batch_tokens), ("--profile", args.profile)):
+        if value < 0:
+            raise UserError("must be >= 0", kind="bench", key=opt, value=value)
+    workload = step.Workload(model=args.model, prompts=args.prompts, generations=args.generations,
+                             max_tokens=args.max_tokens, mean_len=_mean_len(args),
+                             steps=args.steps, warmup=args.warmup, lora_rank=args.lora_rank, lr=args.lr,
+                             seed=args.seed, backends=backends, vs=args.vs, micro_batch_tokens=args.micro_batch_tokens,
+                             profile=args.profile)
+    progress = None if args.json else (lambda n: print(f"measuring {n} ...", file=sys.stderr, flush=True))
+    _report(args, lambda: step.run(workload, progress), step.print_report)
+    return 0
+
+
 # ---- ui ----------------------------------------------------------------------------------
 
 def _ui_arguments(p: argparse.ArgumentParser) -> None:
@@ -122,9 +248,15 @@ def _vram_accuracy(args: argparse.Namespace) -> int:
 
 
 BENCHMARKS = {  # NAME -> (one line for --help, its flags, how it runs); the error message lists them in this order
+    "logprobs": ("log-probs at a 151,936 vocabulary: materialised logits vs chunked (vs Triton on CUDA), "
+                 "peak memory, time, differences", _logprobs_arguments, _logprobs),
     "mismatch": ("rollout/train mismatch per precision on the same prompts and seeds", _mismatch_arguments,
                  _mismatch),
     "rollout": ("rollout tokens/s, hf vs vLLM, on the same prompts", _rollout_arguments, _rollout),
+    "scaling": ("data-parallel training, 1 vs N processes (torchrun): steps/s, tokens/s, communication per step",
+                _scaling_arguments, _scaling),
+    "step": ("whole optimizer steps: TRL's GRPOTrainer vs ours, s/step, tokens/s, memory, MFU", _step_arguments,
+             _step),
     "ui": ("studio responsiveness: first frame and chart refresh", _ui_arguments, _ui),
     "vram-accuracy": ("the VRAM planner's accurate mode against real training steps",
                       lambda p: None, _vram_accuracy),  # a fixed set of configs: no flags but --json

@@ -15,7 +15,7 @@ from grpo_studio.cli.parser import OneLineParser
 from grpo_studio.engine.contract.errors import UserError
 from grpo_studio.engine.contract.rundir import RunLock
 
-COMMANDS = {  # name -> one line for `grpo-studio --help`; the module is grpo_studio.cli.<name>
+COMMANDS = {  # name -> one line for `grpo-studio --help`; the module is grpo_studio.cli.<name, - as _>
     "train": "train headless, writing a run directory",
     "vram": "estimate GPU memory for a config",
     "runs": "list runs and their state",
@@ -24,6 +24,8 @@ COMMANDS = {  # name -> one line for `grpo-studio --help`; the module is grpo_st
     "rewards": "list the built-in reward functions",
     "report": "export a run's charts to PNG and an HTML summary",
     "config": "list every config key: type, default, allowed values, help",
+    "export": "export a checkpoint: merged folder, GGUF, or a Hub push",
+    "rollout-serve": "serve rollouts from a vLLM engine in its own process (rollout.colocate = false)",
 }
 STUDIO = "studio"  # the bare form, `grpo-studio [RECIPE|FILE.toml] [--set KEY=VALUE]...`: no command word
 USAGE = ("grpo-studio [RECIPE|FILE.toml] [--set KEY=VALUE]... [--runs-dir DIR]   open the studio\n"
@@ -37,7 +39,7 @@ def build_parser() -> OneLineParser:
     parser.add_argument("-V", "--version", action="version", version=f"grpo-studio {__version__}")
     commands = parser.add_subparsers(title="commands", metavar="COMMAND")
     for name in (STUDIO, *COMMANDS):
-        module = importlib.import_module(f"grpo_studio.cli.{name}")
+        module = importlib.import_module(f"grpo_studio.cli.{name.replace('-', '_')}")  # rollout-serve: rollout_serve
         listed = {"help": COMMANDS[name]} if name in COMMANDS else {}  # the bare form is not a command word
         sub = commands.add_parser(name, prog="grpo-studio" if name == STUDIO else f"grpo-studio {name}",
                                   description=module.__doc__, **listed)

@@ -70,6 +70,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--resume", type=Path, metavar="DIR", help="continue the run in DIR from its last checkpoint")
     parser.add_argument("--force", action="store_true",
                         help="launch even when the pre-flight check says the run will not fit the free memory")
+    parser.add_argument("--nproc", type=int, default=1, metavar="N",
+                        help="data-parallel processes on this machine, launched by torchrun (needs train.parallel "
+                             "= ddp); docs/distributed.md")
+    parser.add_argument("--devices", metavar="0,1", help="the GPUs the processes use (CUDA_VISIBLE_DEVICES)")
     parser.add_argument(IN_PROCESS, dest="in_process", action="store_true", help=argparse.SUPPRESS)
 
 
@@ -101,6 +105,7 @@ def run(args: argparse.Namespace) -> int:
         cfg = config.load(args.recipe, args.sets)
         run_dir = args.run_dir or default_run_dir(args.recipe)
     if not args.in_process:
+        check_launch(cfg, args.nproc, args.devices)
         preflight_check(cfg, args.force)  # before the run directory exists: a refused run leaves nothing behind
     usable_run_dir(run_dir, "--resume" if args.resume else "--run-dir")
     if not args.in_process:
@@ -108,15 +113,39 @@ def run(args: argparse.Namespace) -> int:
     from grpo_studio.engine.trainer import Trainer  # torch loads only once the config is known to be good
 
     trainer = Trainer(cfg, run_dir, resume=bool(args.resume))
-    progress = RichProgress(cfg.train.steps) if sys.stdout.isatty() else PlainProgress(cfg.train.steps)
-    print(f"run directory: {run_dir}", flush=True)
+    main = trainer.dist.main  # under torchrun, rank 0 reports for all
+    progress = None
+    if main:
+        progress = RichProgress(cfg.train.steps) if sys.stdout.isatty() else PlainProgress(cfg.train.steps)
+        print(f"run directory: {run_dir}", flush=True)
     try:
         state = trainer.run(progress)
     finally:
-        progress.close()  # before an error line (the error boundary in cli/main.py prints it)
+        if progress:
+            progress.close()  # before an error line (the error boundary in cli/main.py prints it)
         trainer.close()
-    print(f"{state} at step {trainer.step_no}: {run_dir}", flush=True)
+    if main:
+        print(f"{state} at step {trainer.step_no}: {run_dir}", flush=True)
     return 0
+
+
+def check_launch(cfg: config.Config, nproc: int, devices: str | None) -> None:
+    """--nproc and --devices against train.parallel, before anything starts."""
+    if nproc < 1:
+        raise UserError("must be a whole number >= 1", key="--nproc", value=nproc)
+    if nproc > 1 and cfg.train.parallel == "none":
+        raise UserError(f"--nproc {nproc} needs train.parallel = 'ddp' (each process trains on its share of the "
+                        f"prompts); add --set train.parallel=ddp", key="train.parallel", value="none")
+    if nproc > 1 and cfg.train.prompts_per_step % nproc:
+        raise UserError(f"must divide evenly among the {nproc} processes of --nproc", key="train.prompts_per_step",
+                        value=cfg.train.prompts_per_step)
+    if devices is not None:
+        ids = devices.split(",")
+        if not all(i.strip().isdigit() for i in ids):
+            raise UserError("a comma-separated list of GPU indices, e.g. 0,1", key="--devices", value=devices)
+        if len(ids) < nproc:
+            raise UserError(f"--nproc {nproc} needs one device per process, {len(ids)} given", key="--devices",
+                            value=devices)
 
 
 def preflight_check(cfg: config.Config, force: bool) -> None:
@@ -138,33 +167,57 @@ def supervise(args: argparse.Namespace, run_dir: Path) -> int:
     event and loses its lock here. SIGTERM and SIGINT are passed on, so a stop stays graceful. Returns
     the child's exit code (128 + N when signal N killed it)."""
     cmd = [sys.executable, "-m", "grpo_studio.cli.main", "train", IN_PROCESS]
+    env = dict(os.environ)
+    if args.devices is not None:
+        env["CUDA_VISIBLE_DEVICES"] = args.devices
+    if args.nproc > 1:  # torch's launcher starts the ranks and stops them all when one fails
+        cmd[1:3] = ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={args.nproc}",
+                    "-m", "grpo_studio.cli.main"]
     cmd += ["--resume", str(run_dir)] if args.resume else [args.recipe, "--run-dir", str(run_dir)]
     for setting in args.sets:
         cmd += ["--set", setting]
     child, pending = None, []
 
     def forward(signum, _frame):
-        if signum == signal.SIGINT and _terminal_sent_it():
+        if signum == signal.SIGINT and args.nproc == 1 and _terminal_sent_it():
             return  # Ctrl-C reached the trainer from the terminal already
         if child is None:
             pending.append(signum)
         else:
-            child.send_signal(signum)
+            _send(child, signum, args.nproc)
 
     old = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
-        child = subprocess.Popen(cmd)
+        # torchrun in its own process group: Ctrl-C reaches it only through _send, never as torchrun's own signal
+        child = subprocess.Popen(cmd, env=env, process_group=0 if args.nproc > 1 else None)
         for signum in pending:
-            child.send_signal(signum)
+            _send(child, signum, args.nproc)
         code = child.wait()
     finally:
         for sig, handler in old.items():
             signal.signal(sig, handler)
-    if code != 0:
-        crash = rundir.record_exit(run_dir, child.pid, code)
+    if code != 0:  # under torchrun the trainer is rank 0, named by the lock it left
+        crash = rundir.record_exit(run_dir, child.pid if args.nproc == 1 else rundir.read_pid(run_dir) or 0, code)
         if crash:
             print(f"run error: {crash}; the run is marked crashed: {run_dir}", file=sys.stderr, flush=True)
     return code if code >= 0 else 128 - code
+
+
+def _send(child: subprocess.Popen, signum: int, nproc: int) -> None:
+    """Pass a stop on to the trainer: under torchrun to each rank, which all stop after the same step; torchrun
+    itself, signalled, would tear the ranks down and exit non-zero (before it has started them: torchrun)."""
+    if nproc > 1:
+        import psutil
+
+        try:
+            ranks = psutil.Process(child.pid).children()
+        except psutil.NoSuchProcess:  # torchrun has exited
+            return
+        if ranks:
+            for rank in ranks:
+                rank.send_signal(signum)
+            return
+    child.send_signal(signum)
 
 
 def _terminal_sent_it() -> bool:

@@ -18,3 +18,32 @@ def join_prompt_completion(prompt_ids: list[list[int]], completion_ids: torch.Te
     input_ids = torch.cat([left, completion_ids.to(torch.long)], dim=1).to(device)
     attention = torch.cat([left_mask, torch.ones_like(completion_ids, dtype=torch.long)], dim=1).to(device)
     return input_ids, attention
+
+
+def token_budget_groups(prompt_lens: torch.Tensor, completion_lens: torch.Tensor, budget: int) -> list[torch.Tensor]:
+    """Row indices of each micro-batch under a token budget (verl's dynamic batch size, by padding):
+    rows sorted longest first and taken greedily while rows × the micro-batch's own padded width
+    (its longest prompt + its longest completion) stays within `budget`. A row wider than the
+    budget on its own is a micro-batch of one; every row is in exactly one micro-batch."""
+    order = torch.argsort(prompt_lens + completion_lens, descending=True, stable=True).tolist()
+    groups, rows, wide_p, wide_c = [], [], 0, 0
+    for i in order:
+        p, c = max(wide_p, int(prompt_lens[i])), max(wide_c, int(completion_lens[i]))
+        if rows and (len(rows) + 1) * (p + c) > budget:
+            groups.append(torch.tensor(rows))
+            rows, p, c = [], int(prompt_lens[i]), int(completion_lens[i])
+        rows, wide_p, wide_c = rows + [i], p, c
+    groups.append(torch.tensor(rows))
+    return groups
+
+
+def trim(input_ids: torch.Tensor, attention: torch.Tensor, completion_len: int, prompt_lens: torch.Tensor,
+         completion_lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """The rows cut to their own widths: the left prompt padding none of them needs and the completion
+    columns after the longest one's last token (kept >= 2 so a [B, T] stays per-token). Both are masked
+    out of every scored position (left padding by the attention mask, positions skip it; the tail by
+    causality), so the log-probs of the kept tokens are those of the full-width rows."""
+    P = input_ids.shape[1] - completion_len
+    keep_p, keep_c = int(prompt_lens.max()), min(completion_len, max(2, int(completion_lens.max())))
+    cols = slice(P - keep_p, P + keep_c)
+    return input_ids[:, cols], attention[:, cols], keep_c

@@ -4,12 +4,16 @@ materialised (model.logits_chunk = 0): the forward keeps only the completion pos
     (`logits_to_keep`) and the fp32 log-softmax runs over row chunks; autograd saves each
     chunk's log-softmax, so training holds B×T×V fp32 values at its peak.
 chunked (model.logits_chunk = N > 0): the lm_head and log-softmax run N tokens at a time
-    inside one autograd Function that saves only the final hidden states and recomputes each
-    chunk's logits in backward (the memory-efficient path of Unsloth's GRPO, cf. Liger's fused
-    linear cross-entropy): at most N×V logits exist at once, forward or backward. It applies the
+    inside one autograd Function (ChunkedLogSoftmax; the memory-efficient path of Unsloth's GRPO,
+    cf. Liger's fused linear cross-entropy): at most N×V logits exist at once, forward or backward.
+    On CUDA with trl installed it runs TRL 1.16's `trl.kernels` ChunkedLogProbFunction instead
+    (Triton kernels over cuBLAS tiles, `triton_logps`). It applies the
     final-logit transforms that the model's own forward applies after its lm_head: Cohere's
     `logit_scale` (×), Granite's `logits_scaling` (÷) and Gemma-2/3's `final_logit_softcapping`
     (c·tanh(z/c)); the first call on a model checks one row against the model's own logits.
+
+shared prefix (train.shared_prefix): each distinct prompt of a batch runs once and its KV cache is
+    indexed out to the rows that share it before their completions run (`_shared_prefix_hidden`).
 
 Log-probs use the same temperature as the sampler (TRL issue 4159: comparing μ at T with π at
 T=1 makes the mismatch metric and the IS weights meaningless).
@@ -27,14 +31,102 @@ def position_ids(attention_mask: torch.Tensor) -> torch.Tensor:
 
 def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, completion_len: int,
                    temperature: float = 1.0, chunk_rows: int = 8, with_entropy: bool = False,
-                   logits_chunk: int = 0):
+                   logits_chunk: int = 0, shared_prefix: bool = False):
     """Return (logps [B, T], entropy [B, T] or None) for the last `completion_len` tokens."""
     targets = input_ids[:, -completion_len:]
-    if logits_chunk > 0:
-        return _chunked(model, input_ids, attention_mask, targets, temperature, logits_chunk, with_entropy)
-    out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids(attention_mask),
-                logits_to_keep=completion_len + 1, use_cache=False)
-    logits = out.logits[:, :-1, :]                       # position t predicts token t+1
+    if logits_chunk == 0 and not shared_prefix:
+        out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids(attention_mask),
+                    logits_to_keep=completion_len + 1, use_cache=False)
+        return materialised_logps(out.logits[:, :-1, :], targets, temperature, chunk_rows, with_entropy)  # t → t+1
+    hidden = (_shared_prefix_hidden if shared_prefix else _completion_hidden)(model, input_ids, attention_mask,
+                                                                              completion_len)
+    head = model.get_output_embeddings()
+    scale, softcap = head_transform(model)
+    _check_head_transform(model, input_ids[:1], attention_mask[:1], hidden[0], head.weight, scale, softcap)
+    if logits_chunk == 0:
+        return materialised_logps(_final_logits(head(hidden), scale, softcap), targets, temperature, chunk_rows,
+                                  with_entropy)
+    B, T = targets.shape
+    logps, entropy = fused_logps(hidden.reshape(B * T, -1), head.weight, targets.reshape(-1), temperature,
+                                 logits_chunk, scale, softcap, with_entropy)
+    return logps.view(B, T), (entropy.view(B, T) if with_entropy else None)
+
+
+def _completion_hidden(model, input_ids, attention_mask, T):
+    """Final hidden states [B, T, H] of the positions that predict the T completion tokens (t predicts t+1)."""
+    hidden = model.get_decoder()(input_ids=input_ids, attention_mask=attention_mask,
+                                 position_ids=position_ids(attention_mask), use_cache=False).last_hidden_state
+    return hidden[:, -(T + 1):-1, :]
+
+
+def prefix_groups(input_ids, attention_mask, T) -> tuple[torch.Tensor, torch.Tensor]:
+    """(distinct prompts [P, 2·Lp] as ids then mask, the row → prompt index [B]) of a batch's prompt parts."""
+    prompts = torch.cat([input_ids[:, :-T], attention_mask[:, :-T].to(input_ids.dtype)], dim=1)
+    return torch.unique(prompts, dim=0, return_inverse=True)
+
+
+def _shared_prefix_hidden(model, input_ids, attention_mask, T):
+    """_completion_hidden with each distinct prompt run once: the prompt pass fills a KV cache that is
+    indexed out to the rows sharing it (autograd sums their gradients into the one pass, index_select's
+    backward), then the completions run on it. Same positions, same masks, same attention: exact up to
+    the summation order of the attention kernels (see shared_prefix_refusal for where it applies)."""
+    from transformers import DynamicCache
+
+    unique, rows = prefix_groups(input_ids, attention_mask, T)
+    width = input_ids.shape[1] - T
+    ids, mask = unique[:, :width], unique[:, width:]
+    decoder = model.get_decoder()
+    cache = DynamicCache(config=model.config.get_text_config())
+    prompt = decoder(input_ids=ids, attention_mask=mask, position_ids=position_ids(mask), past_key_values=cache,
+                     use_cache=True).last_hidden_state
+    cache.batch_select_indices(rows)
+    completion = decoder(input_ids=input_ids[:, -T:], attention_mask=attention_mask, past_key_values=cache,
+                         position_ids=position_ids(attention_mask)[:, -T:], use_cache=True).last_hidden_state
+    # the last prompt position predicts the first completion token
+    return torch.cat([prompt[rows, -1:, :], completion[:, :-1, :]], dim=1)
+
+
+SHARED_PREFIX_MIN_TOKENS = 16  # auto: shorter prompts save less than a second decoder call costs
+
+
+def use_shared_prefix(mode: str, model, input_ids, attention_mask, T) -> bool:
+    """train.shared_prefix for one call: off; on (refused in one line where it cannot be exact); auto = on
+    where it is exact and the batch repeats a prompt of at least SHARED_PREFIX_MIN_TOKENS tokens."""
+    if mode == "off":
+        return False
+    why = shared_prefix_refusal(model)
+    if mode == "on":
+        if why:
+            from grpo_studio.engine.contract.errors import UserError
+
+            raise UserError(f"{type(model).__name__} has {why}; set train.shared_prefix = auto or off",
+                            key="train.shared_prefix", value=mode)
+        return True
+    return (why is None and input_ids.shape[1] - T >= SHARED_PREFIX_MIN_TOKENS
+            and prefix_groups(input_ids, attention_mask, T)[0].shape[0] < input_ids.shape[0])
+
+
+def shared_prefix_refusal(model) -> str | None:
+    """Why train.shared_prefix cannot run this model exactly (None: it can): it needs a decoder that takes
+    a DynamicCache, eager or sdpa attention, and full attention in every layer (a sliding window or a
+    recurrent/linear-attention layer would see a different context through the cache)."""
+    cfg = model.config.get_text_config()
+    attention = getattr(cfg, "_attn_implementation", None) or "eager"
+    if attention not in ("eager", "sdpa"):
+        return f"attention implementation {attention!r} (supported: eager, sdpa)"
+    kinds = set(getattr(cfg, "layer_types", None) or [])
+    if kinds - {"full_attention"}:
+        return f"layer types {sorted(kinds - {'full_attention'})} (supported: full_attention only)"
+    if getattr(cfg, "sliding_window", None) and getattr(cfg, "use_sliding_window", True) and not kinds:
+        return f"sliding_window = {cfg.sliding_window}"
+    if getattr(model, "is_gradient_checkpointing", False):
+        return "model.gradient_checkpointing (transformers turns the prompt pass's KV cache off)"
+    return None
+
+
+def materialised_logps(logits, targets, temperature, chunk_rows=8, with_entropy=False):
+    """(log p_y [B, T], entropy [B, T] or None) from whole [B, T, V] logits: fp32 log-softmax `chunk_rows`
+    rows at a time, autograd keeping each chunk's log-softmax for the backward."""
     logps, entropies = [], []
     for rows in range(0, logits.shape[0], chunk_rows):
         chunk = logits[rows:rows + chunk_rows].float() / temperature
@@ -46,17 +138,35 @@ def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
     return torch.cat(logps), (torch.cat(entropies) if with_entropy else None)
 
 
-def _chunked(model, input_ids, attention_mask, targets, temperature, chunk, with_entropy):
-    B, T = targets.shape
-    hidden = model.get_decoder()(input_ids=input_ids, attention_mask=attention_mask,
-                                 position_ids=position_ids(attention_mask), use_cache=False).last_hidden_state
-    hidden = hidden[:, -(T + 1):-1, :].reshape(B * T, -1)      # position t predicts token t+1
-    head = model.get_output_embeddings()
-    scale, softcap = head_transform(model)
-    _check_head_transform(model, input_ids[:1], attention_mask[:1], hidden[:T], head.weight, scale, softcap)
-    logps, entropy = ChunkedLogSoftmax.apply(hidden, head.weight, targets.reshape(-1), temperature, chunk,
-                                             scale, softcap)
-    return logps.view(B, T), (entropy.view(B, T) if with_entropy else None)
+def fused_logps(hidden, weight, targets, temperature, chunk, scale=1.0, softcap=None, with_entropy=True):
+    """(log p_y [N], entropy [N] or None) of f(hidden·weightᵀ)/τ without [N, V] logits: TRL's Triton
+    kernels on CUDA when trl is installed (the `kernels` extra), else ChunkedLogSoftmax."""
+    if hidden.is_cuda and triton_kernels_available():
+        return triton_logps(hidden, weight, targets, temperature, chunk, scale, softcap, with_entropy)
+    jacobian = torch.is_grad_enabled() and hidden.requires_grad
+    return ChunkedLogSoftmax.apply(hidden, weight, targets, temperature, chunk, scale, softcap, jacobian,
+                                   with_entropy)
+
+
+def triton_kernels_available() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("trl") is not None and importlib.util.find_spec("triton") is not None
+
+
+def triton_logps(hidden, weight, targets, temperature, chunk, scale=1.0, softcap=None, with_entropy=True):
+    """fused_logps through TRL 1.16's `trl.kernels.ChunkedLogProbFunction`: cuBLAS [n, v] tiles of h·Wᵀ
+    (n ≤ its TOKEN_CHUNK_SIZE tokens, v vocabulary columns) folded into online-logsumexp statistics by a
+    Triton kernel, recomputed in backward; the same f (logit_scale, then soft cap) and temperature. v is
+    chosen so a tile holds at most `chunk`·V logits, the memory model.logits_chunk promises (docs/vram.md).
+    Its entropy is differentiable; ours is a metric, so it is detached."""
+    from trl.kernels import chunked_logprob
+
+    rows, vocab = min(hidden.shape[0], chunked_logprob.TOKEN_CHUNK_SIZE), weight.shape[0]
+    columns = max(1, min(vocab, chunk * vocab // max(rows, 1)))
+    logps, entropy, *_ = chunked_logprob.ChunkedLogProbFunction.apply(
+        hidden, weight, None, targets, temperature, columns, softcap, scale, ("entropy",) if with_entropy else ())
+    return logps, (entropy.detach() if with_entropy else None)
 
 
 def head_transform(model) -> tuple[float, float | None]:
@@ -93,41 +203,70 @@ def _final_logits(raw: torch.Tensor, scale: float, softcap: float | None) -> tor
 
 
 class ChunkedLogSoftmax(torch.autograd.Function):
-    """log softmax(f(h·Wᵀ)/τ)[y] and its entropy, `chunk` rows of h at a time, recomputed in backward;
-    f is the model's final-logit transform (scale, then an optional soft cap: head_transform)."""
+    """log softmax(f(h·Wᵀ)/τ)[y] and its entropy, `chunk` rows of h at a time; f is the model's final-logit
+    transform (scale, then an optional soft cap: head_transform).
+
+    d log p_y / dh = (onehot(y) − p)·f′·(s/τ)·W does not depend on the incoming gradient (one scalar per
+    row), so a forward that will be differentiated computes it from the chunk's p while it is at hand and
+    the backward only scales it by the incoming gradient: the hidden-state gradient costs one matmul per
+    chunk, as the materialised path's does, instead of recomputing the logits. The lm_head's own gradient
+    (a full fine-tune) sums over rows with their incoming gradients, so only it recomputes the logits."""
 
     @staticmethod
-    def forward(ctx, hidden, weight, targets, temperature, chunk, scale=1.0, softcap=None):
+    def forward(ctx, hidden, weight, targets, temperature, chunk, scale=1.0, softcap=None, jacobian=False,
+                with_entropy=True):
         logps = torch.empty(hidden.shape[0], dtype=torch.float32, device=hidden.device)
-        entropy = torch.empty_like(logps)
+        entropy = torch.empty_like(logps) if with_entropy else None
+        dlogp_dh = torch.empty(hidden.shape, dtype=torch.float32, device=hidden.device) if jacobian else None
+        w32 = weight.float()  # once per call, not per chunk (no copy for fp32 weights)
         for s in range(0, hidden.shape[0], chunk):
-            raw = torch.nn.functional.linear(hidden[s:s + chunk], weight).float()
-            logits = _final_logits(raw, scale, softcap) / temperature
-            lse = torch.logsumexp(logits, dim=-1)
-            logps[s:s + chunk] = logits.gather(1, targets[s:s + chunk, None]).squeeze(1) - lse
-            entropy[s:s + chunk] = lse - (torch.softmax(logits, dim=-1) * logits).sum(-1)  # H = lse − E_p[z]
-        ctx.save_for_backward(hidden, weight, targets)
+            y = targets[s:s + chunk, None]
+            p, dcap = _softmax_chunk(hidden[s:s + chunk], weight, y, temperature, scale, softcap, logps[s:s + chunk])
+            if with_entropy:
+                entropy[s:s + chunk] = torch.special.entr(p).sum(-1)  # H = −Σ p log p
+            if jacobian:
+                dlogp_dh[s:s + chunk] = (_onehot_minus(p, y, dcap) @ w32).mul_(scale / temperature)
+        ctx.save_for_backward(hidden, weight, targets, dlogp_dh)
         ctx.temperature, ctx.chunk, ctx.scale, ctx.softcap = temperature, chunk, scale, softcap
-        ctx.mark_non_differentiable(entropy)
+        if with_entropy:
+            ctx.mark_non_differentiable(entropy)
         return logps, entropy
 
     @staticmethod
     def backward(ctx, grad_logps, _grad_entropy):
-        hidden, weight, targets = ctx.saved_tensors
-        grad_hidden = torch.empty_like(hidden) if ctx.needs_input_grad[0] else None
-        grad_weight = torch.zeros_like(weight, dtype=torch.float32) if ctx.needs_input_grad[1] else None
-        for s in range(0, hidden.shape[0], ctx.chunk):
-            h = hidden[s:s + ctx.chunk]
-            raw = torch.nn.functional.linear(h, weight).float()
-            capped = _final_logits(raw, ctx.scale, ctx.softcap)
-            # d log p_y / d z = onehot(y) − softmax(z), times the incoming grad, through z = f(h·Wᵀ)/τ
-            dz = -torch.softmax(capped / ctx.temperature, dim=-1) * grad_logps[s:s + ctx.chunk, None]
-            dz.scatter_add_(1, targets[s:s + ctx.chunk, None], grad_logps[s:s + ctx.chunk, None])
-            dz = dz * (ctx.scale / ctx.temperature)
-            if ctx.softcap:  # d/du c·tanh(u/c) = 1 − tanh²(u/c) = 1 − (f/c)²
-                dz = dz * (1 - (capped / ctx.softcap) ** 2)
-            if grad_hidden is not None:
-                grad_hidden[s:s + ctx.chunk] = (dz @ weight.float()).to(hidden.dtype)
-            if grad_weight is not None:
-                grad_weight += dz.t() @ h.float()
-        return grad_hidden, (grad_weight.to(weight.dtype) if grad_weight is not None else None), None, None, None, None, None
+        hidden, weight, targets, dlogp_dh = ctx.saved_tensors
+        grad_hidden = grad_weight = None
+        if ctx.needs_input_grad[0]:  # dlogp_dh exists: fused_logps asks for it whenever hidden can get a grad
+            grad_hidden = (grad_logps[:, None] * dlogp_dh).to(hidden.dtype)
+        if ctx.needs_input_grad[1]:
+            grad_weight = torch.zeros_like(weight, dtype=torch.float32)
+            for s in range(0, hidden.shape[0], ctx.chunk):
+                h, y = hidden[s:s + ctx.chunk], targets[s:s + ctx.chunk, None]
+                p, dcap = _softmax_chunk(h, weight, y, ctx.temperature, ctx.scale, ctx.softcap)
+                dz = _onehot_minus(p, y, dcap).mul_(grad_logps[s:s + ctx.chunk, None])
+                grad_weight.addmm_(dz.t(), h.float(), alpha=ctx.scale / ctx.temperature)
+            grad_weight = grad_weight.to(weight.dtype)
+        return grad_hidden, grad_weight, None, None, None, None, None, None, None
+
+
+def _softmax_chunk(h, weight, y, temperature, scale, softcap, logps_out=None):
+    """p = softmax(f(h·Wᵀ)/τ) for one chunk (fp32, computed in place in one [chunk, V] buffer) and
+    f′ = 1 − tanh² of the soft cap (None without one); writes log p_y into logps_out."""
+    z = torch.nn.functional.linear(h, weight).float()
+    dcap = None
+    if softcap:  # f(u) = c·tanh(s·u/c), f′ = s·(1 − tanh²); the s is applied by the caller
+        t = torch.tanh(z.mul_(scale / softcap))
+        dcap = 1 - t * t
+        z = t.mul_(softcap / temperature)
+    else:
+        z.mul_(scale / temperature)
+    lse = torch.logsumexp(z, dim=-1, keepdim=True)
+    if logps_out is not None:
+        logps_out.copy_((z.gather(1, y) - lse).squeeze(1))
+    return z.sub_(lse).exp_(), dcap
+
+
+def _onehot_minus(p, y, dcap):
+    """(onehot(y) − p)·f′, in p's buffer: d log p_y / d(h·Wᵀ) up to the factor s/τ."""
+    dz = p.neg_().scatter_add_(1, y, torch.ones_like(y, dtype=p.dtype))
+    return dz.mul_(dcap) if dcap is not None else dz

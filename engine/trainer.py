@@ -22,20 +22,22 @@ import time
 
 import torch
 
-from grpo_studio.engine import checkpoint, data, policy_loader, rewards as reward_lib
+from grpo_studio.engine import checkpoint, data, distributed, policy_loader, rewards as reward_lib
 from grpo_studio.engine.advantages import compute_advantages
-from grpo_studio.engine.batching import join_prompt_completion
+from grpo_studio.engine.batching import join_prompt_completion, token_budget_groups, trim
 from grpo_studio.engine.contract.config import Config, save as save_config
 from grpo_studio.engine.contract.errors import UserError
 from grpo_studio.engine.faults import disk_full, disk_full_error, out_of_memory
-from grpo_studio.engine.logprobs import token_logprobs
+from grpo_studio.engine.logprobs import token_logprobs, use_shared_prefix
 from grpo_studio.engine.losses import LossInputs, policy_loss
 from grpo_studio.engine.mismatch import dlogp_histogram, mismatch_metrics
+from grpo_studio.engine.outlets import Outlets
 from grpo_studio.engine.contract import metrics as schema, precision
 from grpo_studio.engine.precision import LossScaler
 from grpo_studio.engine.sampler import Sampling, make_sampler
 from grpo_studio.engine.sampler.base import NonFiniteSampling, Rollout
-from grpo_studio.engine.contract.rundir import CONFIG, METRICS, RunWriter, as_number, read_rows
+from grpo_studio.engine.sampler.remote import RolloutServerLost
+from grpo_studio.engine.contract.rundir import CONFIG, METRICS, as_number, read_rows
 from grpo_studio.engine.weights import export_weights
 
 
@@ -54,16 +56,15 @@ class GenerationBatch:
 
 class Trainer:
     def __init__(self, cfg: Config, run_dir, resume: bool = False):
-        if not cfg.rollout.colocate:
-            raise UserError("a rollout on its own device is not built yet; the VRAM planner (grpo-studio vram) "
-                            "reads it to plan a two-GPU split", key="rollout.colocate", value=False)
         self.cfg, self.resume = cfg, resume
-        self.rundir = RunWriter(run_dir)
+        self.dist = distributed.start(cfg)  # data-parallel ranks (torchrun), or one process
+        self.rundir = self.dist.writer(run_dir)  # only rank 0 writes the run directory
         self.stop_requested = False
         torch.manual_seed(cfg.train.seed)
 
         # user inputs first (rewards, data, model path), so mistakes surface before weights load
         self.reward_fns = reward_lib.build(cfg.rewards)
+        self.outlets = Outlets(cfg, self.rundir, self.dist.main)  # trackers and alerts (a missing extra fails here)
         self.reward_weights = torch.tensor(cfg.rewards.weights or [1.0] * len(self.reward_fns))
         self.prompts = data.PromptStream(data.load_rows(cfg.data, "train"), cfg.train.seed)
         self.eval_rows = data.load_rows(cfg.data, "eval")
@@ -80,10 +81,14 @@ class Trainer:
         self.policy = policy_loader.load_policy(cfg, self.model_path, self.precision).to(self.device)
         self.policy.train()  # transformers only checkpoints activations in train mode
         self.params = [p for p in self.policy.parameters() if p.requires_grad]
+        self.dist.sync_params(self.params)
         self.optimizer = torch.optim.AdamW(self.params, lr=cfg.train.lr, weight_decay=cfg.train.weight_decay)
         self.schedule = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_factor)
         self.scaler = LossScaler.from_config(cfg, self.precision)  # fp16; elsewhere it only skips NaN steps
-        self.sampler = make_sampler(cfg, self.model_path, self.tokenizer, self.precision, emit_event=self.rundir.event)
+        self.sampler = make_sampler(cfg, self.model_path, self.tokenizer, self.precision, emit_event=self.rundir.event,
+                                    log_dir=self.rundir.dir)
+        if not cfg.rollout.colocate:  # a rollout server may hold another run's weights: this policy is version 0
+            self.sampler.load_weights(export_weights(self.policy), version=0)
         truncation = [f"rollout.{k} = {v:g}" for k, v, off in (("top_k", cfg.rollout.top_k, 0),
                                                                   ("top_p", cfg.rollout.top_p, 1)) if v != off]
         if truncation:  # config.validate refuses it with rollout correction
@@ -94,6 +99,9 @@ class Trainer:
         self.step_no = 0
         self.bad_steps = self.bad_streak = 0  # steps skipped for non-finite numbers: in all, and in a row
         self.reference = None
+        self.policy_version = 0  # weight syncs to the sampler so far (a rollout server numbers them the same)
+        self.pending: dict | None = None  # rollout.async_mode = one_step: the next rollout, being sampled
+        self.lost: RolloutServerLost | None = None  # the rollout server stopped answering: the run stops
 
     # ---- schedule -------------------------------------------------------------------------
     def _lr_factor(self, done: int) -> float:
@@ -136,29 +144,41 @@ class Trainer:
             # 4. π on this step's rows at the sampler's temperature, loss and backward, one micro-batch at
             #    a time (gradient accumulation); then clip, one AdamW step and the LR schedule.
             logps, loss, loss_metrics = self._accumulate(batch.input_ids[rows], batch.attention[rows],
-                                                         _take(batch.inputs, rows), batch.num_items)
+                                                         _take(batch.inputs, rows), batch.num_items,
+                                                         batch.rollout.mask[rows].sum(1))
+            loss = self.dist.reduce_gradients(self.params, loss, batch.inputs.mask[rows], self.cfg.algo.loss_type)
             grad_norm, skipped = self._optimize(loss)
         self._judge(skipped)
 
         # 5. Rollout/train mismatch: μ against π under the weights that sampled (π_old, or with one update
         #    per rollout this step's π, whose rows are then the whole batch), on the first pass only.
-        if lag == 0:
+        if sampled:  # lag 0, or 1 with rollout.async_mode = one_step (then μ is one policy version behind)
             pi = (logps if batch.inputs.old_logps is None else batch.inputs.old_logps).cpu()
             out = batch.rollout
             batch.metrics.update(mismatch_metrics(out.logprobs, pi, out.mask))
-            self.rundir.histogram({"step": self.step_no + 1, **dlogp_histogram(out.logprobs, pi, out.mask)})
+            self.rundir.histogram({"step": self.step_no + 1,
+                                   **self.dist.merge_histogram(dlogp_histogram(out.logprobs, pi, out.mask))})
 
         # 6. After the batch's last update the rollout engine takes the new weights for the next rollout.
+        sync_s = 0.0
         if not self.updates:
-            self.sampler.load_weights(export_weights(self.policy))
+            sync_start = time.perf_counter()
+            try:
+                self.sampler.load_weights(export_weights(self.policy))
+                self.policy_version += 1
+            except RolloutServerLost as err:  # the step stands (its row, its checkpoint); then _run stops
+                self.lost = err
+            sync_s = time.perf_counter() - sync_start
         self.step_no += 1
 
         metrics = {**batch.metrics, **loss_metrics, **self._common_metrics(t0)}  # loss's mismatch/is_*: as applied
         metrics.update({"loss": loss, "grad_norm": grad_norm, "policy/lag": float(lag),
                         "perf/rollout_s": batch.rollout.seconds if sampled else 0.0,
-                        "perf/train_s": metrics["perf/step_s"] - t_rollout})
+                        "perf/train_s": metrics["perf/step_s"] - t_rollout, "perf/sync_s": sync_s})
+        if not sampled:  # the waiting happened on the rollout's first step
+            metrics.update({"perf/trainer_wait_s": 0.0, "perf/overlap_frac": 0.0})
         if batch.samples and self.step_no % t.samples_every == 0:  # each rollout's samples once
-            self.rundir.samples([{"step": self.step_no, **sample} for sample in batch.samples])
+            self.rundir.samples(self.dist.gather([{"step": self.step_no, **sample} for sample in batch.samples]))
             batch.samples = None
         return metrics
 
@@ -166,15 +186,10 @@ class Trainer:
         """Sample prompts_per_step × steps_per_generation prompts G times each, score them and compute the
         group-relative advantages: one rollout, as the batch of the optimizer steps that train on it."""
         cfg, r, t = self.cfg, self.cfg.rollout, self.cfg.train
-        rows = self.prompts.take(t.prompts_per_step * t.steps_per_generation)
-        prompts = [data.prompt_text(row, cfg.data, self.tokenizer) for row in rows]
-        prompt_ids = data.encode_prompts(self.tokenizer, prompts, r.max_prompt_len)
-
         # 1. Rollout: G completions per prompt, with μ = the sampler's per-token log-probs.
-        sampling = Sampling(n=r.num_generations, max_tokens=r.max_completion_len, temperature=r.temperature,
-                            top_p=r.top_p, top_k=r.top_k, seed=data.mix_seed(t.seed, self.step_no))
         with out_of_memory("rollout", self.step_no + 1, self.rundir.dir):
-            out = self.sampler.generate(prompt_ids, sampling)
+            request, out, waited = self._sample()
+        rows, prompts, prompt_ids = request["rows"], request["prompts"], request["prompt_ids"]
         self.sampler.sleep()  # colocated vLLM frees its memory for training; it wakes on the next generate
         mask = out.mask.to(self.device)
         texts = self.tokenizer.batch_decode(out.completion_ids, skip_special_tokens=True)
@@ -195,14 +210,52 @@ class Trainer:
             "completion/len_mean": lengths.mean().item(), "completion/len_max": lengths.max().item(),
             "completion/truncated_frac": out.truncated.float().mean().item(),
             "perf/rollout_tok_s": lengths.sum().item() / max(out.seconds, 1e-9),
+            "policy/version": float(getattr(out, "policy_version", request["version"])),
+            # the trainer's idle time waiting for the rollout, and the share of its sampling that was hidden
+            "perf/trainer_wait_s": waited, "perf/overlap_frac": min(1.0, max(0.0, 1.0 - waited / max(out.seconds, 1e-9))),
         })
         return GenerationBatch(
-            step=self.step_no, rollout=out, input_ids=input_ids, attention=attention,
+            step=request["step"], rollout=out, input_ids=input_ids, attention=attention,
             inputs=LossInputs(logps=None, old_logps=None, advantages=advantages.to(self.device), mask=mask,
                               rollout_logps=out.logprobs.to(self.device)),
             # dapo's normaliser, TRL's: the rollout's active tokens, spread over its steps_per_generation steps
-            num_items=mask.sum() / t.steps_per_generation,
+            num_items=self.dist.total(mask.sum()) / t.steps_per_generation,
             metrics=metrics, samples=self._samples([p for p in prompts for _ in range(G)], texts, table, advantages))
+
+    def _request(self, at_step: int) -> dict:
+        """The prompts and sampling settings of the rollout whose first update is optimizer step at_step + 1,
+        and the weights it is sampled with (step: optimizer steps done; version: weight syncs done)."""
+        cfg, r, t = self.cfg, self.cfg.rollout, self.cfg.train
+        rows = self.dist.shard(self.prompts.take(t.prompts_per_step * t.steps_per_generation))  # this rank's share
+        prompts = [data.prompt_text(row, cfg.data, self.tokenizer) for row in rows]
+        sampling = Sampling(n=r.num_generations, max_tokens=r.max_completion_len, temperature=r.temperature,
+                            top_p=r.top_p, top_k=r.top_k, seed=data.mix_seed(t.seed, at_step))
+        return {"rows": rows, "prompts": prompts, "prompt_ids": data.encode_prompts(self.tokenizer, prompts,
+                                                                                    r.max_prompt_len),
+                "sampling": sampling, "step": self.step_no, "version": self.policy_version}
+
+    def _sample(self) -> tuple[dict, Rollout, float]:
+        """This rollout's request, its completions and the seconds the trainer waited for them. With
+        rollout.async_mode = one_step (verl's one-step off-policy) they were requested one rollout ago, from
+        the rollout server, and the next request goes out now, before this rollout's updates: the server
+        samples rollout k+1 with the weights before them while the trainer trains on rollout k (lag 1)."""
+        t = self.cfg.train
+        start = time.perf_counter()
+        if self.cfg.rollout.async_mode == "off":
+            request = self._request(self.step_no)
+            out = self.sampler.generate(request["prompt_ids"], request["sampling"])
+            return request, out, time.perf_counter() - start
+        request = self.pending or self._submit(self.step_no)
+        out = self.sampler.result(request["future"])
+        waited = time.perf_counter() - start
+        following = self.step_no + t.steps_per_generation * t.num_iterations
+        self.pending = self._submit(following) if following < t.steps else None
+        return request, out, waited
+
+    def _submit(self, at_step: int) -> dict:
+        request = self._request(at_step)
+        request["future"] = self.sampler.submit(request["prompt_ids"], request["sampling"])
+        return request
 
     def _update_plan(self, n: int) -> list[torch.Tensor]:
         """The rows of each optimizer step on a rollout of n sequences, in order, as TRL's _prepare_inputs
@@ -216,8 +269,10 @@ class Trainer:
 
     def _logps(self, model, input_ids, attention, completion_len, with_entropy=False):
         """Per-token log-probs (and entropies) of the completion tokens at the sampler's temperature."""
+        shared = use_shared_prefix(self.cfg.train.shared_prefix, model, input_ids, attention, completion_len)
         return token_logprobs(model, input_ids, attention, completion_len, self.cfg.rollout.temperature,
-                              with_entropy=with_entropy, logits_chunk=self.cfg.model.logits_chunk)
+                              with_entropy=with_entropy, logits_chunk=self.cfg.model.logits_chunk,
+                              shared_prefix=shared)
 
     @torch.no_grad()
     def _old_logps(self, batch: GenerationBatch) -> torch.Tensor:
@@ -242,36 +297,57 @@ class Trainer:
             self.reference.requires_grad_(False)
         return self._logps(self.reference, input_ids, attention, completion_len)[0]
 
-    def _accumulate(self, input_ids, attention, batch: LossInputs, num_items) -> tuple[torch.Tensor, float, dict]:
-        """Forward + backward over micro-batches of train.micro_batch_size rows. Returns the
-        detached π for the whole batch, the loss value and the loss metrics (row-weighted).
+    def _accumulate(self, input_ids, attention, batch: LossInputs, num_items,
+                    lengths: torch.Tensor) -> tuple[torch.Tensor, float, dict]:
+        """Forward + backward over micro-batches: train.micro_batch_size rows at a time, or under
+        train.micro_batch_tokens rows sorted by length and each micro-batch cut to its own longest row
+        (engine/batching.py; `lengths` are the rows' completion tokens). Returns the detached π for the
+        whole batch ([B, T], 0 past a micro-batch's cut, where no completion token is), the loss value
+        and the loss metrics (row-weighted).
 
         Each micro-batch loss is weighted so the accumulated gradient equals the whole-batch
-        loss's: by its share of rows for the per-row normalisations (grpo, bnpo, dr_grpo), and
-        not at all for dapo, which already divides by `num_items` (the step's share of the rollout's
+        loss's: by its share of rows for the per-row normalisations (grpo, dr_grpo; bnpo with
+        micro_batch_size, each micro-batch its own token mean as in TRL), for bnpo under a token budget
+        by its share of the active tokens (the whole batch's token mean, as verl's dynamic batch size),
+        and not at all for dapo, which already divides by `num_items` (the step's share of the rollout's
         active tokens)."""
         cfg, B, T = self.cfg, input_ids.shape[0], batch.mask.shape[1]
-        size = cfg.train.micro_batch_size or B
+        budget = cfg.train.micro_batch_tokens
+        if budget:
+            prompt_lens = attention[:, :-T].sum(1).cpu()
+            groups = token_budget_groups(prompt_lens, lengths.cpu(), budget)
+        else:
+            size = cfg.train.micro_batch_size or B
+            groups = [torch.arange(start, min(start + size, B)) for start in range(0, B, size)]
         self.optimizer.zero_grad(set_to_none=True)
-        logps_all, total, metrics = [], 0.0, {}
-        for start in range(0, B, size):
-            rows = slice(start, min(start + size, B))
+        logps_all, total, metrics = None, 0.0, {}
+        for rows in groups:
+            ids, att, width = input_ids[rows], attention[rows], T
+            if budget:
+                ids, att, width = trim(ids, att, T, prompt_lens[rows], lengths[rows])
+            part_inputs = _take(batch, rows, width)
             with policy_loader.autocast(cfg), policy_loader.offload_activations(cfg):
-                logps, entropy = self._logps(self.policy, input_ids[rows], attention[rows], T, with_entropy=True)
-                ref_logps = self._reference_logps(input_ids[rows], attention[rows], T)
-            old_logps = logps.detach() if batch.old_logps is None else batch.old_logps[rows]  # TRL _compute_loss
+                logps, entropy = self._logps(self.policy, ids, att, width, with_entropy=True)
+                ref_logps = self._reference_logps(ids, att, width)
+            old_logps = logps.detach() if batch.old_logps is None else part_inputs.old_logps  # TRL _compute_loss
             loss, part = policy_loss(
-                dataclasses.replace(_take(batch, rows), logps=logps, old_logps=old_logps, ref_logps=ref_logps,
+                dataclasses.replace(part_inputs, logps=logps, old_logps=old_logps, ref_logps=ref_logps,
                                     entropy=entropy),
                 cfg.algo, max_completion_len=cfg.rollout.max_completion_len, num_items_in_batch=num_items,
                 rollout_backend=self.sampler.name)
-            share = (rows.stop - rows.start) / B
-            weight = 1.0 if cfg.algo.loss_type == "dapo" else share
+            share = len(rows) / B
+            weight = share
+            if cfg.algo.loss_type == "dapo":
+                weight = 1.0
+            elif cfg.algo.loss_type == "bnpo" and budget:
+                weight = (part_inputs.mask.sum() / batch.mask.sum().clamp(min=1.0)).item()
             self.scaler.scale(loss * weight).backward()
             total += loss.item() * weight
-            logps_all.append(logps.detach())
+            if logps_all is None:
+                logps_all = logps.new_zeros(B, T)
+            logps_all[rows.to(logps.device), :width] = logps.detach()
             _merge_metrics(metrics, part, share)
-        return torch.cat(logps_all), total, metrics
+        return logps_all, total, metrics
 
     def _optimize(self, loss: float) -> tuple[float, str | None]:
         """(fp16) unscale, skip on inf/NaN → clip → AdamW step → LR schedule. Returns the grad norm and
@@ -310,6 +386,7 @@ class Trainer:
                f"last good checkpoint: {last_good or 'none'}; try a lower train.lr (now {self.cfg.train.lr:g})")
         self.rundir.event("diverged", why, step=step, cause=skipped, bad_steps=self.bad_streak,
                           last_good_checkpoint=last_good)
+        self.outlets.event("diverged", why, step)
         raise UserError(why, kind="run")
 
     def _last_checkpoint(self, at_most: int) -> str | None:
@@ -387,6 +464,7 @@ class Trainer:
                 stop = disk_full_error(self.rundir.dir, self.step_no, self._last_checkpoint(self.step_no))
             with contextlib.suppress(OSError):  # a full disk may refuse this line too: stderr still says it
                 self.rundir.event("crashed", f"{type(stop).__name__}: {stop}", step=self.step_no)
+                self.outlets.event("crashed", f"{type(stop).__name__}: {stop}", self.step_no)
             if stop is err:
                 raise
             raise stop from None
@@ -397,7 +475,7 @@ class Trainer:
         cfg = self.cfg
         if self.resume:
             self._restore()
-        else:
+        elif self.dist.main:
             save_config(cfg, self.rundir.dir / CONFIG)
         warning = self.precision.warning
         if warning:
@@ -406,25 +484,47 @@ class Trainer:
                 progress.warn(warning)
         self.rundir.event("started", f"{'resumed at' if self.resume else 'starting'} step {self.step_no}",
                        total_steps=cfg.train.steps, pid=os.getpid())
-        while self.step_no < cfg.train.steps and not self.stop_requested:
-            row = self.step()
-            if cfg.train.eval_every and self.eval_rows and self.step_no % cfg.train.eval_every == 0:
+        while self.step_no < cfg.train.steps and not self._stop_agreed() and not self.lost:
+            try:
+                row = self.step()
+            except RolloutServerLost as err:  # lost while sampling: nothing of this step was taken
+                self.lost = err
+                break
+            if cfg.train.eval_every and self.eval_rows and self.step_no % cfg.train.eval_every == 0 and not self.lost:
                 row["eval/accuracy"] = self.evaluate()
+            row = self.dist.reduce_metrics(row)  # one row for all ranks, written by rank 0
             self.rundir.metrics(row)
+            self.outlets.row(row)
             if progress:
                 progress.update(row)
             if cfg.train.save_every and self.step_no % cfg.train.save_every == 0:
                 self._save()
         self._save()
+        if self.lost:
+            self.rundir.event("rollout_server_lost", f"{self.lost}; stopped at step {self.step_no} with a checkpoint",
+                              step=self.step_no)
+            raise UserError(f"{self.lost}; stopped at step {self.step_no} with a checkpoint (resume with "
+                            f"--resume once the server is back)", kind="run")
         state = "stopped" if self.stop_requested and self.step_no < cfg.train.steps else "finished"
         self.rundir.event(state, f"{state} at step {self.step_no}", step=self.step_no)
+        self.outlets.event(state, f"{state} at step {self.step_no}", self.step_no)
         return state
 
     def close(self) -> None:
-        """Release the rollout engine (vLLM holds memory and threads)."""
+        """Release the rollout engine (vLLM holds memory and threads) and the data-parallel group; finish the
+        trackers' runs."""
         self.sampler.close()
+        self.dist.close()
+        self.outlets.close()
+
+    def _stop_agreed(self) -> bool:
+        """A stop asked of one rank (SIGTERM) stops every rank before the same step."""
+        self.stop_requested = self.dist.any(self.stop_requested)
+        return self.stop_requested
 
     def _save(self) -> None:
+        if not self.dist.main:  # every rank holds the same weights: rank 0 saves them
+            return
         path = checkpoint.save(self.rundir.dir, self.step_no, self.policy, self.optimizer, self.schedule,
                                self.scaler, self.prompts.state(),
                                {"bad_steps": self.bad_steps, "bad_streak": self.bad_streak})
@@ -459,7 +559,10 @@ class Trainer:
             self.step_no = state["step"]
             self.prompts.restore(state["data_cursor"])
             self.bad_steps, self.bad_streak = state["counters"]["bad_steps"], state["counters"]["bad_streak"]
-            self.sampler.load_weights(export_weights(self.policy))
+            t = self.cfg.train
+            self.policy_version = self.step_no // (t.steps_per_generation * t.num_iterations)  # syncs made so far
+            version = {} if self.cfg.rollout.colocate else {"version": self.policy_version}  # the server numbers them
+            self.sampler.load_weights(export_weights(self.policy), **version)
         dropped = self.rundir.cut_streams(self.step_no)
         if dropped:
             what = "; ".join(f"{name}: " + " and ".join(
@@ -488,9 +591,10 @@ def _stop_on_signals(trainer: Trainer):
             signal.signal(sig, handler)
 
 
-def _take(inputs: LossInputs, rows) -> LossInputs:
-    """The rows `rows` of every tensor in `inputs`."""
-    return LossInputs(**{k: None if v is None else v[rows] for k, v in vars(inputs).items()})
+def _take(inputs: LossInputs, rows, width: int | None = None) -> LossInputs:
+    """The rows `rows` of every tensor in `inputs`, per-token ones cut to their first `width` tokens."""
+    return LossInputs(**{k: None if v is None else v[rows] if v.dim() == 1 else v[rows, :width]
+                         for k, v in vars(inputs).items()})
 
 
 def _merge_metrics(into: dict, part: dict, share: float) -> None:

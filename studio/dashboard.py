@@ -24,7 +24,9 @@ from grpo_studio.studio.panels import PANELS, TABS, histogram_bars, histogram_ti
 from grpo_studio.studio.rundata import RunData
 
 EVENT_STYLE = {"warning": "yellow", "skipped_step": "yellow", "reward_error": "red", "crashed": "bold red",
-               "stopped": "bold yellow", "finished": "bold green", "started": "bold cyan", "checkpoint": "green"}
+               "stopped": "bold yellow", "finished": "bold green", "started": "bold cyan", "checkpoint": "green",
+               "diverged": "bold red", "alert": "bold black on yellow"}
+ALERT = "alert"  # alerts.* firings (docs/alerts.md): the whole line highlighted, and the bell
 STATE_STYLE = {"running": "bold green", "finished": "bold cyan", "stopped": "bold yellow", "crashed": "bold red",
                "created": "dim"}
 
@@ -185,8 +187,13 @@ class DashboardScreen(Screen):
         for e in new:
             stamp = time.strftime("%H:%M:%S", time.localtime(e.get("time") or 0))
             kind = e.get("event", "")
-            log.write(Text.assemble((stamp + " ", "dim"), (f"{kind:<12}", EVENT_STYLE.get(kind, "")),
-                                    str(e.get("message", ""))))
+            line = Text.assemble((stamp + " ", "dim"), (f"{kind:<12}", EVENT_STYLE.get(kind, "")),
+                                 str(e.get("message", "")))
+            if kind == ALERT:
+                line.stylize(EVENT_STYLE[ALERT])
+            log.write(line)
+        if self.events_seen and any(e.get("event") == ALERT for e in new):  # live alerts ring; a replay does not
+            self.app.bell()
         self.events_seen = len(events)
 
     def _hardware(self) -> None:

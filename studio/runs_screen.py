@@ -1,8 +1,11 @@
 """The runs list: every run under the runs folder with its state (from pid liveness and events),
-open any of them, mark two or more to compare, or duplicate one with another dtype."""
+open any of them, mark two or more to compare, duplicate one with another dtype, or export its newest
+checkpoint (`grpo-studio export` in a child process: the studio never loads torch)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 from rich.text import Text
@@ -22,6 +25,7 @@ class RunsScreen(Screen):
         Binding("space", "mark", "Mark", id="runs.mark"),
         Binding("c", "compare", "Compare", id="runs.compare"),
         Binding("d", "duplicate", "A/B dtype", id="runs.duplicate"),
+        Binding("x", "export", "Export", id="runs.export", show=False),  # the hint line says it: 80 columns
         Binding("r", "reload", "Refresh", id="runs.refresh"),
         Binding("escape", "back", "Back", id="runs.back"),
     ]
@@ -58,7 +62,7 @@ class RunsScreen(Screen):
                           row["dtype"], fmt(row["reward"]), fmt(row["k3"]), row["model"], key=str(row["path"]))
         if self.rows:
             table.move_cursor(row=min(keep, len(self.rows) - 1))
-        hint = (f"{len(self.rows)} runs under {self.root}.  space marks runs; c compares the marked ones"
+        hint = (f"{len(self.rows)} runs under {self.root}.  space marks runs; c compares the marked ones; x exports"
                 if self.rows else f"no runs under {self.root} yet: launch one from the setup screen")
         self.query_one("#runs-hint", Static).update(hint)
 
@@ -90,5 +94,35 @@ class RunsScreen(Screen):
         if row:
             self.app.duplicate_run(row["path"])
 
+    def action_export(self) -> None:
+        from grpo_studio.studio.dialogs import PathPrompt
+
+        row = self._current()
+        if not row:
+            return
+
+        def chosen(dest: str | None) -> None:
+            if dest:
+                self.run_worker(lambda: self._export(row["path"], dest), thread=True, exit_on_error=False,
+                                name="export")
+
+        self.app.push_screen(PathPrompt(f"Export {row['name']}'s newest checkpoint to a folder (merged safetensors) "
+                                        f"or a FILE.gguf (f16)", str(row["path"] / "merged")), chosen)
+
+    def _export(self, run: Path, dest: str) -> None:
+        """Run `grpo-studio export` and show its one line: the result, or the error it refused with."""
+        self.app.call_from_thread(self.notify, f"exporting {run.name} to {dest} …")
+        done = subprocess.run(export_command(run, dest), capture_output=True, text=True, stdin=subprocess.DEVNULL)
+        lines = (done.stdout if done.returncode == 0 else done.stderr).strip().splitlines()
+        line = lines[-1] if lines else f"grpo-studio export exited with status {done.returncode}"
+        self.app.call_from_thread(self.notify, line, severity="information" if done.returncode == 0 else "error",
+                                  timeout=15)
+
     def action_back(self) -> None:
         self.app.action_show_setup()
+
+
+def export_command(run: Path, dest: str) -> list[str]:
+    """The `grpo-studio export` command line for a destination typed in the studio: FILE.gguf or a folder."""
+    kind = "--gguf" if dest.lower().endswith(".gguf") else "--merged"
+    return [sys.executable, "-m", "grpo_studio.cli.main", "export", str(run), kind, dest]

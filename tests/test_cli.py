@@ -31,7 +31,7 @@ def test_help_lists_every_command_and_version_prints(capsys):
     assert front.main(["--help"]) == 0
     text = capsys.readouterr().out
     for name, about in front.COMMANDS.items():
-        assert f"{name:<12} {about}" in text, name
+        assert f"{name} {about}" in " ".join(text.split()), name  # a long name (rollout-serve) wraps its line
     assert front.main(["-V"]) == 0
     assert capsys.readouterr().out == f"grpo-studio {__version__}\n"
 
@@ -59,7 +59,8 @@ def test_a_missing_argument_is_a_usage_line(capsys):
 
 def test_unknown_benchmark_lists_them_with_did_you_mean(capsys):
     assert err_of(capsys, "bench", "mismatchh") == (
-        2, "bench error: NAME = 'mismatchh': allowed: mismatch, rollout, ui, vram-accuracy (did you mean 'mismatch'?)\n")
+        2, "bench error: NAME = 'mismatchh': allowed: logprobs, mismatch, rollout, scaling, step, ui, vram-accuracy "
+           "(did you mean 'mismatch'?)\n")
 
 
 def test_a_flag_outside_its_choices_is_a_user_error(capsys):

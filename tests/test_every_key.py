@@ -149,11 +149,19 @@ ELSEWHERE = {
     "rollout.backend": "tests/test_vllm_train.py::test_three_step_grpo_run_with_vllm",
     "rollout.vllm_enforce_eager": "tests/test_vllm_train.py::"
                                   "test_compiled_vllm_with_the_simulated_fp8_rollout_is_refused_in_one_line",
+    "rollout.server": "tests/test_rollout_server.py::test_twenty_step_runs_against_the_server_learn_and_carry_versions",
+    "rollout.async_mode": "tests/test_rollout_server.py::test_one_step_overlaps_generation_with_training",
+    "rollout.server_timeout": "tests/test_rollout_server.py::"
+                              "test_killed_server_stops_the_run_with_a_checkpoint_and_one_event",
     "precision.fp8_flow": "tests/test_precision.py::test_fp8_flow_resolution",
     "precision.loss_scale_backoff": "tests/test_fp16_run.py::test_fp16_run_loss_scale_grows_after_interval_and_no_nan",
     "train.best_metric": "tests/test_knobs_small.py::test_keep_checkpoints_keeps_the_newest_and_the_best",
     "train.max_bad_steps": "tests/test_divergence.py::test_a_nan_streak_stops_the_run_naming_cause_and_last_good_checkpoint",
     "train.micro_batch_size": "tests/test_trainer.py::test_micro_batches_accumulate_to_the_whole_batch_gradient",
+    "train.micro_batch_tokens": "tests/test_packed_batches.py::test_token_budget_gives_the_whole_batch_loss_and_gradients",
+    "train.parallel": "tests/test_distributed.py::test_ddp_step_equals_one_process",
+    "train.dist_timeout_s": "tests/test_distributed.py::test_a_lost_rank_ends_the_run",
+    "train.shared_prefix": "tests/test_shared_prefix.py::test_shared_prefix_runs_in_the_trainer",
     "data.split": "tests/test_data.py::test_data_errors_are_one_line",
     "data.subset": "tests/test_data.py::test_hf_dataset_offline_fails_with_one_line",
     "data.eval_split": "tests/test_data.py::test_data_errors_are_one_line",
@@ -161,6 +169,15 @@ ELSEWHERE = {
     "rewards.code_timeout_s": "tests/test_sandbox.py::test_infinite_loop_is_killed",
     "rewards.code_workers": "tests/test_sandbox.py::test_code_exec_reward_extracts_the_code_block_and_runs_in_parallel",
     "rewards.code_max_output": "tests/test_sandbox.py::test_printing_a_gigabyte_is_cut_at_the_cap",
+    "rewards.sandbox": "tests/test_sandbox.py::test_auto_is_bwrap_where_it_works_else_namespaces",
+    "rewards.sandbox_force_none": "tests/test_sandbox.py::test_forced_none_is_accepted",
+    "rewards.reward_model_batch_size": "tests/test_reward_model.py::test_batch_size_sets_the_forward_passes",
+    "report.to": "tests/test_trackers.py::test_wandb_offline_run_holds_every_step_and_the_samples",
+    "report.project": "tests/test_trackers.py::test_wandb_offline_run_holds_every_step_and_the_samples",
+    "alerts.rules": "tests/test_alerts.py::test_k3_rules_fire_once_per_crossing_in_a_real_run",
+    "alerts.on": "tests/test_alerts.py::test_k3_rules_fire_once_per_crossing_in_a_real_run",
+    "alerts.webhook": "tests/test_alerts.py::test_the_webhook_received_every_alert_of_the_run",
+    "alerts.desktop": "tests/test_alerts.py::test_desktop_notification_runs_notify_send",
 }
 
 TABLES = {"RUN": RUN, "BUILT": BUILT, "REWARD": REWARD, "DATA": DATA, "PLANNER": PLANNER, "ELSEWHERE": ELSEWHERE}

@@ -1,5 +1,5 @@
-"""Knobs that do what they say: data.eval_size's auto default on a user's own data, rollout.colocate = false
-refused where training starts (the VRAM planner still reads it), train.keep_checkpoints / train.best_metric."""
+"""Knobs that do what they say: data.eval_size's auto default on a user's own data,
+train.keep_checkpoints / train.best_metric. (rollout.colocate = false: tests/test_rollout_server.py.)"""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from cli_helpers import run_cli
 from grpo_studio.engine import data
 from grpo_studio.engine.contract.config import load
 
@@ -59,22 +58,6 @@ def test_the_first_event_says_what_is_held_out(tmp_path, extra, message):
     cfg = load("tiny-arith", [f"data.source={path}", "train.steps=1", "train.eval_every=0", *SHORT, *extra])
     Trainer(cfg, tmp_path / "run").close()
     assert [(e["event"], e["message"]) for e in events(tmp_path / "run")] == [("info", message)]
-
-
-COLOCATE = [
-    (("train", "tiny-arith", "--set", "rollout.colocate=false"), 2,
-     "config error: rollout.colocate = false: a rollout on its own device is not built yet; the VRAM planner "
-     "(grpo-studio vram) reads it to plan a two-GPU split\n"),
-    (("vram", "tiny-arith", "--set", "rollout.colocate=false", "--json"), 0, ""),
-]
-
-
-@pytest.mark.parametrize("args, code, stderr", COLOCATE)
-def test_rollout_colocate_false_is_refused_for_training_only(tmp_path, args, code, stderr):
-    proc = run_cli(*args, cwd=tmp_path)
-    assert (proc.returncode, proc.stderr) == (code, stderr)
-    if code == 0:
-        assert json.loads(proc.stdout)["model"] == "tiny-arith"
 
 
 @pytest.mark.parametrize("best_metric", ["", "reward/mean"])

@@ -8,7 +8,7 @@ import torch
 
 from grpo_studio.engine.contract import config
 from grpo_studio.engine.batching import join_prompt_completion
-from grpo_studio.engine.logprobs import ChunkedLogSoftmax, token_logprobs
+from grpo_studio.engine.logprobs import fused_logps, token_logprobs
 from grpo_studio.engine.contract.precision import resolve
 from grpo_studio.engine.policy_loader import load_policy, load_tokenizer, resolve_model_path
 
@@ -45,8 +45,8 @@ def assert_same_logps_entropy_and_grads(results, atol: float, entropy_rtol: floa
     torch.testing.assert_close(lp1, lp0, rtol=0, atol=atol)
     torch.testing.assert_close(ent1, ent0, rtol=entropy_rtol, atol=atol)
     assert g0.keys() == g1.keys() and len(g0) > 0
-    for name in g0:
-        torch.testing.assert_close(g1[name], g0[name], rtol=1e-4, atol=1e-6)
+    for name in g0:  # fp32 rounding of a different summation order, relative to the tensor's scale
+        torch.testing.assert_close(g1[name], g0[name], rtol=1e-4, atol=1e-5 * g0[name].abs().max().item())
 
 
 @pytest.mark.parametrize("scale, softcap, tau, seed", [(1.0, None, 0.5, 1), (0.5, 2.0, 0.8, 4)],
@@ -62,7 +62,7 @@ def test_chunked_gradient_matches_autograd_of_the_formula(scale, softcap, tau, s
     z = softcap * torch.tanh(z / softcap) if softcap else z
     ref = torch.log_softmax(z / tau, dim=-1).gather(1, y[:, None]).squeeze(1)
     ref_grads = torch.autograd.grad((ref * upstream).sum(), (h, w))
-    ours, _ = ChunkedLogSoftmax.apply(h, w, y, tau, 3, scale, softcap)
+    ours, _ = fused_logps(h, w, y, tau, 3, scale, softcap)
     our_grads = torch.autograd.grad((ours * upstream.float()).sum(), (h, w))
     torch.testing.assert_close(ours.double(), ref, rtol=0, atol=1e-6)
     for a, b in zip(our_grads, ref_grads):

@@ -206,6 +206,6 @@ def test_listing_names_every_builtin_with_a_range():
 
     names = [n for n, _, _ in describe()]
     assert names == ["correctness", "int", "soft_format", "strict_format", "xmlcount", "proximity", "format",
-                     "length_penalty", "keyword", "regex_match", "code_exec"]
+                     "length_penalty", "keyword", "regex_match", "code_exec", "math_verify"]
     assert all(about and span for _, about, span in describe())
     assert main(["rewards", "--json"]) == 0

@@ -17,7 +17,7 @@ from typing import Any
 
 import tomli_w
 
-from grpo_studio.engine.contract import algorithms, backend, bundled, dtypes, metrics
+from grpo_studio.engine.contract import alert_rules, algorithms, backend, bundled, dtypes, metrics
 from grpo_studio.engine.contract.errors import UserError, did_you_mean, show_choices, user_path
 
 
@@ -62,7 +62,8 @@ class ModelConfig:
     offload_checkpoints: bool = opt(False, help="keep saved activations in host RAM during the forward "
                                                 "(CUDA only; Unsloth-style offloaded checkpoints)")
     logits_chunk: int = opt(0, lo=0, hi=MAX_TOKENS, help="tokens per chunk of the fused, recomputed lm_head + "
-                                                         "log-softmax; 0 = materialise the completion logits")
+                                                         "log-softmax (on CUDA TRL's Triton kernels when trl is "
+                                                         "installed); 0 = materialise the completion logits")
 
 
 @dataclass
@@ -79,8 +80,16 @@ class RolloutConfig:
     gpu_memory_utilization: float | str = opt(AUTO, auto=float, lo=0, hi=1.0, lo_open=True,
                                               help="vLLM: share of the GPU's memory it reserves for weights and KV "
                                                    "cache; auto = the planner's need for one rollout (docs/vram.md)")
-    colocate: bool = opt(True, help="vLLM shares the training GPU (TRL vllm_mode=colocate); false = its "
-                                    "own GPU, read by the VRAM planner only (training refuses it for now)")
+    colocate: bool = opt(True, help="vLLM shares the training GPU (TRL vllm_mode=colocate); false = a rollout "
+                                    "server in its own process, on its own device (docs/rollout_server.md)")
+    server: str = opt("", help="colocate = false: the rollout server's host:port (grpo-studio rollout-serve); "
+                               "empty = start one on 127.0.0.1 for the run")
+    server_timeout: float = opt(120.0, lo=1, hi=MAX_SECONDS, help="seconds without an answer from the rollout "
+                                                                  "server before the run stops with a checkpoint")
+    async_mode: str = opt("off", choices=["off", "one_step", "in_flight"],
+                          help="colocate = false: one_step = the server samples the next batch while the trainer "
+                               "trains on this one (policy lag 1, verl's one-step off-policy); in_flight is not "
+                               "built yet")
     sleep: bool = opt(False, help="vLLM sleeps (frees its memory) during the train phase")
     vllm_enforce_eager: str = opt("auto", choices=["auto", "on", "off"],
                                   help="on = no torch.compile/graphs (faster start, slower decode); off = always compiled; "
@@ -124,6 +133,15 @@ class TrainConfig:
                                 help="prompts per step, each sampled rollout.num_generations times")
     micro_batch_size: int = opt(0, lo=0, hi=MAX_SEQUENCES, help="sequences per forward/backward (gradient "
                                                                 "accumulation); 0 = the whole step's batch at once")
+    micro_batch_tokens: int = opt(0, lo=0, hi=MAX_SEQUENCES * MAX_TOKENS,
+                                  help="token budget per forward/backward instead: rows sorted by length, each "
+                                       "micro-batch cut to its own longest row, rows × width <= this (verl's "
+                                       "dynamic batch size); same loss and gradients as the whole batch; 0 = off")
+    shared_prefix: str = opt("auto", choices=["auto", "on", "off"],
+                             help="run each distinct prompt of a micro-batch once and its G completions on its KV "
+                                  "cache (same log-probs and gradients, prompt FLOPs / G); auto = on where exact "
+                                  "(eager/sdpa full attention, no gradient checkpointing) and the micro-batch "
+                                  "repeats a prompt of at least 16 tokens")
     steps_per_generation: int = opt(1, lo=1, hi=MAX_UPDATES, help="optimizer steps each rollout is split into "
                                                                   "(TRL steps_per_generation): a rollout samples "
                                                                   "prompts_per_step × this many prompts")
@@ -134,6 +152,11 @@ class TrainConfig:
                                          "train.steps_per_generation steps (TRL always does)")
     seed: int = opt(0, lo=0, hi=2**32 - 1, help="seed of the data order, sampling and initialisation")
     grad_clip: float = opt(1.0, lo=0, help="max grad norm; 0 = off")
+    parallel: str = opt("none", choices=["none", "ddp", "fsdp"],
+                        help="data parallelism across the processes of `train --nproc N` (torchrun): ddp = each "
+                             "rank samples its share of the prompts, gradients all-reduced (docs/distributed.md)")
+    dist_timeout_s: float = opt(300.0, lo=1, hi=MAX_SECONDS, help="data-parallel collective timeout: a rank "
+                                                                  "that hangs this long stops the run")
     save_every: int = opt(20, lo=0, hi=MAX_STEPS, help="checkpoint every N steps; 0 = only at the end")
     keep_checkpoints: int = opt(0, lo=0, hi=MAX_STEPS, help="keep the newest N checkpoints (plus the best by "
                                                              "train.best_metric) and delete older ones; 0 = keep all")
@@ -182,6 +205,11 @@ class RewardsConfig:
     code_workers: int = opt(0, lo=0, hi=1024, help="code_exec: parallel executions; 0 = one per CPU core")
     code_max_output: int = opt(65536, lo=1024, hi=2**30,
                                help="code_exec: bytes of output read before the process is killed")
+    sandbox: str = opt("auto", choices=["auto", "bwrap", "namespaces", "none"],
+                       help="code_exec isolation: auto = bwrap when it works here, else namespaces")
+    sandbox_force_none: bool = opt(False, help="code_exec: accept rewards.sandbox = none (model code runs as you)")
+    reward_model_batch_size: int = opt(16, lo=1, hi=4096,
+                                       help="rm:PATH rewards: prompt+completion pairs scored per forward pass")
 
 
 @dataclass
@@ -195,6 +223,26 @@ class PrecisionConfig:
     loss_scale_growth: float = opt(2.0, lo=1, lo_open=True, help="fp16: scale factor after growth_interval clean steps")
 
 
+TRACKERS = ("tensorboard", "trackio", "wandb")  # report.to: each an extra of the same name (docs/trackers.md)
+
+
+@dataclass
+class ReportConfig:
+    to: list = opt([], item=str, help="trackers that mirror every metrics row as the run goes (docs/trackers.md): "
+                                      "tensorboard, trackio, wandb; each needs its extra, e.g. 'grpo-studio[wandb]'")
+    project: str = opt("grpo-studio", help="the wandb / trackio project the run is logged under (the run is named "
+                                           "after its run directory)")
+
+
+@dataclass
+class AlertsConfig:
+    rules: list = opt([], item=str, help="metric rules, e.g. 'mismatch/k3 > 1e-3', 'reward/mean < 0.1 for 20 steps', "
+                                         "'loss is nan'; 'defaults' = the default set (docs/alerts.md)")
+    on: list = opt([], item=str, help="run events that alert: finished, crashed, stopped, diverged")
+    webhook: str = opt("", help="http(s) URL each alert is POSTed to as JSON; empty = none")
+    desktop: bool = opt(False, help="also a desktop notification per alert (notify-send)")
+
+
 @dataclass
 class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -204,6 +252,8 @@ class Config:
     data: DataConfig = field(default_factory=DataConfig)
     rewards: RewardsConfig = field(default_factory=RewardsConfig)
     precision: PrecisionConfig = field(default_factory=PrecisionConfig)
+    report: ReportConfig = field(default_factory=ReportConfig)
+    alerts: AlertsConfig = field(default_factory=AlertsConfig)
 
     @property
     def rollout_dtype(self) -> str:
@@ -467,6 +517,10 @@ def validate(cfg: Config) -> None:
                         value=cfg.rewards.weights)
     if not cfg.rewards.funcs:
         raise UserError("give at least one reward function", key="rewards.funcs", value=cfg.rewards.funcs)
+    if cfg.rewards.sandbox == "none" and not cfg.rewards.sandbox_force_none:
+        raise UserError("runs model-written code unconfined, as your user (rlimits and the wall clock only); "
+                        "use auto, bwrap or namespaces, or set rewards.sandbox_force_none = true to accept it",
+                        key="rewards.sandbox", value="none")
     if cfg.model.lora_rank > 0 and not cfg.model.lora_target_modules:
         raise UserError("give at least one module name, or 'all-linear'", key="model.lora_target_modules",
                         value=cfg.model.lora_target_modules)
@@ -478,12 +532,64 @@ def validate(cfg: Config) -> None:
     if r.max_prompt_len + r.max_completion_len > MAX_TOKENS:
         raise UserError(f"prompt + completion must be <= {MAX_TOKENS} tokens", key="rollout.max_completion_len",
                         value=r.max_completion_len)
+    if cfg.train.shared_prefix == "on" and cfg.model.gradient_checkpointing:
+        raise UserError("with model.gradient_checkpointing = true transformers turns the prompt pass's KV cache "
+                        "off; set auto or off", key="train.shared_prefix", value="on")
+    if cfg.train.micro_batch_tokens and cfg.train.micro_batch_size:
+        raise UserError(f"train.micro_batch_tokens = {cfg.train.micro_batch_tokens} with train.micro_batch_size = "
+                        f"{cfg.train.micro_batch_size}: micro-batches are cut by one of them; set the other to 0")
     sequences = cfg.train.prompts_per_step * r.num_generations
     if sequences > MAX_SEQUENCES:
         raise UserError(f"{sequences} sequences per step with rollout.num_generations = {r.num_generations}; "
                         f"must be <= {MAX_SEQUENCES}", key="train.prompts_per_step", value=cfg.train.prompts_per_step)
     _check_updates_per_rollout(cfg, sequences)
     _refuse_truncated_is(cfg)
+    _check_rollout_server(cfg.rollout)
+    _check_parallel(cfg)
+    _check_outlets(cfg)
+
+
+def _check_outlets(cfg: Config) -> None:
+    """report.* and alerts.*: tracker and event names, the rules' grammar and metrics, the webhook's scheme."""
+    for key, values, allowed in (("report.to", cfg.report.to, TRACKERS),
+                                 ("alerts.on", cfg.alerts.on, alert_rules.EVENTS)):
+        for i, value in enumerate(values):
+            if value not in allowed:
+                raise UserError(key=f"{key}[{i}]", value=value, allowed=allowed)
+    alert_rules.parse_all(cfg.alerts.rules, cfg.rewards.funcs)
+    hook = cfg.alerts.webhook
+    if hook and not (hook.startswith(("http://", "https://")) and len(hook.split("://", 1)[1]) > 0):
+        raise UserError("an http:// or https:// URL, or empty for none", key="alerts.webhook", value=hook)
+
+
+def _check_parallel(cfg: Config) -> None:
+    """train.parallel: what data-parallel training cannot honour yet (docs/distributed.md)."""
+    if cfg.train.parallel == "fsdp":
+        raise UserError("FSDP2 sharding is not built yet; use 'ddp' (every rank holds the whole model)",
+                        key="train.parallel", value="fsdp")
+    if cfg.train.parallel != "none" and cfg.algo.scale_rewards == "batch":
+        raise UserError(f"algo.scale_rewards = 'batch' with train.parallel = {cfg.train.parallel!r}: the batch std "
+                        f"would be each rank's; use 'group' or 'none'")
+
+
+def _check_rollout_server(r: RolloutConfig) -> None:
+    """rollout.server / async_mode only mean something for a rollout server (docs/rollout_server.md)."""
+    if r.async_mode == "in_flight":
+        raise UserError("weight updates inside a running generation (PipelineRL) are not built yet; use "
+                        "'one_step' or 'off'", key="rollout.async_mode", value="in_flight")
+    if r.colocate:
+        for key, value, off in (("server", r.server, ""), ("async_mode", r.async_mode, "off")):
+            if value != off:
+                raise UserError("needs rollout.colocate = false (a rollout server); the colocated engine "
+                                "shares the trainer's process", key=f"rollout.{key}", value=value)
+        return
+    if r.backend == "hf":
+        raise UserError("rollout.colocate = false runs vLLM in a rollout server; use rollout.backend = 'vllm' "
+                        "or 'auto'", key="rollout.backend", value="hf")
+    host, _, port = r.server.rpartition(":")
+    if r.server and not (host and port.isdigit() and 0 < int(port) < 65536):
+        raise UserError("host:port, e.g. 127.0.0.1:8000; or empty to start a server for the run",
+                        key="rollout.server", value=r.server)
 
 
 def _check_updates_per_rollout(cfg: Config, sequences: int) -> None:

@@ -51,6 +51,8 @@ SCHEMA = {m.name: m for m in [
     Metric("policy/ratio_max", "largest ratio π/π_old", "ratio", combine="max"),
     Metric("policy/lag", "optimizer steps between the weights that sampled the step's batch and the weights "
                          "it trains", "steps", combine="max"),
+    Metric("policy/version", "weight syncs to the sampler before it sampled the step's batch (a rollout server "
+                             "reports the version it generated with)", "syncs", combine="min"),
     Metric("mismatch/k1", "k1 estimate of KL(μ‖π), rollout vs trainer: mean(log μ − log π)", "nats"),
     Metric("mismatch/k2", "k2 estimate of KL(μ‖π): ½·mean(Δlogp²)", "nats", log=True),
     Metric(K3, "k3 estimate of KL(μ‖π): mean(r − 1 − log r), unbiased and ≥ 0", "nats", log=True),
@@ -77,7 +79,15 @@ SCHEMA = {m.name: m for m in [
     Metric("perf/rollout_s", "time spent sampling", "s", combine="max"),
     Metric("perf/train_s", "time after the rewards: log-probs, loss, backward, optimizer, weight sync", "s",
            combine="max"),
+    Metric("perf/sync_s", "weight sync to the sampler after the step (0 between a rollout's updates)", "s",
+           combine="max"),
+    Metric("perf/trainer_wait_s", "time the trainer waited for the step's rollout (on its first step)", "s",
+           combine="max"),
+    Metric("perf/overlap_frac", "share of the rollout's sampling hidden behind training (rollout.async_mode = "
+                                "one_step; 0 when the trainer waits for all of it)", "fraction", combine="min"),
     Metric("perf/rollout_tok_s", "sampled completion tokens per second", "tokens/s", combine="sum"),
+    Metric("perf/comm_s", "time in data-parallel collectives before the metrics row (gradient all-reduce, "
+                          "global token count; waiting for the slowest rank included)", "s", combine="max"),
     Metric(PEAK_GIB, "peak GPU memory allocated (CPU: peak resident memory)", "GiB", combine="max"),
     Metric("mem/rss_gib", "resident memory of the trainer process", "GiB", combine="max"),
     Metric("precision/loss_scale", "fp16 dynamic loss scale", log=True, combine="min"),

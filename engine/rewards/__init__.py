@@ -11,12 +11,15 @@ weighted nansum before the advantage) and reports one `reward_error` through `on
 
 from __future__ import annotations
 
+import importlib.util
 import math
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
 from grpo_studio.engine.contract.errors import UserError, did_you_mean
-from grpo_studio.engine.rewards import builtin, loader
-from grpo_studio.engine.rewards.runner import RewardFuncs, call_reward
+from grpo_studio.engine.rewards import builtin, loader, reward_model, sandbox, trl_rewards
+from grpo_studio.engine.rewards.runner import RewardFuncs, call_reward, is_async
 
 RewardFn = Callable[..., list]
 
@@ -41,10 +44,15 @@ def _validate(opts: builtin.Options, names: list[str]) -> None:
     for key in ("solution_start", "solution_end"):
         if not getattr(opts, key):
             raise UserError("the answer marker cannot be empty", key=f"rewards.{key}", value="")
+    if "math_verify" in names and importlib.util.find_spec("math_verify") is None:
+        raise UserError("needs math-verify: pip install 'grpo-studio[math]'", key="rewards.funcs", value="math_verify")
+    if "code_exec" in names and opts.sandbox == "bwrap" and sandbox.bwrap_problem():
+        raise UserError(f"{sandbox.bwrap_problem()}; use auto or namespaces", key="rewards.sandbox", value="bwrap")
 
 
 def build(spec) -> RewardFuncs:
-    """Resolve rewards.funcs. `spec` is a RewardsConfig (options and timeout applied) or a list of names."""
+    """Resolve rewards.funcs: built-in names, 'trl.rewards:NAME', 'rm:PATH' (a reward model) and
+    'file.py:function' / 'module:function'. `spec` is a RewardsConfig or a list of names."""
     opts = builtin.Options(funcs=list(spec)) if isinstance(spec, (list, tuple)) else spec
     names = list(opts.funcs)
     _validate(opts, names)
@@ -55,13 +63,20 @@ def build(spec) -> RewardFuncs:
             raise UserError("expected a name or 'file.py:function'", key="rewards.funcs", value=entry)
         if entry in builtin.REGISTRY:
             name, fn = entry, builtin.configure(entry, opts)
+        elif entry.startswith(trl_rewards.PREFIX):
+            fn = trl_rewards.load(entry)
+            name = fn.__name__
+        elif entry.startswith(reward_model.PREFIX):
+            fn = reward_model.RewardModel(entry, opts.reward_model_batch_size)
+            name = fn.__name__
         elif ":" in entry:
             fn = loader.load(entry)
             name = getattr(fn, "__name__", None) or entry.rpartition(":")[2]
         else:
             allowed = ", ".join(builtin.REGISTRY)
-            raise UserError(f"unknown reward; allowed: {allowed} or 'file.py:function'"
-                            f"{did_you_mean(entry, builtin.REGISTRY)}", key="rewards.funcs", value=entry)
+            raise UserError(f"unknown reward; allowed: {allowed}, 'rm:PATH', 'trl.rewards:NAME' or "
+                            f"'file.py:function'{did_you_mean(entry, builtin.REGISTRY)}", key="rewards.funcs",
+                            value=entry)
         base, k = name, 2
         while name in taken:  # two files exporting `score`: score, score_2
             name, k = f"{base}_{k}", k + 1
@@ -79,10 +94,26 @@ def score(funcs, prompts: list, completions: list, columns: dict[str, list], on_
     if prompts and isinstance(prompts[0], (list, tuple)):
         completions = [[{"role": "assistant", "content": c}] if isinstance(c, str) else c for c in completions]
     timeout = getattr(funcs, "timeout_s", 30.0)
+    lock = threading.Lock()
+
+    def report(*args, **fields):
+        with lock:
+            on_error(*args, **fields)
+
+    def one(j: int) -> list:
+        name, fn = funcs[j]
+        return call_reward(name, fn, prompts, completions, columns, timeout, state=getattr(funcs, "seen", None),
+                           on_error=report if on_error else None)
+
+    # async rewards are awaited side by side (each in its own thread and loop, as TRL gathers them),
+    # while the others run one after another here
+    concurrent = [j for j, (_, fn) in enumerate(funcs) if is_async(fn)]
+    with ThreadPoolExecutor(max_workers=max(1, len(concurrent)), thread_name_prefix="async-reward") as pool:
+        pending = {j: pool.submit(one, j) for j in concurrent}
+        done = {j: one(j) for j in range(len(funcs)) if j not in pending}
+        columns_out = [pending[j].result() if j in pending else done[j] for j in range(len(funcs))]
     table = [[math.nan] * len(funcs) for _ in range(n)]
-    for j, (name, fn) in enumerate(funcs):
-        values = call_reward(name, fn, prompts, completions, columns, timeout,
-                             state=getattr(funcs, "seen", None), on_error=on_error)
+    for j, values in enumerate(columns_out):
         for i, value in enumerate(values):
             if value is not None:
                 table[i][j] = value

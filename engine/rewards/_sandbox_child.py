@@ -3,12 +3,14 @@
 Reads a JSON job from stdin, then (stdlib only, single-threaded):
 
   1. stdin becomes /dev/null;
-  2. new network, mount, PID, IPC and UTS namespaces (as root; otherwise inside a new user
-     namespace, if the kernel allows unprivileged ones);
-  3. every mount is remounted read-only in the new mount namespace; a small private tmpfs is
-     mounted on /tmp and is the (fresh, empty) working directory;
-  4. fork: the child is PID 1 of the new PID namespace, mounts its own /proc and forks the
-     worker; when PID 1 exits the kernel kills everything left in the namespace;
+  2. (mode "namespaces") new network, mount, PID, IPC and UTS namespaces (as root; otherwise inside
+     a new user namespace, if the kernel allows unprivileged ones);
+  3. (mode "namespaces") every mount is remounted read-only in the new mount namespace; a small
+     private tmpfs is mounted on /tmp and is the (fresh, empty) working directory;
+  4. (mode "namespaces") fork: the child is PID 1 of the new PID namespace, mounts its own /proc
+     and forks the worker; when PID 1 exits the kernel kills everything left in the namespace.
+     Under mode "bwrap", bubblewrap has done 2-4 before this starts (its reaper is PID 1); the
+     launcher only hands the private /tmp to the job's uid. Mode "none" skips 2-4;
   5. the worker sets rlimits (CPU, address space, file size, processes, open files, no core),
      PR_SET_NO_NEW_PRIVS, drops to the job's unprivileged uid/gid (when root), clears the
      environment, closes inherited descriptors, runs the solution, then each test case, and
@@ -167,27 +169,35 @@ def main() -> None:
     os.close(null)
     result_fd = job["result_fd"]
     have: list = []
-    job["host_root"] = os.geteuid() == 0
-    try:
-        workdir = isolate(job, have)
-    except OSError:
-        workdir = None
+    job["host_root"] = os.geteuid() == 0 and job["mode"] != "none"
+    workdir = None
+    if job["mode"] == "bwrap":  # bubblewrap made the namespaces and mounts; /tmp is its private tmpfs
+        have += job["bwrap_protections"]
+        workdir = "/tmp"
+        if job["host_root"]:
+            os.chown(workdir, job["uid"], job["uid"])
+    elif job["mode"] == "namespaces":
+        try:
+            workdir = isolate(job, have)
+        except OSError:
+            workdir = None
     os.chdir(workdir or job["workdir"])
-    init = os.fork()
-    if init:  # the launcher: wait for PID 1 of the namespace, pass on its status
-        os.close(result_fd)
-        _, status = os.waitpid(init, 0)
-        os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
-    if "pid" in have:
-        if mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC):
-            have.append("private_proc")
-        worker = os.fork()
-        if worker:  # PID 1: reap until the worker ends; leaving tears the namespace down
+    if job["mode"] == "namespaces":
+        init = os.fork()
+        if init:  # the launcher: wait for PID 1 of the namespace, pass on its status
             os.close(result_fd)
-            while True:
-                pid, status = os.wait()
-                if pid == worker:
-                    os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
+            _, status = os.waitpid(init, 0)
+            os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
+        if "pid" in have:
+            if mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC):
+                have.append("private_proc")
+            worker = os.fork()
+            if worker:  # PID 1: reap until the worker ends; leaving tears the namespace down
+                os.close(result_fd)
+                while True:
+                    pid, status = os.wait()
+                    if pid == worker:
+                        os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
     try:
         work(job, result_fd, have)
     except BaseException as err:  # noqa: BLE001 - setup failed: report, never run the code unconfined

@@ -149,6 +149,41 @@ def xmlcount(prompts, completions, opts: Options = DEFAULT, **kwargs) -> list[fl
     return scores
 
 
+def _math_parse(text: str, timeout):
+    from math_verify import parse
+
+    return parse(text, parsing_timeout=timeout)
+
+
+def math_verify(prompts, completions, answer, opts: Options = DEFAULT, **kwargs) -> list[float | None]:
+    """1.0 when math-verify finds the answer equal to the reference (LaTeX, \\boxed{}, fractions,
+    1/2 = 0.5 = \\frac{2}{4}), else 0.0; None when the reference does not parse. The answer is the
+    extracted one (solution block, answer_regex, ####) when there is one, else the whole completion.
+    Like TRL's accuracy_reward: https://github.com/huggingface/Math-Verify (parse + verify)."""
+    import logging
+    import threading
+
+    from math_verify import verify
+
+    # math-verify's timeouts use signal.alarm, which works in the main thread only (TRL does the same);
+    # elsewhere rewards.timeout_s bounds the whole call.
+    timeout = 5 if threading.current_thread() is threading.main_thread() else None
+    if timeout is None:
+        for name in ("math_verify.parser", "math_verify.grader"):
+            logging.getLogger(name).setLevel(logging.ERROR)
+    scores = []
+    for c, ref in zip(completions, answer):
+        gold_text = reference_answer(ref)
+        gold = _math_parse(gold_text, timeout) or _math_parse(f"${gold_text}$", timeout)
+        if not gold:
+            scores.append(None)
+            continue
+        text = text_of(c)
+        guess = _math_parse(extract_answer(text, opts) or text, timeout)
+        scores.append(1.0 if guess and verify(gold, guess, timeout_seconds=timeout) else 0.0)
+    return scores
+
+
 # ---- the seed's neighbourhood reward -------------------------------------------------------------
 
 
@@ -246,7 +281,7 @@ def code_exec(prompts, completions, opts: Options = DEFAULT, **kwargs) -> list[f
                             memory_mb=opts.code_memory_mb, max_output=opts.code_max_output)
     jobs = [(sandbox.extract_code(text_of(c)), t) for c, t in zip(completions, tests)]
     results = sandbox.run_many([(code, sandbox.normalize_tests(t)) for code, t in jobs], limits,
-                               workers=opts.code_workers)
+                               workers=opts.code_workers, mode=opts.sandbox)
     return [None if not sandbox.normalize_tests(t) else r.score for (_, t), r in zip(jobs, results)]
 
 
@@ -265,6 +300,8 @@ REGISTRY: dict[str, tuple] = {
     "keyword": (keyword, "share of required keywords present (rewards.keywords or a 'keywords' column)", "[0, 1]"),
     "regex_match": (regex_match, "1 when rewards.regex matches the completion", "{0, 1}"),
     "code_exec": (code_exec, "share of test cases the completion's Python passes, sandboxed", "[0, 1]"),
+    "math_verify": (math_verify, "1 when math-verify finds the answer equal to the reference (LaTeX, \\boxed, "
+                                 "fractions); needs the [math] extra", "{0, 1}"),
 }
 
 

