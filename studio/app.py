@@ -135,6 +135,25 @@ class StudioApp(App):
 
         self.push_screen(Confirm(f"Launch a copy of {Path(run_dir).name} with model.dtype = {dtype}?"), done)
 
+    def export_model(self, run_dir: Path) -> None:
+        """Ask for a destination, then export the run's newest checkpoint there in a child process (a folder:
+        merged safetensors; FILE.gguf: f16 GGUF), showing its one line."""
+        from grpo_studio.studio.dialogs import PathPrompt
+
+        run_dir = Path(run_dir)
+
+        def work(dest: str) -> None:
+            self.call_from_thread(self.notify, f"exporting {run_dir.name} to {dest} …")
+            ok, line = launcher.export(run_dir, dest)
+            self.call_from_thread(self.notify, line, severity="information" if ok else "error", timeout=15)
+
+        def chosen(dest: str | None) -> None:
+            if dest:
+                self.run_worker(lambda: work(dest), thread=True, exit_on_error=False, name="export")
+
+        self.push_screen(PathPrompt(f"Export {run_dir.name}'s newest checkpoint to a folder (merged safetensors) "
+                                    f"or a FILE.gguf (f16)", str(run_dir / "merged")), chosen)
+
     def export_report(self, run_dir: Path) -> None:
         def work() -> None:
             from grpo_studio.studio import report

@@ -47,6 +47,7 @@ class DashboardScreen(Screen):
         Binding("d", "duplicate", "A/B dtype", id="dashboard.duplicate"),
         Binding("c", "compare", "Compare", id="dashboard.compare"),
         Binding("e", "export", "Export", id="dashboard.export", show=False),
+        Binding("x", "export_model", "Export model", id="dashboard.export_model", show=False),
         *[Binding(str(i + 1), f"tab('{tab}')", label, id=f"dashboard.tab_{tab}", show=False)
           for i, (tab, label) in enumerate([(t[0], t[1]) for t in TABS] + [("histogram", "Δlogp"),
                                            ("hardware", "Hardware"), ("samples", "Samples"), ("events", "Events")])],
@@ -259,3 +260,6 @@ class DashboardScreen(Screen):
 
     def action_export(self) -> None:
         self.app.export_report(self.run.dir)
+
+    def action_export_model(self) -> None:
+        self.app.export_model(self.run.dir)

@@ -54,6 +54,19 @@ def launch(cfg: Config, run_dir: Path, force: bool = False) -> subprocess.Popen:
         log.close()
 
 
+def export_command(run: Path, dest: str) -> list[str]:
+    """The `grpo-studio export` command line for a destination typed in the studio: FILE.gguf or a folder."""
+    kind = "--gguf" if dest.lower().endswith(".gguf") else "--merged"
+    return [sys.executable, "-m", "grpo_studio.cli.main", "export", str(run), kind, dest]
+
+
+def export(run: Path, dest: str) -> tuple[bool, str]:
+    """Run `grpo-studio export` (the studio never loads torch): whether it worked, and its one line."""
+    done = subprocess.run(export_command(run, dest), capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    lines = (done.stdout if done.returncode == 0 else done.stderr).strip().splitlines()
+    return done.returncode == 0, lines[-1] if lines else f"grpo-studio export exited with status {done.returncode}"
+
+
 def wait_for_pid(run_dir: Path, proc: subprocess.Popen | None = None, timeout: float = 60.0) -> int | None:
     """The trainer's pid once it has written trainer.pid (None if it exited first)."""
     deadline = time.monotonic() + timeout

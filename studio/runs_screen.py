@@ -4,8 +4,6 @@ checkpoint (`grpo-studio export` in a child process: the studio never loads torc
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 from rich.text import Text
@@ -95,34 +93,10 @@ class RunsScreen(Screen):
             self.app.duplicate_run(row["path"])
 
     def action_export(self) -> None:
-        from grpo_studio.studio.dialogs import PathPrompt
-
         row = self._current()
-        if not row:
-            return
-
-        def chosen(dest: str | None) -> None:
-            if dest:
-                self.run_worker(lambda: self._export(row["path"], dest), thread=True, exit_on_error=False,
-                                name="export")
-
-        self.app.push_screen(PathPrompt(f"Export {row['name']}'s newest checkpoint to a folder (merged safetensors) "
-                                        f"or a FILE.gguf (f16)", str(row["path"] / "merged")), chosen)
-
-    def _export(self, run: Path, dest: str) -> None:
-        """Run `grpo-studio export` and show its one line: the result, or the error it refused with."""
-        self.app.call_from_thread(self.notify, f"exporting {run.name} to {dest} …")
-        done = subprocess.run(export_command(run, dest), capture_output=True, text=True, stdin=subprocess.DEVNULL)
-        lines = (done.stdout if done.returncode == 0 else done.stderr).strip().splitlines()
-        line = lines[-1] if lines else f"grpo-studio export exited with status {done.returncode}"
-        self.app.call_from_thread(self.notify, line, severity="information" if done.returncode == 0 else "error",
-                                  timeout=15)
+        if row:
+            self.app.export_model(row["path"])
 
     def action_back(self) -> None:
         self.app.action_show_setup()
 
-
-def export_command(run: Path, dest: str) -> list[str]:
-    """The `grpo-studio export` command line for a destination typed in the studio: FILE.gguf or a folder."""
-    kind = "--gguf" if dest.lower().endswith(".gguf") else "--merged"
-    return [sys.executable, "-m", "grpo_studio.cli.main", "export", str(run), kind, dest]

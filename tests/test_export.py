@@ -260,7 +260,7 @@ def test_push_offline_from_the_command_line(runs):
 
 
 def test_export_command_picks_the_kind_from_the_destination(tmp_path):
-    from grpo_studio.studio.runs_screen import export_command
+    from grpo_studio.studio.launcher import export_command
 
     assert export_command(tmp_path, "out/m.GGUF")[-5:] == ["grpo_studio.cli.main", "export", str(tmp_path), "--gguf",
                                                           "out/m.GGUF"]
@@ -318,3 +318,25 @@ def test_push_with_the_hub_unreachable_is_one_line(runs, monkeypatch, capsys):
         assert main(["export", str(runs["lora"]), "--push", "me/tiny"]) == 2
     assert capsys.readouterr().err == ("export error: --push = 'me/tiny': cannot push to the Hugging Face Hub "
                                        "(ConnectError: [Errno 111] Connection refused)\n")
+
+
+@pytest.mark.anyio
+async def test_dashboard_x_exports_the_run_it_shows(runs, tmp_path):
+    """The dashboard's x asks for a destination and exports the run on screen, as the runs list does."""
+    from grpo_studio.engine.contract import config as cfgmod
+    from grpo_studio.studio.app import StudioApp
+    from grpo_studio.studio.dialogs import PathPrompt
+
+    run, dest = runs["lora"], tmp_path / "from-dashboard"
+    app = StudioApp(cfgmod.load("tiny-arith"), "tiny-arith", run.parent, live_hardware=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.open_run(run)
+        await pilot.pause()
+        await pilot.press("x")
+        await pilot.pause()
+        assert isinstance(app.screen, PathPrompt)
+        app.screen.query_one("Input").value = str(dest)
+        await pilot.press("enter")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+    assert (dest / "config.json").is_file() and (dest / "model.safetensors").is_file()
