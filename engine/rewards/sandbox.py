@@ -158,8 +158,18 @@ def _bwrap_argv(limits: Limits) -> list[str]:
     size-capped 0700 tmpfs on /tmp as the working directory; killed with its parent."""
     return [shutil.which("bwrap") or "bwrap", "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--die-with-parent",
             "--new-session", "--ro-bind", "/", "/", "--dev", "/dev", "--remount-ro", "/dev", "--proc", "/proc",
-            "--size", str(limits.tmpfs_mb * 2**20), "--perms", "0700", "--tmpfs", "/tmp", "--chdir", "/tmp",
-            "--clearenv", "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "LANG", "C.UTF-8", "--"]
+            "--size", str(limits.tmpfs_mb * 2**20), "--perms", "0700", "--tmpfs", "/tmp", *_rebind_under_tmp(),
+            "--chdir", "/tmp", "--clearenv", "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "LANG", "C.UTF-8", "--"]
+
+
+def _rebind_under_tmp() -> list[str]:
+    """The interpreter's environment and the launcher, bound back read-only when they live under /tmp (a
+    venv or a checkout there), which the sandbox's private tmpfs would otherwise hide."""
+    out = []
+    for path in sorted({Path(sys.prefix), CHILD.parent}):
+        if path.is_relative_to("/tmp"):
+            out += ["--ro-bind", str(path), str(path)]
+    return out
 
 
 @lru_cache(maxsize=1)
