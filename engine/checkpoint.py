@@ -38,7 +38,8 @@ class BadCheckpoint(Exception):
     """A checkpoint that cannot be trusted; str() says why, in one line."""
 
 
-def _dirs(run_dir: Path) -> list[tuple[int, Path]]:
+def folders(run_dir: Path) -> list[tuple[int, Path]]:
+    """The run's checkpoint folders as (step, path), oldest first (complete or not)."""
     found = []
     for path in (Path(run_dir) / CHECKPOINTS).glob("step-*"):
         match = re.fullmatch(r"step-(\d+)", path.name)
@@ -49,7 +50,7 @@ def _dirs(run_dir: Path) -> list[tuple[int, Path]]:
 
 def newest(run_dir: Path, at_most: int) -> Path | None:
     """The newest checkpoint folder saved at a step <= at_most, or None."""
-    return next((path for step, path in reversed(_dirs(run_dir)) if step <= at_most), None)
+    return next((path for step, path in reversed(folders(run_dir)) if step <= at_most), None)
 
 
 def _sha256(path: Path) -> str:
@@ -102,7 +103,7 @@ def prune(run_dir: Path, keep: int, just_saved: int, scores: dict[int, float]) -
     """Delete the complete checkpoints older than the newest `keep` (0 = keep all), but for `just_saved` and
     the best one (the highest of `scores`, step -> train.best_metric, the newest of equals); returns their
     steps. The newest, the one a resume takes, always stays."""
-    found = _dirs(run_dir)
+    found = folders(run_dir)
     kept = {step for step, _ in found[-keep:]} | {just_saved}
     best = max(((scores[step], step) for step, _ in found if step in scores), default=None)
     if best is not None:
@@ -122,7 +123,7 @@ def restore(run_dir: Path, policy, optimizer, schedule, scaler, on_skip) -> dict
     None when there is none. Leftover .step-N.tmp folders (writes cut short) are removed."""
     for tmp in (Path(run_dir) / CHECKPOINTS).glob(".step-*.tmp"):
         shutil.rmtree(tmp, ignore_errors=True)
-    for step, path in reversed(_dirs(run_dir)):
+    for step, path in reversed(folders(run_dir)):
         try:
             weights, state = _read(path, step, policy)
         except BadCheckpoint as why:

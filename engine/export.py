@@ -41,7 +41,7 @@ def find_checkpoint(run: Path, step: int | None) -> Path:
     if not (run / CONFIG).is_file():
         why = "no such folder" if not run.exists() else f"not a run directory (no {CONFIG})"
         raise UserError(why, kind=KIND, key="RUN", value=str(run))
-    complete = [path for _, path in checkpoint._dirs(run) if _complete(path)]  # oldest first
+    complete = [path for _, path in checkpoint.folders(run) if _complete(path)]  # oldest first
     if not complete:
         raise UserError(f"no complete checkpoint under {CHECKPOINTS}/ (a run writes one at its end and every "
                         f"train.save_every steps)", kind=KIND, key="RUN", value=str(run))
