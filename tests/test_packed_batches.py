@@ -33,7 +33,7 @@ def rollout(tmp_path_factory):
     cfg = config.load("tiny-arith", ["train.prompts_per_step=4", "rollout.num_generations=4", "train.steps=1",
                                      "train.save_every=0", "train.eval_every=0", "algo.loss_type=grpo"])
     trainer = Trainer(cfg, tmp_path_factory.mktemp("packed") / "run")
-    batch = trainer._generate()
+    batch = trainer.rollouts.next(0, 0)
     lengths = batch.rollout.mask.sum(1)
     assert len(set(lengths.tolist())) > 1 and len(set(batch.attention[:, :-8].sum(1).tolist())) > 1  # both vary
     return trainer, batch, lengths

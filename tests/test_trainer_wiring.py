@@ -63,7 +63,7 @@ class Spy:
         self._wrap(monkeypatch, "policy_loss", losses.policy_loss, self.loss)
         self._wrap(monkeypatch, "mismatch_metrics", mismatch.mismatch_metrics, self.mismatch)
         self._wrap(monkeypatch, "dlogp_histogram", mismatch.dlogp_histogram, self.hist)
-        generate, score = trainer.sampler.generate, trainer._score
+        generate, score = trainer.sampler.generate, trainer.rollouts.score
 
         def generate_spy(prompt_ids, sampling):
             out = generate(prompt_ids, sampling)
@@ -76,7 +76,7 @@ class Spy:
             return table
 
         monkeypatch.setattr(trainer.sampler, "generate", generate_spy)
-        monkeypatch.setattr(trainer, "_score", score_spy)
+        monkeypatch.setattr(trainer.rollouts, "score", score_spy)
 
     @staticmethod
     def _wrap(monkeypatch, name, real, calls):
@@ -133,7 +133,7 @@ def hand_advantages(table, weights, group: int, scale: str) -> torch.Tensor:
 
 def one_step(trainer: Trainer, cfg: config.Config, monkeypatch):
     """Install cfg, snapshot the policy, run one step under the spies."""
-    trainer.cfg = cfg
+    trainer.cfg = trainer.rollouts.cfg = cfg
     before = copy.deepcopy(trainer.policy)
     spy = Spy(monkeypatch, trainer)
     row = trainer.step()
@@ -259,7 +259,7 @@ def test_reward_weights_reach_the_advantages(tmp_path, monkeypatch):
 # ---- evaluate() samples at the run's temperature ------------------------------------------------------
 
 def test_evaluate_samples_at_the_run_temperature_and_scores_by_hand(trainer, monkeypatch):
-    trainer.cfg = load("rollout.max_completion_len=8")  # room for "<answer>NN</answer>"
+    trainer.cfg = trainer.rollouts.cfg = load("rollout.max_completion_len=8")  # room for "<answer>NN</answer>"
     spy = Spy(monkeypatch, trainer)
     before = copy.deepcopy(trainer.policy)
     accuracy = trainer.evaluate(limit=12)
