@@ -19,9 +19,10 @@ from pathlib import Path
 from grpo_studio.engine.contract import metrics as schema
 from grpo_studio.engine.contract.config import Config
 from grpo_studio.engine.contract.errors import UserError, describe
-from grpo_studio.engine.contract.rundir import SAMPLES, JsonlTail, RunWriter
+from grpo_studio.engine.contract.rundir import SAMPLES, JsonlTail, RunWriter, atomic_write_text
 
 TB_DIR = "tensorboard"  # report.to tensorboard: the event files, under the run directory
+IDS = "trackers.json"  # what a resumed run needs to continue the same tracker runs (W&B's run id)
 
 
 class TensorBoard:
@@ -29,11 +30,14 @@ class TensorBoard:
     no tables: the samples are left out."""
     module = "tensorboard"
 
-    def start(self, name: str, project: str, config: dict, run_dir: Path) -> None:
+    def start(self, name: str, project: str, config: dict, run_dir: Path, before: dict | None) -> dict:
+        """Start (or, `before` holding what the last start returned, continue) this run's tracker run;
+        returns what a resumed run needs to continue it. TensorBoard appends to the same folder."""
         from torch.utils.tensorboard import SummaryWriter
 
         self.writer = SummaryWriter(log_dir=str(run_dir / TB_DIR))
         self.writer.add_text("config", f"```\n{json.dumps(config, indent=2)}\n```")
+        return {}
 
     def log(self, values: dict, step: int) -> None:
         for key, value in values.items():
@@ -51,11 +55,13 @@ class Trackio:
     """trackio, local by default (TRACKIO_DIR; a Space with its own settings)."""
     module = "trackio"
 
-    def start(self, name: str, project: str, config: dict, run_dir: Path) -> None:
+    def start(self, name: str, project: str, config: dict, run_dir: Path, before: dict | None) -> dict:
         import trackio
 
         self.lib = trackio
-        self.run = trackio.init(project=project, name=name, config=config)
+        self.run = trackio.init(project=project, name=name, config=config,
+                                resume="never" if before is None else "allow")  # trackio resumes by name
+        return {}
 
     def log(self, values: dict, step: int) -> None:
         self.lib.log(values, step=step)
@@ -71,11 +77,13 @@ class Wandb:
     """W&B, online or offline as WANDB_MODE says; its files in WANDB_DIR, else in the run directory."""
     module = "wandb"
 
-    def start(self, name: str, project: str, config: dict, run_dir: Path) -> None:
+    def start(self, name: str, project: str, config: dict, run_dir: Path, before: dict | None) -> dict:
         import wandb
 
         self.lib = wandb
-        self.run = wandb.init(project=project, name=name, config=config, dir=os.environ.get("WANDB_DIR", str(run_dir)))
+        self.run = wandb.init(project=project, name=name, config=config, dir=os.environ.get("WANDB_DIR", str(run_dir)),
+                              **({"id": before["id"], "resume": "allow"} if before else {}))  # W&B resumes by id
+        return {"id": self.run.id}
 
     def log(self, values: dict, step: int) -> None:
         self.run.log(values, step=step)
@@ -115,7 +123,7 @@ class Trackers:
             return
         if not self.started:
             self.started = True
-            self._each("start", self.writer.dir.name, self.cfg.report.project, self.cfg.to_dict(), self.writer.dir)
+            self._start()
         step = row[schema.STEP]
         # step is the trackers' own axis, and each stamps its own wall time (trackio reserves "time")
         self._each("log", {k: _number(v) for k, v in row.items() if k not in (schema.STEP, schema.TIME)}, step)
@@ -130,6 +138,16 @@ class Trackers:
                      *[s.get("rewards", {}).get(f) for f in funcs]] for s in samples]
             self._each("table", columns, rows, step)
 
+    def _start(self) -> None:
+        """Start every tracker; a resumed run (trackers.json holds what its first start returned) continues
+        the same tracker runs."""
+        path = self.writer.dir / IDS
+        before = json.loads(path.read_text()) if path.exists() else {}
+        started = {name: self._call(name, tracker, "start", self.writer.dir.name, self.cfg.report.project,
+                                    self.cfg.to_dict(), self.writer.dir, before.get(name))
+                   for name, tracker in list(self.live.items())}
+        atomic_write_text(path, json.dumps({**before, **{k: v for k, v in started.items() if k in self.live}}))
+
     def close(self) -> None:
         if self.started:
             self._each("finish")
@@ -137,12 +155,15 @@ class Trackers:
 
     def _each(self, method: str, *args) -> None:
         for name, tracker in list(self.live.items()):
-            try:
-                getattr(tracker, method)(*args)
-            except Exception as err:  # a tracker's failure (network, disk, its own bug) never stops training
-                del self.live[name]
-                self.writer.event("warning", f"report.to {name}: {method} failed: {describe(err)}; it no longer "
-                                             f"receives this run's metrics", tracker=name)
+            self._call(name, tracker, method, *args)
+
+    def _call(self, name: str, tracker, method: str, *args):
+        try:
+            return getattr(tracker, method)(*args)
+        except Exception as err:  # a tracker's failure (network, disk, its own bug) never stops training
+            del self.live[name]
+            self.writer.event("warning", f"report.to {name}: {method} failed: {describe(err)}; it no longer "
+                                         f"receives this run's metrics", tracker=name)
 
 
 def _number(value) -> float:

@@ -11,6 +11,7 @@ import math
 import struct
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -138,7 +139,7 @@ def wandb_records(path) -> list:
 def test_wandb_offline_run_holds_every_step_and_the_samples(tracked_run):
     root, run_dir = tracked_run
     (log_file,) = (root / "wandb-dir" / "wandb").glob("offline-run-*/run-*.wandb")
-    records = wandb_records(log_file)
+    records = finished_records(log_file)
     (run,) = [r.run for r in records if r.WhichOneof("record_type") == "run"]
     assert (run.display_name, run.project) == (run_dir.name, PROJECT)
     run_config = {item.key: json.loads(item.value_json) for item in run.config.update}
@@ -179,3 +180,46 @@ def test_a_missing_tracker_package_stops_train_in_one_line_with_exit_2(tmp_path)
         "config error: report.to[0] = 'wandb': the wandb package is not installed; pip install 'grpo-studio[wandb]'"]
     assert "Traceback" not in proc.stderr
     assert not (tmp_path / "run" / rundir.METRICS).exists()
+
+
+def test_a_resumed_run_continues_the_same_wandb_and_trackio_runs(tmp_path, monkeypatch):
+    """Two steps, a stop, a resume to three: W&B's second offline run carries the first one's id (resume by id)
+    and trackio's one run holds steps 1-3 (resume by name); trackers.json names the W&B id."""
+    from grpo_studio.engine.trainer import Trainer
+    from trackio.sqlite_storage import SQLiteStorage
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.setenv("TRACKIO_DIR", str(tmp_path / "trackio-dir"))
+    project, run_dir = "grpo-studio-resume", tmp_path / "resumed"
+    for steps, resume in ((2, False), (3, True)):
+        cfg = config.load("tiny-arith", [f"train.steps={steps}", "train.prompts_per_step=2", "rollout.num_generations=2",
+                                         "train.save_every=0", "rollout.backend=hf", "report.to=trackio,wandb",
+                                         f"report.project={project}"])
+        trainer = Trainer(cfg, run_dir, resume=resume)
+        try:
+            assert trainer.run() == "finished"
+        finally:
+            trainer.close()
+    runs = sorted((tmp_path / "wandb").glob("offline-run-*"))
+    assert len(runs) == 2
+    run_id = json.loads((run_dir / trackers.IDS).read_text())["wandb"]["id"]
+    assert [p.name.rsplit("-", 1)[1] for p in runs] == [run_id, run_id]
+    history = [r.history.step.num for p in runs for r in finished_records(next(p.glob("run-*.wandb")))
+               if r.WhichOneof("record_type") == "history"]
+    assert history == [1, 2, 3]
+    logs = SQLiteStorage.get_logs(project, run_dir.name)
+    assert [log["step"] for log in logs if "samples" not in log] == [1, 2, 3]
+    assert set(SQLiteStorage.get_runs(project)) == {run_dir.name}
+
+
+def finished_records(path, wait_s: float = 60.0) -> list:
+    """The records of a W&B log once its exit record is on disk (wandb's service process may still be
+    writing the file's tail when run.finish() returns)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        records = wandb_records(path)
+        if any(r.WhichOneof("record_type") == "exit" for r in records) or time.monotonic() > deadline:
+            return records
+        time.sleep(0.2)
