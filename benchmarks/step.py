@@ -17,13 +17,17 @@ Each side takes `--warmup` untimed steps, then `--steps` timed ones; per side it
                  (a later side starts from what the allocator kept of the earlier ones)
   reward_last    mean reward of the last step's rollout (reward_mean: over all timed steps)
   mfu            achieved FLOP/s over the matmul peak measured in this run (fp32 torch.mm, best of 5)
+  sync_s, idle_s, run_mfu   ours only: the medians of the trainer's perf/sync_s (weight sync to the
+                 sampler), perf/idle_s (rewards, decoding, advantages, metrics) and perf/mfu (its own
+                 per-step FLOPs over the peak it measured at start)
 
-FLOPs are counted as in Kaplan et al. 2020 / PaLM's MFU (attention's sequence-length term left out,
-the sequences here are short): N = the weights of the model's matmuls (every nn.Linear, lm_head
-included); generation 2·N per prompt or completion token; training 6·N per token for a full
-fine-tune (forward 2N, backward 4N) and 4·N with LoRA (the frozen weights need the input gradient,
-2N, not their own). Tokens are the real ones (padding is waste, not work): the completion tokens of
-the side's own rollouts and the data set's mean prompt length per sequence.
+FLOPs are counted by engine/flops.py, as the trainer's perf/mfu counts them (Kaplan et al. 2020 /
+PaLM's MFU, attention's sequence-length term left out, the sequences here are short): N = the weights
+of the model's matmuls (every nn.Linear, lm_head included); generation 2·N per prompt or completion
+token; training 6·N per token for a full fine-tune (forward 2N, backward 4N) and 4·N with LoRA (the
+frozen weights need the input gradient, 2N, not their own). Tokens are the real ones (padding is
+waste, not work): the completion tokens of the side's own rollouts and the data set's mean prompt
+length per sequence.
 
 `random:LxHxI` builds a random Qwen3 (benchmarks/rollout.py) whose logits are near uniform over
 the 64-token character vocabulary, so completions would almost all run to the cap. To give them a
@@ -45,8 +49,6 @@ import tempfile
 import threading
 import time
 from dataclasses import asdict, dataclass
-
-FLOP_TRAIN_FULL, FLOP_TRAIN_LORA, FLOP_GEN = 6, 4, 2  # per matmul weight per token
 
 
 @dataclass
@@ -105,35 +107,6 @@ def _add_eos_bias(path: str, mean_len: int) -> float:
     return bias
 
 
-def _matmul_params(model) -> int:
-    """N: the weights of every nn.Linear (lm_head included; a tied lm_head is still a matmul)."""
-    import torch
-
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return sum(m.weight.numel() for name, m in base.named_modules()
-               if isinstance(m, torch.nn.Linear) and "lora_" not in name)
-
-
-def matmul_peak(size: int = 1024, repeats: int = 5) -> float:
-    """FLOP/s of the best of `repeats` fp32 size×size matmul bursts (~0.2 s each) on this device."""
-    import torch
-    from grpo_studio.engine.policy_loader import device
-
-    dev = device()
-    a, b = torch.randn(size, size, device=dev), torch.randn(size, size, device=dev)
-    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
-    a @ b
-    best = 0.0
-    for _ in range(repeats):
-        n, t0 = 0, time.perf_counter()
-        while time.perf_counter() - t0 < 0.2:
-            a @ b
-            n += 1
-        sync()
-        best = max(best, n * 2 * size ** 3 / (time.perf_counter() - t0))
-    return best
-
-
 # ---- measuring a side -----------------------------------------------------------------------
 
 class PeakMemory:
@@ -167,17 +140,19 @@ class PeakMemory:
 
 def _summary(steps: list[dict], w: Workload, n_params: int, prompt_len: float, peak: float, mem: PeakMemory) -> dict:
     """One side's report from its timed steps: each {step_s, rollout_s, completion_tokens, reward}."""
+    from grpo_studio.engine import flops
+
     B = w.prompts * w.generations
     step_s = statistics.median(s["step_s"] for s in steps)
     rollout_s = statistics.median(s["rollout_s"] for s in steps)
     completion = statistics.mean(s["completion_tokens"] for s in steps)
     tokens = B * prompt_len + completion
-    train_flop = (FLOP_TRAIN_LORA if w.lora_rank else FLOP_TRAIN_FULL) * n_params * tokens
-    flop = FLOP_GEN * n_params * tokens + train_flop
+    flop = flops.step_flop(n_params, generated=tokens, trained=tokens, lora=bool(w.lora_rank))
     return {
         "step_s": round(step_s, 4), "rollout_s": round(rollout_s, 4), "train_s": round(step_s - rollout_s, 4),
         "completion_len_mean": round(completion / B, 2),
-        "gen_tok_s": round(completion / rollout_s, 1), "train_tok_s": round(tokens / (step_s - rollout_s), 1),
+        "gen_tok_s": float(f"{completion / rollout_s:.4g}"),
+        "train_tok_s": float(f"{tokens / (step_s - rollout_s):.4g}"),
         "flop_per_step": flop, "achieved_gflop_s": float(f"{flop / step_s / 1e9:.4g}"),
         "mfu": float(f"{flop / step_s / peak:.4g}"),
         "peak_rss_gib": round(mem.peak / 2**30, 3), "rss_growth_gib": round((mem.peak - mem.start) / 2**30, 3),
@@ -185,6 +160,9 @@ def _summary(steps: list[dict], w: Workload, n_params: int, prompt_len: float, p
         "reward_last": round(steps[-1]["reward"], 4),
         "reward_mean": round(statistics.mean(s["reward"] for s in steps), 4),
         "steps_s": [round(s["step_s"], 4) for s in steps],
+        # ours: the trainer's own split and MFU (its rows' perf/sync_s, perf/idle_s, perf/mfu)
+        **{k: round(statistics.median(s[k] for s in steps), 4) for k in ("sync_s", "idle_s", "run_mfu")
+           if k in steps[0]},
     }
 
 
@@ -201,6 +179,7 @@ def _config(w: Workload, model_path: str, backend: str):
 
 def run_ours(w: Workload, model_path: str, backend: str, report_side) -> None:
     """Our Trainer, stepped as `grpo-studio train` steps it; report_side(n_params, steps, mem)."""
+    from grpo_studio.engine import flops
     from grpo_studio.engine.trainer import Trainer
 
     cfg = _config(w, model_path, backend)
@@ -213,11 +192,12 @@ def run_ours(w: Workload, model_path: str, backend: str, report_side) -> None:
         finally:
             trainer.rundir.release()
             trainer.close()
-        n_params = _matmul_params(trainer.policy)
+        n_params = flops.matmul_params(trainer.policy)
     B = w.prompts * w.generations
     steps = [{"step_s": r["perf/step_s"], "rollout_s": r["perf/rollout_s"],
               "completion_tokens": r["completion/len_mean"] * B,
-              "reward": sum(v for k, v in r.items() if k.startswith("rewards/") and k.endswith("/mean"))}
+              "reward": sum(v for k, v in r.items() if k.startswith("rewards/") and k.endswith("/mean")),
+              "sync_s": r["perf/sync_s"], "idle_s": r["perf/idle_s"], "run_mfu": r["perf/mfu"]}
              for r in rows]
     report_side(n_params, steps, mem, top)
 
@@ -241,7 +221,7 @@ def run_trl(w: Workload, model_path: str, report_side) -> None:
     """TRL 1.16's GRPOTrainer as a user drives it (GRPOConfig + train()), on our settings."""
     import datasets
     import transformers
-    from grpo_studio.engine import data, rewards
+    from grpo_studio.engine import data, flops, rewards
     from peft import LoraConfig
     from trl import GRPOConfig, GRPOTrainer
 
@@ -287,7 +267,7 @@ def run_trl(w: Workload, model_path: str, report_side) -> None:
         trainer._generate_single_turn = timed
         trainer.add_callback(Timer())
         trainer.train()
-        n_params = _matmul_params(trainer.model)
+        n_params = flops.matmul_params(trainer.model)
     report_side(n_params, steps[w.warmup:], mem, None)
 
 
@@ -328,8 +308,10 @@ def run(w: Workload, progress=None) -> dict:
 
 def _run(w: Workload, model_path: str, say) -> dict:
     import torch
+    from grpo_studio.engine import flops
+    from grpo_studio.engine.policy_loader import device
 
-    peak = matmul_peak()
+    peak = flops.matmul_peak(str(device()), torch.float32, repeats=5, burst_s=0.2)  # fp32, as both sides train
     prompt_len = _prompt_len(model_path, w)
     sides = {}
 

@@ -18,6 +18,11 @@ own log-prob path (engine/logprobs.py), a policy-gradient loss, backward and Ada
 On CUDA the peak is torch.cuda.max_memory_allocated (UNTESTED: no GPU was available when
 this was written). The estimate is grpo_studio.engine.contract.vram in accurate mode with device="cpu" (no CUDA
 context/margin rows) or "cuda".
+
+A case with `world = 2` runs as two processes (gloo, engine/distributed.py): each rank measures its share of
+the rows; ddp's step includes the engine's gradient all-reduce (reduce_gradients); fsdp's policy is sharded
+by engine/fsdp.py, and only its local shards (weights, state) and the step's peak are measured. The estimate
+is the planner's per-rank plan (world_size = 2). Rank 0's numbers are reported.
 """
 
 from __future__ import annotations
@@ -38,6 +43,8 @@ class Case:
     generations: int = 4
     checkpointing: bool = False
     load_in_4bit: bool = False
+    world: int = 1          # data-parallel processes
+    parallel: str = "ddp"   # with world > 1: ddp | fsdp
 
 
 CASES = [
@@ -54,6 +61,10 @@ CASES = [
     Case("qwen3 qlora bf16", "qwen3", dtype="bf16", load_in_4bit=True),
     Case("llama qlora grad-ckpt", "llama", load_in_4bit=True, checkpointing=True),
     Case("gemma3 qlora bf16", "gemma3", dtype="bf16", load_in_4bit=True),
+    Case("qwen3 lora ddp x2", "qwen3", world=2),
+    Case("llama full ddp x2", "llama", lora_rank=0, world=2),
+    Case("qwen3 lora fsdp x2", "qwen3", world=2, parallel="fsdp"),
+    Case("llama full fsdp x2", "llama", lora_rank=0, world=2, parallel="fsdp"),
 ]
 PROMPT, PROMPTS_PER_STEP = 29, 2      # odd lengths keep activation shapes apart from weight shapes
 ARCH = dict(hidden_size=256, intermediate_size=704, num_hidden_layers=4, num_attention_heads=4,
@@ -89,7 +100,8 @@ class LiveBytes:
                 tracker._sweep()
                 import torch
                 for t in tree_flatten(out)[0]:
-                    if isinstance(t, torch.Tensor) and t.device.type == "cpu":
+                    # plain tensors only: a DTensor (fsdp) has no storage of its own; its local part is one
+                    if type(t) in (torch.Tensor, torch.nn.Parameter) and t.device.type == "cpu":
                         st = t.untyped_storage()
                         key = st.data_ptr()
                         if key and key not in tracker.live:
@@ -105,7 +117,9 @@ class LiveBytes:
             self.cur -= self.live.pop(key)[1]
 
 
-def measure(case: Case, folder: str) -> dict:
+def measure(case: Case, folder: str, group=None) -> dict:
+    """One step's components and peak; with a data-parallel `group` (engine/distributed.py) this rank's share
+    of the rows and the gradient all-reduce after the backward."""
     import torch
 
     from grpo_studio.engine import policy_loader
@@ -126,7 +140,7 @@ def measure(case: Case, folder: str) -> dict:
     frozen = params if case.lora_rank == 0 else [p for p in params if not p.requires_grad]
     weights = sum(t.untyped_storage().nbytes() for t in _unique(with_quant_states(frozen)))
 
-    B, T = PROMPTS_PER_STEP * case.generations, PROMPT + case.completion
+    B, T = PROMPTS_PER_STEP // case.world * case.generations, PROMPT + case.completion
     gen = torch.Generator().manual_seed(0)
     ids = torch.randint(0, ARCH["vocab_size"], (B, T), generator=gen).to(dev)
     attention = torch.ones_like(ids)
@@ -143,6 +157,8 @@ def measure(case: Case, folder: str) -> dict:
                     logps, _ = token_logprobs(policy, ids, attention, case.completion)
         loss = -(logps * adv).mean()
         loss.backward()
+        if group is not None:
+            group.reduce_gradients(trainable, loss.item(), torch.ones(B, case.completion), "grpo")
         optimizer.step()
 
     step()                                                # AdamW state exists from here on
@@ -278,14 +294,103 @@ def estimate(case: Case, folder: str, device: str) -> dict:
     from grpo_studio.engine.contract import model_card, vram
 
     card = model_card.load(folder)
-    est = vram.estimate(card, _config(case), "accurate", device=device)
+    cfg = _config(case)
+    cfg.train.parallel = case.parallel if case.world > 1 else "none"
+    est = vram.estimate(card, cfg, "accurate", device=device, world_size=case.world)
     rows = {r.name: r.gib * vram.GIB for r in est.rows}
     state = rows.get("LoRA adapter + AdamW", rows.get("full FT grads + AdamW", 0.0))
     train = ("base weights", "activations", "logits + log-softmax")
     out = {k: rows[k] for k in train}
     out["train state"] = state
-    out["peak"] = sum(out.values())      # training phase: the rollout KV is freed before it (hf backend)
+    # training phase (the rollout KV is freed before it, hf backend): forward/backward, or the all-reduce after
+    forward = out["activations"] + out["logits + log-softmax"] + rows.get("FSDP gathered weights", 0.0)
+    out["peak"] = out["base weights"] + state + max(forward, rows.get("ddp gradient all-reduce", 0.0))
     return out
+
+
+def measure_ranks(case: Case, folder: str) -> dict:
+    """Rank 0's measure() (ddp) or measure_sharded() (fsdp) in a `case.world`-process gloo job
+    (torch.multiprocessing, engine/distributed.py)."""
+    import json
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    out = tempfile.mkdtemp(prefix="vram-ddp-")
+    mp.spawn(_rank, (case, folder, port, out), nprocs=case.world)
+    with open(f"{out}/rank0.json") as f:
+        return json.load(f)
+
+
+def measure_sharded(case: Case, folder: str, group) -> dict:
+    """fsdp (engine/fsdp.py through the group's wrap): this rank's local shards of the weights and of the
+    trainable state, and the live-tensor peak of one step on its share of the rows. The components are not
+    split: saved-tensor hooks cannot tell gathered parameters from activations."""
+    import torch
+
+    from grpo_studio.engine import policy_loader
+    from grpo_studio.engine.contract import precision
+    from grpo_studio.engine.logprobs import token_logprobs
+
+    cfg = _config(case)
+    cfg.model.name, cfg.train.parallel = folder, "fsdp"
+    policy = group.wrap(policy_loader.load_policy(cfg, folder, precision.resolve(cfg)), cfg)
+    policy.train()
+    params = list(policy.parameters())
+    trainable = [p for p in params if p.requires_grad]
+    optimizer = torch.optim.AdamW(trainable, lr=1e-4)
+    B, T = PROMPTS_PER_STEP // case.world * case.generations, PROMPT + case.completion
+    gen = torch.Generator().manual_seed(group.rank)
+    ids = torch.randint(0, ARCH["vocab_size"], (B, T), generator=gen)
+    attention = torch.ones_like(ids)
+    attention[::2, : PROMPT // 3] = 0
+    adv = torch.randn(B, 1, generator=gen)
+
+    def step():
+        optimizer.zero_grad(set_to_none=True)
+        with policy_loader.autocast(cfg):
+            logps, _ = token_logprobs(policy, ids, attention, case.completion)
+        (-(logps * adv).mean()).backward()
+        optimizer.step()
+
+    def local(tensors) -> int:
+        return sum(t.untyped_storage().nbytes() for t in _unique([getattr(t, "_local_tensor", t) for t in tensors]))
+
+    step()
+    adam = [v for st in optimizer.state.values() for v in st.values() if v.dim() > 0]
+    weights, state = local(params), local(adam + [p.grad for p in trainable if p.grad is not None])
+    if case.lora_rank:   # the adapters' fp32 weights are part of the LoRA state row
+        weights, state = weights - local(trainable), state + local(trainable)
+    before = local(params) + local(adam)  # step() sets the grads to None first: they are counted live
+    tracker = LiveBytes()
+    with tracker.mode:
+        step()
+    return {"base weights": weights, "train state": state, "peak": before + tracker.peak}
+
+
+def _rank(rank: int, case: Case, folder: str, port: int, out: str) -> None:
+    import json
+    import os
+
+    import torch
+
+    from grpo_studio.engine import distributed
+
+    torch.set_num_threads(1)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
+                      WORLD_SIZE=str(case.world))
+    cfg = _config(case)
+    cfg.train.parallel = case.parallel
+    group = (distributed.Sharded if case.parallel == "fsdp" else distributed.Group)(cfg)
+    try:
+        result = (measure_sharded if case.parallel == "fsdp" else measure)(case, folder, group)
+    finally:
+        group.close()
+    with open(f"{out}/rank{rank}.json", "w") as f:
+        json.dump(result, f)
 
 
 ROWS = ["base weights", "train state", "activations", "logits + log-softmax"]
@@ -301,12 +406,14 @@ def run(cases=CASES) -> list[dict]:
         if case.family not in folders:
             folders[case.family] = tempfile.mkdtemp(prefix=f"vram-{case.family}-")
             _build(case.family, folders[case.family])
-        meas = measure(case, folders[case.family])
+        meas = (measure_ranks if case.world > 1 else measure)(case, folders[case.family])
         est = estimate(case, folders[case.family], device)
-        meas["sum"] = sum(meas[k] for k in ROWS)
-        est["sum"] = sum(est[k] for k in ROWS)
+        rows = [k for k in ROWS if k in meas]   # fsdp measures weights and state, not activations or logits
+        meas["sum"] = sum(meas[k] for k in rows)
+        est["sum"] = sum(est[k] for k in rows)
         results.append({"config": case.name, "device": device, "estimate": est, "measured": meas,
-                        "error": {k: (est[k] - meas[k]) / meas[k] if meas[k] else 0.0 for k in est}})
+                        "error": {k: None if k not in meas else (est[k] - meas[k]) / meas[k] if meas[k] else 0.0
+                                  for k in est}})
     return results
 
 
@@ -328,6 +435,7 @@ def print_report(report: dict) -> None:
         table.add_column(k, justify="right")
     for r in results:
         cells = [f"{r['estimate'][k] / 2**20:.2f} / {r['measured'][k] / 2**20:.2f}  {r['error'][k]:+.1%}"
+                 if r["error"][k] is not None else f"{r['estimate'][k] / 2**20:.2f} / —"
                  for k in ROWS + ["sum", "peak"]]
         table.add_row(r["config"], *cells)
     Console().print(table)

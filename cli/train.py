@@ -72,7 +72,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="launch even when the pre-flight check says the run will not fit the free memory")
     parser.add_argument("--nproc", type=int, default=1, metavar="N",
                         help="data-parallel processes on this machine, launched by torchrun (needs train.parallel "
-                             "= ddp); docs/distributed.md")
+                             "= ddp or fsdp); docs/distributed.md")
     parser.add_argument("--devices", metavar="0,1", help="the GPUs the processes use (CUDA_VISIBLE_DEVICES)")
     parser.add_argument(IN_PROCESS, dest="in_process", action="store_true", help=argparse.SUPPRESS)
 
@@ -106,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
         run_dir = args.run_dir or default_run_dir(args.recipe)
     if not args.in_process:
         check_launch(cfg, args.nproc, args.devices)
-        preflight_check(cfg, args.force)  # before the run directory exists: a refused run leaves nothing behind
+        preflight_check(cfg, args.force, args.nproc)  # before the run directory exists: a refused run leaves nothing behind
     usable_run_dir(run_dir, "--resume" if args.resume else "--run-dir")
     if not args.in_process:
         return supervise(args, run_dir)
@@ -134,8 +134,8 @@ def check_launch(cfg: config.Config, nproc: int, devices: str | None) -> None:
     if nproc < 1:
         raise UserError("must be a whole number >= 1", key="--nproc", value=nproc)
     if nproc > 1 and cfg.train.parallel == "none":
-        raise UserError(f"--nproc {nproc} needs train.parallel = 'ddp' (each process trains on its share of the "
-                        f"prompts); add --set train.parallel=ddp", key="train.parallel", value="none")
+        raise UserError(f"--nproc {nproc} needs train.parallel = 'ddp' or 'fsdp' (each process trains on its share "
+                        f"of the prompts); add --set train.parallel=ddp", key="train.parallel", value="none")
     if nproc > 1 and cfg.train.prompts_per_step % nproc:
         raise UserError(f"must divide evenly among the {nproc} processes of --nproc", key="train.prompts_per_step",
                         value=cfg.train.prompts_per_step)
@@ -148,12 +148,12 @@ def check_launch(cfg: config.Config, nproc: int, devices: str | None) -> None:
                             value=devices)
 
 
-def preflight_check(cfg: config.Config, force: bool) -> None:
+def preflight_check(cfg: config.Config, force: bool, nproc: int = 1) -> None:
     """The planner's total against the device's free memory, before anything loads (engine/contract/preflight.py):
-    a run that will not fit is refused in one line unless --force."""
+    every rank and the rollout servers the run starts; a run that will not fit is refused in one line unless --force."""
     from grpo_studio.engine.contract import preflight
 
-    verdict = preflight.check(cfg, preflight.device())
+    verdict = preflight.check(cfg, preflight.devices(), world_size=nproc)
     if verdict.fits or force:
         note = verdict.message if verdict.fits else f"pre-flight (--force): {verdict.message}"
         print(note, flush=True)  # stdout, with the progress: stderr stays the one line of an error

@@ -1,5 +1,5 @@
-"""Estimate GPU memory for a GRPO run (the VRAM planner: a table, or --json), and with --solve the largest
-value of a key that fits the GPU."""
+"""Estimate GPU memory for a GRPO run (the VRAM planner: a table per device, or --json), and with --solve the
+largest value of a key that fits the GPU. --nproc N plans the N training ranks of `train --nproc N`."""
 
 from __future__ import annotations
 
@@ -44,6 +44,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"documented mode: {' | '.join(vram.VARIANTS)}")
     parser.add_argument("--solve", choices=vram.SOLVE_KEYS, metavar="KEY",
                         help=f"largest value that fits: {' | '.join(vram.SOLVE_KEYS)}")
+    parser.add_argument("--nproc", type=int, default=1, metavar="N",
+                        help="training processes, one device each (train --nproc N with train.parallel ddp or fsdp)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.set_defaults(error_kind="vram")  # a config mistake here reads "vram error: ..."
 
@@ -70,12 +72,12 @@ def plan(args: argparse.Namespace) -> tuple[vram.Breakdown, str, vram.Solution |
         gpu_gib, gpu_name = detect_gpu_gib()
     cfg = config_mod.load(args.recipe, args.overrides)
     card = model_card.load(cfg.model.name)
-    est = vram.estimate(card, cfg, args.mode, gpu_gib, args.variant)
+    est = vram.estimate(card, cfg, args.mode, gpu_gib, args.variant, world_size=args.nproc)
     if not args.solve:
         return est, gpu_name, None
     if gpu_gib is None:
         raise UserError("--solve needs a GPU budget: no GPU detected, give --gpu-mem (e.g. 24GiB)", kind="vram")
-    sol = vram.solve(card, cfg, args.solve, gpu_gib, args.mode, args.variant)
+    sol = vram.solve(card, cfg, args.solve, gpu_gib, args.mode, args.variant, world_size=args.nproc)
     key = f"--solve {sol.key}"
     if sol.status == "never_fits":
         raise UserError(f"does not fit {gpu_gib:g} GiB even at {sol.key} = {sol.value} ({sol.total_gib:.1f} GiB; "
@@ -91,26 +93,51 @@ def _render(est: vram.Breakdown, gpu_name: str, solution) -> None:
     from rich.table import Table
 
     console = Console()
-    table = Table(title=f"VRAM · {est.model} · {est.mode} mode", show_lines=False)
-    table.add_column("row")
-    table.add_column("GiB", justify="right")
-    table.add_column("formula", overflow="fold")
-    for row in est.rows:
-        style = None if row.in_total else "dim"
-        table.add_row(row.name + ("" if row.in_total else " *"), f"{row.gib:.2f}", row.formula, style=style)
-    table.add_section()
-    table.add_row("total (phase peak)", f"{est.total_gib:.2f}", est.peak_rule, style="bold")
-    console.print(table)
-    if any(not r.in_total for r in est.rows):
+    for names, dev in _alike(est.devices):
+        where = "" if names == ["train"] else f" · {_names(names)}" + (" (each)" if len(names) > 1 else "")
+        table = Table(title=f"VRAM · {est.model} · {est.mode} mode{where}", show_lines=False)
+        table.add_column("row")
+        table.add_column("GiB", justify="right")
+        table.add_column("formula", overflow="fold")
+        for row in dev.rows:
+            style = None if row.in_total else "dim"
+            table.add_row(row.name + ("" if row.in_total else " *"), f"{row.gib:.2f}", row.formula, style=style)
+        table.add_section()
+        rule = est.peak_rule if dev.kind == "train" else "vLLM's memory on its own device"
+        table.add_row("total (phase peak)" if dev.kind == "train" else "total", f"{dev.total_gib:.2f}", rule,
+                      style="bold")
+        console.print(table)
+    if any(not r.in_total for d in est.devices for r in d.rows):
         console.print("[dim]* shown, not in the GPU total[/dim]")
+    if len(est.devices) > 1:
+        for dev in est.devices:
+            verdict = "" if dev.fits is None else ("  fits" if dev.fits else "  does not fit")
+            console.print(f"device {dev.name}: {dev.total_gib:.2f} GiB{verdict}", highlight=False)
     if est.gpu_gib is None:
         console.print(f"[yellow]{gpu_name}: give --gpu-mem to get a verdict[/yellow]")
     elif est.fits:
         console.print(f"[green]fits[/green]: {est.total_gib:.2f} of {est.gpu_gib:.2f} GiB ({gpu_name})")
     else:
-        console.print(f"[red]does not fit[/red]: {est.total_gib:.2f} > {est.gpu_gib:.2f} GiB ({gpu_name})")
+        console.print(f"[red]does not fit[/red]: {est.largest().name} {est.total_gib:.2f} GiB of "
+                      f"{est.gpu_gib:.2f} GiB ({gpu_name})" if len(est.devices) > 1 else
+                      f"[red]does not fit[/red]: {est.total_gib:.2f} > {est.gpu_gib:.2f} GiB ({gpu_name})")
     if solution:
         console.print(f"--solve {solution.key}: {solution.value} fits ({solution.total_gib:.2f} GiB); "
                       f"{solution.value + solution.step} needs {solution.next_total_gib:.2f} GiB; "
                       f"limiting row: {solution.limiting_row}")
 
+
+def _alike(devices: list[vram.Device]) -> list[tuple[list[str], vram.Device]]:
+    """Devices with the same rows, grouped (every training rank holds the same rows): (names, one of them)."""
+    groups: list[tuple[list[str], vram.Device]] = []
+    for dev in devices:
+        same = next((g for g in groups if g[1].kind == dev.kind and g[1].rows == dev.rows), None)
+        if same:
+            same[0].append(dev.name)
+        else:
+            groups.append(([dev.name], dev))
+    return groups
+
+
+def _names(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else f"{names[0]} … {names[-1].rsplit(' ', 1)[-1]}"

@@ -47,3 +47,13 @@ def trim(input_ids: torch.Tensor, attention: torch.Tensor, completion_len: int, 
     keep_p, keep_c = int(prompt_lens.max()), min(completion_len, max(2, int(completion_lens.max())))
     cols = slice(P - keep_p, P + keep_c)
     return input_ids[:, cols], attention[:, cols], keep_c
+
+
+def token_budget_batches(input_ids: torch.Tensor, attention: torch.Tensor, completion_len: int,
+                         completion_lens: torch.Tensor, budget: int) -> list[tuple[torch.Tensor, torch.Tensor,
+                                                                                  torch.Tensor, int]]:
+    """(rows, input_ids, attention, completion width) of each micro-batch under a token budget: the rows of
+    token_budget_groups, cut by trim. `completion_lens` are the rows' completion tokens."""
+    prompt_lens, completion_lens = attention[:, :-completion_len].sum(1).cpu(), completion_lens.cpu()
+    return [(rows, *trim(input_ids[rows], attention[rows], completion_len, prompt_lens[rows], completion_lens[rows]))
+            for rows in token_budget_groups(prompt_lens, completion_lens, budget)]

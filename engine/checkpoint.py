@@ -67,18 +67,20 @@ def _fsync(path: Path) -> None:
 
 
 def save(run_dir: Path, step: int, policy, optimizer, schedule, scaler, data_cursor: dict,
-         counters: dict) -> Path | None:
-    """Write checkpoints/step-N (None if it exists). `counters`: the trainer's own running counts."""
+         counters: dict, full: tuple[dict, dict] | None = None) -> Path | None:
+    """Write checkpoints/step-N (None if it exists). `counters`: the trainer's own running counts. `full`:
+    the (model, optimizer) state dicts gathered from a sharded policy (FSDP, engine/fsdp.py full_state),
+    saved in the same layout as the policy's own: a consolidated adapter or HF folder."""
     final = Path(run_dir) / CHECKPOINTS / f"step-{step}"
     if final.exists():
         return None
     tmp = final.with_name(f".step-{step}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    policy.save_pretrained(tmp, safe_serialization=True)
+    policy.save_pretrained(tmp, safe_serialization=True, **({"state_dict": full[0]} if full else {}))
     time.sleep(float(os.environ.get(TEST_PAUSE_ENV, 0)))
     torch.save({
         "step": step,
-        "optimizer": optimizer.state_dict(),
+        "optimizer": full[1] if full else optimizer.state_dict(),
         "schedule": schedule.state_dict(),
         "scaler": scaler.state_dict(),
         "rng": torch.get_rng_state(),
@@ -118,9 +120,10 @@ def prune(run_dir: Path, keep: int, just_saved: int, scores: dict[int, float]) -
     return removed
 
 
-def restore(run_dir: Path, policy, optimizer, schedule, scaler, on_skip) -> dict | None:
+def restore(run_dir: Path, policy, optimizer, schedule, scaler, on_skip, into=None) -> dict | None:
     """Load the newest trustworthy checkpoint into the trainer's objects and return its trainer state;
-    None when there is none. Leftover .step-N.tmp folders (writes cut short) are removed."""
+    None when there is none. Leftover .step-N.tmp folders (writes cut short) are removed. `into(policy,
+    optimizer, weights, optimizer_state)` loads the weights and optimizer state instead (FSDP: sharding them)."""
     for tmp in (Path(run_dir) / CHECKPOINTS).glob(".step-*.tmp"):
         shutil.rmtree(tmp, ignore_errors=True)
     for step, path in reversed(folders(run_dir)):
@@ -132,8 +135,11 @@ def restore(run_dir: Path, policy, optimizer, schedule, scaler, on_skip) -> dict
             os.replace(path, aside)
             on_skip(step, path, f"{why} (moved to {aside.name})")
             continue
-        _weights_into(policy, weights)
-        optimizer.load_state_dict(state["optimizer"])
+        if into:
+            into(policy, optimizer, weights, state["optimizer"])
+        else:
+            _weights_into(policy, weights)
+            optimizer.load_state_dict(state["optimizer"])
         schedule.load_state_dict(state["schedule"])
         scaler.load_state_dict(state["scaler"])
         torch.set_rng_state(state["rng"])

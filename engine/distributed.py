@@ -10,6 +10,10 @@ so every rank skips the step and shrinks its loss scale alike. Metrics are combi
 (engine/contract/metrics.py `combine`), histograms summed, samples gathered; only rank 0 writes the run
 directory and holds its lock.
 
+train.parallel = fsdp (`Sharded`) shards the policy with FSDP2 (engine/fsdp.py): each rank weights its loss
+by its share before the backward, whose reduce-scatter then sums the shards of the gradient; the gradient
+norm and the finiteness check sum their per-shard parts over the ranks.
+
 `Single` is the one-process group (train.parallel = none): the same calls, doing nothing, so the trainer
 calls them unconditionally.
 """
@@ -29,6 +33,7 @@ from grpo_studio.engine.contract import metrics as schema
 from grpo_studio.engine.contract.config import Config
 from grpo_studio.engine.contract.errors import UserError
 from grpo_studio.engine.contract.rundir import RunWriter
+from grpo_studio.engine.sampler.base import NonFiniteSampling
 
 
 class Single:
@@ -50,6 +55,29 @@ class Single:
     def sync_params(self, params) -> None:
         pass
 
+    def wrap(self, policy, cfg: Config):
+        """The policy as this group trains it (FSDP: sharded)."""
+        return policy
+
+    def backward_weight(self, mask: torch.Tensor, loss_type: str) -> float:
+        """What this rank's loss is multiplied by before its backward (FSDP: its share; others: 1)."""
+        return 1.0
+
+    def shard_sum(self, value: float) -> float:
+        """The sum over ranks of a quantity each holds a shard of (FSDP); elsewhere every rank holds it all."""
+        return value
+
+    def full_state(self, policy, optimizer):
+        """(model, optimizer) state dicts for a checkpoint gathered from the shards (FSDP), or None: the
+        checkpoint takes the model's and optimizer's own."""
+        return None
+
+    load_state = None  # FSDP: shards a checkpoint back (engine/fsdp.py load_full_state)
+
+    def agreeing(self, sampler):
+        """The sampler as the rollouts use it (data-parallel: one rank's non-finite rollout fails on all)."""
+        return sampler
+
     def reduce_gradients(self, params, loss: float, mask: torch.Tensor, loss_type: str) -> float:
         return loss
 
@@ -66,8 +94,20 @@ class Single:
         pass
 
 
+FORWARDED = ("reward_error",)  # events only the rank that met them knows of: rank 0 writes them for it
+
+
 class ReadOnlyWriter(RunWriter):
-    """The run directory as ranks other than 0 see it: they read checkpoints, and write nothing."""
+    """The run directory as ranks other than 0 see it: they read checkpoints, and write nothing; the events
+    only this rank knows of (FORWARDED) wait in `pending` for the next metrics row, which takes them to rank 0."""
+
+    def __init__(self, run_dir):
+        super().__init__(run_dir)
+        self.pending: list[tuple[str, str, dict]] = []
+
+    def event(self, kind: str, message: str = "", **extra) -> None:
+        if kind in FORWARDED:
+            self.pending.append((kind, message, extra))
 
     def acquire(self) -> None:
         pass
@@ -82,12 +122,42 @@ class ReadOnlyWriter(RunWriter):
         return {}
 
 
+class Agreeing:
+    """A rank's sampler as its rollouts see it under data parallelism: a NonFiniteSampling on one rank is raised
+    on every rank at the same point, right after sampling and before the rollout's first collective, so all
+    ranks skip the step together instead of the others waiting in a collective until train.dist_timeout_s."""
+
+    def __init__(self, inner, group: "Group"):
+        self.inner, self.group = inner, group
+
+    def generate(self, *args, **kwargs):
+        return self._agreed(self.inner.generate, *args, **kwargs)
+
+    def result(self, *args, **kwargs):  # rollout.async_mode: the rollout is taken here
+        return self._agreed(self.inner.result, *args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def _agreed(self, sample, *args, **kwargs):
+        out, why = None, None
+        try:
+            out = sample(*args, **kwargs)
+        except NonFiniteSampling as err:
+            why = str(err)
+        why = next((f"rank {r}: {w}" for r, w in enumerate(self.group._gather_objects(why)) if w), None)
+        if why:
+            raise NonFiniteSampling(why)
+        return out
+
+
 class RankLost(RuntimeError):
     """A collective failed because a peer rank died or hung past train.dist_timeout_s."""
 
 
 class Group(Single):
     """This process's place in the torchrun job: rank, world size, and the collectives the trainer needs."""
+    _writer: RunWriter | None = None
 
     def __init__(self, cfg: Config):
         if cfg.train.prompts_per_step % int(os.environ["WORLD_SIZE"]):
@@ -109,12 +179,14 @@ class Group(Single):
         dist.all_gather_object(self.peers, (socket.gethostname(), os.getpid()))
 
     def writer(self, run_dir) -> RunWriter:
-        return RunWriter(run_dir) if self.main else ReadOnlyWriter(run_dir)
+        self._writer = RunWriter(run_dir) if self.main else ReadOnlyWriter(run_dir)
+        return self._writer
 
     def shard(self, rows: list) -> list:
-        """This rank's contiguous share of the step's prompts (the world size divides their number)."""
-        k = len(rows) // self.world
-        return rows[self.rank * k:(self.rank + 1) * k]
+        """This rank's contiguous share of `rows`: of a step's prompts (the world size divides their number), or
+        of the eval rows (the first ranks then take one fewer where it does not)."""
+        n = len(rows)
+        return rows[self.rank * n // self.world:(self.rank + 1) * n // self.world]
 
     def total(self, value: torch.Tensor) -> torch.Tensor:
         """The sum over ranks of a scalar tensor."""
@@ -135,11 +207,7 @@ class Group(Single):
         """Sum Σ_r w_r·∇L_r into every rank's .grad, where L_r is this rank's loss normalised over its own rows
         (grpo, dr_grpo: its sequences; bnpo: its active tokens; dapo: already the global num_items) and w_r
         its share of the global normaliser. Returns the global loss Σ_r w_r·L_r."""
-        if loss_type == "dapo":
-            weight = 1.0
-        else:
-            mine = mask.sum() if loss_type == "bnpo" else torch.tensor(float(mask.shape[0]))
-            weight = float(mine) / max(float(self.total(mine)), 1e-30)
+        weight = self.share(mask, loss_type)
         grads = [p.grad for p in params if p.grad is not None]
         flat = torch.cat([torch.full((1,), loss * weight, device=self.device, dtype=torch.float32)]
                          + [g.reshape(-1).float() * weight for g in grads])
@@ -150,10 +218,27 @@ class Group(Single):
             offset += g.numel()
         return float(flat[0])
 
+    def agreeing(self, sampler):
+        return Agreeing(sampler, self)
+
+    def share(self, mask: torch.Tensor, loss_type: str) -> float:
+        """w_r, this rank's share of the global loss normaliser (a collective)."""
+        if loss_type == "dapo":
+            return 1.0
+        mine = mask.sum() if loss_type == "bnpo" else torch.tensor(float(mask.shape[0]))
+        return float(mine) / max(float(self.total(mine)), 1e-30)
+
     def reduce_metrics(self, row: dict) -> dict:
-        """One metrics row for the whole job, each metric combined as the schema says (mean by default)."""
-        rows = self._gather_objects({**row, "perf/comm_s": self.comm_s})
+        """One metrics row for the whole job, each metric combined as the schema says (mean by default). The
+        other ranks' FORWARDED events travel with their rows; rank 0 writes them, naming their rank."""
+        pending = getattr(self._writer, "pending", [])
+        parts = self._gather_objects(({**row, "perf/comm_s": self.comm_s}, pending))
+        pending.clear()
         self.comm_s = 0.0
+        rows = [part for part, _ in parts]
+        for rank, (_, events) in enumerate(parts):
+            for kind, message, extra in events if self.main else ():
+                self._writer.event(kind, message, **extra, rank=rank)
         out = {}
         for key in rows[0]:
             values = [r[key] for r in rows if r.get(key) is not None]
@@ -169,6 +254,11 @@ class Group(Single):
                 out[key] = sum(values)
             else:
                 out[key] = sum(values) / len(values)
+        for rank, part in enumerate(rows):  # each rank's own time and memory, next to the combined ones
+            for name in schema.PER_RANK:
+                value = part.get(name.replace(f"rank{schema.RANK}/", ""))
+                if value is not None:
+                    out[schema.rank_key(rank, name)] = value
         return out
 
     def merge_histogram(self, hist: dict) -> dict:
@@ -217,6 +307,47 @@ class Group(Single):
         return f"{', '.join(f'rank {r} (pid {pid})' for r, pid in local)} did not answer (hung): killed"
 
 
+class Sharded(Group):
+    """train.parallel = fsdp: the policy sharded by FSDP2 (engine/fsdp.py), the gradients reduce-scattered in
+    its backward."""
+    _weight = 1.0  # this step's share (backward_weight)
+
+    def wrap(self, policy, cfg: Config):
+        from grpo_studio.engine import fsdp
+
+        self.sync_params(p for p in policy.parameters() if p.requires_grad)  # rank 0's LoRA init, as DDP's
+        return fsdp.shard(policy, cfg.model)
+
+    def sync_params(self, params) -> None:
+        super().sync_params([p for p in params if not hasattr(p, "device_mesh")])  # shards: nothing to sync
+
+    def backward_weight(self, mask: torch.Tensor, loss_type: str) -> float:
+        self._weight = self.share(mask, loss_type)
+        return self._weight
+
+    def reduce_gradients(self, params, loss: float, mask: torch.Tensor, loss_type: str) -> float:
+        """The gradient is already the sum (reduce-scatter in the backward); the loss is summed alike."""
+        return float(self.total(torch.tensor(loss * self._weight)))
+
+    def shard_sum(self, value: float) -> float:
+        return float(self.total(torch.tensor(value, dtype=torch.float64)))
+
+    def full_state(self, policy, optimizer):
+        from grpo_studio.engine import fsdp
+
+        start = time.perf_counter()
+        try:
+            return fsdp.full_state(policy, optimizer)
+        finally:
+            self.comm_s += time.perf_counter() - start
+
+    @property
+    def load_state(self):
+        from grpo_studio.engine import fsdp
+
+        return fsdp.load_full_state
+
+
 def _alive(pid: int) -> bool:
     try:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
@@ -228,8 +359,8 @@ def start(cfg: Config):
     """The group of this process: torchrun's (WORLD_SIZE set) or a single process."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world > 1 and cfg.train.parallel == "none":
-        raise UserError(f"{world} processes (torchrun) need 'ddp'; with 'none' each would train alone",
+        raise UserError(f"{world} processes (torchrun) need 'ddp' or 'fsdp'; with 'none' each would train alone",
                         key="train.parallel", value="none")
     if world == 1 or cfg.train.parallel == "none":
         return Single()
-    return Group(cfg)
+    return Sharded(cfg) if cfg.train.parallel == "fsdp" else Group(cfg)

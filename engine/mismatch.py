@@ -189,6 +189,62 @@ def dlogp_histogram(rollout_logps: Tensor, train_logps: Tensor, mask: Tensor | N
     }
 
 
+LAG_NAMES = (
+    "policy/token_lag_mean", "policy/token_lag_max", "mismatch/lagged_frac",
+    "mismatch/lag0/k3", "mismatch/lag0/abs_dlogp_mean", "mismatch/lagged/k3", "mismatch/lagged/abs_dlogp_mean",
+)
+
+
+def lag_metrics(rollout_logps: Tensor, train_logps: Tensor, mask: Tensor, lags: Tensor) -> dict[str, float]:
+    """The mismatch split by policy lag. lags[b, t] = the trainer's policy version − the version that
+    sampled token t (0: the weights being trained sampled it). Over the tokens where mask is true:
+
+      policy/token_lag_mean|max  mean|max of lags
+      mismatch/lagged_frac       share of tokens with lag > 0
+      mismatch/lag0/k3, mismatch/lag0/abs_dlogp_mean      k3 and mean |Δ| (mismatch_metrics) over lag-0
+                                 tokens only: the precision/kernel gap alone
+      mismatch/lagged/k3, mismatch/lagged/abs_dlogp_mean  the same over lag > 0 tokens: that gap plus the
+                                 policy change since they were sampled
+    A part with no tokens gives NaN (null in metrics.jsonl: no data); with no tokens at all every value is NaN.
+
+    Worked example (the unit test's): μ = [[−1, −2, −0.5]], π = [[−1.1, −2, −0.3]], lags = [[0, 1, 2]]
+      → token lag mean 1, max 2, lagged_frac 2/3; lag 0: |Δ| = 0.1, k3 = e^−0.1 + 0.1 − 1;
+      lagged: |Δ| = (0 + 0.2)/2 = 0.1, k3 = (0 + e^0.2 − 0.2 − 1)/2.
+    """
+    m = mask.detach().bool()
+    lags = lags.detach().to(m.device)
+    n = int(m.sum())
+    out = dict.fromkeys(LAG_NAMES, math.nan)
+    if n == 0:
+        return out
+    token_lags = lags[m].to(torch.float64)
+    out.update({"policy/token_lag_mean": float(token_lags.mean()), "policy/token_lag_max": float(token_lags.max()),
+                "mismatch/lagged_frac": float((token_lags > 0).sum()) / n})
+    for part, where in (("lag0", lags == 0), ("lagged", lags > 0)):
+        selected = m & where
+        if selected.any():
+            sub = mismatch_metrics(rollout_logps, train_logps, selected)
+            out[f"mismatch/{part}/k3"] = sub["mismatch/k3"]
+            out[f"mismatch/{part}/abs_dlogp_mean"] = sub["mismatch/abs_dlogp_mean"]
+    return out
+
+
+def lag_counts(mask: Tensor, lags: Tensor) -> dict[str, int]:
+    """Tokens per policy lag over the tokens where mask is true: {"0": n0, "1": n1, ...} (histograms.jsonl's
+    "lag"; string keys, as JSON has them)."""
+    values, counts = torch.unique(lags.detach()[mask.detach().bool()], return_counts=True)
+    return {str(int(v)): int(c) for v, c in zip(values.tolist(), counts.tolist())}
+
+
+def merge_lag_counts(parts: list[dict[str, int]]) -> dict[str, int]:
+    """Data-parallel ranks' lag_counts summed, lags in order."""
+    total: dict[int, int] = {}
+    for part in parts:
+        for lag, n in part.items():
+            total[int(lag)] = total.get(int(lag), 0) + n
+    return {str(lag): total[lag] for lag in sorted(total)}
+
+
 def _self_check() -> None:  # pragma: no cover - handy from a shell: python -m grpo_studio.engine.mismatch
     mu = torch.tensor([[-1.0, -2.0, 0.0], [-0.5, 0.0, 0.0]])
     pi = torch.tensor([[-1.1, -2.0, 0.0], [-0.3, 0.0, 0.0]])

@@ -7,7 +7,7 @@ is engine/contract/precision.resolve; the dtype facts are engine/contract/dtypes
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import torch
 
@@ -76,14 +76,17 @@ class LossScaler:
         # 2510.26788 §3: multiply the loss so small fp16 gradients do not flush to zero.
         return loss * self._scale if self.enabled else loss
 
-    def unscale_and_check(self, params: Iterable[torch.nn.Parameter]) -> bool:
+    def unscale_and_check(self, params: Iterable[torch.nn.Parameter], shard_sum: Callable[[float], float] = float
+                          ) -> bool:
         """Divide every .grad by the scale in place; True when all grads are finite.
 
         On False the grads are garbage: skip the optimizer step and zero them. The scale is a
         power of two by default, so unscaling is exact except where fp16 grads underflow.
+        `shard_sum` sums over the ranks when each holds a shard of the gradients (FSDP): one
+        rank's inf then skips the step on all.
         """
-        grads = [p.grad for p in params if p.grad is not None]
-        finite = all(bool(torch.isfinite(g).all()) for g in grads)
+        grads = [_local(p.grad) for p in params if p.grad is not None]
+        finite = shard_sum(float(not all(bool(torch.isfinite(g).all()) for g in grads))) == 0
         if finite and self.enabled and self._scale != 1.0:
             inv = 1.0 / self._scale
             for g in grads:
@@ -105,16 +108,16 @@ class LossScaler:
             self._growth_tracker = 0
 
     def step(self, optimizer: torch.optim.Optimizer, params: Iterable[torch.nn.Parameter],
-             max_norm: float | None = None) -> tuple[bool, float]:
+             max_norm: float | None = None, shard_sum: Callable[[float], float] = float) -> tuple[bool, float]:
         """unscale → check → clip → optimizer.step() → update. Returns (stepped, grad_norm).
 
         grad_norm is the unscaled pre-clip norm, or inf on a skipped step. On a skipped step the
         grads are zeroed and the optimizer is not stepped.
         """
         params = [p for p in params if p.grad is not None]
-        ok = self.unscale_and_check(params)
+        ok = self.unscale_and_check(params, shard_sum)
         if ok:
-            norm = clip_grad_norm(params, max_norm)
+            norm = clip_grad_norm(params, max_norm, shard_sum)
             optimizer.step()
         else:
             norm = math.inf
@@ -145,16 +148,23 @@ class LossScaler:
             self.enabled = bool(state["enabled"])
 
 
-def clip_grad_norm(params: Iterable[torch.nn.Parameter], max_norm: float | None) -> float:
+def clip_grad_norm(params: Iterable[torch.nn.Parameter], max_norm: float | None,
+                   shard_sum: Callable[[float], float] = float) -> float:
     """Global L2 grad norm computed in fp32 (an fp16 norm overflows past 65504); scales grads down
     in place to max_norm when it is exceeded (max_norm None or <= 0: measure only). Returns the
-    pre-clip norm, like torch.nn.utils.clip_grad_norm_."""
-    grads = [p.grad for p in params if p.grad is not None]
-    if not grads:
+    pre-clip norm, like torch.nn.utils.clip_grad_norm_. Sharded grads (FSDP DTensors): each rank
+    squares its shard and `shard_sum` adds the ranks' parts."""
+    grads = [_local(p.grad) for p in params if p.grad is not None]
+    total = math.sqrt(max(shard_sum(sum(float(g.detach().float().pow(2).sum()) for g in grads)), 0.0))
+    if not total:
         return 0.0
-    total = math.sqrt(sum(float(g.detach().float().pow(2).sum()) for g in grads))
     if max_norm and max_norm > 0 and math.isfinite(total) and total > max_norm:
         coef = max_norm / (total + 1e-6)
         for g in grads:
             g.mul_(coef)
     return total
+
+
+def _local(grad: torch.Tensor) -> torch.Tensor:
+    """This rank's part of a gradient: an FSDP DTensor's local shard (its in-place ops change the DTensor)."""
+    return grad.to_local() if hasattr(grad, "to_local") else grad

@@ -1,6 +1,7 @@
 """Where the trainer's batches come from: prompts → rollout (G completions each, with the sampler's
 log-probs μ) → rewards → group-relative advantages, one GenerationBatch per rollout. With
-rollout.async_mode = one_step the next rollout is requested before the trainer trains on this one."""
+rollout.async_mode = one_step or in_flight the next rollout is requested before the trainer trains on this
+one; every token's policy lag is kept, and train.max_staleness leaves the stalest out of the loss."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ class GenerationBatch:
     """One rollout and what the optimizer steps that train on it read (TRL's buffered generation batch)."""
     step: int                    # optimizer steps done when it was sampled
     rollout: Rollout             # completions, μ, completion mask, truncation (CPU)
+    lags: torch.Tensor           # [B, T] policy versions between each token's sampler and the trained weights
     input_ids: torch.Tensor      # [B, P + T] prompts + completions
     attention: torch.Tensor
     inputs: LossInputs           # advantages, loss mask, μ, π_old (None with one update per rollout)
@@ -42,7 +44,7 @@ class Rollouts:
         self.reward_fns, self.device, self.rundir = reward_fns, device, rundir
         self.reward_weights = torch.tensor(cfg.rewards.weights or [1.0] * len(reward_fns))
         self.step_no = self.version = 0  # of the rollout being made (the trainer's step and policy version)
-        self.pending: dict | None = None  # rollout.async_mode = one_step: the next rollout, being sampled
+        self.pending: dict | None = None  # rollout.async_mode = one_step / in_flight: the next rollout, being sampled
 
     def next(self, step_no: int, version: int) -> GenerationBatch:
         """Sample prompts_per_step × steps_per_generation prompts G times each, score them and compute the
@@ -65,6 +67,13 @@ class Rollouts:
         advantages, metrics = compute_advantages(rewards, self.reward_weights, G, cfg.algo.scale_rewards)
         if cfg.algo.mask_truncated_completions:
             mask = mask * (~out.truncated).float().unsqueeze(1).to(self.device)
+        # token lag = versions between the weights that sampled it (in_flight: per token) and the ones trained
+        sampled_by = getattr(out, "policy_version", request["version"])
+        versions = torch.full_like(out.completion_ids, sampled_by) if out.versions is None else out.versions
+        lags = version - versions
+        stale = (lags > (t.max_staleness if t.max_staleness >= 0 else math.inf)) & out.mask.bool()
+        mask = mask * (~stale).float().to(self.device)  # tokens too stale leave the loss (PipelineRL's max lag)
+        metrics["policy/dropped_tokens"] = float(stale.sum())
 
         input_ids, attention = join_prompt_completion(prompt_ids, out.completion_ids, G,
                                                       self.tokenizer.pad_token_id, self.device)
@@ -74,12 +83,12 @@ class Rollouts:
             "completion/len_mean": lengths.mean().item(), "completion/len_max": lengths.max().item(),
             "completion/truncated_frac": out.truncated.float().mean().item(),
             "perf/rollout_tok_s": lengths.sum().item() / max(out.seconds, 1e-9),
-            "policy/version": float(getattr(out, "policy_version", request["version"])),
+            "policy/version": float(sampled_by),
             # the trainer's idle time waiting for the rollout, and the share of its sampling that was hidden
             "perf/trainer_wait_s": waited, "perf/overlap_frac": min(1.0, max(0.0, 1.0 - waited / max(out.seconds, 1e-9))),
         })
         return GenerationBatch(
-            step=request["step"], rollout=out, input_ids=input_ids, attention=attention,
+            step=request["step"], rollout=out, lags=lags, input_ids=input_ids, attention=attention,
             inputs=LossInputs(logps=None, old_logps=None, advantages=advantages.to(self.device), mask=mask,
                               rollout_logps=out.logprobs.to(self.device)),
             # dapo's normaliser, TRL's: the rollout's active tokens, spread over its steps_per_generation steps
@@ -102,7 +111,9 @@ class Rollouts:
         """This rollout's request, its completions and the seconds the trainer waited for them. With
         rollout.async_mode = one_step (verl's one-step off-policy) they were requested one rollout ago, from
         the rollout server, and the next request goes out now, before this rollout's updates: the server
-        samples rollout k+1 with the weights before them while the trainer trains on rollout k (lag 1)."""
+        samples rollout k+1 with the weights before them while the trainer trains on rollout k (lag 1). With
+        in_flight the weight sync after rollout k enters that generation between two decode steps
+        (PipelineRL): the tokens after it have lag 0."""
         t = self.cfg.train
         start = time.perf_counter()
         if self.cfg.rollout.async_mode == "off":
@@ -112,12 +123,19 @@ class Rollouts:
         request = self.pending or self._submit(self.step_no)
         out = self.sampler.result(request["future"])
         waited = time.perf_counter() - start
+        self.prompts.restore(request["cursor"])  # its prompts are taken now, not when requested
         following = self.step_no + t.steps_per_generation * t.num_iterations
         self.pending = self._submit(following) if following < t.steps else None
         return request, out, waited
 
     def _submit(self, at_step: int) -> dict:
+        """Request a rollout and leave the prompt stream where it was: a checkpoint saved while the rollout
+        is in flight holds a cursor before its prompts, so a resumed run requests them again (the same
+        prompts and seed), neither skipping nor repeating them. _sample moves the cursor on when it is taken."""
+        before = self.prompts.state()
         request = self._request(at_step)
+        request["cursor"] = self.prompts.state()
+        self.prompts.restore(before)
         request["future"] = self.sampler.submit(request["prompt_ids"], request["sampling"])
         return request
 

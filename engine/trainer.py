@@ -22,17 +22,17 @@ import time
 
 import torch
 
-from grpo_studio.engine import checkpoint, data, distributed, policy_loader, rewards as reward_lib
-from grpo_studio.engine.batching import token_budget_groups, trim
+from grpo_studio.engine import checkpoint, data, distributed, flops, policy_loader, rewards as reward_lib
+from grpo_studio.engine.batching import token_budget_batches, token_budget_groups, trim
 from grpo_studio.engine.contract.config import Config, save as save_config
 from grpo_studio.engine.contract.errors import UserError
 from grpo_studio.engine.faults import disk_full, disk_full_error, out_of_memory
 from grpo_studio.engine.logprobs import token_logprobs, use_shared_prefix
 from grpo_studio.engine.losses import LossInputs, policy_loss
-from grpo_studio.engine.mismatch import dlogp_histogram, mismatch_metrics
+from grpo_studio.engine.mismatch import dlogp_histogram, lag_counts, lag_metrics, merge_lag_counts, mismatch_metrics
 from grpo_studio.engine.outlets import Outlets
 from grpo_studio.engine.contract import metrics as schema, precision
-from grpo_studio.engine.precision import LossScaler
+from grpo_studio.engine.precision import LossScaler, torch_dtype
 from grpo_studio.engine.sampler import Sampling, make_sampler
 from grpo_studio.engine.sampler.base import NonFiniteSampling
 from grpo_studio.engine.sampler.remote import RolloutServerLost
@@ -64,17 +64,21 @@ class Trainer:
         data.prompt_text(self.prompts.rows[0], cfg.data, self.tokenizer)  # a broken chat template fails here
         self.device = policy_loader.device()
         self.precision = precision.resolve(cfg)  # the one precision decision, handed to every consumer
-        self.policy = policy_loader.load_policy(cfg, self.model_path, self.precision).to(self.device)
+        self.policy = self.dist.wrap(policy_loader.load_policy(cfg, self.model_path, self.precision).to(self.device),
+                                     cfg)  # fsdp: sharded
         self.policy.train()  # transformers only checkpoints activations in train mode
         self.params = [p for p in self.policy.parameters() if p.requires_grad]
+        # perf/mfu: the model's matmul weights N and this device's matmul peak in the run dtype, measured once
+        self.matmul_params = flops.matmul_params(self.policy)
+        self.peak_flop_s = flops.matmul_peak(str(self.device), torch_dtype(self.precision.model_dtype))
         self.dist.sync_params(self.params)
         self.optimizer = torch.optim.AdamW(self.params, lr=cfg.train.lr, weight_decay=cfg.train.weight_decay)
         self.schedule = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_factor)
         self.scaler = LossScaler.from_config(cfg, self.precision)  # fp16; elsewhere it only skips NaN steps
         self.sampler = make_sampler(cfg, self.model_path, self.tokenizer, self.precision, emit_event=self.rundir.event,
                                     log_dir=self.rundir.dir)
-        self.rollouts = Rollouts(cfg, self.dist, self.prompts, self.tokenizer, self.sampler, reward_fns, self.device,
-                                 self.rundir)
+        self.rollouts = Rollouts(cfg, self.dist, self.prompts, self.tokenizer, self.dist.agreeing(self.sampler),
+                                 reward_fns, self.device, self.rundir)
         if not cfg.rollout.colocate:  # a rollout server may hold another run's weights: this policy is version 0
             self.sampler.load_weights(export_weights(self.policy), version=0)
         truncation = [f"rollout.{k} = {v:g}" for k, v, off in (("top_k", cfg.rollout.top_k, 0),
@@ -86,6 +90,7 @@ class Trainer:
         self.updates: list[torch.Tensor] = []      # the rows of each optimizer step still to take on it
         self.step_no = 0
         self.bad_steps = self.bad_streak = 0  # steps skipped for non-finite numbers: in all, and in a row
+        self.rank_weight = 1.0  # this rank's loss weight in the step's backward (fsdp: its share of the normaliser)
         self.reference = None
         self.policy_version = 0  # weight syncs to the sampler so far (a rollout server numbers them the same)
         self.lost: RolloutServerLost | None = None  # the rollout server stopped answering: the run stops
@@ -113,7 +118,7 @@ class Trainer:
             # 1-2. Rollout (μ) → rewards → group-relative advantages; the steps that will train on it.
             try:
                 self.batch = self.rollouts.next(self.step_no, self.policy_version)
-            except NonFiniteSampling as err:  # nothing to train on: a skipped step
+            except NonFiniteSampling as err:  # nothing to train on: a skipped step (one rank's: on every rank)
                 self._judge(str(err))
                 self.step_no += 1
                 return {**self._common_metrics(t0), "loss": math.nan, "grad_norm": math.nan}
@@ -122,6 +127,7 @@ class Trainer:
         batch, rows = self.batch, self.updates.pop(0)
         lag = self.step_no - batch.step  # optimizer steps since the weights that sampled the batch
 
+        t_train = time.perf_counter()
         with out_of_memory("training", self.step_no + 1, self.rundir.dir):
             # 3. π_old, the log-probs under the weights that sampled, once per rollout and only where it can
             #    differ from π (more updates follow this one): TRL's _generate_and_score_completions skips
@@ -130,21 +136,26 @@ class Trainer:
                 batch.inputs.old_logps = self._old_logps(batch)
             # 4. π on this step's rows at the sampler's temperature, loss and backward, one micro-batch at
             #    a time (gradient accumulation); then clip, one AdamW step and the LR schedule.
+            self.rank_weight = self.dist.backward_weight(batch.inputs.mask[rows], self.cfg.algo.loss_type)
             logps, loss, loss_metrics = self._accumulate(batch.input_ids[rows], batch.attention[rows],
                                                          _take(batch.inputs, rows), batch.num_items,
                                                          batch.rollout.mask[rows].sum(1))
             loss = self.dist.reduce_gradients(self.params, loss, batch.inputs.mask[rows], self.cfg.algo.loss_type)
             grad_norm, skipped = self._optimize(loss)
+        train_s = time.perf_counter() - t_train
         self._judge(skipped)
 
         # 5. Rollout/train mismatch: μ against π under the weights that sampled (π_old, or with one update
         #    per rollout this step's π, whose rows are then the whole batch), on the first pass only.
-        if sampled:  # lag 0, or 1 with rollout.async_mode = one_step (then μ is one policy version behind)
+        #    Split by token lag (rollout.async_mode one_step / in_flight: μ of lagged tokens is older weights').
+        if sampled:
             pi = (logps if batch.inputs.old_logps is None else batch.inputs.old_logps).cpu()
             out = batch.rollout
             batch.metrics.update(mismatch_metrics(out.logprobs, pi, out.mask))
+            batch.metrics.update(lag_metrics(out.logprobs, pi, out.mask, batch.lags))
             self.rundir.histogram({"step": self.step_no + 1,
-                                   **self.dist.merge_histogram(dlogp_histogram(out.logprobs, pi, out.mask))})
+                                   **self.dist.merge_histogram(dlogp_histogram(out.logprobs, pi, out.mask)),
+                                   "lag": merge_lag_counts(self.dist.gather([lag_counts(out.mask, batch.lags)]))})
 
         # 6. After the batch's last update the rollout engine takes the new weights for the next rollout.
         sync_s = 0.0
@@ -164,10 +175,23 @@ class Trainer:
                         "perf/train_s": metrics["perf/step_s"] - t_rollout, "perf/sync_s": sync_s})
         if not sampled:  # the waiting happened on the rollout's first step
             metrics.update({"perf/trainer_wait_s": 0.0, "perf/overlap_frac": 0.0})
+        metrics.update(self._perf(batch, rows, sampled, metrics, train_s, sync_s))
         if batch.samples and self.step_no % t.samples_every == 0:  # each rollout's samples once
             self.rundir.samples(self.dist.gather([{"step": self.step_no, **sample} for sample in batch.samples]))
             batch.samples = None
         return metrics
+
+    def _perf(self, batch: GenerationBatch, rows, sampled: bool, row: dict, train_s: float, sync_s: float) -> dict:
+        """perf/flop, perf/peak_flop_s, perf/mfu and perf/idle_s of a step: its model FLOPs (engine/flops.py)
+        over its wall time and the peak measured at start; idle = the step less waiting for the rollout,
+        training (π_old, log-probs, loss, backward, AdamW) and the weight sync."""
+        flop = flops.grpo_step_flop(self.matmul_params, flops.real_tokens(batch.attention, batch.rollout.mask),
+                                    rows, sampled_here=sampled and self.cfg.rollout.colocate,
+                                    old_logps=sampled and batch.inputs.old_logps is not None,
+                                    reference=self.cfg.algo.beta > 0, lora=self.cfg.model.lora_rank > 0)
+        step_s = row["perf/step_s"]
+        return {"perf/flop": flop, "perf/peak_flop_s": self.peak_flop_s, "perf/mfu": flop / step_s / self.peak_flop_s,
+                "perf/idle_s": max(0.0, step_s - row["perf/trainer_wait_s"] - train_s - sync_s)}
 
     def _update_plan(self, n: int) -> list[torch.Tensor]:
         """The rows of each optimizer step on a rollout of n sequences, in order, as TRL's _prepare_inputs
@@ -181,19 +205,30 @@ class Trainer:
 
     def _logps(self, model, input_ids, attention, completion_len, with_entropy=False):
         """Per-token log-probs (and entropies) of the completion tokens at the sampler's temperature."""
-        shared = use_shared_prefix(self.cfg.train.shared_prefix, model, input_ids, attention, completion_len)
+        mode = "off" if self.cfg.train.parallel == "fsdp" else self.cfg.train.shared_prefix  # fsdp: config refuses on
+        shared = use_shared_prefix(mode, model, input_ids, attention, completion_len)
         return token_logprobs(model, input_ids, attention, completion_len, self.cfg.rollout.temperature,
                               with_entropy=with_entropy, logits_chunk=self.cfg.model.logits_chunk,
                               shared_prefix=shared)
 
     @torch.no_grad()
     def _old_logps(self, batch: GenerationBatch) -> torch.Tensor:
-        """π_old over a whole rollout, in chunks of one step's micro-batch (no grad, no more memory)."""
+        """π_old over a whole rollout [B, T] (no grad, no more memory than a step): under
+        train.micro_batch_tokens in _accumulate's length-sorted, trimmed micro-batches (0 past a micro-batch's
+        cut, where no completion token is), else in chunks of one step's micro-batch rows."""
         cfg, B, T = self.cfg, batch.input_ids.shape[0], batch.inputs.mask.shape[1]
-        size = cfg.train.micro_batch_size or B // cfg.train.steps_per_generation
+        if cfg.train.micro_batch_tokens:
+            parts = token_budget_batches(batch.input_ids, batch.attention, T, batch.rollout.mask.sum(1),
+                                         cfg.train.micro_batch_tokens)
+        else:
+            size = cfg.train.micro_batch_size or B // cfg.train.steps_per_generation
+            parts = [(torch.arange(i, min(i + size, B)), batch.input_ids[i:i + size], batch.attention[i:i + size], T)
+                     for i in range(0, B, size)]
+        old = torch.zeros(B, T, device=batch.input_ids.device)
         with policy_loader.autocast(cfg):
-            return torch.cat([self._logps(self.policy, batch.input_ids[i:i + size], batch.attention[i:i + size], T)[0]
-                              for i in range(0, B, size)])
+            for rows, ids, attention, width in parts:
+                old[rows.to(old.device), :width] = self._logps(self.policy, ids, attention, width)[0]
+        return old
 
     @torch.no_grad()
     def _reference_logps(self, input_ids, attention, completion_len):
@@ -253,7 +288,7 @@ class Trainer:
                 weight = 1.0
             elif cfg.algo.loss_type == "bnpo" and budget:
                 weight = (part_inputs.mask.sum() / batch.mask.sum().clamp(min=1.0)).item()
-            self.scaler.scale(loss * weight).backward()
+            self.scaler.scale(loss * weight * self.rank_weight).backward()  # fsdp: its share, before the reduce
             total += loss.item() * weight
             if logps_all is None:
                 logps_all = logps.new_zeros(B, T)
@@ -269,7 +304,8 @@ class Trainer:
             self.optimizer.zero_grad(set_to_none=True)
             self.scaler.update(found_inf=True)
             return math.inf, "non-finite loss"
-        stepped, grad_norm = self.scaler.step(self.optimizer, self.params, self.cfg.train.grad_clip)
+        stepped, grad_norm = self.scaler.step(self.optimizer, self.params, self.cfg.train.grad_clip,
+                                              self.dist.shard_sum)
         if not stepped:
             return grad_norm, "non-finite gradients"
         self.schedule.step()
@@ -326,14 +362,17 @@ class Trainer:
         sample gets a positive score from the first reward function (correctness by default)."""
         if self.updates:  # between the updates of a rollout the sampler still holds the weights that sampled it
             self.sampler.load_weights(export_weights(self.policy))
-        rows = self.eval_rows[:limit] if limit else self.eval_rows
-        texts = [data.prompt_text(row, self.cfg.data, self.tokenizer) for row in rows]
-        ids = data.encode_prompts(self.tokenizer, texts, self.cfg.rollout.max_prompt_len)
-        out = self.sampler.generate(ids, Sampling(n=1, max_tokens=self.cfg.rollout.max_completion_len,
-                                                  temperature=self.cfg.rollout.temperature, seed=10_007))
-        completions = self.tokenizer.batch_decode(out.completion_ids, skip_special_tokens=True)
-        table = self.rollouts.score(self.rollouts.reward_fns[:1], rows, 1, completions)
-        return sum(1 for (score,) in table if score > 0) / len(rows)
+        every = self.eval_rows[:limit] if limit else self.eval_rows
+        rows, correct = self.dist.shard(every), 0  # data-parallel: each rank its part, the count summed
+        if rows:
+            texts = [data.prompt_text(row, self.cfg.data, self.tokenizer) for row in rows]
+            ids = data.encode_prompts(self.tokenizer, texts, self.cfg.rollout.max_prompt_len)
+            out = self.sampler.generate(ids, Sampling(n=1, max_tokens=self.cfg.rollout.max_completion_len,
+                                                      temperature=self.cfg.rollout.temperature, seed=10_007))
+            completions = self.tokenizer.batch_decode(out.completion_ids, skip_special_tokens=True)
+            table = self.rollouts.score(self.rollouts.reward_fns[:1], rows, 1, completions)
+            correct = sum(1 for (score,) in table if score > 0)
+        return float(self.dist.total(torch.tensor(float(correct)))) / len(every)
 
     # ---- the run ----------------------------------------------------------------------------
     def run(self, progress=None) -> str:
@@ -407,11 +446,12 @@ class Trainer:
         return self.stop_requested
 
     def _save(self) -> None:
-        if not self.dist.main:  # every rank holds the same weights: rank 0 saves them
+        full = self.dist.full_state(self.policy, self.optimizer)  # fsdp: gathered from the shards (all ranks)
+        if not self.dist.main:  # rank 0 saves the weights for all
             return
         path = checkpoint.save(self.rundir.dir, self.step_no, self.policy, self.optimizer, self.schedule,
                                self.scaler, self.prompts.state(),
-                               {"bad_steps": self.bad_steps, "bad_streak": self.bad_streak})
+                               {"bad_steps": self.bad_steps, "bad_streak": self.bad_streak}, full)
         if path is None:
             return
         self.rundir.event("checkpoint", f"saved {path.name}", step=self.step_no, path=str(path))
@@ -435,7 +475,7 @@ class Trainer:
         """Continue from the newest trustworthy checkpoint, or from step 0 and the base weights when there
         is none, with the streams cut back to that step: each step stays in them once."""
         state = checkpoint.restore(self.rundir.dir, self.policy, self.optimizer, self.schedule, self.scaler,
-                                   on_skip=self._checkpoint_skipped)
+                                   on_skip=self._checkpoint_skipped, into=self.dist.load_state)
         if state is None:
             self.rundir.event("no_checkpoint", "no complete checkpoint to resume from: restarting at step 0 "
                                                "from the base weights", step=0)

@@ -5,6 +5,8 @@ with full fine-tuning every parameter is sent. The trainer's own modules are nev
 A 4-bit base (model.load_in_4bit) is not merged: W is NF4 codes, and W + (α/r)·B·A re-quantised
 would be another base than the trainer's. The hf sampler holds the same 4-bit base with the same
 adapter modules (engine/sampler/hf.py), so the adapter tensors themselves are sent, under peft's names.
+A policy sharded by FSDP2 (train.parallel = fsdp) is unsharded unit by unit while the weights are taken
+(every rank calls this at the same point: each rank's sampler needs the whole weights), then resharded.
 """
 
 from __future__ import annotations
@@ -18,6 +20,19 @@ PEFT_PREFIX = "base_model.model."
 
 @torch.no_grad()
 def export_weights(policy) -> Iterator[tuple[str, torch.Tensor]]:
+    from grpo_studio.engine.fsdp import units
+
+    sharded = units(policy)
+    for unit in sharded:  # all-gathers: the module's parameters are the whole tensors until reshard
+        unit.unshard()
+    try:
+        yield from _export(policy)
+    finally:
+        for unit in sharded:
+            unit.reshard()
+
+
+def _export(policy) -> Iterator[tuple[str, torch.Tensor]]:
     from peft import PeftModel
     from peft.tuners.lora import LoraLayer
 

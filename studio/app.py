@@ -112,9 +112,9 @@ class StudioApp(App):
         self.push_screen(CompareScreen(run_dirs))
 
     # ---- training processes -----------------------------------------------------------------
-    def launch_run(self, cfg: Config, label: str | None = None, force: bool = False) -> Path:
+    def launch_run(self, cfg: Config, label: str | None = None, force: bool = False, nproc: int = 1) -> Path:
         run_dir = launcher.new_run_dir(self.runs_root, label or launcher.run_label(cfg))
-        self.procs.append(launcher.launch(cfg, run_dir, force))
+        self.procs.append(launcher.launch(cfg, run_dir, force, nproc))
         self.notify(f"trainer started: {run_dir}")
         self.open_run(run_dir)
         return run_dir

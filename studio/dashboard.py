@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
@@ -17,7 +18,7 @@ from textual.widgets import DataTable, Footer, Header, Label, ProgressBar, RichL
 from grpo_studio.engine.contract import metrics
 from grpo_studio.engine.contract.errors import UserError
 from grpo_studio.engine.contract.metrics import fmt
-from grpo_studio.studio import hardware, launcher
+from grpo_studio.studio import hardware, lag, launcher, perf_tables
 from grpo_studio.studio.charts import MetricChart
 from grpo_studio.studio.dialogs import Confirm
 from grpo_studio.studio.panels import PANELS, TABS, histogram_bars, histogram_title
@@ -27,6 +28,8 @@ EVENT_STYLE = {"warning": "yellow", "skipped_step": "yellow", "reward_error": "r
                "stopped": "bold yellow", "finished": "bold green", "started": "bold cyan", "checkpoint": "green",
                "diverged": "bold red", "alert": "bold black on yellow"}
 ALERT = "alert"  # alerts.* firings (docs/alerts.md): the whole line highlighted, and the bell
+INFO_TABS = ("mismatch", "perf")
+VERDICT_STYLE = {"lag": "bold yellow", "precision": "bold yellow", "none": "green"}
 STATE_STYLE = {"running": "bold green", "finished": "bold cyan", "stopped": "bold yellow", "crashed": "bold red",
                "created": "dim"}
 
@@ -75,6 +78,8 @@ class DashboardScreen(Screen):
         with TabbedContent(id="tabs"):
             for tab, label, panel_ids in TABS:
                 with TabPane(label, id=tab):
+                    if tab in INFO_TABS:  # the lag verdict, the time split: hidden until the run has them
+                        yield Static("", id=f"{tab}-info", classes="tab-info")
                     with VerticalScroll(classes="charts"):
                         for pid in panel_ids:
                             panel = PANELS[pid]
@@ -82,7 +87,9 @@ class DashboardScreen(Screen):
                                 continue
                             if pid in ("loss_scale", "skipped") and not self.fp16:
                                 continue
-                            yield MetricChart(panel.title, log=panel.log, note=panel.note, id=f"{tab}-{pid}")
+                            chart = MetricChart(panel.title, log=panel.log, note=panel.note, id=f"{tab}-{pid}")
+                            chart.display = not panel.gate  # shown by _draw_tab once the run has its data
+                            yield chart
             with TabPane("Δlogp", id="histogram"):
                 yield MetricChart("token |Δlogp| histogram", id="histogram-chart")
             with TabPane("Hardware", id="hardware"):
@@ -107,13 +114,15 @@ class DashboardScreen(Screen):
         self._fit_charts()
 
     def _fit_charts(self) -> None:
-        """Two charts per row; rows share the height, but never below 9 lines (then the tab scrolls)."""
-        avail = max(9, self.size.height - 6)  # header, status, tab strip (2), footer
+        """Two charts per row; rows share the height left beside the tab's info lines, but never below 9
+        lines (then the tab scrolls)."""
+        height = self.size.height - 6  # header, status, tab strip (2), footer
         for grid in self.query(".charts"):
-            n = len(grid.children)
+            info = sum(w.outer_size.height for w in grid.parent.children if w is not grid and w.display)
+            n = sum(1 for chart in grid.children if chart.display)
             rows = max(1, -(-n // 2))
             grid.styles.grid_size_columns = 2 if n > 1 else 1
-            grid.styles.grid_rows = str(max(9, avail // rows))
+            grid.styles.grid_rows = str(max(9, (height - info) // rows))
 
     def _estimate(self) -> None:
         try:
@@ -150,9 +159,17 @@ class DashboardScreen(Screen):
         elif tab == "events":
             self._events()
         else:
+            refit = False
             for chart in self.query_one(f"#{tab}").query(MetricChart):
                 panel = PANELS[chart.id.split("-", 1)[1]]
-                chart.show(panel.lines(self.run), panel.headline(self.run))
+                if chart.display != panel.present(self.run):
+                    chart.display, refit = not chart.display, True
+                if chart.display:
+                    chart.show(panel.lines(self.run), panel.headline(self.run))
+            if refit:
+                self._fit_charts()
+            if tab in INFO_TABS:
+                self._info(tab)
         if tab != "events":
             self._events()  # the log keeps up even when hidden, so nothing is missed
 
@@ -168,6 +185,27 @@ class DashboardScreen(Screen):
         reward, k3 = run.last(metrics.REWARD), run.last(metrics.K3)
         self.query_one("#run-step", Label).update(
             f"{run.step}/{total or '?'}  ETA {fmt_duration(eta)}  reward {fmt(reward)}  k3 {fmt(k3)}")
+
+    def _info(self, tab: str) -> None:
+        """The Mismatch tab's lag verdict, the Perf tab's time split: each shown once the run has its metrics."""
+        box = self.query_one(f"#{tab}-info", Static)
+        if tab == "mismatch":
+            found = lag.verdict(self.run.last(lag.LAG0_K3), self.run.last(lag.LAGGED_K3),
+                                self.run.last(lag.LAGGED_FRAC), self.run.config.get("model", {}).get("dtype", ""))
+            shares = lag.lag_shares(self.run.histogram)
+            content = None if found is None else Text.assemble(
+                (found.line, VERDICT_STYLE[found.cause]), ("\n" + shares) if shares else "")
+        else:
+            content = perf_tables.split_table(self.run)
+        height = box.outer_size.height if box.display else 0
+        box.display = content is not None
+        if content is not None:
+            box.update(content)
+        self.call_after_refresh(self._refit, box, height)
+
+    def _refit(self, box: Static, height: int) -> None:
+        if (box.outer_size.height if box.display else 0) != height:  # the info lines changed the charts' room
+            self._fit_charts()
 
     def _samples(self) -> None:
         table = self.query_one("#samples-table", DataTable)
@@ -213,7 +251,8 @@ class DashboardScreen(Screen):
         peak = max((v for v in self.run.columns.get(metrics.PEAK_GIB, []) if v is not None), default=None)
         est = f"{self.estimate_gib:.2f} GiB" if self.estimate_gib is not None else "–"
         table.add_row("run peak memory", "", f"{fmt(peak)} GiB  (planner estimate {est})")
-        self.query_one("#hardware-info", Static).update(table)
+        ranks = perf_tables.rank_table(self.run)  # data-parallel runs: each rank's last step
+        self.query_one("#hardware-info", Static).update(table if ranks is None else Group(table, Text(""), ranks))
 
     # ---- actions ----------------------------------------------------------------------------
     def action_tab(self, tab: str) -> None:

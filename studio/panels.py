@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from grpo_studio.engine.contract import metrics
 from grpo_studio.engine.contract.metrics import fmt
 from grpo_studio.studio.charts import Line, ema
+from grpo_studio.studio.lag import LAG0_K3, LAGGED_FRAC, LAGGED_K3
+from grpo_studio.studio.perf_tables import MFU
 from grpo_studio.studio.rundata import RunData
 
 
@@ -18,6 +20,7 @@ class Panel:
     keys: list[str] = field(default_factory=list)  # metric keys, one line each
     rewards: bool = False                           # add rewards/<fn>/mean + a smoothed line
     needs_beta: bool = False
+    gate: str = ""                                  # shown only once this metric has been > 0 in the run
     note: str = ""                                  # one line under the chart: why it looks as it does
 
     @property
@@ -38,6 +41,9 @@ class Panel:
             out.append(Line(label_prefix + "smoothed", out[0].xs, ema(out[0].ys), color="white"))
         return out
 
+    def present(self, run: RunData) -> bool:
+        return not self.gate or any(v > 0 for v in run.series(self.gate)[1])
+
     def headline(self, run: RunData) -> str:
         key = self.keys[0] if self.keys else ""
         value = run.last(key)
@@ -46,7 +52,7 @@ class Panel:
 
 
 def short(key: str) -> str:
-    for prefix in ("mismatch/", "completion/", "perf/", "precision/", "mem/"):
+    for prefix in ("mismatch/", "completion/", "perf/", "precision/", "mem/", "policy/"):
         if key.startswith(prefix):
             return key[len(prefix):]
     return metrics.reward_fn(key) or key
@@ -74,14 +80,17 @@ PANELS = {p.id: p for p in [
     Panel("loss_scale", "fp16 loss scale", ["precision/loss_scale"]),
     Panel("skipped", "skipped steps", ["precision/skipped_steps"]),
     Panel("memory", "memory GiB", [metrics.PEAK_GIB, "mem/rss_gib"]),
+    Panel("lag_k3", "k3 lag 0 vs lagged", [LAG0_K3, LAGGED_K3], gate=LAGGED_FRAC),  # runs with policy lag only
+    Panel("token_lag", "token policy lag", ["policy/token_lag_mean", "policy/token_lag_max"], gate=LAGGED_FRAC),
+    Panel("mfu", "MFU (share of measured matmul peak)", [MFU], gate=MFU),
 ]}
 
 TABS = [
     ("overview", "Overview", ["reward", "k3"]),
     ("training", "Train", ["loss", "grad_norm", "lr", "entropy", "clip", "kl_ref"]),
-    ("mismatch", "Mismatch", ["k3", "dp_max", "is", "masked"]),
+    ("mismatch", "Mismatch", ["k3", "dp_max", "is", "masked", "lag_k3", "token_lag"]),
     ("lengths", "Lengths", ["length", "truncated", "loss_scale", "skipped"]),
-    ("perf", "Perf", ["step_time", "tok_s", "memory"]),
+    ("perf", "Perf", ["step_time", "tok_s", "memory", "mfu"]),
 ]
 
 

@@ -105,6 +105,7 @@ class SetupScreen(Screen):
         self.errors: dict[str, str] = {}
         self.mode = "documented"
         gpus = hardware.gpus()
+        self.gpu_count = len(gpus)
         self.gpu_gib = gpus[0].total_gib if gpus else None
         self.gpu_label = f"GPU: {hardware.gpu_summary()}"
         self.plan_count = 0
@@ -127,6 +128,11 @@ class SetupScreen(Screen):
                     yield Label("GPU GiB", classes="label")
                     yield Input(self._gpu_text(), id="gpu-gib", compact=True,
                                 placeholder="size to check against")
+                if self.gpu_count > 1:  # data parallel: `grpo-studio train --nproc N`, one process per GPU
+                    with Horizontal(id="devices-row", classes="row"):
+                        yield Label("devices", classes="label")
+                        yield Select([(str(n), n) for n in range(1, self.gpu_count + 1)], value=1,
+                                     allow_blank=False, id="devices", compact=True)
         yield Footer()
 
     def _gpu_text(self) -> str:
@@ -186,6 +192,10 @@ class SetupScreen(Screen):
             return list(widget.selected) + extra
         return widget.value
 
+    def nproc(self) -> int:
+        """The devices the run trains on (the devices select; 1 without more than one GPU)."""
+        return int(self.query_one("#devices", Select).value) if self.gpu_count > 1 else 1
+
     def build_config(self) -> tuple[Config, dict[str, str], str]:
         """The config the form describes, per-field errors (CLI wording), and a cross-field error."""
         cfg = copy.deepcopy(self.base)
@@ -203,11 +213,17 @@ class SetupScreen(Screen):
         if "rewards.funcs" not in errors and cfg.rewards.weights and len(cfg.rewards.weights) != len(cfg.rewards.funcs):
             cfg.rewards.weights = []
         general = ""
+        nproc = self.nproc()
+        if nproc > 1 and cfg.train.parallel == "none":  # `train --nproc N` needs data parallelism
+            cfgmod.set_key(cfg, "train.parallel", "ddp")
         if not errors:
             try:
                 cfgmod.validate(cfg)
             except UserError as err:
                 general = str(err)
+        if not errors and not general and cfg.train.prompts_per_step % nproc:
+            general = (f"train.prompts_per_step = {cfg.train.prompts_per_step}: must divide evenly among the "
+                       f"{nproc} devices")
         return cfg, errors, general
 
     @on(Input.Changed)
@@ -241,7 +257,7 @@ class SetupScreen(Screen):
         except ValueError:
             gpu = None
         label = self.gpu_label if self.gpu_gib else "no GPU found: vs GPU GiB below"
-        self.plan = vram_adapter.plan(self.cfg, self.mode, gpu)
+        self.plan = vram_adapter.plan(self.cfg, self.mode, gpu, world_size=self.nproc())
         self.plan_count += 1
         self.query_one(VramPanel).show(self.plan, label)
 
@@ -270,14 +286,15 @@ class SetupScreen(Screen):
         cfg = self.valid_config()
         if cfg is None:
             return
-        verdict = preflight.check(cfg, preflight.device())
+        verdict = preflight.check(cfg, preflight.devices(), world_size=self.nproc())
+        devices = {"nproc": self.nproc()} if self.nproc() > 1 else {}
         if verdict.fits:
-            self.app.launch_run(cfg)
+            self.app.launch_run(cfg, **devices)
             return
 
         def done(yes: bool | None) -> None:
             if yes:
-                self.app.launch_run(cfg, force=True)
+                self.app.launch_run(cfg, force=True, **devices)
 
         self.app.push_screen(Confirm(f"Pre-flight: {verdict.message}. Launch anyway?"), done)
 

@@ -21,6 +21,7 @@ class Plan:
     suggestion: str = ""
     error: str = ""
     peak_rule: str = ""
+    devices: list = field(default_factory=list)  # vram.Device per device when the planner splits the run
 
 
 # What the panel solves for, in order: the first one the planner can answer is shown.
@@ -34,25 +35,33 @@ def _card(name: str):
     return model_card.load(name)
 
 
-def plan(cfg: Config, mode: str = "documented", gpu_gib: float | None = None, solve: bool = True) -> Plan:
+def plan(cfg: Config, mode: str = "documented", gpu_gib: float | None = None, solve: bool = True,
+         world_size: int = 1) -> Plan:
     try:
         card = _card(cfg.model.name)
-        result = vram.estimate(card, cfg, mode=mode, gpu_gib=gpu_gib)
+        result = vram.estimate(card, cfg, mode=mode, gpu_gib=gpu_gib, **_ranks(mode, world_size))
     except UserError as err:
         return Plan(mode=mode, gpu_gib=gpu_gib, error=str(err))
     except Exception as err:  # the panel must never take the studio down
         return Plan(mode=mode, gpu_gib=gpu_gib, error=f"vram error: {type(err).__name__}: {err}")
-    out = Plan(result.rows, result.total_gib, mode, gpu_gib, result.fits, peak_rule=result.peak_rule)
+    out = Plan(result.rows, result.total_gib, mode, gpu_gib, result.fits, peak_rule=result.peak_rule,
+               devices=list(getattr(result, "devices", None) or []))
     if gpu_gib and solve:
-        out.suggestion = suggest(card, cfg, mode, gpu_gib)
+        out.suggestion = suggest(card, cfg, mode, gpu_gib, world_size)
     return out
 
 
-def suggest(card, cfg: Config, mode: str, gpu_gib: float) -> str:
+def _ranks(mode: str, world_size: int) -> dict:
+    """The planner's world_size: accurate mode plans each device of a data-parallel run; Unsloth's documented
+    arithmetic is the whole run on one GPU (an upper bound for each rank)."""
+    return {"world_size": world_size} if mode == "accurate" and world_size > 1 else {}
+
+
+def suggest(card, cfg: Config, mode: str, gpu_gib: float, world_size: int = 1) -> str:
     largest, unbounded = "", False
     for key, label in SOLVE:
         try:
-            sol = vram.solve(card, cfg, key, gpu_gib, mode=mode)
+            sol = vram.solve(card, cfg, key, gpu_gib, mode=mode, **_ranks(mode, world_size))
         except Exception:  # the panel must never take the studio down
             continue
         if sol.status == "fits":

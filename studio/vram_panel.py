@@ -26,7 +26,7 @@ def render_plan(plan: Plan, gpu_label: str, wide: bool = False) -> Group | Text:
         table.add_row(Text(row.name, style=style), Text(f"{row.gib:,.2f}", style=style),
                       *([row.formula] if wide else []))
     table.add_row(Text("total", style="bold"), Text(f"{plan.total:,.2f}", style="bold"), *([""] if wide else []))
-    lines = [table, Text(""), Text(gpu_label, style="italic")]
+    lines = [table, *device_lines(plan), Text(""), Text(gpu_label, style="italic")]
     if plan.fits is True:
         lines.append(Text(f"fits in {plan.gpu_gib:,.0f} GiB  ✓", style="bold green"))
     elif plan.fits is False:
@@ -36,6 +36,18 @@ def render_plan(plan: Plan, gpu_label: str, wide: bool = False) -> Group | Text:
     if plan.suggestion:
         lines.append(Text(plan.suggestion, style="yellow"))
     return Group(*lines)
+
+
+def device_lines(plan: Plan) -> list[Text]:
+    """One line per device when the planner splits the run over more than one (vram.Breakdown.devices)."""
+    if len(plan.devices) < 2:
+        return []
+    out = [Text("per device", style="bold")]
+    for dev in plan.devices:
+        mark = {True: ("  ✓", "green"), False: ("  ✗", "bold red")}.get(getattr(dev, "fits", None), ("", ""))
+        name = dev.name if dev.kind in dev.name else f"{dev.name} ({dev.kind})"
+        out.append(Text.assemble(f"{name}  {dev.total_gib:,.2f} GiB", mark))
+    return out
 
 
 class VramPanel(Static):

@@ -1,7 +1,9 @@
 """Deterministic run directories for the studio tests and `scripts/screenshots.py --demo`.
 
 Every row holds every metric of the schema (engine/contract/metrics.py), each drawn from its own
-seeded generator, so a metric added to the schema shows up here without shifting the others.
+seeded generator, so a metric added to the schema shows up here without shifting the others. As the
+trainer writes them: a synchronous run has no lagged tokens (lag 0, lagged k3 null), an asynchronous one
+(`lagged`) 30% of its tokens one version behind; per-rank perf and memory only with `world_size` > 1.
 Mismatch metrics scale with the dtype's drift (bf16 ≈ 8× fp16's |Δlogp|, as measured here)."""
 
 from __future__ import annotations
@@ -15,12 +17,14 @@ from grpo_studio.engine.contract import config as cfgmod
 from grpo_studio.engine.contract import metrics, rundir
 
 FUNCS = ["correctness", "format"]  # tiny-arith's reward functions
+LAGGED_ONLY = {"mismatch/lagged/k3", "mismatch/lagged/abs_dlogp_mean"}  # null without lagged tokens
 DRIFT = {"bf16": 1.8e-3, "fp16": 2.3e-4, "fp32": 1e-7, "fp8": 6e-3}  # mean token |Δlogp| per dtype
 
 
-def shapes(drift: float) -> dict[str, tuple[float, float, float]]:
+def shapes(drift: float, lagged: float | None = None) -> dict[str, tuple[float, float, float]]:
     """(base, scale, growth) per schema name: value = base + scale·(1 + growth·progress)·(0.8 + 0.4·u),
-    u uniform in [0, 1). Names not listed get (0, 1, 0)."""
+    u uniform in [0, 1). Names not listed get (0, 1, 0). `lagged`: metrics_rows."""
+    frac = 0.0 if lagged is None else 0.3
     return {
         metrics.REWARD: (0.0, 0.5, 4.0), metrics.reward_key(metrics.FN): (0.0, 0.25, 4.0),
         metrics.LOSS: (-0.02, 0.02, 0.0), metrics.K3: (0.0, drift ** 2, 2.0),
@@ -28,12 +32,23 @@ def shapes(drift: float) -> dict[str, tuple[float, float, float]]:
         "mismatch/is_min": (1.0, -8 * drift, 0.0), "mismatch/is_mean": (1.0, 0.0, 0.0),
         "mismatch/is_max": (1.0, 8 * drift, 0.0), "mismatch/masked_frac": (0.0, 0.0, 0.0),
         "precision/loss_scale": (65536.0, 0.0, 0.0),
+        "mismatch/lag0/k3": (0.0, drift ** 2, 2.0), "mismatch/lag0/abs_dlogp_mean": (0.0, drift, 0.0),
+        "mismatch/lagged/k3": (0.0, (lagged or 0.0) * drift ** 2, 2.0),
+        "mismatch/lagged/abs_dlogp_mean": (0.0, (lagged or 0.0) * drift, 0.0),
+        "mismatch/lagged_frac": (frac, 0.0, 0.0), "policy/token_lag_mean": (frac, 0.0, 0.0),
+        "policy/token_lag_max": (frac and 1.0, 0.0, 0.0), "policy/dropped_tokens": (0.0, 0.0, 0.0),
+        "perf/mfu": (0.0, 0.5, 0.0), "perf/rollout_s": (0.0, 0.4, 0.0), "perf/train_s": (0.0, 0.5, 0.0),
+        "perf/sync_s": (0.0, 0.03, 0.0), "perf/trainer_wait_s": (0.0, 0.05, 0.0), "perf/idle_s": (0.0, 0.05, 0.0),
     }
 
 
-def metrics_rows(steps: int, total: int, dtype: str, seed: int, t0: float) -> list[dict]:
-    shape = shapes(DRIFT[dtype])
+def metrics_rows(steps: int, total: int, dtype: str, seed: int, t0: float, lagged: float | None = None,
+                 world_size: int = 1) -> list[dict]:
+    """`lagged`: an asynchronous run whose lagged tokens' k3 is this many times the lag-0 k3."""
+    shape = shapes(DRIFT[dtype], lagged)
     names = metrics.names(FUNCS)
+    if world_size > 1:
+        names += [metrics.rank_key(r, pattern) for r in range(world_size) for pattern in metrics.PER_RANK]
     rngs = {name: random.Random(f"{seed}/{name}") for name in names}
     rows = []
     for step in range(1, steps + 1):
@@ -42,16 +57,22 @@ def metrics_rows(steps: int, total: int, dtype: str, seed: int, t0: float) -> li
         for name in names:
             base, scale, growth = shape.get(metrics.lookup(name).name, (0.0, 1.0, 0.0))
             row[name] = base + scale * (1 + growth * progress) * (0.8 + 0.4 * rngs[name].random())
+            if lagged is None and name in LAGGED_ONLY:
+                row[name] = None
         rows.append({**row, metrics.STEP: step, metrics.TIME: t0 + 1.5 * step})
+        metrics.check_row(rows[-1])  # what the run writer would refuse, this refuses too
     return rows
 
 
-def histogram_row(step: int, dtype: str) -> dict:
+def histogram_row(step: int, dtype: str, lagged: float | None = None) -> dict:
     center = math.log10(DRIFT[dtype])
     edges = metrics.HIST_EDGES
     counts = [int(400 * math.exp(-((math.log10(edges[i]) - center) ** 2))) for i in range(len(edges) - 1)]
-    return {"step": step, "edges": edges, "counts": counts, "counts_pos": [c // 2 for c in counts],
-            "counts_neg": [c - c // 2 for c in counts], "zero": 50, "under": 0, "over": 0, "n": sum(counts) + 50}
+    row = {"step": step, "edges": edges, "counts": counts, "counts_pos": [c // 2 for c in counts],
+           "counts_neg": [c - c // 2 for c in counts], "zero": 50, "under": 0, "over": 0, "n": sum(counts) + 50}
+    lag0 = row["n"] if lagged is None else round(0.7 * row["n"])  # async: 30% of the tokens one version behind
+    row["lag"] = {"0": lag0, **({"1": row["n"] - lag0} if lagged is not None else {})}
+    return row
 
 
 def write_jsonl(path: Path, rows: list[dict]) -> None:
@@ -59,14 +80,16 @@ def write_jsonl(path: Path, rows: list[dict]) -> None:
 
 
 def write_run(run_dir: Path, steps: int, total: int | None = None, dtype: str = "bf16", seed: int = 0,
-              state: str = "finished", t0: float = 1_750_000_000.0) -> Path:
-    """A run directory with `steps` rows of a `total`-step run, ending in `state`."""
+              state: str = "finished", t0: float = 1_750_000_000.0, lagged: float | None = None,
+              world_size: int = 1) -> Path:
+    """A run directory with `steps` rows of a `total`-step run, ending in `state` (`lagged`, `world_size`:
+    metrics_rows)."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     total = total or steps
     cfgmod.save(cfgmod.load("tiny-arith", [f"model.dtype={dtype}", f"train.steps={total}"]), run_dir / rundir.CONFIG)
-    write_jsonl(run_dir / rundir.METRICS, metrics_rows(steps, total, dtype, seed, t0))
-    write_jsonl(run_dir / rundir.HISTOGRAMS, [histogram_row(steps, dtype)])
+    write_jsonl(run_dir / rundir.METRICS, metrics_rows(steps, total, dtype, seed, t0, lagged, world_size))
+    write_jsonl(run_dir / rundir.HISTOGRAMS, [histogram_row(steps, dtype, lagged)])
     samples = []
     for step in range(max(1, steps - 3), steps + 1):
         for a, b in ((12, 30), (7, 41)):

@@ -21,7 +21,7 @@ def report(tmp_path_factory):
     cwd = tmp_path_factory.mktemp("bench")
     proc = run_cli("bench", "step", "--vs", "trl", "--json", "--prompts", str(PROMPTS), "--generations", str(G),
                    "--max-tokens", "4", "--steps", str(STEPS), "--warmup", "0", "--profile", "3",
-                   "--micro-batch-tokens", "16", cwd=cwd, timeout=300)
+                   "--micro-batch-tokens", "16", cwd=cwd, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout)
 
@@ -52,6 +52,8 @@ def test_report_has_both_sides_with_consistent_numbers(report):
         assert 0 <= s["reward_last"] <= 2.0 and 0 <= s["reward_mean"] <= 2.0  # correctness (0/1) + format (≤ 1)
     trl, ours = report["sides"]["trl"], report["sides"]["ours_hf"]
     assert report["speedup_vs_trl"] == {"ours_hf": pytest.approx(trl["step_s"] / ours["step_s"], rel=1e-2)}
+    assert "idle_s" not in trl and 0 <= ours["idle_s"] < ours["step_s"] and 0 < ours["sync_s"] < ours["step_s"]
+    assert ours["run_mfu"] > 0  # the trainer's own perf/mfu (tests/test_flops.py checks its arithmetic)
     top = ours["profile"]
     assert len(top) == 3 and "profile" not in trl
     assert all(0 < op["share"] <= 1 and op["calls"] >= 1 for op in top)

@@ -4,7 +4,10 @@
   every loss normalisation;
 - a 2-process headless run of the bundled model trains 20 steps into one metrics.jsonl with global numbers,
   then resumes to 30;
-- killing one rank ends the run with a `crashed` event naming it, and leaves no process behind.
+- killing one rank ends the run with a `crashed` event naming it, and leaves no process behind;
+- a non-finite rollout on one rank skips the step on all (no wait for the timeout), the other ranks'
+  reward errors reach events.jsonl, and the eval rows are split across the ranks (the accuracy is one
+  process's); per-rank time and memory are in the row.
 
 Run as a script under torchrun (`python -m torch.distributed.run ... tests/test_distributed.py OUT LOSS...`),
 this file is also the ranks' side of the first test.
@@ -40,11 +43,13 @@ class PromptSeeded:
 
     def __init__(self, inner, pad_id: int):
         self.inner, self.pad_id, self.name = inner, pad_id, inner.name
+        self.prompts_seen = 0
 
     def generate(self, prompt_ids, sampling):
         import torch
         from grpo_studio.engine.sampler.base import Rollout
 
+        self.prompts_seen += len(prompt_ids)
         parts = [self.inner.generate([ids], dataclasses.replace(sampling, seed=zlib.crc32(str(ids).encode())))
                  for ids in prompt_ids]
         width = max(p.completion_ids.shape[1] for p in parts)
@@ -57,18 +62,27 @@ class PromptSeeded:
         return getattr(self.inner, name)
 
 
-def one_step(run_dir: Path, loss_type: str, parallel: str) -> dict:
-    """Train one step; returns the trainable weights after it and the step's loss (rank 0's view)."""
+def seeded(trainer, wrap=PromptSeeded) -> None:
+    """The trainer's sampler wrapped (evaluate uses it), and the rollouts' as the trainer wraps it (distributed.py
+    Agreeing)."""
+    trainer.sampler = wrap(trainer.sampler, trainer.tokenizer.pad_token_id)
+    trainer.rollouts.sampler = trainer.dist.agreeing(trainer.sampler)
+
+
+def one_step(run_dir: Path, loss_type: str, parallel: str, *sets: str) -> dict:
+    """Train one step; returns the trainable weights after it and the step's loss (rank 0's view). FSDP's
+    sharded parameters and gradients are gathered whole (DTensor.full_tensor, a collective)."""
     from grpo_studio.engine.contract import config
     from grpo_studio.engine.trainer import Trainer
 
-    cfg = config.load("tiny-arith", [*STEP_SETS, f"algo.loss_type={loss_type}", f"train.parallel={parallel}"])
+    cfg = config.load("tiny-arith", [*STEP_SETS, f"algo.loss_type={loss_type}", f"train.parallel={parallel}", *sets])
     trainer = Trainer(cfg, run_dir)
-    trainer.sampler = PromptSeeded(trainer.sampler, trainer.tokenizer.pad_token_id)
+    seeded(trainer)
     row = trainer.dist.reduce_metrics(trainer.step())
     trained = [(n, p) for n, p in trainer.policy.named_parameters() if p.requires_grad]
-    weights = {n: p.detach().clone() for n, p in trained}
-    grads = {n: p.grad.clone() for n, p in trained}  # the all-reduced gradient the optimizer stepped with
+    whole = lambda t: t.full_tensor() if hasattr(t, "full_tensor") else t.clone()  # noqa: E731
+    weights = {n: whole(p.detach()) for n, p in trained}
+    grads = {n: whole(p.grad) for n, p in trained}  # the reduced gradient the optimizer stepped with
     trainer.sampler.close()
     return {"weights": weights, "grads": grads, "loss": row["loss"], "dist": trainer.dist}
 
@@ -84,6 +98,53 @@ def ranks_main(out: Path, loss_types: list[str]) -> None:
         results[loss_type] = res
     if group.main:
         torch.save(results, out / "ddp.pt")
+    group.close()
+
+
+class FailsOnce(PromptSeeded):
+    """Rank 1's sampler: its first rollout is not finite (engine/sampler/base.py NonFiniteSampling)."""
+
+    failed = False
+
+    def generate(self, prompt_ids, sampling):
+        from grpo_studio.engine.sampler.base import NonFiniteSampling
+
+        if not self.failed and sampling.n > 1:  # a training rollout, not the eval's one sample per prompt
+            self.failed = True
+            raise NonFiniteSampling("the sampler's distribution holds NaN (test)")
+        return super().generate(prompt_ids, sampling)
+
+
+def broken_reward(*args, **kwargs):
+    raise ValueError("rank 1's reward fails (test)")
+
+
+def leftovers(run_dir: Path, parallel: str) -> dict:
+    """Eval at start, then 2 steps: rank 1's first rollout is not finite, its rewards fail in the second."""
+    from grpo_studio.engine.contract import config
+    from grpo_studio.engine.trainer import Trainer
+
+    cfg = config.load("tiny-arith", [*STEP_SETS, "train.steps=2", "data.eval_size=7", "train.dist_timeout_s=60",
+                                     f"train.parallel={parallel}"])
+    trainer = Trainer(cfg, run_dir)
+    seeded(trainer, FailsOnce if trainer.dist.rank == 1 else PromptSeeded)
+    accuracy = trainer.evaluate()
+    seen = trainer.sampler.prompts_seen
+    rows = [trainer.dist.reduce_metrics(trainer.step())]
+    if trainer.dist.rank == 1:
+        trainer.rollouts.reward_fns = [(name, broken_reward) for name, _ in trainer.rollouts.reward_fns]
+    rows.append(trainer.dist.reduce_metrics(trainer.step()))
+    trainer.sampler.close()
+    return {"accuracy": accuracy, "eval_prompts": trainer.dist.gather([seen]), "rows": rows, "dist": trainer.dist}
+
+
+def leftovers_main(out: Path) -> None:
+    import torch
+
+    res = leftovers(out / "run", "ddp")
+    group = res.pop("dist")
+    if group.main:
+        torch.save(res, out / "leftovers.pt")
     group.close()
 
 
@@ -144,6 +205,43 @@ def test_two_processes_train_twenty_steps(ddp_run):
     assert [e["event"] for e in events].count("started") == 2 and not any(e["event"] == "crashed" for e in events)
 
 
+def test_leftovers_non_finite_rollout_reward_errors_and_eval_split(tmp_path):
+    """Rank 1's non-finite rollout skips step 1 on rank 0 too (without it rank 0 would wait in the gradient
+    all-reduce until train.dist_timeout_s and crash); rank 1's reward errors of step 2 are in rank 0's
+    events.jsonl, naming rank 1; the 7 eval rows are split 3 + 4 and the accuracy is the one-process one (the
+    per-prompt seeded sampler makes a prompt's completion independent of its batch)."""
+    import torch
+
+    proc = subprocess.run([*TORCHRUN, str(Path(__file__)), str(tmp_path), "leftovers"], cwd=ROOT, env=ENV,
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = torch.load(tmp_path / "leftovers.pt")
+    (skipped, taken) = res["rows"]
+    assert skipped["step"] == 1 and skipped["loss"] != skipped["loss"]  # NaN: nothing trained
+    assert taken["step"] == 2 and taken["loss"] == taken["loss"]
+    events = read_rows(tmp_path / "run" / "events.jsonl")
+    skips = [e for e in events if e["event"] == "skipped_step"]
+    assert [(e["step"], e["cause"]) for e in skips] == [(1, "rank 1: the sampler's distribution holds NaN (test)")]
+    errors = [e for e in events if e["event"] == "reward_error"]
+    assert errors and all(e["rank"] == 1 and e["step"] == 2 and "rank 1's reward fails" in e["message"]
+                          for e in errors)
+    assert res["eval_prompts"] == [3, 4]
+    one = leftovers_one_process(tmp_path / "one")
+    assert res["accuracy"] == one
+
+
+def leftovers_one_process(run_dir: Path) -> float:
+    from grpo_studio.engine.contract import config
+    from grpo_studio.engine.trainer import Trainer
+
+    trainer = Trainer(config.load("tiny-arith", [*STEP_SETS, "data.eval_size=7"]), run_dir)
+    seeded(trainer)
+    try:
+        return trainer.evaluate()
+    finally:
+        trainer.sampler.close()
+
+
 def test_metrics_are_global(ddp_run):
     """Every completion of both ranks is in samples.jsonl: the row's numbers are theirs, not one rank's."""
     from grpo_studio.engine import policy_loader
@@ -152,6 +250,10 @@ def test_metrics_are_global(ddp_run):
     tok = policy_loader.load_tokenizer(policy_loader.resolve_model_path("tiny-arith"))
     samples, hists = read_rows(run / "samples.jsonl"), {h["step"]: h for h in read_rows(run / "histograms.jsonl")}
     for row in read_rows(run / "metrics.jsonl")[:20]:
+        for name in ("perf/step_s", "perf/comm_s", "mem/peak_gib"):  # each rank's own, and their max
+            family, _, stat = name.rpartition("/")
+            assert row[name] == max(row[f"{family}/rank0/{stat}"], row[f"{family}/rank1/{stat}"])
+        assert not any("/rank2/" in key for key in row)
         mine = [s for s in samples if s["step"] == row["step"]]
         assert len(mine) == 8 * 8  # prompts_per_step × num_generations, from both ranks
         # a completion's tokens are its text's plus the EOS, except when cut at max_completion_len (8)
@@ -227,16 +329,26 @@ def test_sigterm_stops_every_rank_after_the_same_step(tmp_path):
 
 
 REFUSED = [
-    (["--nproc", "2"], ("config error: train.parallel = 'none': --nproc 2 needs train.parallel = 'ddp' (each process "
-                        "trains on its share of the prompts); add --set train.parallel=ddp")),
+    (["--nproc", "2"], ("config error: train.parallel = 'none': --nproc 2 needs train.parallel = 'ddp' or 'fsdp' (each "
+                        "process trains on its share of the prompts); add --set train.parallel=ddp")),
     (["--nproc", "0"], "config error: --nproc = 0: must be a whole number >= 1"),
     (["--nproc", "2", "--set", "train.parallel=ddp", "--set", "train.prompts_per_step=3"],
      "config error: train.prompts_per_step = 3: must divide evenly among the 2 processes of --nproc"),
     (["--devices", "a,b"], "config error: --devices = 'a,b': a comma-separated list of GPU indices, e.g. 0,1"),
     (["--nproc", "2", "--devices", "0", "--set", "train.parallel=ddp"],
      "config error: --devices = '0': --nproc 2 needs one device per process, 1 given"),
-    (["--set", "train.parallel=fsdp"], ("config error: train.parallel = 'fsdp': FSDP2 sharding is not built yet; "
-                                        "use 'ddp' (every rank holds the whole model)")),
+    (["--set", "train.parallel=fsdp", "--set", "train.shared_prefix=on"],
+     ("config error: train.shared_prefix = 'on': not with train.parallel = 'fsdp': the shared-prefix pass calls the "
+      "decoder outside the model's forward, where a rank holds only its shard; use 'auto' (off under fsdp) or 'off'")),
+    (["--set", "train.parallel=fsdp", "--set", "model.logits_chunk=16"],
+     ("config error: model.logits_chunk = 16: not with train.parallel = 'fsdp': the chunked lm_head reads its weight "
+      "outside the model's forward, where a rank holds only its shard; use 0")),
+    (["--set", "train.parallel=fsdp", "--set", "train.micro_batch_tokens=64"],
+     ("config error: train.micro_batch_tokens = 64: not with train.parallel = 'fsdp': ranks would run different "
+      "numbers of micro-batches and every sharded forward is a collective; use train.micro_batch_size")),
+    (["--set", "train.parallel=fsdp", "--set", "model.dtype=fp8"],
+     ("config error: model.dtype = 'fp8': not with train.parallel = 'fsdp': the fp8 linears are not sharded; use "
+      "bf16 or train.parallel = 'ddp'")),
     (["--set", "train.parallel=mpi"], "config error: train.parallel = 'mpi': allowed: none, ddp, fsdp"),
     (["--set", "train.parallel=ddp", "--set", "algo.scale_rewards=batch"],
      ("config error: algo.scale_rewards = 'batch' with train.parallel = 'ddp': the batch std would be each rank's; "
@@ -262,4 +374,7 @@ def test_bench_scaling_refuses(args, line):
 
 
 if __name__ == "__main__":
-    ranks_main(Path(sys.argv[1]), sys.argv[2:])
+    if sys.argv[2:] == ["leftovers"]:
+        leftovers_main(Path(sys.argv[1]))
+    else:
+        ranks_main(Path(sys.argv[1]), sys.argv[2:])

@@ -8,7 +8,7 @@ import torch
 
 from grpo_studio.engine.contract import config
 from grpo_studio.engine.batching import join_prompt_completion
-from grpo_studio.engine.logprobs import fused_logps, token_logprobs
+from grpo_studio.engine.logprobs import ChunkedLogSoftmax, fused_logps, token_logprobs
 from grpo_studio.engine.contract.precision import resolve
 from grpo_studio.engine.policy_loader import load_policy, load_tokenizer, resolve_model_path
 
@@ -67,6 +67,36 @@ def test_chunked_gradient_matches_autograd_of_the_formula(scale, softcap, tau, s
     torch.testing.assert_close(ours.double(), ref, rtol=0, atol=1e-6)
     for a, b in zip(our_grads, ref_grads):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("scale, softcap, tau", [(1.0, None, 1.0), (0.5, None, 0.7), (0.5, 2.0, 0.8)],
+                         ids=["plain", "scaled", "scaled-and-softcapped"])
+@pytest.mark.parametrize("columns", [4, 11], ids=["vocab-tiles", "one-tile"])
+def test_tiled_online_logsumexp_matches_autograd_in_float64(scale, softcap, tau, columns):
+    """Oracle: log_softmax(f(h·Wᵀ)/τ) in float64, its entropy and autograd gradients of h and W. Tiles of
+    5 rows × 4 columns sweep 11 columns in 4 + 4 + 3 (the running max rescaled) and 7 rows in 5 + 2;
+    with and without grad (π_old's and the reference's passes take the no-Jacobian branch)."""
+    g = torch.Generator().manual_seed(7)
+    h = torch.randn(7, 5, dtype=torch.float64, generator=g) * 3  # spread logits: the running max moves
+    w = torch.randn(11, 5, dtype=torch.float64, generator=g)
+    y = torch.randint(0, 11, (7,), generator=g)
+    upstream = torch.randn(7, dtype=torch.float64, generator=g)
+    hh, ww = h.clone().requires_grad_(), w.clone().requires_grad_()
+    z = scale * (hh @ ww.t())
+    logsm = torch.log_softmax((softcap * torch.tanh(z / softcap) if softcap else z) / tau, dim=-1)
+    ref, ref_entropy = logsm.gather(1, y[:, None]).squeeze(1), -(logsm.exp() * logsm).sum(-1).detach()
+    ref_grads = torch.autograd.grad((ref * upstream).sum(), (hh, ww))
+    h32, w32 = h.float().requires_grad_(), w.float().requires_grad_()
+    logps, entropy = ChunkedLogSoftmax.apply(h32, w32, y, tau, 2, scale, softcap, True, True, columns)
+    grads = torch.autograd.grad((logps * upstream.float()).sum(), (h32, w32))
+    with torch.no_grad():
+        no_grad = ChunkedLogSoftmax.apply(h.float(), w.float(), y, tau, 2, scale, softcap, False, True, columns)
+    for ours in (logps, no_grad[0]):
+        torch.testing.assert_close(ours.double(), ref.detach(), rtol=0, atol=1e-5)
+    for ours in (entropy, no_grad[1]):
+        torch.testing.assert_close(ours.double(), ref_entropy, rtol=0, atol=1e-5)
+    for ours, oracle in zip(grads, ref_grads):
+        torch.testing.assert_close(ours.double(), oracle, rtol=1e-5, atol=1e-5)
 
 
 def _tiny(arch: str):

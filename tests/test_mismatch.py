@@ -237,3 +237,40 @@ def test_histogram_edges_are_exact_and_sides_are_counted_apart():
     assert h["counts"] == want and h["over"] == 1 and h["n"] == 11 and h["zero"] == h["under"] == 0
     assert h["counts_pos"][20] == 2 and h["counts_neg"][20] == 1
     assert sum(h["counts_pos"]) == 9 and sum(h["counts_neg"]) == 1
+
+
+# ---- the split by policy lag (rollout.async_mode = one_step / in_flight) --------------------------------
+def test_lag_split_hand_computed():
+    """lag_metrics' docstring example, with one padded position (junk lag and log-probs) the mask hides."""
+    from grpo_studio.engine.mismatch import LAG_NAMES, lag_metrics
+
+    mu, pi = torch.tensor([[-1.0, -2.0, -0.5, 9.0]]), torch.tensor([[-1.1, -2.0, -0.3, -9.0]])
+    lags, mask = torch.tensor([[0, 1, 2, 7]]), torch.tensor([[1, 1, 1, 0]])
+    out = lag_metrics(mu, pi, mask, lags)
+    d0, d2 = float(torch.tensor(-1.1) - torch.tensor(-1.0)), float(torch.tensor(-0.3) - torch.tensor(-0.5))
+    assert list(out) == list(LAG_NAMES)
+    assert (out["policy/token_lag_mean"], out["policy/token_lag_max"]) == (1.0, 2.0)
+    assert out["mismatch/lagged_frac"] == approx(2 / 3)
+    assert out["mismatch/lag0/abs_dlogp_mean"] == approx(abs(d0))
+    assert out["mismatch/lag0/k3"] == approx(math.expm1(d0) - d0)
+    assert out["mismatch/lagged/abs_dlogp_mean"] == approx(abs(d2) / 2)
+    assert out["mismatch/lagged/k3"] == approx((math.expm1(d2) - d2) / 2)
+
+
+def test_lag_split_without_lagged_tokens_is_nan_there_and_the_whole_k3_at_lag_0():
+    from grpo_studio.engine.mismatch import lag_metrics
+
+    out = lag_metrics(MU, PI, MASK, torch.zeros(2, 3, dtype=torch.long))
+    whole = mismatch_metrics(MU, PI, MASK)
+    assert out["mismatch/lag0/k3"] == whole["mismatch/k3"] and out["mismatch/lagged_frac"] == 0.0
+    assert math.isnan(out["mismatch/lagged/k3"]) and math.isnan(out["mismatch/lagged/abs_dlogp_mean"])
+    assert all(math.isnan(v) for v in lag_metrics(MU, PI, torch.zeros_like(MASK), torch.zeros(2, 3)).values())
+
+
+def test_lag_counts_and_their_merge_across_ranks():
+    from grpo_studio.engine.mismatch import lag_counts, merge_lag_counts
+
+    counts = lag_counts(torch.tensor([[1, 1, 1, 0], [1, 0, 0, 0]]), torch.tensor([[0, 1, 1, 5], [2, 9, 9, 9]]))
+    assert counts == {"0": 1, "1": 2, "2": 1}
+    assert merge_lag_counts([counts, {"0": 3, "10": 1}]) == {"0": 4, "1": 2, "2": 1, "10": 1}
+    assert json.loads(json.dumps(counts)) == counts

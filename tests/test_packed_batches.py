@@ -100,3 +100,25 @@ def test_bad_token_budget_is_one_line_with_exit_2(args, message, tmp_path):
     proc = run_cli("train", "tiny-arith", *args, "--run-dir", str(tmp_path / "run"), cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip().splitlines() == [message]
+
+
+def test_old_logps_under_a_token_budget_equal_the_fixed_chunks(rollout):
+    """π_old (several updates per rollout) in _accumulate's token-budget micro-batches: oracle, the same
+    rollout scored in fixed row chunks padded to the longest (train.micro_batch_tokens = 0), to 1e-6."""
+    trainer, batch, _ = rollout
+    fixed = trainer._old_logps(batch)
+    shapes = []
+    real_logps = trainer._logps
+    trainer._logps = lambda model, ids, *a, **k: shapes.append(ids.shape) or real_logps(model, ids, *a, **k)
+    trainer.cfg.train.micro_batch_tokens = BUDGET
+    try:
+        budgeted = trainer._old_logps(batch)
+    finally:
+        trainer.cfg.train.micro_batch_tokens = 0
+        del trainer._logps
+    B, width = batch.input_ids.shape
+    assert len(shapes) > 3 and all(rows * cols <= BUDGET for rows, cols in shapes)
+    assert sum(rows for rows, _ in shapes) == B and sum(rows * cols for rows, cols in shapes) < B * width
+    tokens = batch.rollout.mask.bool()
+    assert budgeted.shape == fixed.shape and fixed[tokens].abs().max() > 0.1
+    torch.testing.assert_close(budgeted[tokens], fixed[tokens], atol=1e-6, rtol=0)

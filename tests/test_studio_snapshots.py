@@ -72,3 +72,18 @@ def test_compare(snap_compare, runs, size):
         await pilot.pause()
 
     assert snap_compare(app_for(runs), terminal_size=size, run_before=compare)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_dashboard_lag_verdict(snap_compare, runs, size):
+    """An asynchronous run (30% of tokens one version behind, lagged k3 30× lag-0): the Mismatch tab's verdict
+    and lag charts. Its own folder, so the runs list stays the three runs above."""
+    lagged = write_run(Path("async/tiny-async"), 40, dtype="bf16", seed=6, lagged=30.0)
+
+    async def open_run(pilot):
+        pilot.app.open_run(lagged)
+        await pilot.pause()
+        await pilot.press("3")
+        await pilot.pause()
+
+    assert snap_compare(app_for(runs), terminal_size=size, run_before=open_run)

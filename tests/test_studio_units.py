@@ -98,7 +98,7 @@ def test_synthetic_rows_hold_every_schema_metric(tmp_path):
 
 def test_panels_read_their_keys_and_log_axes_from_the_schema():
     assert all(key in metrics.SCHEMA for panel in PANELS.values() for key in panel.keys)
-    assert {pid for pid, panel in PANELS.items() if panel.log} == {"k3", "loss_scale"}
+    assert {pid for pid, panel in PANELS.items() if panel.log} == {"k3", "loss_scale", "lag_k3"}
 
 
 def test_ticks_are_whole_steps_and_round_values():

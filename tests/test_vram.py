@@ -2,6 +2,7 @@
 computation, LoRA counts against real peft models, inverse solving, bad inputs."""
 
 import json
+import math
 
 import pytest
 
@@ -219,3 +220,162 @@ def test_rollout_kv_cache_holds_the_whole_rollout_of_steps_per_generation():
     kv = "rollout KV cache (hf generate)"
     assert two.row(kv).gib == pytest.approx(2 * one.row(kv).gib, rel=1e-6)
     assert two.row("activations").gib == one.row("activations").gib
+
+
+# ---- devices: data-parallel ranks and the rollout's own device ----------------------------------
+
+LLAMA_1B = ["model.name=llama-3.2-1b", "model.dtype=bf16", "model.lora_rank=16", "rollout.num_generations=4",
+            "train.prompts_per_step=2", "rollout.max_prompt_len=64", "rollout.max_completion_len=64"]
+# Llama-3.2-1B decoder layer: q,o 2048·2048 each + k,v 2048·512 each + gate,up,down 2048·8192 each + 2 norms;
+# the root: the tied embedding 128256·2048 + the final norm
+LLAMA_1B_LAYER = 2 * 2048 * 2048 + 2 * 2048 * 512 + 3 * 2048 * 8192 + 2 * 2048
+LLAMA_1B_ROOT = 128256 * 2048 + 2048
+
+
+def parallel_cfg(parallel, *overrides):
+    """train.parallel as the planner sees it (config.load refuses 'fsdp' until the trainer has it)."""
+    cfg = cfg_of(*overrides, *([] if parallel == "none" else ["train.parallel=ddp"]))
+    cfg.train.parallel = parallel
+    return cfg
+
+
+def test_fsdp_divides_weights_and_state_and_each_rank_trains_its_share():
+    """N = 2, fsdp, against N = 1 (LoRA r=16, bf16, 2 prompts × 4 generations): base weights and the LoRA
+    state halve; FSDP2 holds the root (262,670,336 params: not resharded after the forward) and one layer
+    (60,821,504) whole, · 2 B (bf16, as stored); each rank trains 1 prompt × 4 rows,
+    so activations and logits (all terms ∝ rows, chunk = min(rows, 8)) halve, as does the hf KV cache."""
+    card = model_card.load("llama-3.2-1b")
+    assert (LLAMA_1B_LAYER, LLAMA_1B_ROOT) == (60_821_504, 262_670_336)
+    assert 16 * LLAMA_1B_LAYER + LLAMA_1B_ROOT == card.total_params()
+    one = vram.estimate(card, parallel_cfg("none", *LLAMA_1B), device="cpu")
+    two = vram.estimate(card, parallel_cfg("fsdp", *LLAMA_1B), device="cpu", world_size=2)
+    assert [(d.name, d.kind) for d in two.devices] == [("train rank 0", "train"), ("train rank 1", "train")]
+    assert two.row("base weights").gib == pytest.approx(one.row("base weights").gib / 2)
+    assert two.row("LoRA adapter + AdamW").gib == pytest.approx(11_272_192 * 16 / 2 / GIB)
+    assert two.row("FSDP gathered weights").gib == pytest.approx((LLAMA_1B_ROOT + LLAMA_1B_LAYER) * 2 / GIB)
+    logits = 4 * 65 * 128256 * 6 + 2 * 4 * 65 * 128256 * 4 + 4 * 64 * 8      # B = 4 rows, chunk 4
+    assert two.row("logits + log-softmax").gib == pytest.approx(logits / GIB)
+    for name in ("activations", "rollout KV cache (hf generate)"):
+        assert two.row(name).gib == pytest.approx(one.row(name).gib / 2)
+    assert two.row("sampler weights copy (hf)").gib == one.row("sampler weights copy (hf)").gib  # each rank's own
+    g = {r.name: r.gib for r in two.rows}
+    peak = (g["base weights"] + g["LoRA adapter + AdamW"] + g["sampler weights copy (hf)"]
+            + max(g["rollout KV cache (hf generate)"],
+                  g["FSDP gathered weights"] + g["activations"] + g["logits + log-softmax"]))
+    assert two.total_gib == pytest.approx(peak) and all(d.total_gib == two.total_gib for d in two.devices)
+
+
+def test_fsdp_full_fine_tune_computes_in_its_dtype_without_autocast_copies():
+    """Full FT bf16 under fsdp (engine/fsdp.py: fp32 master weights sharded, bf16 compute through the
+    mixed-precision policy): 12 B/param state ÷ 2 with no autocast copies; the gathered root + layer in bf16
+    plus their fp32 gradients: 6 B/param."""
+    card = model_card.load("llama-3.2-1b")
+    full = [*LLAMA_1B, "model.lora_rank=0"]
+    one = vram.estimate(card, parallel_cfg("none", *full), device="cpu")
+    two = vram.estimate(card, parallel_cfg("fsdp", *full), device="cpu", world_size=2)
+    P = card.total_params()
+    assert one.row("full FT grads + AdamW").gib > 12 * P / GIB            # one process: + autocast copies
+    assert two.row("full FT grads + AdamW").gib == pytest.approx(12 * P / 2 / GIB)
+    assert two.row("base weights").gib == pytest.approx(4 * P / 2 / GIB)
+    assert two.row("FSDP gathered weights").gib == pytest.approx((LLAMA_1B_ROOT + LLAMA_1B_LAYER) * 6 / GIB)
+
+
+def test_ddp_keeps_the_whole_model_per_rank_and_adds_the_gradient_all_reduce():
+    """ddp, N = 2: weights and state as N = 1; activations halve; engine/distributed.py's reduce_gradients holds
+    8 B per trainable parameter after the backward (a phase of its own: the activations are freed by then)."""
+    card = model_card.load("llama-3.2-1b")
+    one = vram.estimate(card, parallel_cfg("none", *LLAMA_1B), device="cpu")
+    two = vram.estimate(card, parallel_cfg("ddp", *LLAMA_1B), device="cpu", world_size=2)
+    for name in ("base weights", "LoRA adapter + AdamW"):
+        assert two.row(name).gib == one.row(name).gib
+    assert two.row("activations").gib == pytest.approx(one.row("activations").gib / 2)
+    reduce = two.row("ddp gradient all-reduce")
+    assert (reduce.gib, reduce.phase) == (pytest.approx(11_272_192 * 8 / GIB), "reduce")
+    g = {r.name: r.gib for r in two.rows}
+    train = max(g["activations"] + g["logits + log-softmax"], reduce.gib)
+    assert two.total_gib == pytest.approx(g["base weights"] + g["LoRA adapter + AdamW"]
+                                          + g["sampler weights copy (hf)"]
+                                          + max(g["rollout KV cache (hf generate)"], train))
+
+
+def test_rollout_on_its_own_device_takes_the_vllm_rows_off_the_training_device():
+    """rollout.colocate = false: the training device carries no rollout row; the rollout device holds
+    gpu_memory_utilization × its size (80 GiB here); without a size, the need (bf16 weights + the KV cache of
+    8 prompts × 8 generations of 64 + 16 tokens). Two ranks start a server each; a named server is shared."""
+    card = model_card.load("qwen3-1.7b")
+    base = ["model.name=qwen3-1.7b", "rollout.backend=vllm", "rollout.gpu_memory_utilization=0.5", "model.dtype=bf16",
+            "rollout.max_prompt_len=64", "rollout.max_completion_len=16"]
+    together = vram.estimate(card, cfg_of(*base), gpu_gib=80)
+    apart = vram.estimate(card, cfg_of(*base, "rollout.colocate=false"), gpu_gib=80)
+    assert [(d.name, d.kind) for d in apart.devices] == [("train", "train"), ("rollout", "rollout")]
+    train, rollout = apart.devices
+    assert not any(r.phase == "rollout" for r in train.rows)
+    assert [(r.name, r.gib) for r in rollout.rows] == [("vLLM reservation", 40.0)] and rollout.total_gib == 40.0
+    g = {r.name: r.gib for r in together.rows}
+    fixed = g["base weights"] + g["LoRA adapter + AdamW"]
+    transient = g["activations"] + g["logits + log-softmax"]
+    assert together.total_gib == pytest.approx((fixed + 40 + transient) * 1.05 + 0.5)
+    assert train.total_gib == pytest.approx((fixed + transient) * 1.05 + 0.5)
+    assert apart.total_gib == max(train.total_gib, 40.0) and apart.fits
+    need = card.total_params() * 2 + 2 * 2 * card.layers * 80 * card.kv_dim * 64
+    unsized = vram.estimate(card, cfg_of(*base, "rollout.colocate=false"), device="cpu").device("rollout")
+    assert unsized.total_gib == pytest.approx(need / GIB) and unsized.fits is None
+    ddp = ["rollout.colocate=false", "train.parallel=ddp"]
+    names = lambda b: [d.name for d in b.devices]  # noqa: E731
+    assert names(vram.estimate(card, cfg_of(*base, *ddp), gpu_gib=80, world_size=2)) == [
+        "train rank 0", "train rank 1", "rollout server 0", "rollout server 1"]
+    assert names(vram.estimate(card, cfg_of(*base, *ddp, "rollout.server=127.0.0.1:8000"), gpu_gib=80,
+                               world_size=2)) == ["train rank 0", "train rank 1", "rollout"]
+
+
+def test_a_reservation_that_cannot_hold_the_rollout_does_not_fit():
+    card = model_card.load("qwen3-8b")
+    cfg = cfg_of("model.name=qwen3-8b", "rollout.backend=vllm", "rollout.colocate=false",
+                 "rollout.gpu_memory_utilization=0.1", "model.dtype=bf16")
+    est = vram.estimate(card, cfg, gpu_gib=80)
+    assert est.device("rollout").total_gib == pytest.approx(8.0) and est.device("rollout").fits is False
+    assert est.fits is False
+
+
+def test_token_budget_micro_batches_size_activations_and_logits():
+    """train.micro_batch_tokens = 300 with rows of 64 + 64 tokens: 300 // 128 = 2 rows per forward instead of
+    the whole 8; activations scale by 2/8 and logits follow B = 2 (chunk 2). A budget below one row: 1 row."""
+    card = model_card.load("llama-3.2-1b")
+    whole = vram.estimate(card, cfg_of(*LLAMA_1B), device="cpu")
+    budget = vram.estimate(card, cfg_of(*LLAMA_1B, "train.micro_batch_tokens=300"), device="cpu")
+    assert budget.row("activations").gib == pytest.approx(whole.row("activations").gib * 2 / 8)
+    logits = 2 * 65 * 128256 * 6 + 2 * 2 * 65 * 128256 * 4 + 2 * 64 * 8
+    assert budget.row("logits + log-softmax").gib == pytest.approx(logits / GIB)
+    assert "micro_batch_tokens 300 // 128 tok" in budget.row("activations").formula
+    tiny = vram.estimate(card, cfg_of(*LLAMA_1B, "train.micro_batch_tokens=50"), device="cpu")
+    assert tiny.row("activations").gib == pytest.approx(whole.row("activations").gib / 8)
+
+
+def test_vllm_share_sizes_the_need_the_reservation_row_shows():
+    """One arithmetic: vllm_share's auto value is the need that the reservation row reports it holds."""
+    card = model_card.load("qwen3-8b")
+    cfg = cfg_of("model.name=qwen3-8b", "rollout.backend=vllm", "model.dtype=bf16")
+    need = vram.vllm_need(card, cfg)[0] / GIB
+    assert vram.vllm_share(card, cfg, 80.0) == math.ceil((need * 1.2 + 1.0) / 80 * 100) / 100
+    assert f"holds {need:.2f} GiB" in vram.estimate(card, cfg, gpu_gib=80).row("vLLM reservation").formula
+
+
+@pytest.mark.parametrize("mode, parallel, overrides, needle", [
+    ("documented", "ddp", [], "vram error: --mode = 'documented': is Unsloth's one-GPU arithmetic; plans for 2 "
+                             "devices need --mode accurate"),
+    ("accurate", "none", [], "vram error: train.parallel = 'none': 2 processes need 'ddp' or 'fsdp'"),
+    ("accurate", "ddp", ["train.prompts_per_step=3"], "vram error: train.prompts_per_step = 3: must divide evenly "
+                                                      "among the 2 processes"),
+])
+def test_per_device_plans_refuse_in_one_line(mode, parallel, overrides, needle):
+    with pytest.raises(UserError) as err:
+        vram.estimate(model_card.load("qwen3-0.6b"), parallel_cfg(parallel, *overrides), mode, world_size=2)
+    assert str(err.value).startswith(needle) and "\n" not in str(err.value)
+
+
+def test_json_lists_every_device():
+    cfg = cfg_of("model.name=qwen3-1.7b", "rollout.backend=vllm", "rollout.colocate=false")
+    out = json.loads(json.dumps(vram.estimate(model_card.load("qwen3-1.7b"), cfg, gpu_gib=24.0).to_json()))
+    assert [(d["name"], d["kind"]) for d in out["devices"]] == [("train", "train"), ("rollout", "rollout")]
+    assert out["total_gib"] == max(d["total_gib"] for d in out["devices"])
+    assert out["rows"] == out["devices"][0]["rows"]

@@ -71,3 +71,30 @@ def test_parse_gpu_mem_units():
     assert vram_cli.parse_gpu_mem("24GiB") == 24
     assert vram_cli.parse_gpu_mem("16384MiB") == 16
     assert vram_cli.parse_gpu_mem("80GB") == pytest.approx(80e9 / 2 ** 30)
+
+
+def test_nproc_prints_every_device(capsys):
+    """--nproc 2 with the rollout on its own device: one table per kind of device and one line per device,
+    each with the totals of the planner's devices."""
+    from grpo_studio.engine.contract import config, model_card
+    from grpo_studio.engine.contract import vram as planner
+
+    sets = ["model.name=qwen3-1.7b", "rollout.backend=vllm", "rollout.colocate=false", "train.parallel=ddp"]
+    argv = [x for s in sets for x in ("--set", s)]
+    assert vram(*argv, "--nproc", "2", "--gpu-mem", "24") == 0
+    text = capsys.readouterr().out
+    est = planner.estimate(model_card.load("qwen3-1.7b"), config.load(None, sets), gpu_gib=24.0, world_size=2)
+    for dev in est.devices:
+        assert f"device {dev.name}: {dev.total_gib:.2f} GiB  {'fits' if dev.fits else 'does not fit'}" in text
+    assert "train rank 0 … 1 (each)" in text and "rollout server 0 … 1 (each)" in text
+    assert "ddp gradient all-reduce" in text
+    assert vram(*argv, "--nproc", "2", "--gpu-mem", "24", "--json") == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [d["name"] for d in out["devices"]] == ["train rank 0", "train rank 1", "rollout server 0",
+                                                   "rollout server 1"]
+
+
+def test_nproc_without_data_parallelism_is_one_line(capsys):
+    assert vram("--set", "model.name=qwen3-0.6b", "--nproc", "2") == 2
+    assert capsys.readouterr().err == ("vram error: train.parallel = 'none': 2 processes need 'ddp' or 'fsdp' (each "
+                                       "rank trains on its share of the prompts); add --set train.parallel=ddp\n")

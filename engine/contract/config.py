@@ -310,6 +310,10 @@ def validate(cfg: Config) -> None:
     _check_updates_per_rollout(cfg, sequences)
     _refuse_truncated_is(cfg)
     _check_rollout_server(cfg.rollout)
+    if cfg.train.max_staleness >= 0 and cfg.rollout.async_mode == "off":
+        raise UserError("needs rollout.async_mode = 'one_step' or 'in_flight' (with 'off' every token is sampled "
+                        "by the weights it trains: lag 0); -1 = off", key="train.max_staleness",
+                        value=cfg.train.max_staleness)
     _check_parallel(cfg)
     _check_outlets(cfg)
 
@@ -330,18 +334,35 @@ def _check_outlets(cfg: Config) -> None:
 def _check_parallel(cfg: Config) -> None:
     """train.parallel: what data-parallel training cannot honour yet (docs/distributed.md)."""
     if cfg.train.parallel == "fsdp":
-        raise UserError("FSDP2 sharding is not built yet; use 'ddp' (every rank holds the whole model)",
-                        key="train.parallel", value="fsdp")
+        _check_fsdp(cfg)
     if cfg.train.parallel != "none" and cfg.algo.scale_rewards == "batch":
         raise UserError(f"algo.scale_rewards = 'batch' with train.parallel = {cfg.train.parallel!r}: the batch std "
                         f"would be each rank's; use 'group' or 'none'")
 
 
+def _check_fsdp(cfg: Config) -> None:
+    """What FSDP2 sharding (engine/fsdp.py) cannot run: weights read outside the model's own forward (where a
+    rank holds only its shard), ranks with different numbers of forwards, layers it cannot shard."""
+    t, m = cfg.train, cfg.model
+    why = {("model.logits_chunk", m.logits_chunk): (m.logits_chunk > 0, "the chunked lm_head reads its weight outside "
+                                                    "the model's forward, where a rank holds only its shard; use 0"),
+           ("train.shared_prefix", t.shared_prefix): (t.shared_prefix == "on", "the shared-prefix pass calls the "
+                                                      "decoder outside the model's forward, where a rank holds only "
+                                                      "its shard; use 'auto' (off under fsdp) or 'off'"),
+           ("train.micro_batch_tokens", t.micro_batch_tokens): (t.micro_batch_tokens > 0, "ranks would run different "
+                                                                "numbers of micro-batches and every sharded forward "
+                                                                "is a collective; use train.micro_batch_size"),
+           ("model.load_in_4bit", m.load_in_4bit): (m.load_in_4bit, "bitsandbytes 4-bit weights cannot be sharded; "
+                                                    "use train.parallel = 'ddp'"),
+           ("model.dtype", m.dtype): (m.dtype == "fp8", "the fp8 linears are not sharded; use bf16 or "
+                                                        "train.parallel = 'ddp'")}
+    for (key, value), (refused, reason) in why.items():
+        if refused:
+            raise UserError(f"not with train.parallel = 'fsdp': {reason}", key=key, value=value)
+
+
 def _check_rollout_server(r: RolloutConfig) -> None:
     """rollout.server / async_mode only mean something for a rollout server (docs/rollout_server.md)."""
-    if r.async_mode == "in_flight":
-        raise UserError("weight updates inside a running generation (PipelineRL) are not built yet; use "
-                        "'one_step' or 'off'", key="rollout.async_mode", value="in_flight")
     if r.colocate:
         for key, value, off in (("server", r.server, ""), ("async_mode", r.async_mode, "off")):
             if value != off:

@@ -78,8 +78,8 @@ class RolloutConfig:
                                                                   "server before the run stops with a checkpoint")
     async_mode: str = opt("off", choices=["off", "one_step", "in_flight"],
                           help="colocate = false: one_step = the server samples the next batch while the trainer "
-                               "trains on this one (policy lag 1, verl's one-step off-policy); in_flight is not "
-                               "built yet")
+                               "trains on this one (policy lag 1, verl's one-step off-policy); in_flight = the same, "
+                               "and the weight sync enters that generation between decode steps (PipelineRL)")
     sleep: bool = opt(False, help="vLLM sleeps (frees its memory) during the train phase")
     vllm_enforce_eager: str = opt("auto", choices=["auto", "on", "off"],
                                   help="on = no torch.compile/graphs (faster start, slower decode); off = always compiled; "
@@ -144,7 +144,8 @@ class TrainConfig:
     grad_clip: float = opt(1.0, lo=0, help="max grad norm; 0 = off")
     parallel: str = opt("none", choices=["none", "ddp", "fsdp"],
                         help="data parallelism across the processes of `train --nproc N` (torchrun): ddp = each "
-                             "rank samples its share of the prompts, gradients all-reduced (docs/distributed.md)")
+                             "rank samples its share of the prompts, gradients all-reduced; fsdp = the same with "
+                             "weights, gradients and optimizer state sharded (FSDP2) (docs/distributed.md)")
     dist_timeout_s: float = opt(300.0, lo=1, hi=MAX_SECONDS, help="data-parallel collective timeout: a rank "
                                                                   "that hangs this long stops the run")
     save_every: int = opt(20, lo=0, hi=MAX_STEPS, help="checkpoint every N steps; 0 = only at the end")
@@ -157,6 +158,9 @@ class TrainConfig:
     max_bad_steps: int = opt(5, lo=0, hi=MAX_STEPS, help="stop the run (diverged) after this many steps in a row "
                                                           "skipped for a non-finite sampler, loss or gradient; "
                                                           "0 = never stop")
+    max_staleness: int = opt(-1, lo=-1, hi=MAX_STEPS, help="tokens sampled more than this many policy versions "
+                                                           "before the weights they train are left out of the loss "
+                                                           "(rollout.async_mode one_step / in_flight); -1 = off")
 
 
 @dataclass

@@ -2,16 +2,19 @@
 
 The names are the interface between processes: add new ones here, never rename one. The run
 writer refuses a row naming a metric not listed here (`check_row`), so the schema cannot drift
-from the trainer. Per-reward metrics are one pattern, `rewards/<fn>/mean|std`.
+from the trainer. Per-reward metrics are one pattern, `rewards/<fn>/mean|std`; per-rank ones (written only by
+data-parallel runs, world size > 1) another, `perf/rank<i>/…` and `mem/rank<i>/…` (PER_RANK).
 """
 
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 COMBINE = ("mean", "sum", "min", "max")  # how data-parallel ranks combine one metric
 FN = "<fn>"  # stands for a reward function's name in a pattern
+RANK = "<i>"  # stands for a data-parallel rank's number in a pattern
 
 
 @dataclass(frozen=True)
@@ -53,6 +56,11 @@ SCHEMA = {m.name: m for m in [
                          "it trains", "steps", combine="max"),
     Metric("policy/version", "weight syncs to the sampler before it sampled the step's batch (a rollout server "
                              "reports the version it generated with)", "syncs", combine="min"),
+    Metric("policy/token_lag_mean", "mean per-token policy lag: weight versions between the one that sampled a "
+                                    "token and the one it trains (in_flight: a completion may span several)", "versions"),
+    Metric("policy/token_lag_max", "largest per-token policy lag", "versions", combine="max"),
+    Metric("policy/dropped_tokens", "tokens dropped for lagging more than train.max_staleness", "tokens",
+           combine="sum"),
     Metric("mismatch/k1", "k1 estimate of KL(μ‖π), rollout vs trainer: mean(log μ − log π)", "nats"),
     Metric("mismatch/k2", "k2 estimate of KL(μ‖π): ½·mean(Δlogp²)", "nats", log=True),
     Metric(K3, "k3 estimate of KL(μ‖π): mean(r − 1 − log r), unbiased and ≥ 0", "nats", log=True),
@@ -72,6 +80,13 @@ SCHEMA = {m.name: m for m in [
     Metric("mismatch/masked_frac", "share of ratios above algo.is_cap (rollout correction on)", "fraction"),
     Metric("mismatch/tokens", "completion tokens the mismatch metrics cover", "tokens", combine="sum"),
     Metric("mismatch/nonfinite_tokens", "tokens left out because μ or π was not finite", "tokens", combine="sum"),
+    Metric("mismatch/lagged_frac", "share of the step's tokens sampled by older weights (policy lag > 0)",
+           "fraction"),
+    Metric("mismatch/lag0/k3", "k3 of KL(μ‖π) over lag-0 tokens only: the precision/kernel gap", "nats", log=True),
+    Metric("mismatch/lag0/abs_dlogp_mean", "mean |log π − log μ| over lag-0 tokens", "nats", log=True),
+    Metric("mismatch/lagged/k3", "k3 of KL(μ‖π) over lagged tokens: precision gap plus policy lag", "nats",
+           log=True),
+    Metric("mismatch/lagged/abs_dlogp_mean", "mean |log π − log μ| over lagged tokens", "nats", log=True),
     Metric("completion/len_mean", "mean completion length", "tokens"),
     Metric("completion/len_max", "longest completion", "tokens", combine="max"),
     Metric("completion/truncated_frac", "share of completions cut at rollout.max_completion_len", "fraction"),
@@ -85,6 +100,15 @@ SCHEMA = {m.name: m for m in [
            combine="max"),
     Metric("perf/overlap_frac", "share of the rollout's sampling hidden behind training (rollout.async_mode = "
                                 "one_step; 0 when the trainer waits for all of it)", "fraction", combine="min"),
+    Metric("perf/idle_s", "time of the step outside waiting for the rollout (perf/trainer_wait_s), training "
+                          "(π_old, log-probs, loss, backward, AdamW) and the weight sync (perf/sync_s): rewards, "
+                          "decoding, advantages, metrics", "s", combine="max"),
+    Metric("perf/mfu", "model FLOP/s of the step (perf/flop / perf/step_s) as a share of the matmul peak measured "
+                       "on this device at start (perf/peak_flop_s)", "fraction", combine="mean"),
+    Metric("perf/flop", "model FLOPs of the step (engine/flops.py: 2N per generated or forwarded token, 4N LoRA / "
+                        "6N full per trained token)", "FLOP", log=True),
+    Metric("perf/peak_flop_s", "matmul peak of this device in the run dtype, measured once at start", "FLOP/s",
+           log=True),
     Metric("perf/rollout_tok_s", "sampled completion tokens per second", "tokens/s", combine="sum"),
     Metric("perf/comm_s", "time in data-parallel collectives before the metrics row (gradient all-reduce, "
                           "global token count; waiting for the slowest rank included)", "s", combine="max"),
@@ -107,6 +131,22 @@ HIST_EDGES = [10.0 ** (HIST_DECADE_LO + i / HIST_PER_DECADE)
               for i in range((HIST_DECADE_HI - HIST_DECADE_LO) * HIST_PER_DECADE + 1)]
 
 
+# One rank's own numbers next to the combined ones, in data-parallel runs only (not in `names`: a
+# one-process run never writes them).
+PER_RANK = {m.name: m for m in [
+    Metric(f"perf/rank{RANK}/step_s", "wall time of the step on this rank", "s", combine="max"),
+    Metric(f"perf/rank{RANK}/comm_s", "this rank's time in data-parallel collectives (waiting for the others "
+                                      "included)", "s", combine="max"),
+    Metric(f"mem/rank{RANK}/peak_gib", "this rank's peak GPU memory allocated (CPU: peak resident memory)", "GiB",
+           combine="max"),
+]}
+
+
+def rank_key(rank: int, name: str) -> str:
+    """The per-rank name of a PER_RANK pattern: rank_key(1, 'perf/rank<i>/step_s') = 'perf/rank1/step_s'."""
+    return name.replace(RANK, str(rank))
+
+
 class UnknownMetric(ValueError):
     """A metrics row names a metric the schema does not list: a programming error."""
 
@@ -122,6 +162,9 @@ def reward_fn(name: str) -> str | None:
 
 
 def lookup(name: str) -> Metric | None:
+    ranked = re.fullmatch(r"(perf|mem)/rank\d+/(.+)", name)
+    if ranked:
+        return PER_RANK.get(f"{ranked[1]}/rank{RANK}/{ranked[2]}")
     family, _, stat = name.rpartition("/")
     return SCHEMA.get(reward_key(FN, stat) if family.startswith("rewards/") else name)
 

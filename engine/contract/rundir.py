@@ -2,7 +2,7 @@
 
 Layout (see docs/design.md):
     config.toml  metrics.jsonl  samples.jsonl  events.jsonl  histograms.jsonl
-    checkpoints/step-N/  trainer.pid  stdout.log
+    checkpoints/step-N/  trainer.pid  stdout.log  trackers.json
 
 Pure python, no torch: the studio imports the reader side.
 Every append is flushed and fsync'ed; whole files are written atomically (tmp + rename).

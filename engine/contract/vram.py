@@ -3,16 +3,20 @@
 Pure python: imported by the studio, which never imports torch.
 
 Two modes (formulas and sources in docs/vram.md):
-  documented  Unsloth's GRPO memory arithmetic (unsloth.ai/blog/grpo, "Long-context GRPO"), as published.
+  documented  Unsloth's GRPO memory arithmetic (unsloth.ai/blog/grpo, "Long-context GRPO"), as published
+              (engine/contract/vram_documented.py).
   accurate    from the architecture, following what this engine does (engine/policy_loader.py, logprobs.py,
               trainer.py); checked against real training steps by `grpo-studio bench vram-accuracy`.
+
+Accurate mode plans every device of the run (engine/contract/vram_devices.py): `world_size` training ranks
+(train.parallel ddp or fsdp) and, with rollout.colocate = false, the rollout server's device(s).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Literal
+from typing import Callable, Literal
 
 from grpo_studio.engine.contract import backend
 from grpo_studio.engine.contract.config import AUTO, Config
@@ -24,9 +28,10 @@ GIB = 2 ** 30
 MODES = ("documented", "accurate")
 VARIANTS = ("efficient", "standard")
 SOLVE_KEYS = ("max_completion_len", "num_generations", "lora_rank", "context")
-# When a row's memory is live: the whole run, while sampling, during the forward/backward, or not tensor
-# memory at all (CUDA context, allocator margin). The accurate total is picked by phase (phase_peak).
-PHASES = ("persistent", "rollout", "train", "overhead")
+# When a row's memory is live: the whole run, while sampling, during the forward/backward, after the backward
+# (the ddp gradient all-reduce: activations are freed by then), or not tensor memory at all (CUDA context,
+# allocator margin). The accurate total is picked by phase (phase_peak).
+PHASES = ("persistent", "rollout", "train", "reduce", "overhead")
 BYTES = {name: d.train_bytes for name, d in DTYPES.items()}            # trainer storage per weight
 ROLLOUT_BYTES = {name: d.rollout_bytes for name, d in DTYPES.items()}  # rollout weight / KV element
 NF4_BLOCK = 64          # bitsandbytes 4-bit: one absmax scale per 64 weights
@@ -36,11 +41,6 @@ CUDA_CONTEXT_GIB = 0.5  # CUDA context + cuBLAS workspace, typical for torch on 
 ALLOCATOR_MARGIN = 0.05  # caching-allocator fragmentation, share of the tensor total
 VLLM_HEADROOM = 1.2     # rollout.gpu_memory_utilization = auto: the need for one rollout, plus 20% ...
 VLLM_OVERHEAD_GIB = 1.0  # ... plus vLLM's own non-KV memory (profiling activations, sampler buffers, graphs)
-
-# Unsloth's published "Training Memory Cost" for Llama 3.1 8B, 20K context, 8 generations.
-# No derivation is published; the planner takes them as the doc's inputs.
-DOC_TRAINING_GB = {"standard": 414.0, "efficient": 42.0}
-DOC_SETUP = ("llama-3.1-8b", 20480, 8)
 
 
 @dataclass
@@ -53,7 +53,25 @@ class Row:
 
 
 @dataclass
+class Device:
+    """One device of the run: a training rank (kind "train") or a rollout server's (kind "rollout"), its
+    rows and its total; `fits` is None without a device size."""
+    name: str
+    kind: Literal["train", "rollout"]
+    rows: list[Row] = field(default_factory=list)
+    total_gib: float = 0.0
+    fits: bool | None = None
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "kind": self.kind, "rows": [asdict(r) for r in self.rows],
+                "total_gib": round(self.total_gib, 4), "fits": self.fits}
+
+
+@dataclass
 class Breakdown:
+    """`devices`: every device of the run; `rows` are the first training device's (all training ranks hold
+    the same rows); `total_gib` is the largest device's total and `fits` whether every device fits, so a
+    caller that reads one total and one verdict stays right with more than one device."""
     mode: str
     model: str
     rows: list[Row] = field(default_factory=list)
@@ -61,15 +79,22 @@ class Breakdown:
     gpu_gib: float | None = None
     fits: bool | None = None
     peak_rule: str = ""
+    devices: list[Device] = field(default_factory=list)
 
     def row(self, name: str) -> Row:
         return next(r for r in self.rows if r.name == name)
+
+    def device(self, name: str) -> Device:
+        return next(d for d in self.devices if d.name == name)
+
+    def largest(self) -> Device:
+        return max(self.devices, key=lambda d: d.total_gib)
 
     def to_json(self) -> dict:
         return {"mode": self.mode, "model": self.model,
                 "rows": [{k: v for k, v in asdict(r).items()} for r in self.rows],
                 "total_gib": round(self.total_gib, 4), "gpu_gib": self.gpu_gib, "fits": self.fits,
-                "peak_rule": self.peak_rule}
+                "peak_rule": self.peak_rule, "devices": [d.to_json() for d in self.devices]}
 
 
 def _g(nbytes: float) -> float:
@@ -79,45 +104,6 @@ def _g(nbytes: float) -> float:
 def _n(x: float) -> str:
     """A compact number for formula text: 20480 -> 20480, 8.03e9 -> 8.03e9."""
     return f"{x:.3g}" if abs(x) >= 1e6 else f"{x:g}"
-
-
-# ---- documented mode ---------------------------------------------------------------------
-
-def documented(card: Card, cfg: Config, variant: str = "efficient", training: Row | None = None) -> list[Row]:
-    """Unsloth's GRPO table: training + GRPO logits + inference weights copy + KV cache.
-
-    `training` pins the training row (inverse solving keeps the starting config's row: the doc's
-    figure belongs to one setup and must not switch on and off while a key is searched)."""
-    r, m = cfg.rollout, cfg.model
-    G, T, V = r.num_generations, r.max_prompt_len + r.max_completion_len, card.vocab
-    size_b = card.nominal_b or card.total_params() / 1e9
-    if (card.name, T, G) == DOC_SETUP:
-        train = DOC_TRAINING_GB[variant]
-        train_f = (f"doc's published training memory for this setup ({variant}: {train:g} GB); "
-                   f"Unsloth publishes no derivation, taken as the doc's input")
-    elif m.lora_rank == 0:
-        train = 16 * size_b
-        train_f = f"full fine-tune: 16 B/param × {size_b:g}B (mixed-precision AdamW rule; not in Unsloth's doc)"
-    elif m.load_in_4bit:
-        train = size_b
-        train_f = f"QLoRA rule of thumb: params in B ≈ GB → {size_b:g}"
-    else:
-        train = 4 * size_b
-        train_f = f"LoRA 16-bit ≈ 4 × QLoRA rule of thumb: 4 × {size_b:g}"
-    logits = 2 * 2 * G * T * V / (8 if variant == "efficient" else 1)
-    logits_f = f"2 · 2 B · {G} gen · {T} ctx · {V} vocab" + (" ÷ 8 (Unsloth memory-efficient GRPO loss)"
-                                                             if variant == "efficient" else " (standard)")
-    if variant == "efficient":
-        infer, infer_f = 0.0, "0: weights shared with vLLM (Unsloth)"
-    else:
-        infer = 2 * size_b
-        infer_f = f"2 B · {size_b:g}B params (separate vLLM copy; the doc counts 1B params ≈ 1 GB)"
-    kv = 2 * 2 * card.layers * T * card.kv_dim
-    kv_f = f"2 · 2 B · {card.layers} layers · {T} ctx · ({card.kv_heads} kv heads · {card.head_dim} head_dim) per batch"
-    if training is not None:
-        train, train_f = training.gib, training.formula
-    return [Row("training", train, train_f, "persistent"), Row("GRPO logits", _g(logits), logits_f, "train"),
-            Row("inference weights copy", infer, infer_f, "persistent"), Row("KV cache", _g(kv), kv_f, "rollout")]
 
 
 # ---- accurate mode -----------------------------------------------------------------------
@@ -154,21 +140,24 @@ def nf4_model_bytes(card: Card, cfg: Config, dtype: str) -> tuple[float, str]:
                             f"{scale_text}, code tables) + {_n(rest)} embedding/norm params · {b} B ({dtype})")
 
 
-def train_state_bytes(card: Card, cfg: Config) -> tuple[str, float, str]:
+def train_state_bytes(card: Card, cfg: Config, shards: int = 1) -> tuple[str, float, str]:
+    """Trainable parameters' fp32 state; FSDP2 keeps 1/`shards` of it on each rank, and a full fine-tune computes
+    in model.dtype through its mixed-precision policy instead of autocast's weight copies (engine/fsdp.py)."""
     m, P = cfg.model, card.total_params()
+    per = f" ÷ {shards} (FSDP2: each rank holds its shard)" if shards > 1 else ""
     if m.lora_rank > 0:
         n = card.lora_params(m.lora_rank, m.lora_target_modules)
-        return "LoRA adapter + AdamW", 16.0 * n, (
+        return "LoRA adapter + AdamW", 16.0 * n / shards, (
             f"{_n(n)} LoRA params (Σ r·(d_in+d_out) over targets × {card.layers} layers) · 16 B "
-            f"(fp32 weight 4 + grad 4 + Adam m,v 8)")
-    text = f"{_n(P)} params · 12 B (fp32 grad 4 + Adam m,v 8)"
+            f"(fp32 weight 4 + grad 4 + Adam m,v 8){per}")
+    text = f"{_n(P)} params · 12 B (fp32 grad 4 + Adam m,v 8){per}"
     extra = 0.0
-    if m.dtype in ("bf16", "fp16", "fp8"):
+    if m.dtype in ("bf16", "fp16", "fp8") and shards == 1:
         # torch.autocast caches one low-precision copy of every weight used in a matmul
         cast = card.layers * (card.layer_linear_params() + card.expert_params()) + card.vocab * card.hidden
         extra = 2.0 * cast
         text += f" + {_n(cast)} matmul weights · 2 B (autocast {m.dtype} copies)"
-    return "full FT grads + AdamW", 12.0 * P + extra, text
+    return "full FT grads + AdamW", 12.0 * P / shards + extra, text
 
 
 def per_layer_token_bytes(card: Card, cfg: Config, device: str, seq: int) -> tuple[float, str]:
@@ -213,16 +202,34 @@ def per_layer_token_bytes(card: Card, cfg: Config, device: str, seq: int) -> tup
     return float(sum(terms.values())), text
 
 
-def train_rows(cfg: Config) -> int:
-    """Sequences in one forward/backward: train.micro_batch_size, or the whole step's batch."""
-    batch = cfg.train.prompts_per_step * cfg.rollout.num_generations
-    return min(batch, cfg.train.micro_batch_size) if cfg.train.micro_batch_size > 0 else batch
+def rank_prompts(cfg: Config, world_size: int = 1) -> int:
+    """Prompts per step on one rank: each rank samples its contiguous share (engine/distributed.py shard)."""
+    if cfg.train.prompts_per_step % world_size:
+        raise UserError(f"must divide evenly among the {world_size} processes (each rank samples its share of "
+                        f"the prompts)", kind="vram", key="train.prompts_per_step", value=cfg.train.prompts_per_step)
+    return cfg.train.prompts_per_step // world_size
 
 
-def activation_bytes(card: Card, cfg: Config, device: str) -> tuple[float, str, float]:
-    """(GPU bytes, formula, host bytes) for the decoder stack + final norm over B·T tokens."""
+def train_rows(cfg: Config, world_size: int = 1) -> int:
+    """Sequences in one forward/backward on one rank: train.micro_batch_size, or under train.micro_batch_tokens
+    as many full-length rows as the budget holds (engine/batching.py: rows × the longest row <= budget; a
+    row wider than the budget goes alone), or the rank's whole step batch."""
+    t, r = cfg.train, cfg.rollout
+    batch = rank_prompts(cfg, world_size) * r.num_generations
+    if t.micro_batch_tokens > 0:
+        return max(1, min(batch, t.micro_batch_tokens // (r.max_prompt_len + r.max_completion_len)))
+    return min(batch, t.micro_batch_size) if t.micro_batch_size > 0 else batch
+
+
+def _rows_text(cfg: Config, rows: int) -> str:
+    budget, T = cfg.train.micro_batch_tokens, cfg.rollout.max_prompt_len + cfg.rollout.max_completion_len
+    return f"{rows} seqs (micro_batch_tokens {budget} // {T} tok)" if budget else f"{rows} seqs"
+
+
+def activation_bytes(card: Card, cfg: Config, device: str, world_size: int = 1) -> tuple[float, str, float]:
+    """(GPU bytes, formula, host bytes) for the decoder stack + final norm over B·T tokens of one rank."""
     r, m = cfg.rollout, cfg.model
-    B, T = train_rows(cfg), r.max_prompt_len + r.max_completion_len
+    B, T = train_rows(cfg, world_size), r.max_prompt_len + r.max_completion_len
     per, text = per_layer_token_bytes(card, cfg, device, T)
     full = m.lora_rank == 0
     outside = (4 * card.hidden + 4) + (4 * card.hidden + 8 if full else 0)   # final norm (+ ids for embedding grad)
@@ -231,7 +238,7 @@ def activation_bytes(card: Card, cfg: Config, device: str) -> tuple[float, str, 
     tokens = B * T
     if not m.gradient_checkpointing:
         return tokens * (card.layers * per + outside), (
-            f"{B} seqs · {T} tok · ({card.layers} layers · {per:g} B + {outside:.0f} B outside); "
+            f"{_rows_text(cfg, B)} · {T} tok · ({card.layers} layers · {per:g} B + {outside:.0f} B outside); "
             f"per token per layer: {text}"), 0.0
     res = 4 if (full or m.dtype == "fp32") else BYTES[m.dtype]
     kept = tokens * card.layers * res * card.hidden
@@ -243,9 +250,9 @@ def activation_bytes(card: Card, cfg: Config, device: str) -> tuple[float, str, 
         f"+ one layer recomputed in backward ({per:g} B/token: {text}) + {outside:.0f} B/token outside"), host
 
 
-def logits_bytes(card: Card, cfg: Config) -> tuple[float, str]:
+def logits_bytes(card: Card, cfg: Config, world_size: int = 1) -> tuple[float, str]:
     r, m = cfg.rollout, cfg.model
-    B, c, V = train_rows(cfg), r.max_completion_len, card.vocab
+    B, c, V = train_rows(cfg, world_size), r.max_completion_len, card.vocab
     a = BYTES[m.dtype]
     if m.logits_chunk > 0:
         n = m.logits_chunk
@@ -253,14 +260,14 @@ def logits_bytes(card: Card, cfg: Config) -> tuple[float, str]:
                                             f"+ {B}·{c} fp32 log-probs")
     chunk = min(B, LOGPROB_CHUNK_ROWS)
     total = B * (c + 1) * V * (4 + a) + 2 * chunk * (c + 1) * V * 4 + B * c * 8
-    return total, (f"materialised over completion tokens (logits_to_keep): {B} seqs · {c + 1} tok · {V} vocab · "
-                   f"(4 B fp32 log-softmax saved + {a} B logits/grad) + 2 fp32 chunk temporaries "
+    return total, (f"materialised over completion tokens (logits_to_keep): {_rows_text(cfg, B)} · {c + 1} tok · "
+                   f"{V} vocab · (4 B fp32 log-softmax saved + {a} B logits/grad) + 2 fp32 chunk temporaries "
                    f"({chunk} rows, engine/logprobs.py)")
 
 
-def reference_bytes(card: Card, cfg: Config) -> tuple[float, str]:
+def reference_bytes(card: Card, cfg: Config, world_size: int = 1) -> tuple[float, str]:
     r, m = cfg.rollout, cfg.model
-    B, c, V = train_rows(cfg), r.max_completion_len, card.vocab
+    B, c, V = train_rows(cfg, world_size), r.max_completion_len, card.vocab
     a = BYTES[m.dtype]
     chunk = min(B, LOGPROB_CHUNK_ROWS)
     fwd = B * (c + 1) * V * a + 2 * chunk * (c + 1) * V * 4 + B * c * 4
@@ -284,52 +291,43 @@ def kv_cache_bytes(card: Card, cfg: Config, sequences: int) -> tuple[float, str]
             f"2 (K,V) · {b} B · {lt} · {card.kv_dim} kv dim · {sequences} seqs")
 
 
-def accurate(card: Card, cfg: Config, gpu_gib: float | None = None,
-             device: str = "cuda") -> tuple[list[Row], str, bool]:
-    """Rows, the phase-peak rule in words, and whether the rollout's memory stays live during training
-    (phase_peak sums the two phases, else takes the larger). Rows with in_total=False are shown but not
-    summed into the GPU total."""
+def accurate(card: Card, cfg: Config, gpu_gib: float | None = None, device: str = "cuda",
+             world_size: int = 1) -> tuple[list[Row], str, bool]:
+    """The rows of one training device (rank), the phase-peak rule in words, and whether the rollout's memory
+    stays live during training (phase_peak sums the two phases, else takes the larger). Rows with
+    in_total=False are shown but not summed into the device's total. Each of `world_size` ranks trains on
+    its share of the prompts; train.parallel = fsdp shards weights and trainable state among them. With
+    rollout.colocate = false the rollout's rows are the rollout device's (engine/contract/vram_devices.py)."""
     r = cfg.rollout
+    shards = world_size if cfg.train.parallel == "fsdp" else 1
     rows: list[Row] = []
     w, wf = weight_bytes(card, cfg)
-    rows.append(Row("base weights", _g(w), wf, "persistent"))
-    name, s, sf = train_state_bytes(card, cfg)
+    if shards > 1:
+        wf += f" ÷ {shards} (FSDP2 fully_shard: each rank holds 1/{shards} of every parameter)"
+    rows.append(Row("base weights", _g(w / shards), wf, "persistent"))
+    name, s, sf = train_state_bytes(card, cfg, shards)
     rows.append(Row(name, _g(s), sf, "persistent"))
-    act, af, host = activation_bytes(card, cfg, device)
+    act, af, host = activation_bytes(card, cfg, device, world_size)
     rows.append(Row("activations", _g(act), af, "train"))
-    lg, lf = logits_bytes(card, cfg)
+    lg, lf = logits_bytes(card, cfg, world_size)
     rows.append(Row("logits + log-softmax", _g(lg), lf, "train"))
     if cfg.algo.beta > 0:
-        ref, rf = reference_bytes(card, cfg)
+        ref, rf = reference_bytes(card, cfg, world_size)
         rows.append(Row("reference log-probs", _g(ref), rf, "train"))
-    seqs = cfg.train.prompts_per_step * cfg.train.steps_per_generation * r.num_generations  # one rollout
-    kv, kvf = kv_cache_bytes(card, cfg, seqs)
     vllm = backend.resolve(r.backend, load_in_4bit=cfg.model.load_in_4bit)[0] == "vllm"
     if not vllm:
+        seqs = rank_prompts(cfg, world_size) * cfg.train.steps_per_generation * r.num_generations  # one rollout
+        kv, kvf = kv_cache_bytes(card, cfg, seqs)
         rows.append(Row("sampler weights copy (hf)", *_hf_copy_bytes(card, cfg), "persistent"))
         rows.append(Row("rollout KV cache (hf generate)", _g(kv), kvf, "rollout"))
         rule = ("weights + sampler copy + train state + max(rollout KV, train activations + logits): "
                 "hf generate frees its cache")
         overlap = False
+    elif not r.colocate:
+        rule, overlap = "weights + train state + activations + logits; vLLM is on the rollout device", False
     else:
-        rb = ROLLOUT_BYTES[cfg.rollout_dtype]
-        need = card.total_params() * rb + kv
-        need_f = f"weights {_n(card.total_params())} · {rb} B + KV cache ({kvf})"
-        if not r.colocate:
-            rows.append(Row("vLLM (own GPU)", _g(need), need_f + "; on the rollout GPU, not in this total", "rollout",
-                            False))
-            rule, overlap = "training GPU only: vLLM runs on its own GPU", True
-        elif gpu_gib:
-            share = vllm_share(card, cfg, gpu_gib)
-            shown = f"{share:g}" if r.gpu_memory_utilization != AUTO else f"auto = {share:g}"
-            rows.append(Row("vLLM reservation", share * gpu_gib,
-                            f"gpu_memory_utilization {shown} × {gpu_gib:g} GiB "
-                            f"(holds {_g(need):.2f} GiB of weights + KV: {need_f})", "rollout"))
-            rule, overlap = _vllm_rule(r.sleep)
-        else:
-            rows.append(Row("vLLM reservation", _g(need), need_f + " (no GPU size: the need, not "
-                            "gpu_memory_utilization × total)", "rollout"))
-            rule, overlap = _vllm_rule(r.sleep)
+        rows.append(vllm_row(card, cfg, gpu_gib))
+        rule, overlap = _vllm_rule(r.sleep)
     if device == "cuda":
         rows.append(Row("CUDA context", CUDA_CONTEXT_GIB, "CUDA context + cuBLAS workspace (typical)", "overhead"))
     if host:
@@ -338,15 +336,34 @@ def accurate(card: Card, cfg: Config, gpu_gib: float | None = None,
     return rows, rule, overlap
 
 
+def vllm_need(card: Card, cfg: Config) -> tuple[float, str]:
+    """Bytes vLLM needs for one rollout: the weights in rollout.dtype and the KV cache of all its sequences
+    (prompts_per_step × steps_per_generation × G: the engine sizes every vLLM for the whole rollout)."""
+    r, rb, P = cfg.rollout, ROLLOUT_BYTES[cfg.rollout_dtype], card.total_params()
+    kv, kvf = kv_cache_bytes(card, cfg, cfg.train.prompts_per_step * cfg.train.steps_per_generation * r.num_generations)
+    return P * rb + kv, f"weights {_n(P)} · {rb} B + KV cache ({kvf})"
+
+
+def vllm_row(card: Card, cfg: Config, gpu_gib: float | None) -> Row:
+    """vLLM's memory on the device it runs on: gpu_memory_utilization × the device's size, or without a
+    size the need itself."""
+    need, need_f = vllm_need(card, cfg)
+    if not gpu_gib:
+        return Row("vLLM reservation", _g(need), need_f + " (no GPU size: the need, not gpu_memory_utilization × "
+                   "total)", "rollout")
+    share = vllm_share(card, cfg, gpu_gib)
+    shown = f"{share:g}" if cfg.rollout.gpu_memory_utilization != AUTO else f"auto = {share:g}"
+    return Row("vLLM reservation", share * gpu_gib, f"gpu_memory_utilization {shown} × {gpu_gib:g} GiB "
+               f"(holds {_g(need):.2f} GiB of weights + KV: {need_f})", "rollout")
+
+
 def vllm_share(card: Card, cfg: Config, total_gib: float) -> float:
     """rollout.gpu_memory_utilization as vLLM receives it: the key's value, or for `auto` the share of
-    `total_gib` that holds the rollout's weights and the KV cache of one rollout's sequences, with
-    VLLM_HEADROOM and VLLM_OVERHEAD_GIB, rounded up to 0.01 and capped at 0.95."""
-    r = cfg.rollout
-    if r.gpu_memory_utilization != AUTO:
-        return r.gpu_memory_utilization
-    sequences = cfg.train.prompts_per_step * cfg.train.steps_per_generation * r.num_generations
-    need = _g(card.total_params() * ROLLOUT_BYTES[cfg.rollout_dtype] + kv_cache_bytes(card, cfg, sequences)[0])
+    `total_gib` that holds vllm_need (the rollout's weights and KV cache), with VLLM_HEADROOM and
+    VLLM_OVERHEAD_GIB, rounded up to 0.01 and capped at 0.95."""
+    if cfg.rollout.gpu_memory_utilization != AUTO:
+        return cfg.rollout.gpu_memory_utilization
+    need = _g(vllm_need(card, cfg)[0])
     return min(0.95, math.ceil((need * VLLM_HEADROOM + VLLM_OVERHEAD_GIB) / total_gib * 100) / 100)
 
 
@@ -368,35 +385,42 @@ def _vllm_rule(sleep: bool) -> tuple[str, bool]:
 
 
 def phase_peak(rows: list[Row], overlap: bool) -> float:
-    """Tensor memory at the peak: the persistent rows plus the rollout and train phases, summed when the
-    rollout's memory stays live during training (`overlap`), else the larger of the two."""
+    """Tensor memory at the peak: the persistent rows plus the rollout and training phases, summed when the
+    rollout's memory stays live during training (`overlap`), else the larger of the two; training is the
+    larger of the forward/backward and the gradient all-reduce after it."""
     by = {phase: sum(r.gib for r in rows if r.in_total and r.phase == phase) for phase in PHASES}
-    return by["persistent"] + (by["rollout"] + by["train"] if overlap else max(by["rollout"], by["train"]))
+    train = max(by["train"], by["reduce"])
+    return by["persistent"] + (by["rollout"] + train if overlap else max(by["rollout"], train))
 
 
 # ---- entry points ------------------------------------------------------------------------
 
 def estimate(card: Card, cfg: Config, mode: str = "accurate", gpu_gib: float | None = None,
-             variant: str = "efficient", device: str = "cuda", doc_training: Row | None = None) -> Breakdown:
+             variant: str = "efficient", device: str = "cuda", doc_training: Row | None = None,
+             world_size: int = 1) -> Breakdown:
+    """The plan of every device (Breakdown.devices); `gpu_gib` is the size of each device (all alike)."""
+    from grpo_studio.engine.contract import vram_devices, vram_documented  # both build on this module's rows
+
     if mode not in MODES:
         raise UserError(kind="vram", key="--mode", value=mode, allowed=MODES)
     if variant not in VARIANTS:
         raise UserError(kind="vram", key="--variant", value=variant, allowed=VARIANTS)
     out = Breakdown(mode=mode, model=card.name, gpu_gib=gpu_gib)
     if mode == "documented":
-        out.rows = documented(card, cfg, variant, doc_training)
-        out.total_gib = sum(r.gib for r in out.rows)
+        if world_size > 1:
+            raise UserError(f"is Unsloth's one-GPU arithmetic; plans for {world_size} devices need --mode accurate",
+                            kind="vram", key="--mode", value=mode)
+        rows = vram_documented.documented(card, cfg, variant, doc_training)
+        out.devices = [Device("train", "train", rows, sum(r.gib for r in rows))]
         out.peak_rule = f"sum of the doc's rows ({variant} column)"
     else:
-        out.rows, out.peak_rule, overlap = accurate(card, cfg, gpu_gib, device)
-        tensors = phase_peak(out.rows, overlap)
-        if device == "cuda":
-            out.rows.append(Row("allocator margin", ALLOCATOR_MARGIN * tensors,
-                                f"{ALLOCATOR_MARGIN:.0%} of {tensors:.2f} GiB tensor memory (caching-allocator "
-                                "fragmentation)", "overhead"))
-        out.total_gib = tensors + sum(r.gib for r in out.rows if r.phase == "overhead")
+        out.devices, out.peak_rule = vram_devices.plan(card, cfg, gpu_gib, device, world_size)
+    for dev in out.devices:
+        dev.fits = dev.fits if dev.fits is not None or not gpu_gib else dev.total_gib <= gpu_gib
+    out.rows = out.devices[0].rows
+    out.total_gib = max(d.total_gib for d in out.devices)
     if gpu_gib:
-        out.fits = out.total_gib <= gpu_gib
+        out.fits = all(d.fits for d in out.devices)
     return out
 
 
@@ -434,9 +458,13 @@ def _with(cfg: Config, key: str, value: int) -> Config:
 
 
 def solve(card: Card, cfg: Config, key: str, gpu_gib: float, mode: str = "accurate",
-          variant: str = "efficient", device: str = "cuda") -> Solution:
+          variant: str = "efficient", device: str = "cuda", world_size: int = 1,
+          need: Callable[[Breakdown], float] | None = None) -> Solution:
     """The largest value of `key` whose estimate fits `gpu_gib` (binary search; totals are monotone), or
-    why there is none (Solution.status)."""
+    why there is none (Solution.status). What must fit is `need` of the estimate: by default its total (the
+    largest device's; the pre-flight check passes the devices that share one memory); rows named are the
+    largest device's."""
+    need = need or (lambda b: b.total_gib)
     if key not in SOLVE_KEYS:
         raise UserError(kind="vram", key="--solve", value=key, allowed=SOLVE_KEYS)
     if key == "lora_rank" and cfg.model.lora_rank == 0:
@@ -444,18 +472,18 @@ def solve(card: Card, cfg: Config, key: str, gpu_gib: float, mode: str = "accura
     pin = estimate(card, cfg, mode, gpu_gib, variant, device).rows[0] if mode == "documented" else None
 
     def est(c: Config) -> Breakdown:
-        return estimate(card, c, mode, gpu_gib, variant, device, pin)
+        return estimate(card, c, mode, gpu_gib, variant, device, pin, world_size)
 
     lo_value = {"num_generations": 2, "context": 2}.get(key, 1)
     cap = {"lora_rank": 4096, "num_generations": 65536}.get(key, 1_000_000)
 
     def total(v: int) -> float:
-        return est(_with(cfg, key, v)).total_gib
+        return need(est(_with(cfg, key, v)))
 
     low = est(_with(cfg, key, lo_value))
-    if low.total_gib > gpu_gib:
-        big = max(low.rows, key=lambda r: r.gib if r.in_total else -1)
-        return Solution(key, "never_fits", lo_value, 0, low.total_gib, None, big.name)
+    if need(low) > gpu_gib:
+        big = max(low.largest().rows, key=lambda r: r.gib if r.in_total else -1)
+        return Solution(key, "never_fits", lo_value, 0, need(low), None, big.name)
     top = total(cap)
     if top <= gpu_gib:
         return Solution(key, "never_outgrows", cap, 0, top, None, "")
@@ -464,7 +492,7 @@ def solve(card: Card, cfg: Config, key: str, gpu_gib: float, mode: str = "accura
         mid = (lo + hi) // 2
         lo, hi = (mid, hi) if total(mid) <= gpu_gib else (lo, mid)
     at, nxt = est(_with(cfg, key, lo)), est(_with(cfg, key, hi))
-    growth = {r.name: r.gib for r in nxt.rows}
-    base = {r.name: r.gib for r in low.rows}
+    growth = {r.name: r.gib for r in nxt.largest().rows}
+    base = {r.name: r.gib for r in low.largest().rows}
     limiting = max(growth, key=lambda n: growth[n] - base.get(n, 0.0))
-    return Solution(key, "fits", lo, hi - lo, at.total_gib, nxt.total_gib, limiting)
+    return Solution(key, "fits", lo, hi - lo, need(at), need(nxt), limiting)

@@ -31,6 +31,8 @@ class Rollout:
     completion_ids are right-padded with pad_id; mask marks real tokens (EOS included);
     logprobs[b, t] = log μ(y_t | ...) under the sampler's processed distribution (after
     temperature/top-k/top-p), 0 where mask is 0. truncated[b] is True when no EOS was produced.
+    versions[b, t] = the policy version (weight sync) that sampled token t, where a rollout server
+    updates weights inside a generation (rollout.async_mode = in_flight); None: one version for all.
     """
 
     completion_ids: torch.Tensor   # [B, T] long
@@ -38,6 +40,7 @@ class Rollout:
     logprobs: torch.Tensor         # [B, T] float32
     truncated: torch.Tensor        # [B] bool
     seconds: float = 0.0
+    versions: torch.Tensor | None = None   # [B, T] long
 
 
 class Sampler(Protocol):

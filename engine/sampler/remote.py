@@ -2,7 +2,8 @@
 
 Generation goes over HTTP (the server's VLLMBackend answers with the same token ids and μ as the
 in-process backend); weights go over a torch.distributed group of their own (rollout_server/transport.py),
-one broadcast per layer, each sync numbered: the server reports the version that produced each rollout.
+one broadcast per layer, each sync numbered: the server reports the version that produced each rollout
+(rollout.async_mode = in_flight: a sync enters a running generation, and each token's version comes back).
 With rollout.server empty the sampler starts the server itself (a subprocess on 127.0.0.1, its log in
 the run directory's rollout_server.log) and stops it on close().
 
@@ -49,6 +50,7 @@ class RemoteSampler:
 
         self.http = requests.Session()
         self.timeout = cfg.rollout.server_timeout
+        self.in_flight = cfg.rollout.async_mode == "in_flight"   # weights may enter a running generation
         self.emit = emit_event or (lambda kind, message, **kw: None)
         self.version = 0
         self.group = None
@@ -143,8 +145,9 @@ class RemoteSampler:
         return self.result(self.submit(prompt_ids, sampling))
 
     def submit(self, prompt_ids: list[list[int]], sampling: Sampling) -> concurrent.futures.Future:
-        """Start a generation on the server; the trainer goes on (rollout.async_mode = one_step)."""
-        body = {"prompt_ids": [list(p) for p in prompt_ids], "sampling": dataclasses.asdict(sampling)}
+        """Start a generation on the server; the trainer goes on (rollout.async_mode = one_step, in_flight)."""
+        body = {"prompt_ids": [list(p) for p in prompt_ids], "sampling": dataclasses.asdict(sampling),
+                "in_flight": self.in_flight}
         self.pending = self.pool.submit(self._call, "post", "generate", body)
         return self.pending
 
@@ -155,7 +158,8 @@ class RemoteSampler:
             mask=torch.tensor(out["mask"], dtype=torch.float32),
             logprobs=torch.tensor(out["logprobs"], dtype=torch.float32),
             truncated=torch.tensor(out["truncated"], dtype=torch.bool),
-            seconds=out["seconds"], policy_version=out["policy_version"])
+            seconds=out["seconds"], policy_version=out["policy_version"],
+            versions=torch.tensor(out["versions"], dtype=torch.long) if "versions" in out else None)
 
     def score(self, sequences: list[list[int]]) -> list[list[float]]:
         return self._call("post", "score", {"sequences": sequences})["logprobs"]
@@ -165,9 +169,9 @@ class RemoteSampler:
     def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int | None = None) -> None:
         """Broadcast the weights layer by layer while the server's /update_weights receives them, as version
         `version` (default: the last + 1; the trainer sends its starting weights as 0, since a server may
-        hold another run's). A generation still running on the server (one_step) finishes first, with the
-        weights it started on."""
-        if self.pending is not None:
+        hold another run's). A generation still running on the server finishes first, with the weights it
+        started on (one_step), or takes these between two decode steps (in_flight)."""
+        if self.pending is not None and not self.in_flight:
             self.pending.result()
         if self.group is None:
             self._open_group()

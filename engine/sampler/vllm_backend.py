@@ -23,10 +23,11 @@
 from __future__ import annotations
 
 import functools
+import itertools
 import logging
 import os
 import time
-from typing import Iterable
+from typing import Callable, Iterable
 
 # In-process engine (weights are loaded straight into the model) and a KV cache size on CPU; set
 # before vLLM is imported, so users never have to export them.
@@ -154,6 +155,7 @@ class VLLMBackend:
         self.vllm_dtype = DTYPES[plan.rollout_dtype].torch
         self.fp8 = None            # None | "vllm" (its online FP8, fp8_method) | "sim" (engine/fp8.py inside vLLM)
         self._asleep = False
+        self._calls = itertools.count()  # request ids of one generate call: rollout-<call>-<prompt>
 
         kwargs = dict(
             model=model_path, tokenizer=model_path, dtype=self.vllm_dtype, seed=cfg.train.seed,
@@ -223,9 +225,15 @@ class VLLMBackend:
         return min(wanted, limit) if limit else wanted
 
     # ---- rollout ---------------------------------------------------------------------------
-    def generate(self, prompt_ids: list[list[int]], sampling: Sampling) -> Rollout:
+    def generate(self, prompt_ids: list[list[int]], sampling: Sampling,
+                 between_steps: Callable[[], int] | None = None) -> Rollout:
+        """G completions per prompt. The engine is driven one decode step at a time (vLLM's own
+        LLM._run_engine loop, with streamed deltas), so `between_steps` (rollout.async_mode = in_flight) can
+        load new weights between two steps: it returns the policy version the next step samples with, and
+        the Rollout's `versions` then holds it for every token (PipelineRL's in-flight weight updates)."""
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
+        from vllm.sampling_params import RequestOutputKind
 
         global _FLAT
         if _FLAT is None:   # flat log-prob lists (vLLM ≥ 0.11.1) avoid one Python object per token
@@ -233,28 +241,43 @@ class VLLMBackend:
         self.wake()
         start = time.perf_counter()
         eos, pad, n = self.tokenizer.eos_token_id, self.tokenizer.pad_token_id, sampling.n
-        params = [
-            SamplingParams(
-                n=n, temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k or 0,
-                max_tokens=sampling.max_tokens, logprobs=0, detokenize=False, **_FLAT,
-                stop_token_ids=[eos] if eos is not None else None,
-                # child j of prompt i gets seed + j: give prompts disjoint seed ranges
-                seed=mix_seed(sampling.seed, i * n) % 2**63,
-            )
-            for i in range(len(prompt_ids))
-        ]
-        outs = self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompt_ids], params,
-                                 use_tqdm=False)
-        rows, lps = [], []
-        for out in outs:
-            for c in sorted(out.outputs, key=lambda c: c.index):
-                ids = list(c.token_ids)
-                rows.append(ids)
-                lps.append(_sampled_logprobs(c.logprobs, ids))
+        engine, call = self.llm.llm_engine, next(self._calls)
+        request_ids = [f"rollout-{call}-{i}" for i in range(len(prompt_ids))]
+        rows = [[] for _ in range(len(prompt_ids) * n)]
+        lps, versions = [[] for _ in rows], [[] for _ in rows]
+        version, seen = 0, set()
+        try:
+            for i, prompt in enumerate(prompt_ids):
+                engine.add_request(request_ids[i], TokensPrompt(prompt_token_ids=list(prompt)), SamplingParams(
+                    n=n, temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k or 0,
+                    max_tokens=sampling.max_tokens, logprobs=0, detokenize=False, **_FLAT,
+                    stop_token_ids=[eos] if eos is not None else None,
+                    # child j of prompt i gets seed + j: give prompts disjoint seed ranges
+                    seed=mix_seed(sampling.seed, i * n) % 2**63,
+                    output_kind=RequestOutputKind.DELTA))
+            while engine.has_unfinished_requests():
+                if between_steps is not None:
+                    version = between_steps()
+                    seen.add(version)
+                for out in engine.step():
+                    i = int(out.request_id.rpartition("-")[2])
+                    for c in out.outputs:
+                        new, row = list(c.token_ids), i * n + c.index
+                        rows[row] += new
+                        lps[row] += _sampled_logprobs(c.logprobs, new)
+                        versions[row] += [version] * len(new)
+        except BaseException:   # leave no request of this call in the engine for the next one to collect
+            engine.abort_request(request_ids, internal=True)
+            raise
+        if len(seen) > 1:   # load_weights could not drop the KV blocks the running requests held
+            self.llm.reset_prefix_cache()
         width = max(1, max(map(len, rows)))
         ids = torch.tensor([r + [pad] * (width - len(r)) for r in rows], dtype=torch.long)
         logprobs = torch.tensor([lp + [0.0] * (width - len(lp)) for lp in lps], dtype=torch.float32)
-        return rollout_from(ids, logprobs, eos, pad, start)
+        out = rollout_from(ids, logprobs, eos, pad, start)
+        if between_steps is not None:
+            out.versions = torch.tensor([v + [version] * (width - len(v)) for v in versions], dtype=torch.long)
+        return out
 
     def score(self, sequences: list[list[int]]) -> list[list[float]]:
         """log p(token_t | tokens_<t) at temperature 1 for t ≥ 1 of each sequence (prompt log-probs),

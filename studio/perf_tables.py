@@ -1,0 +1,85 @@
+"""The Perf tab's time split and the Hardware tab's per-rank rows, from the metrics a run wrote
+(each shown only where the run has it)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from rich.table import Table
+
+from grpo_studio.engine.contract import metrics
+from grpo_studio.engine.contract.metrics import fmt
+from grpo_studio.studio.rundata import RunData
+
+MFU = "perf/mfu"
+# The step's phases (engine/contract/metrics.py): perf/train_s includes the weight sync.
+SPLIT = [("rollout", "perf/rollout_s"), ("train", "perf/train_s"), ("sync", "perf/sync_s"),
+         ("wait", "perf/trainer_wait_s"), ("idle", "perf/idle_s")]
+RANK = re.compile(r"^(?:perf|mem)/rank(\d+)/")
+R = metrics.RANK
+RANK_COLUMNS = {f"perf/rank{R}/step_s": "step s", f"perf/rank{R}/comm_s": "comm s", f"mem/rank{R}/peak_gib": "peak GiB"}
+
+
+@dataclass(frozen=True)
+class SplitRow:
+    phase: str
+    last: float | None
+    mean: float | None
+    share: float | None  # of the mean step time
+
+
+def mean(run: RunData, key: str) -> float | None:
+    ys = run.series(key)[1]
+    return sum(ys) / len(ys) if ys else None
+
+
+def time_split(run: RunData) -> list[SplitRow]:
+    """Last step and run mean of each phase the run reports, with its share of the mean step time."""
+    step = mean(run, metrics.STEP_S)
+    rows = []
+    for phase, key in SPLIT:
+        m = mean(run, key)
+        if m is not None:
+            rows.append(SplitRow(phase, run.last(key), m, m / step if step else None))
+    return rows
+
+
+def split_table(run: RunData) -> Table | None:
+    rows = time_split(run)
+    if not rows:
+        return None
+    table = Table(box=None, header_style="bold", caption="train includes the weight sync", caption_justify="left",
+                  padding=(0, 1))
+    for name, justify in (("phase", "left"), ("last s", "right"), ("mean s", "right"), ("of step", "right")):
+        table.add_column(name, justify=justify)
+    for r in rows:
+        table.add_row(r.phase, fmt(r.last), fmt(r.mean), "–" if r.share is None else f"{r.share:.0%}")
+    mfu = run.last(MFU)
+    table.add_row("step", fmt(run.last(metrics.STEP_S)), fmt(mean(run, metrics.STEP_S)),
+                  "" if mfu is None else f"MFU {mfu:.1%}", style="bold")
+    return table
+
+
+def rank_values(run: RunData) -> dict[int, dict[str, float | None]]:
+    """{rank: {schema pattern ("perf/rank<i>/step_s"): last value}} for every per-rank column of the run
+    (engine/contract/metrics.py PER_RANK)."""
+    out: dict[int, dict[str, float | None]] = {}
+    for key in run.columns:
+        m, known = RANK.match(key), metrics.lookup(key)
+        if m and known:
+            out.setdefault(int(m.group(1)), {})[known.name] = run.last(key)
+    return dict(sorted(out.items()))
+
+
+def rank_table(run: RunData) -> Table | None:
+    ranks = rank_values(run)
+    if not ranks:
+        return None
+    table = Table(box=None, header_style="bold", padding=(0, 1))
+    table.add_column("rank")
+    for label in RANK_COLUMNS.values():
+        table.add_column(label, justify="right")
+    for rank, values in ranks.items():
+        table.add_row(f"rank {rank}", *[fmt(values.get(pattern)) for pattern in RANK_COLUMNS])
+    return table
