@@ -1,4 +1,5 @@
-"""`grpo-studio bench scaling [--json]`: data-parallel scaling, 1 process against N (train.parallel = ddp).
+"""`grpo-studio bench scaling [--json]`: data-parallel scaling, 1 process against N (train.parallel = ddp, or
+fsdp with --parallel fsdp).
 
 The same recipe and global batch (prompts per step × G) is trained headless by `grpo-studio train`, once
 as one process (the baseline) and once with `--nproc N` (torchrun; gloo on CPU, NCCL on CUDA), each for
@@ -40,13 +41,14 @@ class Workload:
     generations: int
     steps: int      # timed steps
     warmup: int     # untimed steps first
+    parallel: str = "ddp"  # train.parallel of the N-process side
 
 
 def _side(w: Workload, nproc: int, root: Path) -> dict:
     run = root / f"nproc-{nproc}"
     sets = [f"train.steps={w.warmup + w.steps}", f"train.prompts_per_step={w.prompts}",
             f"rollout.num_generations={w.generations}", "train.save_every=0", "train.eval_every=0",
-            f"train.parallel={'ddp' if nproc > 1 else 'none'}"]
+            f"train.parallel={w.parallel if nproc > 1 else 'none'}"]
     cmd = [sys.executable, "-m", "grpo_studio.cli.main", "train", w.recipe, "--run-dir", str(run),
            "--nproc", str(nproc), "--force"]
     for s in sets:
@@ -82,7 +84,7 @@ def run(w: Workload, progress=None) -> dict:
 
 def print_report(report: dict) -> None:
     w = report["workload"]
-    print(f"scaling: {w['recipe']}, {w['prompts']} prompts × {w['generations']} per step, {w['steps']} timed steps "
+    print(f"scaling ({w['parallel']}): {w['recipe']}, {w['prompts']} prompts × {w['generations']} per step, {w['steps']} timed steps "
           f"after {w['warmup']}, {report['device']} ({report['backend']}, {report['cpu_cores']} CPU cores)")
     print(f"  {'processes':>9s} {'s/step':>8s} {'steps/s':>8s} {'tok/s':>9s} {'comm s':>8s} {'reward':>7s}")
     for s in report["sides"]:

@@ -132,6 +132,7 @@ def _rollout(args: argparse.Namespace) -> int:
 def _scaling_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--recipe", default=DEFAULT_RECIPE, help=f"recipe preset or TOML file (default {DEFAULT_RECIPE})")
     p.add_argument("--nproc", type=int, default=2, help="processes of the data-parallel side (default 2)")
+    p.add_argument("--parallel", default="ddp", help="train.parallel of the data-parallel side: ddp or fsdp (default ddp)")
     p.add_argument("--prompts", type=int, default=16, help="prompts per step, all processes together (default 16)")
     p.add_argument("--generations", type=int, default=8, help="completions per prompt (default 8)")
     p.add_argument("--steps", type=int, default=8, help="timed steps per side (default 8)")
@@ -146,11 +147,14 @@ def _scaling(args: argparse.Namespace) -> int:
                             ("--warmup", args.warmup, 0)):
         if value < low:
             raise UserError(f"must be >= {low}", kind="bench", key=opt, value=value)
+    if args.parallel not in ("ddp", "fsdp"):
+        raise UserError(kind="bench", key="--parallel", value=args.parallel, allowed=("ddp", "fsdp"))
     if args.prompts % args.nproc:
         raise UserError(f"must divide evenly among the {args.nproc} processes", kind="bench", key="--prompts",
                         value=args.prompts)
     workload = scaling.Workload(recipe=args.recipe, nproc=args.nproc, prompts=args.prompts,
-                                generations=args.generations, steps=args.steps, warmup=args.warmup)
+                                generations=args.generations, steps=args.steps, warmup=args.warmup,
+                                parallel=args.parallel)
     progress = None if args.json else (lambda n: print(f"measuring {n} ...", file=sys.stderr, flush=True))
     _report(args, lambda: scaling.run(workload, progress), scaling.print_report)
     return 0

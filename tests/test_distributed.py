@@ -367,6 +367,7 @@ def test_refused_in_one_line(args, line, tmp_path):
 @pytest.mark.parametrize(("args", "line"), [
     (["--prompts", "15"], "bench error: --prompts = 15: must divide evenly among the 2 processes"),
     (["--nproc", "1"], "bench error: --nproc = 1: must be >= 2"),
+    (["--parallel", "zero3"], "bench error: --parallel = 'zero3': allowed: ddp, fsdp"),
 ])
 def test_bench_scaling_refuses(args, line):
     proc = run_cli("bench", "scaling", *args, cwd=ROOT)
