@@ -240,12 +240,12 @@ class Group(Single):
             for kind, message, extra in events if self.main else ():
                 self._writer.event(kind, message, **extra, rank=rank)
         out = {}
-        for key in rows[0]:
+        for key in dict.fromkeys(k for r in rows for k in r):  # a metric only some ranks have (mismatch/lagged/*)
             values = [r[key] for r in rows if r.get(key) is not None]
             metric = schema.lookup(key)
             how = metric.combine if metric else "mean"
             if not values:
-                out[key] = rows[self.rank][key]
+                out[key] = rows[self.rank].get(key)
             elif how == "max":
                 out[key] = max(values)
             elif how == "min":

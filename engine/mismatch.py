@@ -205,7 +205,8 @@ def lag_metrics(rollout_logps: Tensor, train_logps: Tensor, mask: Tensor, lags: 
                                  tokens only: the precision/kernel gap alone
       mismatch/lagged/k3, mismatch/lagged/abs_dlogp_mean  the same over lag > 0 tokens: that gap plus the
                                  policy change since they were sampled
-    A part with no tokens gives NaN (null in metrics.jsonl: no data); with no tokens at all every value is NaN.
+    A part with no tokens is left out of the row (as kl_ref is with beta = 0), so a synchronous run writes no
+    mismatch/lagged/*; with no tokens at all the row gets none of these.
 
     Worked example (the unit test's): μ = [[−1, −2, −0.5]], π = [[−1.1, −2, −0.3]], lags = [[0, 1, 2]]
       → token lag mean 1, max 2, lagged_frac 2/3; lag 0: |Δ| = 0.1, k3 = e^−0.1 + 0.1 − 1;
@@ -214,12 +215,11 @@ def lag_metrics(rollout_logps: Tensor, train_logps: Tensor, mask: Tensor, lags: 
     m = mask.detach().bool()
     lags = lags.detach().to(m.device)
     n = int(m.sum())
-    out = dict.fromkeys(LAG_NAMES, math.nan)
     if n == 0:
-        return out
+        return {}
     token_lags = lags[m].to(torch.float64)
-    out.update({"policy/token_lag_mean": float(token_lags.mean()), "policy/token_lag_max": float(token_lags.max()),
-                "mismatch/lagged_frac": float((token_lags > 0).sum()) / n})
+    out = {"policy/token_lag_mean": float(token_lags.mean()), "policy/token_lag_max": float(token_lags.max()),
+           "mismatch/lagged_frac": float((token_lags > 0).sum()) / n}
     for part, where in (("lag0", lags == 0), ("lagged", lags > 0)):
         selected = m & where
         if selected.any():

@@ -17,7 +17,7 @@ from grpo_studio.engine.contract import config as cfgmod
 from grpo_studio.engine.contract import metrics, rundir
 
 FUNCS = ["correctness", "format"]  # tiny-arith's reward functions
-LAGGED_ONLY = {"mismatch/lagged/k3", "mismatch/lagged/abs_dlogp_mean"}  # null without lagged tokens
+LAGGED_ONLY = {"mismatch/lagged/k3", "mismatch/lagged/abs_dlogp_mean"}  # left out without lagged tokens
 DRIFT = {"bf16": 1.8e-3, "fp16": 2.3e-4, "fp32": 1e-7, "fp8": 6e-3}  # mean token |Δlogp| per dtype
 
 
@@ -56,9 +56,9 @@ def metrics_rows(steps: int, total: int, dtype: str, seed: int, t0: float, lagge
         row = {}
         for name in names:
             base, scale, growth = shape.get(metrics.lookup(name).name, (0.0, 1.0, 0.0))
-            row[name] = base + scale * (1 + growth * progress) * (0.8 + 0.4 * rngs[name].random())
-            if lagged is None and name in LAGGED_ONLY:
-                row[name] = None
+            value = base + scale * (1 + growth * progress) * (0.8 + 0.4 * rngs[name].random())
+            if lagged is not None or name not in LAGGED_ONLY:
+                row[name] = value
         rows.append({**row, metrics.STEP: step, metrics.TIME: t0 + 1.5 * step})
         metrics.check_row(rows[-1])  # what the run writer would refuse, this refuses too
     return rows

@@ -20,7 +20,10 @@ def test_a_real_trainer_row_names_exactly_the_schema(tmp_path):
         "train.eval_every=1", "model.dtype=fp16", "algo.beta=0.04", "algo.is_level=token"])
     assert Trainer(cfg, tmp_path).run() == "finished"
     (row,) = [json.loads(line) for line in (tmp_path / METRICS).read_text().splitlines()]
-    assert set(row) == set(metrics.names(["correctness", "format"]))
+    # the one family a synchronous run cannot have: the mismatch of lagged tokens (rollout.async_mode one_step /
+    # in_flight; tests/test_rollout_server.py::test_token_lags_in_metrics_and_histograms checks those rows)
+    lagged = {"mismatch/lagged/k3", "mismatch/lagged/abs_dlogp_mean"}
+    assert set(row) == set(metrics.names(["correctness", "format"])) - lagged
 
 
 def test_a_name_missing_from_the_schema_is_refused_before_it_is_written(tmp_path):

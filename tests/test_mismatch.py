@@ -257,14 +257,16 @@ def test_lag_split_hand_computed():
     assert out["mismatch/lagged/k3"] == approx((math.expm1(d2) - d2) / 2)
 
 
-def test_lag_split_without_lagged_tokens_is_nan_there_and_the_whole_k3_at_lag_0():
-    from grpo_studio.engine.mismatch import lag_metrics
+def test_lag_split_without_lagged_tokens_leaves_that_part_out_and_the_whole_k3_at_lag_0():
+    from grpo_studio.engine.mismatch import LAG_NAMES, lag_metrics
 
     out = lag_metrics(MU, PI, MASK, torch.zeros(2, 3, dtype=torch.long))
     whole = mismatch_metrics(MU, PI, MASK)
     assert out["mismatch/lag0/k3"] == whole["mismatch/k3"] and out["mismatch/lagged_frac"] == 0.0
-    assert math.isnan(out["mismatch/lagged/k3"]) and math.isnan(out["mismatch/lagged/abs_dlogp_mean"])
-    assert all(math.isnan(v) for v in lag_metrics(MU, PI, torch.zeros_like(MASK), torch.zeros(2, 3)).values())
+    assert set(LAG_NAMES) - set(out) == {"mismatch/lagged/k3", "mismatch/lagged/abs_dlogp_mean"}
+    assert lag_metrics(MU, PI, MASK, torch.ones(2, 3, dtype=torch.long)).keys().isdisjoint(
+        {"mismatch/lag0/k3", "mismatch/lag0/abs_dlogp_mean"})
+    assert lag_metrics(MU, PI, torch.zeros_like(MASK), torch.zeros(2, 3)) == {}
 
 
 def test_lag_counts_and_their_merge_across_ranks():

@@ -12,6 +12,7 @@ import struct
 import subprocess
 import sys
 import time
+import uuid
 
 import pytest
 
@@ -192,7 +193,7 @@ def test_a_resumed_run_continues_the_same_wandb_and_trackio_runs(tmp_path, monke
     monkeypatch.setenv("WANDB_DIR", str(tmp_path))
     monkeypatch.setenv("WANDB_SILENT", "true")
     monkeypatch.setenv("TRACKIO_DIR", str(tmp_path / "trackio-dir"))
-    project, run_dir = "grpo-studio-resume", tmp_path / "resumed"
+    project, run_dir = f"grpo-studio-resume-{uuid.uuid4().hex[:8]}", tmp_path / "resumed"  # trackio's store may be shared
     for steps, resume in ((2, False), (3, True)):
         cfg = config.load("tiny-arith", [f"train.steps={steps}", "train.prompts_per_step=2", "rollout.num_generations=2",
                                          "train.save_every=0", "rollout.backend=hf", "report.to=trackio,wandb",
@@ -202,13 +203,12 @@ def test_a_resumed_run_continues_the_same_wandb_and_trackio_runs(tmp_path, monke
             assert trainer.run() == "finished"
         finally:
             trainer.close()
-    runs = sorted((tmp_path / "wandb").glob("offline-run-*"))
+    runs = sorted((tmp_path / "wandb").glob("offline-run-*"))  # by start time (a clash in one second adds -1)
     assert len(runs) == 2
+    records = [finished_records(next(p.glob("run-*.wandb"))) for p in runs]
     run_id = json.loads((run_dir / trackers.IDS).read_text())["wandb"]["id"]
-    assert [p.name.rsplit("-", 1)[1] for p in runs] == [run_id, run_id]
-    history = [r.history.step.num for p in runs for r in finished_records(next(p.glob("run-*.wandb")))
-               if r.WhichOneof("record_type") == "history"]
-    assert history == [1, 2, 3]
+    assert [r.run.run_id for rs in records for r in rs if r.WhichOneof("record_type") == "run"] == [run_id, run_id]
+    assert [r.history.step.num for rs in records for r in rs if r.WhichOneof("record_type") == "history"] == [1, 2, 3]
     logs = SQLiteStorage.get_logs(project, run_dir.name)
     assert [log["step"] for log in logs if "samples" not in log] == [1, 2, 3]
     assert set(SQLiteStorage.get_runs(project)) == {run_dir.name}
