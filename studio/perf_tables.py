@@ -13,9 +13,11 @@ from grpo_studio.engine.contract.metrics import fmt
 from grpo_studio.studio.rundata import RunData
 
 MFU = "perf/mfu"
-# The step's phases (engine/contract/metrics.py): perf/train_s includes the weight sync.
-SPLIT = [("rollout", "perf/rollout_s"), ("train", "perf/train_s"), ("sync", "perf/sync_s"),
-         ("wait", "perf/trainer_wait_s"), ("idle", "perf/idle_s")]
+WAIT, SYNC, IDLE = "perf/trainer_wait_s", "perf/sync_s", "perf/idle_s"
+# The step's wall time in parts that add up to it (engine/contract/metrics.py): waiting for the rollout, training
+# (π_old, log-probs, loss, backward, AdamW: the step less the other three), the weight sync, and the rest
+# (rewards, advantages, metrics: perf/idle_s). None: the derived training part.
+SPLIT = [("wait for rollout", WAIT), ("train", None), ("weight sync", SYNC), ("other", IDLE)]
 RANK = re.compile(r"^(?:perf|mem)/rank(\d+)/")
 R = metrics.RANK
 RANK_COLUMNS = {f"perf/rank{R}/step_s": "step s", f"perf/rank{R}/comm_s": "comm s", f"mem/rank{R}/peak_gib": "peak GiB"}
@@ -35,23 +37,31 @@ def mean(run: RunData, key: str) -> float | None:
 
 
 def time_split(run: RunData) -> list[SplitRow]:
-    """Last step and run mean of each phase the run reports, with its share of the mean step time."""
-    step = mean(run, metrics.STEP_S)
-    rows = []
-    for phase, key in SPLIT:
-        m = mean(run, key)
-        if m is not None:
-            rows.append(SplitRow(phase, run.last(key), m, m / step if step else None))
-    return rows
+    """Last step and run mean of each part of the step (SPLIT), with its share of the mean step time; nothing
+    for a run that does not report all of them (runs before perf/idle_s)."""
+    keys = (metrics.STEP_S, WAIT, SYNC, IDLE)
+    if not all(run.series(key)[1] for key in keys):
+        return []
+    last = {key: run.last(key) for key in keys}
+    avg = {key: mean(run, key) for key in keys}
+
+    def part(values: dict, key: str | None) -> float:
+        return values[key] if key else values[metrics.STEP_S] - values[WAIT] - values[SYNC] - values[IDLE]
+
+    step = avg[metrics.STEP_S]
+    return [SplitRow(phase, part(last, key), part(avg, key), part(avg, key) / step if step else None)
+            for phase, key in SPLIT]
 
 
 def split_table(run: RunData) -> Table | None:
     rows = time_split(run)
     if not rows:
         return None
-    table = Table(box=None, header_style="bold", caption="train includes the weight sync", caption_justify="left",
-                  padding=(0, 1))
-    for name, justify in (("phase", "left"), ("last s", "right"), ("mean s", "right"), ("of step", "right")):
+    sampling, hidden = mean(run, "perf/rollout_s"), run.last("perf/overlap_frac")
+    caption = "" if sampling is None else f"sampling {fmt(sampling)} s per step" + (
+        f", {hidden:.0%} of the last rollout hidden behind training" if hidden else "")
+    table = Table(box=None, header_style="bold", caption=caption, caption_justify="left", padding=(0, 1))
+    for name, justify in (("part of step", "left"), ("last s", "right"), ("mean s", "right"), ("of step", "right")):
         table.add_column(name, justify=justify)
     for r in rows:
         table.add_row(r.phase, fmt(r.last), fmt(r.mean), "–" if r.share is None else f"{r.share:.0%}")

@@ -66,16 +66,21 @@ def test_lag_shares_reads_the_histogram_lag_counts_in_lag_order():
 
 # ---- the Perf time split and per-rank rows (hand computations) ---------------------------------
 
-def test_time_split_last_mean_and_share_of_the_step():
+def test_time_split_parts_add_up_to_the_step():
     run = RunData(Path("/nonexistent"))
-    run.add_metrics([{"step": 1, "perf/step_s": 2.0, "perf/rollout_s": 1.0, "perf/train_s": 0.5},
-                     {"step": 2, "perf/step_s": 4.0, "perf/rollout_s": 3.0, "perf/train_s": 0.5,
-                      "perf/idle_s": 0.3}])
+    run.add_metrics([{"step": 1, "perf/step_s": 2.0, "perf/trainer_wait_s": 1.0, "perf/sync_s": 0.25,
+                      "perf/idle_s": 0.25},
+                     {"step": 2, "perf/step_s": 4.0, "perf/trainer_wait_s": 0.5, "perf/sync_s": 0.5,
+                      "perf/idle_s": 0.0}])
     rows = {r.phase: r for r in time_split(run)}
-    assert list(rows) == ["rollout", "train", "idle"]  # sync and wait: not written, not shown
-    assert (rows["rollout"].last, rows["rollout"].mean, rows["rollout"].share) == (3.0, 2.0, pytest.approx(2 / 3))
-    assert rows["train"].share == pytest.approx(0.5 / 3)
-    assert (rows["idle"].last, rows["idle"].mean) == (0.3, 0.3)  # the mean over the steps that report it
+    assert list(rows) == ["wait for rollout", "train", "weight sync", "other"]
+    assert (rows["wait for rollout"].last, rows["wait for rollout"].mean) == (0.5, 0.75)
+    assert (rows["train"].last, rows["train"].mean) == (3.0, 3.0 - 0.75 - 0.375 - 0.125)  # the step less the rest
+    assert rows["weight sync"].share == pytest.approx(0.375 / 3.0)
+    assert sum(r.share for r in rows.values()) == pytest.approx(1.0)
+    older = RunData(Path("/nonexistent"))  # a run without perf/idle_s shows no split
+    older.add_metrics([{"step": 1, "perf/step_s": 2.0, "perf/trainer_wait_s": 1.0, "perf/sync_s": 0.25}])
+    assert time_split(older) == []
 
 
 def test_rank_values_gathers_every_rank_column():
@@ -145,7 +150,7 @@ async def test_perf_tab_shows_mfu_and_the_time_split(tmp_path, no_gpu):
         info = app.screen.query_one("#perf-info", Static)
         text = visible_text(info)
         run = app.screen.run
-        for phase in ("rollout", "train", "sync", "wait", "idle"):
+        for phase in ("wait for rollout", "train", "weight sync", "other", "sampling"):
             assert phase in text
         assert f"MFU {run.last('perf/mfu'):.1%}" in text
         mfu = app.screen.query_one("#perf-mfu", MetricChart)
