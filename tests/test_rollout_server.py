@@ -19,6 +19,7 @@ import signal
 import pytest
 import torch
 from cli_helpers import run_cli
+from policy_step import PolicyStep
 
 pytestmark = [
     pytest.mark.vllm,
@@ -106,35 +107,20 @@ def test_weight_sync_over_gloo_after_an_adamw_step(remote, local, model):
     """After a real AdamW step and load_weights (one gloo broadcast per layer), the server's log-probs of a
     fixed sequence are bit for bit those of the in-process backend given the same weights, nearer the trainer's
     new π than its old one, and the version moves. (Runs after the parity test: it changes both engines.)"""
-    from grpo_studio.engine import policy_loader
-    from grpo_studio.engine.contract.precision import resolve
-    from grpo_studio.engine.logprobs import token_logprobs
     from grpo_studio.engine.weights import export_weights
 
     path, tok = model
-    cfg = _cfg(colocate=False)
-    policy = policy_loader.load_policy(cfg, path, resolve(cfg))
-    seq = tok.encode("12+3=<answer>15</answer>", add_special_tokens=False) + [tok.eos_token_id]
-    x = torch.tensor([seq])
-
-    def trainer_pi():
-        with torch.no_grad(), policy_loader.autocast(cfg):
-            return token_logprobs(policy, x, torch.ones_like(x), len(seq) - 1, 1.0)[0][0].float()
-
-    old, before = trainer_pi(), torch.tensor(remote.score([seq])[0])
+    step = PolicyStep(_cfg(colocate=False), path, tok)
+    seq = step.seq
+    old, before = step.pi(), torch.tensor(remote.score([seq])[0])
     assert (before - old).abs().mean() < 0.03
-    params = [p for p in policy.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=2e-2)
-    with policy_loader.autocast(cfg):
-        loss = -token_logprobs(policy, x, torch.ones_like(x), len(seq) - 1, 1.0)[0].mean()
-    loss.backward()
-    opt.step()
-    new = trainer_pi()
-    remote.load_weights(export_weights(policy))
+    step.adamw_step()
+    new = step.pi()
+    remote.load_weights(export_weights(step.policy))
     assert remote.version == 1 and remote._call("get", "health")["policy_version"] == 1
     after = torch.tensor(remote.score([seq])[0])
     err, moved = (after - new).abs().mean().item(), (new - old).abs().mean().item()
-    local.load_weights(export_weights(policy))
+    local.load_weights(export_weights(step.policy))
     assert torch.equal(after, torch.tensor(local.score([seq])[0]))
     assert (after - old).abs().mean().item() > 3 * err and moved > 3 * err, (err, moved)
 

@@ -9,6 +9,7 @@ import importlib.util
 
 import pytest
 import torch
+from policy_step import PolicyStep
 
 pytestmark = [
     pytest.mark.vllm,
@@ -191,32 +192,19 @@ def test_weight_sync_after_a_step(bf16, tok, random_tiny_model, lora_rank):
     """After an optimizer step and load_weights, vLLM's log-probs of a fixed sequence match the
     trainer's new π within bf16 mismatch and differ from the old π."""
     from grpo_studio.engine import policy_loader
-    from grpo_studio.engine.contract.precision import resolve
-    from grpo_studio.engine.logprobs import token_logprobs
     from grpo_studio.engine.weights import export_weights
 
     cfg = _cfg(random_tiny_model, "bf16")
     cfg.model.lora_rank = lora_rank
-    policy = policy_loader.load_policy(cfg, str(random_tiny_model), resolve(cfg))
-    seq = tok.encode("12+3=<answer>15</answer>", add_special_tokens=False) + [tok.eos_token_id]
-    x = torch.tensor([seq])
-
-    def trainer_pi():
-        with torch.no_grad(), policy_loader.autocast(cfg):
-            return token_logprobs(policy, x, torch.ones_like(x), len(seq) - 1, 1.0)[0][0].float()
-
+    step = PolicyStep(cfg, str(random_tiny_model), tok)
+    seq = step.seq
     try:
-        old = trainer_pi()
+        old = step.pi()
         before = torch.tensor(bf16.score([seq])[0])
         assert (before - old).abs().max() < 0.05
-        params = [p for p in policy.parameters() if p.requires_grad]
-        opt = torch.optim.AdamW(params, lr=2e-2)
-        with policy_loader.autocast(cfg):
-            loss = -token_logprobs(policy, x, torch.ones_like(x), len(seq) - 1, 1.0)[0].mean()
-        loss.backward()
-        opt.step()
-        new = trainer_pi()
-        bf16.load_weights(export_weights(policy))
+        step.adamw_step()
+        new = step.pi()
+        bf16.load_weights(export_weights(step.policy))
         after = torch.tensor(bf16.score([seq])[0])
         err, moved = (after - new).abs().mean().item(), (new - old).abs().mean().item()
         assert (after - new).abs().max() < 0.05 and err < 0.01, err
