@@ -41,7 +41,7 @@ def find_checkpoint(run: Path, step: int | None) -> Path:
     if not (run / CONFIG).is_file():
         why = "no such folder" if not run.exists() else f"not a run directory (no {CONFIG})"
         raise UserError(why, kind=KIND, key="RUN", value=str(run))
-    complete = [path for _, path in checkpoint.folders(run) if _complete(path)]  # oldest first
+    complete = [path for step, path in checkpoint.folders(run) if _complete(path, step)]  # oldest first
     if not complete:
         raise UserError(f"no complete checkpoint under {CHECKPOINTS}/ (a run writes one at its end and every "
                         f"train.save_every steps)", kind=KIND, key="RUN", value=str(run))
@@ -54,12 +54,13 @@ def find_checkpoint(run: Path, step: int | None) -> Path:
     return found
 
 
-def _complete(path: Path) -> bool:
-    """Its manifest (written last) is there and every file it lists has the listed size."""
+def _complete(path: Path, step: int) -> bool:
+    """Its manifest (written last) is there and every file it lists has the listed size (the sha256 check
+    is the load's)."""
     try:
-        files = json.loads((path / checkpoint.MANIFEST).read_text())["files"]
-        return all((path / name).stat().st_size == int(f["size"]) for name, f in files.items())
-    except (OSError, ValueError, TypeError, KeyError):
+        checkpoint.check(path, step, digests=False)
+        return True
+    except checkpoint.BadCheckpoint:
         return False
 
 
