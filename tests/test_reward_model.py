@@ -129,3 +129,19 @@ def test_one_training_step_with_every_new_reward_kind(tmp_path, reward_model_dir
     row = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[0])
     for name in ("math_verify", rm, "think_format_reward", "chars"):
         assert row[f"rewards/{name}/mean"] == pytest.approx(sum(s["rewards"][name] for s in samples) / 4, abs=1e-5)
+
+
+def test_the_vram_planner_counts_the_reward_models_weights(reward_model_dir):
+    """The planner's reward-model row is the loaded model's parameter bytes, exactly, and adds to the total."""
+    from transformers import AutoModelForSequenceClassification
+
+    from grpo_studio.engine.contract import config, model_card, vram
+
+    model = AutoModelForSequenceClassification.from_pretrained(reward_model_dir)
+    nbytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    card = model_card.load("tiny-arith")
+    plan = vram.estimate(card, config.load("tiny-arith", [f"rewards.funcs=correctness,rm:{reward_model_dir}"]))
+    (row,) = [r for r in plan.rows if r.name == f"reward model {reward_model_dir.name}"]
+    assert row.gib * 2**30 == pytest.approx(nbytes, rel=1e-12) and row.phase == "persistent"
+    without = vram.estimate(card, config.load("tiny-arith")).total_gib
+    assert plan.total_gib == pytest.approx(without + row.gib * (1 + vram.ALLOCATOR_MARGIN))  # and its margin

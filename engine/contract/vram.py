@@ -23,6 +23,7 @@ from grpo_studio.engine.contract.config import AUTO, Config
 from grpo_studio.engine.contract.dtypes import DTYPES
 from grpo_studio.engine.contract.errors import UserError
 from grpo_studio.engine.contract.model_card import Card
+from grpo_studio.engine.contract.vram_rewards import reward_model_rows
 
 GIB = 2 ** 30
 MODES = ("documented", "accurate")
@@ -314,6 +315,8 @@ def accurate(card: Card, cfg: Config, gpu_gib: float | None = None, device: str 
     if cfg.algo.beta > 0:
         ref, rf = reference_bytes(card, cfg, world_size)
         rows.append(Row("reference log-probs", _g(ref), rf, "train"))
+    rows += [Row(name, _g(nbytes), formula, "persistent")
+             for name, nbytes, formula in reward_model_rows(cfg.rewards.funcs)]
     vllm = backend.resolve(r.backend, load_in_4bit=cfg.model.load_in_4bit)[0] == "vllm"
     if not vllm:
         seqs = rank_prompts(cfg, world_size) * cfg.train.steps_per_generation * r.num_generations  # one rollout
