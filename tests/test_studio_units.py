@@ -21,7 +21,7 @@ from grpo_studio.studio.keymap import load_keymap
 from grpo_studio.studio.panels import LOSS_NOTE, PANELS
 from grpo_studio.studio.rundata import RunData
 from tests.studio_helpers import anyio_backend, visible_text  # noqa: F401
-from tests.synthetic_run import write_run
+from tests.synthetic_run import LAGGED_ONLY, write_run
 from tests.trained_runs import DTYPES, TRAINED_STEPS
 
 
@@ -90,9 +90,13 @@ def test_run_states_from_events_and_pid(tmp_path):
 
 
 def test_synthetic_rows_hold_every_schema_metric(tmp_path):
+    every = set(metrics.names(["correctness", "format"]))
+    lagged = RunData(write_run(tmp_path / "lagged", 3, lagged=0.3))  # an async run: the lagged tokens' mismatch too
+    lagged.drain()
+    assert set(lagged.columns) | {"step", "time"} == every
     run = RunData(write_run(tmp_path / "r", 3))
     run.drain()
-    assert set(run.columns) | {"step", "time"} == set(metrics.names(["correctness", "format"]))
+    assert set(run.columns) | {"step", "time"} == every - LAGGED_ONLY
     assert run.steps == [1, 2, 3] and run.histogram["edges"] == metrics.HIST_EDGES
 
 
