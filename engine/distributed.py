@@ -273,8 +273,14 @@ class Group(Single):
         return [row for part in self._gather_objects(rows) for row in part]
 
     def close(self) -> None:
-        if dist.is_initialized():
-            dist.destroy_process_group()
+        """Leave the group together: a rank that tears its gloo connections down while a peer still reads its
+        last collective makes that peer abort ("terminate called without an active exception"). A peer that
+        is gone does not hold this up for long."""
+        if not dist.is_initialized():
+            return
+        with contextlib.suppress(RuntimeError, dist.DistError):
+            dist.monitored_barrier(timeout=datetime.timedelta(seconds=min(10.0, self.timeout_s)), wait_all_ranks=True)
+        dist.destroy_process_group()
 
     def _gather_objects(self, obj) -> list:
         out: list = [None] * self.world
