@@ -148,15 +148,19 @@ def leftovers_main(out: Path) -> None:
     group.close()
 
 
-@pytest.fixture(scope="module")
-def ddp_steps(tmp_path_factory):
-    out = tmp_path_factory.mktemp("ddp")
-    proc = subprocess.run([*TORCHRUN, str(Path(__file__)), str(out), *LOSS_TYPES], cwd=ROOT, env=ENV,
-                          capture_output=True, text=True, timeout=300, check=False)
+def torchrun_results(script: str, out: Path, args, name: str):
+    """`script`'s __main__ on 2 torchrun ranks with (out, *args); what rank 0 saved as out/name."""
+    proc = subprocess.run([*TORCHRUN, script, str(out), *args], cwd=ROOT, env=ENV, capture_output=True, text=True,
+                          timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     import torch
 
-    return torch.load(out / "ddp.pt")
+    return torch.load(out / name)
+
+
+@pytest.fixture(scope="module")
+def ddp_steps(tmp_path_factory):
+    return torchrun_results(__file__, tmp_path_factory.mktemp("ddp"), LOSS_TYPES, "ddp.pt")
 
 
 @pytest.mark.parametrize("loss_type", LOSS_TYPES)

@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import os
 import socket
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from cli_helpers import ENV, ROOT, run_cli
-from test_distributed import TORCHRUN, one_step
+from cli_helpers import ROOT, run_cli
+from test_distributed import one_step, torchrun_results
 
 FSDP_SETS = ["train.shared_prefix=off"]  # the one-process oracle on the plain path too (fsdp: auto is off)
 FULL = ["model.lora_rank=0"]
@@ -47,13 +46,7 @@ def ranks_main(out: Path, cases: list[str]) -> None:
 
 @pytest.fixture(scope="module")
 def fsdp_steps(tmp_path_factory):
-    out = tmp_path_factory.mktemp("fsdp")
-    proc = subprocess.run([*TORCHRUN, str(Path(__file__)), str(out), *CASES], cwd=ROOT, env=ENV,
-                          capture_output=True, text=True, timeout=300, check=False)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    import torch
-
-    return torch.load(out / "fsdp.pt")
+    return torchrun_results(__file__, tmp_path_factory.mktemp("fsdp"), CASES, "fsdp.pt")
 
 
 @pytest.mark.parametrize("case", CASES)
