@@ -25,6 +25,14 @@ from tests.studio_helpers import anyio_backend, focus_field, visible_text, wait_
 from tests.synthetic_run import write_run
 
 
+async def open_tab(app, pilot, run_dir, key: str) -> None:
+    """Open the run's dashboard and switch to the tab of number `key`."""
+    app.open_run(run_dir)
+    await pilot.pause()
+    await pilot.press(key)
+    await pilot.pause()
+
+
 # ---- the verdict: which cause dominates (hand cases) -------------------------------------------
 
 def test_verdict_policy_lag_when_lagged_k3_far_above_lag0():
@@ -114,10 +122,7 @@ async def test_mismatch_tab_shows_the_verdict_and_the_lag_charts_only_for_a_lagg
     synced = write_run(tmp_path / "runs/sync", 12, dtype="bf16", seed=1)
     app = app_on(tmp_path / "runs")
     async with app.run_test(size=(120, 40)) as pilot:
-        app.open_run(lagged)
-        await pilot.pause()
-        await pilot.press("3")
-        await pilot.pause()
+        await open_tab(app, pilot, lagged, "3")
         info = app.screen.query_one("#mismatch-info", Static)
         text = " ".join(visible_text(info).split())
         assert info.display and "policy lag dominates" in text and lag.LAG_FIX in text
@@ -127,10 +132,7 @@ async def test_mismatch_tab_shows_the_verdict_and_the_lag_charts_only_for_a_lagg
         want = lag.verdict(run.last(lag.LAG0_K3), run.last(lag.LAGGED_K3), run.last(lag.LAGGED_FRAC), "bf16")
         assert want.cause == "lag" and want.line in text  # the same rule as the unit cases, on the file's numbers
         await pilot.press("escape")
-        app.open_run(synced)
-        await pilot.pause()
-        await pilot.press("3")
-        await pilot.pause()
+        await open_tab(app, pilot, synced, "3")
         info = app.screen.query_one("#mismatch-info", Static)
         text = " ".join(visible_text(info).split())
         assert info.display and text.startswith("precision/kernel gap (no lagged tokens, lag-0 k3 ")
@@ -143,10 +145,7 @@ async def test_perf_tab_shows_mfu_and_the_time_split(tmp_path, no_gpu):
     run_dir = write_run(tmp_path / "runs/r", 8, dtype="bf16", seed=4)
     app = app_on(tmp_path / "runs")
     async with app.run_test(size=(120, 40)) as pilot:
-        app.open_run(run_dir)
-        await pilot.pause()
-        await pilot.press("5")
-        await pilot.pause()
+        await open_tab(app, pilot, run_dir, "5")
         info = app.screen.query_one("#perf-info", Static)
         text = visible_text(info)
         run = app.screen.run
@@ -162,10 +161,7 @@ async def test_hardware_tab_lists_each_data_parallel_rank(tmp_path, no_gpu):
     run_dir = write_run(tmp_path / "runs/ddp", 6, dtype="bf16", seed=5, world_size=2)
     app = app_on(tmp_path / "runs")
     async with app.run_test(size=(120, 40)) as pilot:
-        app.open_run(run_dir)
-        await pilot.pause()
-        await pilot.press("7")
-        await pilot.pause()
+        await open_tab(app, pilot, run_dir, "7")
         text = visible_text(app.screen.query_one("#hardware-info", Static))
         run = app.screen.run
         from grpo_studio.engine.contract.metrics import fmt
