@@ -11,9 +11,11 @@ source, which reward functions receive as keyword arguments.
                    (-1 = auto: 200 for builtin:arith, none for other data; `eval_size(data)`)
 
 `prompt_text(row, data, tokenizer)` renders a row's prompt for the model: text prompts as is;
-conversational prompts through data.chat_template ("auto" = the tokenizer's template; "plain"
-= the contents joined by blank lines; or a Jinja template string / .jinja file).
-`encode_prompts` tokenizes rendered prompts as the trainer feeds them to the sampler.
+conversational prompts through data.chat_template ("auto" = the tokenizer's template, which text
+prompts go through too as one user turn; "plain" = the contents joined by blank lines; "none" = text
+prompts as they are; or a Jinja template string / .jinja file).
+`encode_prompts` tokenizes rendered prompts as the trainer feeds them to the sampler, and
+`check_prompt_lengths` refuses a too-short rollout.max_prompt_len before the first step.
 `PromptStream` walks the rows in a seeded order with a cursor that checkpoints save; `mix_seed`
 derives every per-epoch, per-step and per-prompt seed from a run's seed.
 """
@@ -151,12 +153,17 @@ def _prompt_column(data: DataConfig, rows: list[dict]) -> str:
     raise _err("prompt_column", data.prompt_column, f"no such column in {data.source}; columns: {_columns(rows[0])}")
 
 
+SYSTEM_CHOICES = ("auto", "default", "none")  # data.system_prompt's named values; any other text is the prompt
+
+
 def system_prompt(data: DataConfig, gsm8k: bool) -> str:
+    """The system message the loader adds, "" for none: 'auto' = the reasoning prompt for GSM8K-format data;
+    'default' (or "") and 'none' add none ('none' also keeps the template's own default out, at render time)."""
     from grpo_studio.engine.rewards.builtin import SYSTEM_PROMPT
 
     if data.system_prompt == "auto":
         return SYSTEM_PROMPT if gsm8k else ""
-    return data.system_prompt
+    return "" if data.system_prompt in SYSTEM_CHOICES else data.system_prompt
 
 
 def normalize(rows: list[dict], data: DataConfig) -> list[dict]:
@@ -256,17 +263,17 @@ def _check_eval_size(data: DataConfig, n_rows: int) -> None:
 def _template(data: DataConfig) -> str | None:
     """The Jinja template named by data.chat_template, or None for auto/plain."""
     value = data.chat_template
-    if value in ("auto", "plain"):
+    if value in ("auto", "plain", "none"):
         return None
     if value.endswith((".jinja", ".j2", ".jinja2")) and "{" not in value:
         with user_path("data.chat_template", value):
             path = Path(value).expanduser()
             if not path.is_file():
-                raise _err("chat_template", value, "file not found; allowed: auto, plain, a Jinja template string "
-                                                   "or a .jinja file")
+                raise _err("chat_template", value, "file not found; allowed: auto, plain, none, a Jinja template "
+                                                   "string or a .jinja file")
             return path.read_bytes().decode("utf-8")
     if "{" not in value:
-        raise _err("chat_template", value, "allowed: auto, plain, a Jinja template string or a .jinja file")
+        raise _err("chat_template", value, "allowed: auto, plain, none, a Jinja template string or a .jinja file")
     return value
 
 
@@ -275,15 +282,37 @@ def plain(messages: list[dict]) -> str:
     return "\n\n".join(str(m["content"]).strip() for m in messages) + "\n"
 
 
+def _render(tokenizer, messages: list[dict], **kwargs) -> str:
+    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **kwargs)
+
+
+def _without_default_system(tokenizer, messages: list, kwargs: dict) -> list:
+    """data.system_prompt = 'none': messages with no system turn, rendered with the least system text. Some
+    templates (SmolLM2's, Qwen2.5's) add a default system prompt when none is given; an empty system turn
+    keeps it out."""
+    if messages and messages[0].get("role") == "system":
+        return messages
+    empty = [{"role": "system", "content": ""}, *messages]
+    return empty if len(_render(tokenizer, empty, **kwargs)) < len(_render(tokenizer, messages, **kwargs)) else messages
+
+
 def prompt_text(row: dict, data: DataConfig, tokenizer=None) -> str:
-    """The prompt string the model sees."""
+    """The prompt string the model sees. With data.chat_template = 'auto' and a tokenizer that has a chat
+    template, every prompt renders through it with the generation prompt: a text prompt as one user turn
+    ('none' keeps text prompts as they are, as TRL does)."""
     prompt = row["prompt"] if "prompt" in row else row[data.prompt_column]
+    has_own = tokenizer is not None and getattr(tokenizer, "chat_template", None)
     if not is_conversational(prompt):
-        return str(prompt)
+        if data.chat_template in ("plain", "none") or data.chat_template == "auto" and not has_own:
+            return str(prompt)
+        prompt = [{"role": "user", "content": str(prompt)}]
+    if data.chat_template == "none":
+        raise _err("chat_template", "none", f"{data.source} is conversational (column {data.prompt_column!r} holds "
+                                            f"messages) and 'none' sends text prompts as they are; allowed: auto, "
+                                            f"plain, a Jinja template string or a .jinja file")
     template = _template(data)
     if data.chat_template == "plain":
         return plain(prompt)
-    has_own = tokenizer is not None and getattr(tokenizer, "chat_template", None)
     if template is None and not has_own:
         if not isinstance(prompt, BuiltMessages):
             name = getattr(tokenizer, "name_or_path", None) or "the model"
@@ -294,15 +323,34 @@ def prompt_text(row: dict, data: DataConfig, tokenizer=None) -> str:
         return plain(prompt)  # prompts we built from text (GSM8K + system prompt): plain is fine
     kwargs = {"chat_template": template} if template else {}
     try:
-        return tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True, **kwargs)
+        if data.system_prompt == "none":
+            prompt = _without_default_system(tokenizer, prompt, kwargs)
+        return _render(tokenizer, prompt, **kwargs)
     except Exception as err:  # a Jinja syntax error, an undefined variable, raise_exception() in the template
         raise _err("chat_template", data.chat_template, f"rendering a prompt failed ({describe(err)})") from None
 
 
 def encode_prompts(tokenizer, texts: list[str], max_len: int) -> list[list[int]]:
-    """Token ids of rendered prompts, no special tokens added (the template has them), keeping the
-    last max_len (rollout.max_prompt_len) of each."""
-    return [tokenizer.encode(t, add_special_tokens=False)[-max_len:] for t in texts]
+    """Token ids of rendered prompts, no special tokens added (the template has them). A prompt longer than
+    max_len (rollout.max_prompt_len) is refused: cutting either end would lose the template's head or the
+    generation prompt. `check_prompt_lengths` finds the longest before the first step."""
+    ids = [tokenizer.encode(t, add_special_tokens=False) for t in texts]
+    longest = max(map(len, ids), default=0)
+    if longest > max_len:
+        raise UserError(f"a prompt renders to {longest} tokens; allowed: at least {longest}, or shorter prompts",
+                        key="rollout.max_prompt_len", value=max_len)
+    return ids
+
+
+def check_prompt_lengths(rows: list[dict], data: DataConfig, tokenizer, max_len: int) -> int:
+    """The longest rendered prompt of `rows` in tokens, refused in one line when over max_len."""
+    texts = [prompt_text(row, data, tokenizer) for row in rows]
+    lengths = [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]] if texts else [0]
+    longest = max(lengths)
+    if longest > max_len:
+        raise UserError(f"the longest prompt of the dataset renders to {longest} tokens; allowed: at least "
+                        f"{longest}, or shorter prompts", key="rollout.max_prompt_len", value=max_len)
+    return longest
 
 
 def mix_seed(seed: int, k: int) -> int:

@@ -19,9 +19,10 @@ from pathlib import Path
 
 import torch
 
-from grpo_studio.engine.contract import bundled
+from grpo_studio.engine import gguf_cache
+from grpo_studio.engine.contract import bundled, packaged
 from grpo_studio.engine.contract.config import Config
-from grpo_studio.engine.contract.errors import UserError, describe, user_path
+from grpo_studio.engine.contract.errors import UserError, describe, did_you_mean, user_path
 from grpo_studio.engine.precision import torch_dtype
 
 # bitsandbytes (which peft imports) warns at import on CPUs with AVX512-BF16 that an optional kernel
@@ -30,12 +31,19 @@ logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)
 
 
 def resolve_model_path(name: str) -> str:
-    """A preset id, a local folder with config.json, or a hub id already in the local HF cache."""
+    """A preset id, a packaged model or .gguf file (as its cached HF folder), a local folder with config.json,
+    or a hub id already in the local HF cache."""
     with user_path("model.name", name):  # a name too long, a NUL byte, an unreadable folder
         preset = bundled.bundled_model(name)
         if preset is not None:
             return str(preset)
         local = Path(name).expanduser()
+        if name in packaged.PACKAGED or packaged.is_gguf(name):  # converted once, then a cached HF folder
+            if not packaged.is_gguf(name):
+                local = packaged.gguf_file(name)
+            elif not local.is_file():
+                raise UserError("file not found", key="model.name", value=name)
+            return str(gguf_cache.hf_folder(local, name))
         if local.is_dir():
             if (local / "config.json").is_file():
                 return str(local)
@@ -50,9 +58,10 @@ def resolve_model_path(name: str) -> str:
                 raise UserError("not in the local Hugging Face cache and this machine is offline; download it "
                                 "first or give a local folder", key="model.name", value=name) from None
             return name
-    presets = ", ".join(p.name for p in bundled.MODELS.iterdir() if (p / "config.json").is_file())
-    raise UserError(f"not a bundled model ({presets}), a local folder with config.json, or a hub id like "
-                    f"'Qwen/Qwen3-0.6B'", key="model.name", value=name)
+    named = [p.name for p in bundled.MODELS.iterdir() if (p / "config.json").is_file()] + list(packaged.PACKAGED)
+    raise UserError(f"not a bundled or packaged model ({', '.join(named)}), a local folder with config.json, a "
+                    f".gguf file, or a hub id like 'Qwen/Qwen3-0.6B'{did_you_mean(name, named)}", key="model.name",
+                    value=name)
 
 
 def _online() -> bool:

@@ -61,7 +61,10 @@ class Trainer:
                                          f"for a Hugging Face dataset")
         self.model_path = policy_loader.resolve_model_path(cfg.model.name)
         self.tokenizer = policy_loader.load_tokenizer(self.model_path)
-        data.prompt_text(self.prompts.rows[0], cfg.data, self.tokenizer)  # a broken chat template fails here
+        # every prompt rendered and measured before weights load: a broken template or a too-short
+        # rollout.max_prompt_len fails here, in one line
+        data.check_prompt_lengths(self.prompts.rows + self.eval_rows, cfg.data, self.tokenizer,
+                                  cfg.rollout.max_prompt_len)
         self.device = policy_loader.device()
         self.precision = precision.resolve(cfg)  # the one precision decision, handed to every consumer
         self.policy = self.dist.wrap(policy_loader.load_policy(cfg, self.model_path, self.precision).to(self.device),

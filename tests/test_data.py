@@ -4,6 +4,7 @@ datasets offline, chat templates; and a GSM8K-format file training on the bundle
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -137,9 +138,14 @@ def test_prompt_rendering(tmp_path, tokenizer):
     assert data.prompt_text(row, cfg_for(gsm, "data.chat_template=plain"), tokenizer).startswith("Respond in")
     given = cfg_for(gsm, "data.chat_template={% for m in messages %}{{ m.content | upper }}|{% endfor %}")
     assert data.prompt_text(row, given, tokenizer).endswith("|WHAT IS 6 * 7?|")
-    # text prompts stay text (as in TRL)
+    # a text prompt is one user turn under the tokenizer's template; 'none' keeps it as it is (TRL's way)
     arith = load("tiny-arith").data
-    assert data.prompt_text(data.load_rows(arith, "train")[0], arith, tokenizer) == "0+0="
+    first = data.load_rows(arith, "train")[0]
+    assert data.prompt_text(first, arith, tokenizer) == "<user>0+0=<assistant>"
+    assert data.prompt_text(first, dataclasses.replace(arith, chat_template="none"), tokenizer) == "0+0="
+    assert data.prompt_text(first, dataclasses.replace(arith, chat_template="plain"), tokenizer) == "0+0="
+    tokenizer.chat_template = None
+    assert data.prompt_text(first, arith, tokenizer) == "0+0="  # no template: text as it is
 
 
 def test_conversational_data_without_a_template_is_a_clear_error(tmp_path, tokenizer):
@@ -178,12 +184,16 @@ def test_gsm8k_file_trains_with_the_gsm8k_reward_set(tmp_path, request):
     assert not [e for e in events if e["event"] == "reward_error"]
 
 
-def test_encode_prompts_adds_no_special_tokens_and_keeps_the_tail():
+def test_encode_prompts_adds_no_special_tokens_and_refuses_a_longer_prompt():
     class Tok:  # one id per character, plus a BOS that add_special_tokens=True would add
         def encode(self, text, add_special_tokens=True):
             return ([1] if add_special_tokens else []) + [ord(c) for c in text]
 
-    assert data.encode_prompts(Tok(), ["abcd", "xy"], 3) == [[98, 99, 100], [120, 121]]
+    assert data.encode_prompts(Tok(), ["abcd", "xy"], 4) == [[97, 98, 99, 100], [120, 121]]
+    with pytest.raises(UserError) as err:  # cutting either end would lose the template's head or its tail
+        data.encode_prompts(Tok(), ["abcd", "xy"], 3)
+    assert str(err.value) == ("config error: rollout.max_prompt_len = 3: a prompt renders to 4 tokens; allowed: "
+                              "at least 4, or shorter prompts")
 
 
 def test_mix_seed_and_the_prompt_stream_order():

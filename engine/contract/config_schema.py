@@ -62,7 +62,7 @@ class RolloutConfig:
                                                                      "(hf for a 4-bit base: model.load_in_4bit)")
     dtype: str = opt("", choices=["", *DTYPES], help="empty = model.dtype")
     num_generations: int = opt(8, lo=2, hi=MAX_GENERATIONS, help="G completions per prompt")
-    max_prompt_len: int = opt(64, lo=1, hi=MAX_TOKENS, help="prompt tokens kept (the end of a longer prompt)")
+    max_prompt_len: int = opt(64, lo=1, hi=MAX_TOKENS, help="longest rendered prompt in tokens (a longer one is refused)")
     max_completion_len: int = opt(16, lo=1, hi=MAX_TOKENS, help="most tokens sampled per completion")
     temperature: float = opt(1.0, lo=0, lo_open=True, help="sampling temperature; the trainer's log-probs use the same")
     top_p: float = opt(1.0, lo=0, hi=1.0, lo_open=True, help="nucleus sampling; 1 = off")
@@ -173,8 +173,10 @@ class DataConfig:
     split: str = opt("train", help="HF dataset split used for training")
     subset: str = opt("", help="HF dataset config name, e.g. 'main' for openai/gsm8k")
     eval_split: str = opt("", help="HF split for evaluation; empty = a seeded held-out slice of eval_size rows")
-    system_prompt: str = opt("auto", help="'auto' = the reasoning prompt for GSM8K-format data, '' = none")
-    chat_template: str = opt("auto", help="auto (the tokenizer's) | plain | a Jinja template or .jinja file")
+    system_prompt: str = opt("auto", help="auto (the reasoning prompt for GSM8K-format data, else default) | "
+                                          "default (the template's own) | none | the text of a system prompt")
+    chat_template: str = opt("auto", help="auto (the tokenizer's, text prompts as a user turn) | plain | none "
+                                          "(text prompts as they are) | a Jinja template or .jinja file")
 
 
 @dataclass
