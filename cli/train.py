@@ -28,6 +28,9 @@ class PlainProgress:
     def warn(self, message: str) -> None:
         print(f"warning: {message}", file=self.stream, flush=True)
 
+    def note(self, message: str) -> None:
+        print(message, file=self.stream, flush=True)
+
     def update(self, row: dict) -> None:
         step = row[metrics.STEP]
         eta = (time.time() - self.start) / max(step, 1) * (self.total - step)
@@ -55,6 +58,9 @@ class RichProgress(PlainProgress):
 
     def warn(self, message: str) -> None:
         self.bar.console.print(f"[yellow]warning:[/] {message}")
+
+    def note(self, message: str) -> None:
+        self.bar.console.print(message, markup=False)
 
     def update(self, row: dict) -> None:
         self.bar.update(self.task, completed=row[metrics.STEP], reward=f"{row.get(metrics.REWARD, float('nan')):.3f}",

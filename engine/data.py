@@ -8,7 +8,7 @@ source, which reward functions receive as keyword arguments.
                    prompt = [system: the reasoning prompt, user: question], answer = "72"
     column mapping data.prompt_column / data.answer_column name the source columns
     eval split     data.eval_split (a HF split) or a seeded held-out slice of data.eval_size rows
-                   (-1 = auto: 200 for builtin:arith, none for other data; `eval_size(data)`)
+                   (-1 = auto: 200 for a built-in task, none for other data; `eval_size(data)`)
 
 `prompt_text(row, data, tokenizer)` renders a row's prompt for the model: text prompts as is;
 conversational prompts through data.chat_template ("auto" = the tokenizer's template, which text
@@ -27,13 +27,14 @@ import json
 import random
 from pathlib import Path
 
-from grpo_studio.engine import arith
+from grpo_studio.engine import arith, tasks
 from grpo_studio.engine.contract.config import DataConfig
-from grpo_studio.engine.contract.errors import UserError, describe, user_path
+from grpo_studio.engine.contract.errors import UserError, describe, did_you_mean, user_path
 
 EVAL_SEED = 1234
 FILE_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet")
-ARITH_EVAL_SIZE = 200  # builtin:arith's held-out pairs under data.eval_size = -1 (auto)
+ARITH_EVAL_SIZE = 200  # a built-in task's held-out rows under data.eval_size = -1 (auto)
+BUILTIN = ["builtin:arith", *tasks.TASKS]
 
 _cache: dict[tuple, list[dict]] = {}
 
@@ -112,8 +113,13 @@ def _source_rows(data: DataConfig, split_name: str) -> list[dict]:
             if key not in _cache:
                 _cache[key] = _read_file(path, data.source)
             return _cache[key]
+    if data.source in tasks.TASKS:
+        if data.source not in _cache:
+            _cache[data.source] = tasks.TASKS[data.source]()
+        return _cache[data.source]
     if data.source.startswith("builtin:"):
-        raise _err("source", data.source, "unknown built-in task; allowed: builtin:arith")
+        raise _err("source", data.source, f"unknown built-in task; allowed: {', '.join(BUILTIN)}"
+                                          f"{did_you_mean(data.source, BUILTIN)}")
     key = (data.source, data.subset, split_name)
     if key not in _cache:
         _cache[key] = _read_hub(data, split_name)
@@ -198,10 +204,10 @@ def normalize(rows: list[dict], data: DataConfig) -> list[dict]:
 
 def eval_size(data: DataConfig) -> int:
     """Rows held out for evaluation: data.eval_size, or for -1 (auto) the bundled recipe's 200 held-out
-    builtin:arith rows and none of a user's data (as TRL, which holds out nothing unless asked)."""
+    built-in task's rows and none of a user's data (as TRL, which holds out nothing unless asked)."""
     if data.eval_size >= 0:
         return data.eval_size
-    return ARITH_EVAL_SIZE if data.source == "builtin:arith" else 0
+    return ARITH_EVAL_SIZE if data.source in BUILTIN else 0
 
 
 def split_summary(data: DataConfig, train: list[dict], evals: list[dict]) -> str:

