@@ -5,7 +5,7 @@ VENV ?= .venv
 export VLLM_CPU_KVCACHE_SPACE ?= 1
 export HF_HUB_OFFLINE ?= 1
 
-.PHONY: setup studio test train screenshots mutation
+.PHONY: setup studio test train screenshots mutation gpu-check
 setup:
 	@scripts/setup.sh
 
@@ -26,3 +26,8 @@ screenshots: setup
 # Score and surviving mutants: .mutation/report.md (about 15 minutes on 2 cores).
 mutation: setup
 	$(VENV)/bin/python scripts/mutation.py
+
+# On a CUDA box: vLLM CUDA, the Triton log-prob kernel, fp8, the fp16 scaler and the VRAM estimate, on the real
+# model (SmolLM2-135M-Instruct), one table (scripts/gpu_check.py). Without a GPU it says so in one line.
+gpu-check: setup
+	$(VENV)/bin/python scripts/gpu_check.py

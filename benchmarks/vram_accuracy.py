@@ -1,6 +1,7 @@
 """`grpo-studio bench vram-accuracy`: the accurate-mode estimate against real training steps.
 
-For each configuration a tiny model is built from a transformers config (Llama, Qwen3, Gemma3),
+For each configuration a tiny model is built from a transformers config (Llama, Qwen3, Gemma3), or the
+real packaged SmolLM2-135M-Instruct is taken (random token ids below 4,096 are its real tokens too),
 loaded through the engine (engine/policy_loader.py), and one GRPO-shaped step runs through the engine's
 own log-prob path (engine/logprobs.py), a policy-gradient loss, backward and AdamW. Measured:
 
@@ -65,10 +66,25 @@ CASES = [
     Case("llama full ddp x2", "llama", lora_rank=0, world=2),
     Case("qwen3 lora fsdp x2", "qwen3", world=2, parallel="fsdp"),
     Case("llama full fsdp x2", "llama", lora_rank=0, world=2, parallel="fsdp"),
+    Case("smollm2-135m lora r16", "smollm2-135m-instruct", lora_rank=16),  # the real packaged model
+    Case("smollm2-135m full FT", "smollm2-135m-instruct", lora_rank=0),
 ]
 PROMPT, PROMPTS_PER_STEP = 29, 2      # odd lengths keep activation shapes apart from weight shapes
 ARCH = dict(hidden_size=256, intermediate_size=704, num_hidden_layers=4, num_attention_heads=4,
             num_key_value_heads=2, head_dim=64, vocab_size=4096)
+
+
+def _folder(family: str) -> str:
+    """A real packaged model by name (engine/contract/packaged.py), or a tiny model of `family` built from
+    a transformers config."""
+    from grpo_studio.engine.contract.packaged import PACKAGED
+    from grpo_studio.engine.policy_loader import resolve_model_path
+
+    if family in PACKAGED:
+        return resolve_model_path(family)
+    folder = tempfile.mkdtemp(prefix=f"vram-{family}-")
+    _build(family, folder)
+    return folder
 
 
 def _build(family: str, folder: str) -> None:
@@ -404,8 +420,7 @@ def run(cases=CASES) -> list[dict]:
     results, folders = [], {}
     for case in cases:
         if case.family not in folders:
-            folders[case.family] = tempfile.mkdtemp(prefix=f"vram-{case.family}-")
-            _build(case.family, folders[case.family])
+            folders[case.family] = _folder(case.family)
         meas = (measure_ranks if case.world > 1 else measure)(case, folders[case.family])
         est = estimate(case, folders[case.family], device)
         rows = [k for k in ROWS if k in meas]   # fsdp measures weights and state, not activations or logits

@@ -122,11 +122,16 @@ def test_a_too_short_max_prompt_len_is_one_line_before_weights_load(tmp_path, to
     assert longest > 40  # the template's head counts
 
 
-def test_model_names_that_cannot_load_are_one_line(monkeypatch):
+def test_a_gguf_path_loads_as_the_name_does_and_bad_names_are_one_line(monkeypatch, path, tmp_path):
+    from grpo_studio.engine.contract import packaged
+
+    assert resolve_model_path(str(packaged.gguf_file(NAME))) == path  # the same file: the same cached folder
+    with pytest.raises(UserError) as err:
+        resolve_model_path(str(tmp_path / "nope.gguf"))
+    assert str(err.value) == f"config error: model.name = '{tmp_path}/nope.gguf': file not found"
     with pytest.raises(UserError) as err:
         resolve_model_path("smollm2-135m-instrct")
     assert str(err.value).endswith("(did you mean 'smollm2-135m-instruct'?)")
-    from grpo_studio.engine.contract import packaged
 
     monkeypatch.setitem(packaged.PACKAGED, NAME, dataclasses.replace(packaged.PACKAGED[NAME], module="no_such_wheel"))
     with pytest.raises(UserError) as err:
@@ -220,3 +225,11 @@ async def test_the_samples_view_shows_the_prompt_as_rendered(tmp_path, tok, monk
         table.focus()
         await pilot.press("down")
         await wait_until(pilot, lambda: samples[0]["prompt"] in str(detail.render()), timeout=30)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU `make gpu-check` runs the checks")
+def test_gpu_check_says_in_one_line_that_there_is_no_gpu():
+    proc = subprocess.run([sys.executable, "scripts/gpu_check.py"], capture_output=True, text=True, timeout=120,
+                          cwd=os.path.dirname(os.path.dirname(__file__)))
+    assert proc.returncode == 0 and proc.stdout == ("gpu-check: no CUDA GPU on this machine (torch.cuda.is_available()"
+                                                    " is False); nothing to check\n")
