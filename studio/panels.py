@@ -63,6 +63,7 @@ LOSS_NOTE = "≈0 by design: ratio 1, zero-mean advantages; gradient ≠ 0"
 
 PANELS = {p.id: p for p in [
     Panel("reward", "reward", [metrics.REWARD], rewards=True),
+    Panel("eval", "held-out accuracy (step 0: before training)", [metrics.EVAL_ACCURACY]),
     Panel("k3", "KL k3", [metrics.K3]),
     Panel("loss", "loss", [metrics.LOSS], note=LOSS_NOTE),
     Panel("grad_norm", "grad norm", ["grad_norm"]),

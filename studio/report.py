@@ -11,7 +11,7 @@ from grpo_studio.studio.charts import ema
 from grpo_studio.studio.panels import PANELS, histogram_bars, histogram_title
 from grpo_studio.studio.rundata import RunData
 
-REPORT_PANELS = ["reward", "k3", "loss", "grad_norm", "entropy", "dp_max", "is", "length", "step_time", "tok_s",
+REPORT_PANELS = ["reward", "eval", "k3", "loss", "grad_norm", "entropy", "dp_max", "is", "length", "step_time", "tok_s",
                  "memory", "loss_scale", "kl_ref"]
 
 
@@ -27,7 +27,8 @@ def _figure(run: RunData, pid: str, out: Path) -> Path | None:
         return None
     fig, ax = plt.subplots(figsize=(6.4, 3.6), dpi=100)
     for line in lines:
-        ax.plot(line.xs, line.ys, label=line.label, linewidth=1.6 if line.label == "smoothed" else 1.0)
+        ax.plot(line.xs, line.ys, label=line.label, linewidth=1.6 if line.label == "smoothed" else 1.0,
+                marker="o" if len(line.xs) <= 12 else None)  # a sparse series (eval every N steps) shows its points
     if panel.log:
         ax.set_yscale("log")
     ax.set_title(panel.title)

@@ -30,6 +30,7 @@ class RunData:
         self.total_steps: int | None = None
         self.last_state_event = ""
         self.start_time: float | None = None
+        self.eval_before: float | None = None  # eval/accuracy of the starting weights (the step-0 `eval` event)
         self.version = 0
         self._reported: dict[str, int] = {}  # skipped lines already reported, per file
         self.config: dict = {}
@@ -91,6 +92,8 @@ class RunData:
             kind = event["event"]
             if kind in rundir.STATE_EVENTS:
                 self.last_state_event = kind
+            if kind == "eval" and event.get("step") == 0:
+                self.eval_before = rundir.as_number(event.get("accuracy"))
             if kind == "started":
                 total = event.get("total_steps")
                 self.total_steps = total if isinstance(total, int) and total > 0 else self.total_steps
@@ -145,10 +148,11 @@ class RunData:
         return rundir.state_of(self.dir, self.last_state_event)
 
     def series(self, key: str) -> tuple[list[int], list[float]]:
+        """(steps, values) of one metric; eval/accuracy starts at step 0 with the starting weights' score."""
         col = self.columns.get(key)
         if not col:
             return [], []
-        xs, ys = [], []
+        xs, ys = ([0], [self.eval_before]) if key == metrics.EVAL_ACCURACY and self.eval_before is not None else ([], [])
         for s, v in zip(self.steps, col):
             if v is not None:
                 xs.append(s)

@@ -194,10 +194,14 @@ def test_rundata_reads_a_real_run_column_for_column(trained_runs):
         keys = {k for r in rows for k in r} - {"step", "time"}
         assert set(run.columns) == keys
         assert "eval/accuracy" in keys and (dtype == "fp16") == ("precision/loss_scale" in keys)
+        events = [json.loads(line) for line in (trained_runs[dtype] / rundir.EVENTS).read_text().splitlines()]
+        (before,) = [e["accuracy"] for e in events if e["event"] == "eval" and e["step"] == 0]
         for key in keys:
             present = [r for r in rows if r.get(key) is not None]
-            assert run.series(key) == ([r["step"] for r in present], [r[key] for r in present]), key
-        assert run.series("eval/accuracy")[0] == [2, 4]  # train.eval_every = 2
+            start = ([0], [before]) if key == "eval/accuracy" else ([], [])  # the starting weights' score
+            assert run.series(key) == (start[0] + [r["step"] for r in present],
+                                       start[1] + [r[key] for r in present]), key
+        assert run.series("eval/accuracy")[0] == [0, 2, 4]  # before training, then train.eval_every = 2
         assert (run.state(), run.total_steps, run.dtype()) == ("finished", TRAINED_STEPS, f"{dtype}/{dtype}")
         assert run.reward_funcs() == ["correctness", "format"]
 
@@ -276,3 +280,22 @@ def test_log_chart_keeps_fp32_scale_mismatch():
 
     assert log10([1e-13, 1e-14]) == [-13.0, -14.0]
     assert log10([0.0]) == [-18.0]
+
+
+def test_eval_accuracy_starts_at_step_0_with_the_before_training_event(tmp_path):
+    from grpo_studio.studio import report
+
+    run_dir = write_run(tmp_path / "r", 20)
+    rows = [json.loads(line) for line in (run_dir / rundir.METRICS).read_text().splitlines()]
+    for row in rows:
+        row.pop(metrics.EVAL_ACCURACY, None)
+    rows[9][metrics.EVAL_ACCURACY], rows[19][metrics.EVAL_ACCURACY] = 0.5, 0.75
+    (run_dir / rundir.METRICS).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with (run_dir / rundir.EVENTS).open("a") as fh:
+        fh.write(json.dumps({"time": 1.0, "event": "eval", "message": "before", "step": 0, "accuracy": 0.125}) + "\n")
+    run = RunData(run_dir)
+    run.drain()
+    assert run.series(metrics.EVAL_ACCURACY) == ([0, 10, 20], [0.125, 0.5, 0.75])
+    assert run.series(metrics.REWARD)[0][0] == 1  # only eval/accuracy has a step 0
+    out = report.export(run_dir)
+    assert (out / "eval.png").stat().st_size > 0 and 'alt="eval"' in (out / "index.html").read_text()
