@@ -233,3 +233,15 @@ def test_gpu_check_says_in_one_line_that_there_is_no_gpu():
                           cwd=os.path.dirname(os.path.dirname(__file__)))
     assert proc.returncode == 0 and proc.stdout == ("gpu-check: no CUDA GPU on this machine (torch.cuda.is_available()"
                                                     " is False); nothing to check\n")
+
+
+@pytest.mark.parametrize("recipe", ["chat-arith", "word-problems"])
+def test_the_chat_recipes_load_with_their_rewards_and_fit_their_prompts(recipe, tok):
+    from grpo_studio.engine import rewards
+
+    cfg = load(recipe)
+    assert cfg.model.name == NAME and [n for n, _ in rewards.build(cfg.rewards)] == cfg.rewards.funcs
+    rows = data.load_rows(cfg.data, "train") + data.load_rows(cfg.data, "eval")
+    assert len(data.load_rows(cfg.data, "eval")) == 200
+    longest = data.check_prompt_lengths(rows, cfg.data, tok, cfg.rollout.max_prompt_len)
+    assert 40 < longest <= cfg.rollout.max_prompt_len  # every prompt fits, the template's head counted
