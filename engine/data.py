@@ -10,9 +10,9 @@ source, which reward functions receive as keyword arguments.
     eval split     data.eval_split (a HF split) or a seeded held-out slice of data.eval_size rows
                    (-1 = auto: 200 for a built-in task, none for other data; `eval_size(data)`)
 
-`prompt_text(row, data, tokenizer)` renders a row's prompt for the model: text prompts as is;
-conversational prompts through data.chat_template ("auto" = the tokenizer's template, which text
-prompts go through too as one user turn; "plain" = the contents joined by blank lines; "none" = text
+`prompt_text(row, data, tokenizer)` renders a row's prompt for the model through data.chat_template
+("auto" = the tokenizer's template with the generation prompt, a text prompt as one user turn; a
+tokenizer without one takes text prompts as they are; "plain" = the contents joined by blank lines; "none" = text
 prompts as they are; or a Jinja template string / .jinja file).
 `encode_prompts` tokenizes rendered prompts as the trainer feeds them to the sampler, and
 `check_prompt_lengths` refuses a too-short rollout.max_prompt_len before the first step.
@@ -33,7 +33,7 @@ from grpo_studio.engine.contract.errors import UserError, describe, did_you_mean
 
 EVAL_SEED = 1234
 FILE_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet")
-ARITH_EVAL_SIZE = 200  # a built-in task's held-out rows under data.eval_size = -1 (auto)
+BUILTIN_EVAL_SIZE = 200  # a built-in task's held-out rows under data.eval_size = -1 (auto)
 BUILTIN = ["builtin:arith", *tasks.TASKS]
 
 _cache: dict[tuple, list[dict]] = {}
@@ -207,7 +207,7 @@ def eval_size(data: DataConfig) -> int:
     built-in task's rows and none of a user's data (as TRL, which holds out nothing unless asked)."""
     if data.eval_size >= 0:
         return data.eval_size
-    return ARITH_EVAL_SIZE if data.source in BUILTIN else 0
+    return BUILTIN_EVAL_SIZE if data.source in BUILTIN else 0
 
 
 def split_summary(data: DataConfig, train: list[dict], evals: list[dict]) -> str:
