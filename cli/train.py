@@ -72,8 +72,9 @@ class RichProgress(PlainProgress):
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_recipe(parser)
-    parser.add_argument("--run-dir", type=Path)
-    parser.add_argument("--resume", type=Path, metavar="DIR", help="continue the run in DIR from its last checkpoint")
+    parser.add_argument("--run-dir", metavar="DIR", help="a new or empty directory for the run (default: a new one "
+                                                         f"under {RUNS}/)")
+    parser.add_argument("--resume", metavar="DIR", help="continue the run in DIR from its last checkpoint")
     parser.add_argument("--force", action="store_true",
                         help="launch even when the pre-flight check says the run will not fit the free memory")
     parser.add_argument("--nproc", type=int, default=1, metavar="N",
@@ -99,26 +100,49 @@ def usable_run_dir(run_dir: Path, flag: str) -> None:
         raise UserError(f"{doing}: {'it is a file' if is_file else 'not writable'}", key=flag, value=str(run_dir))
 
 
+def given_dir(value: str, flag: str, allowed: str) -> Path:
+    """A directory flag's value as a path; empty or blank is refused (Path("") would be the current directory)."""
+    if not value.strip():
+        raise UserError(f"empty; allowed: {allowed}", key=flag, value=value)
+    return Path(value)
+
+
+def check_free(run_dir: Path, resume: bool) -> None:
+    """Before anything loads: a run directory a live trainer holds is refused (RunLock), and so is a new run
+    (no --resume) into one that already holds a run. The trainer checks again as it takes the lock."""
+    flag = "--resume" if resume else "--run-dir"
+    with user_path(flag, str(run_dir), "cannot use it as the run directory"):
+        holder = rundir.lock_holder(run_dir)
+        if holder is None and not resume:
+            rundir.refuse_held_run(run_dir)
+    if holder is not None:
+        raise rundir.in_use(run_dir, holder)
+
+
 def run(args: argparse.Namespace) -> int:
-    if args.resume:
-        with user_path("--resume", str(args.resume)):
-            is_run = (args.resume / CONFIG).is_file()
+    if args.resume is not None:
+        resume = given_dir(args.resume, "--resume", "a run directory")
+        with user_path("--resume", str(resume)):
+            is_run = (resume / CONFIG).is_file()
         if not is_run:
-            raise UserError(f"--resume {str(args.resume)!r}: no {CONFIG} there (not a run directory)")
-        cfg = config.load(str(args.resume / CONFIG), args.sets)
-        run_dir = args.resume
+            raise UserError(f"--resume {str(resume)!r}: no {CONFIG} there (not a run directory)")
+        cfg = config.load(str(resume / CONFIG), args.sets)
+        run_dir = resume
     else:
+        run_dir = None if args.run_dir is None else given_dir(
+            args.run_dir, "--run-dir", f"a new or empty directory, or no --run-dir for a new one under {RUNS}/")
         cfg = config.load(args.recipe, args.sets)
-        run_dir = args.run_dir or default_run_dir(args.recipe)
-    if not args.in_process:
+        run_dir = run_dir or default_run_dir(args.recipe)
+    if not args.in_process:  # the trainer process (each rank under torchrun) checks as it takes the lock
         check_launch(cfg, args.nproc, args.devices)
+        check_free(run_dir, args.resume is not None)
         preflight_check(cfg, args.force, args.nproc)  # before the run directory exists: a refused run leaves nothing behind
-    usable_run_dir(run_dir, "--resume" if args.resume else "--run-dir")
+    usable_run_dir(run_dir, "--resume" if args.resume is not None else "--run-dir")
     if not args.in_process:
         return supervise(args, run_dir)
     from grpo_studio.engine.trainer import Trainer  # torch loads only once the config is known to be good
 
-    trainer = Trainer(cfg, run_dir, resume=bool(args.resume))
+    trainer = Trainer(cfg, run_dir, resume=args.resume is not None)
     main = trainer.dist.main  # under torchrun, rank 0 reports for all
     progress = None
     if main:
@@ -179,7 +203,7 @@ def supervise(args: argparse.Namespace, run_dir: Path) -> int:
     if args.nproc > 1:  # torch's launcher starts the ranks and stops them all when one fails
         cmd[1:3] = ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={args.nproc}",
                     "-m", "grpo_studio.cli.main"]
-    cmd += ["--resume", str(run_dir)] if args.resume else [args.recipe, "--run-dir", str(run_dir)]
+    cmd += ["--resume", str(run_dir)] if args.resume is not None else [args.recipe, "--run-dir", str(run_dir)]
     for setting in args.sets:
         cmd += ["--set", setting]
     child, pending = None, []

@@ -46,6 +46,16 @@ class Trainer:
         self.cfg, self.resume = cfg, resume
         self.dist = distributed.start(cfg)  # data-parallel ranks (torchrun), or one process
         self.rundir = self.dist.writer(run_dir)  # only rank 0 writes the run directory
+        if self.dist.main:  # the lock before anything loads; a new run refuses a directory that holds one
+            self.rundir.acquire(new_run=not resume)  # refused: RunLock or UserError, nothing written
+        try:
+            self._load(cfg)
+        except BaseException:
+            self.rundir.release()
+            raise
+
+    def _load(self, cfg: Config) -> None:
+        """Everything the run needs, under the lock: user inputs first, then the model, optimizer and sampler."""
         self.stop_requested = False
         torch.manual_seed(cfg.train.seed)
 
@@ -380,7 +390,7 @@ class Trainer:
     # ---- the run ----------------------------------------------------------------------------
     def run(self, progress=None) -> str:
         """Train to train.steps or until asked to stop. Returns 'finished' or 'stopped'."""
-        self.rundir.acquire()
+        self.rundir.acquire()  # held since __init__ (again only if released since)
         try:
             with _stop_on_signals(self):  # from here to the last checkpoint a stop is graceful
                 return self._run(progress)
@@ -447,6 +457,7 @@ class Trainer:
         self.sampler.close()
         self.dist.close()
         self.outlets.close()
+        self.rundir.release()  # a trainer that never ran holds the lock from __init__ until here
 
     def _stop_agreed(self) -> bool:
         """A stop asked of one rank (SIGTERM) stops every rank before the same step."""

@@ -19,6 +19,7 @@ import contextlib
 import json
 import math
 import os
+import shlex
 import signal
 import socket
 import time
@@ -29,6 +30,7 @@ from pathlib import Path
 import psutil
 
 from grpo_studio.engine.contract import metrics as schema
+from grpo_studio.engine.contract.errors import UserError
 
 METRICS = "metrics.jsonl"
 SAMPLES = "samples.jsonl"
@@ -180,39 +182,93 @@ def lock_holder(run_dir: Path) -> Lock | None:
     return lock if lock is not None and stale_reason(lock) is None else None
 
 
+def in_use(run_dir: Path, holder: Lock) -> RunLock:
+    """The refusal of a trainer that finds `run_dir` held by the live trainer `holder`."""
+    where = "" if holder.host == socket.gethostname() else f" on host {holder.host}"
+    return RunLock(f"run error: {Path(run_dir)} is in use by trainer pid {holder.pid}{where}; "
+                   f"stop it or pick another --run-dir")
+
+
+def held_run(run_dir: Path) -> str | None:
+    """The run `run_dir` already holds, as "finished at step 6", or None when a new run may start there.
+    A directory holds a run once a trainer has written its config.toml, a state event, a stream row or a
+    checkpoint; what the studio writes before it launches (setup.toml, stdout.log) and the `info` lines of a
+    trainer that stopped before it started do not count. The lock is not consulted: its holder is
+    `lock_holder`'s question."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        return None
+    kinds = [e["event"] for e in read_events(run_dir) if e["event"] in STATE_EVENTS]
+    checkpoints = run_dir / CHECKPOINTS
+    if not ((run_dir / CONFIG).exists() or kinds or any(_size(run_dir / name) for name in STREAMS)
+            or (checkpoints.is_dir() and any(checkpoints.iterdir()))):
+        return None
+    last = kinds[-1] if kinds else ""
+    state = "crashed" if last == "started" else last or "created"  # started, and nobody holds it: it died
+    row = last_metrics_row(run_dir)
+    step = row[schema.STEP] if row else 0
+    return f"{state} at step {step}" if step or state != "created" else "created, no step yet"
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+def refuse_held_run(run_dir: Path) -> None:
+    """A new run (no --resume) into a directory that already holds one: one UserError line."""
+    held = held_run(run_dir)
+    if held is not None:
+        raise UserError(f"already holds a run ({held}); allowed: --resume {shlex.quote(str(Path(run_dir)))} to "
+                        f"continue it, or a new or empty directory", key="--run-dir", value=str(Path(run_dir)))
+
+
 class RunWriter:
     """Appends the trainer's rows. One per run directory, guarded by trainer.pid."""
 
     def __init__(self, run_dir: Path):
         self.dir = Path(run_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
-        (self.dir / CHECKPOINTS).mkdir(exist_ok=True)
         self._files: dict[str, object] = {}
 
-    def acquire(self) -> None:
+    def acquire(self, new_run: bool = False) -> None:
         """Take trainer.pid. A live trainer's lock is refused (RunLock); a stale one (its process is gone,
-        or its pid now names another process) is taken over with a `stale_lock` event."""
+        or its pid now names another process) is taken over with a `stale_lock` event. `new_run`: a run
+        directory that already holds a run is refused too (UserError, `refuse_held_run`), checked before the
+        lock is taken and again once it is held (a run that ended meanwhile). A refused trainer writes
+        nothing into the directory."""
         me = Lock.of(os.getpid())
         holder = lock_holder(self.dir)
         if holder is not None and (holder.pid, holder.host) != (me.pid, me.host):
-            where = "" if holder.host == me.host else f" on host {holder.host}"
-            raise RunLock(f"run error: {self.dir} is in use by trainer pid {holder.pid}{where}; "
-                          f"stop it or pick another --run-dir")
+            raise in_use(self.dir, holder)
+        if new_run:
+            refuse_held_run(self.dir)
         if holder is not None:
             return  # ours already
         pidfile = self.dir / PIDFILE
-        if pidfile.exists():
+        stale = pidfile.exists()
+        if stale:
             old = read_lock(self.dir)
             pidfile.unlink(missing_ok=True)
-            if old is None:
-                self.event("stale_lock", "took over an unreadable trainer.pid", pid=None)
-            else:
-                self.event("stale_lock", f"took over the stale lock of trainer pid {old.pid}: {stale_reason(old)}",
-                           pid=old.pid)
         try:
             write_lock(self.dir, me)
         except FileExistsError:  # another trainer took it meanwhile: refuse, or take it over if it died too
-            self.acquire()
+            self.acquire(new_run)
+            return
+        if new_run:
+            try:
+                refuse_held_run(self.dir)
+            except BaseException:
+                self.release()
+                raise
+        (self.dir / CHECKPOINTS).mkdir(exist_ok=True)  # once held: a refused trainer creates nothing here
+        if stale and old is None:
+            self.event("stale_lock", "took over an unreadable trainer.pid", pid=None)
+        elif stale:
+            self.event("stale_lock", f"took over the stale lock of trainer pid {old.pid}: {stale_reason(old)}",
+                       pid=old.pid)
 
     def release(self) -> None:
         if read_pid(self.dir) == os.getpid():
@@ -335,7 +391,9 @@ def record_exit(run_dir: Path, pid: int, returncode: int) -> str | None:
     the OOM killer): if its `started` is the run's last state event, append `crashed` naming the exit status
     or signal; remove its lock if it left one. Returns the crashed message, or None if it had said goodbye."""
     lock = read_lock(run_dir)
-    if lock is not None and lock.pid == pid and stale_reason(lock) is not None:
+    if lock is not None and lock.pid == pid:
+        if stale_reason(lock) is None:  # the named trainer lives (a refused trainer under torchrun names the holder)
+            return None
         (Path(run_dir) / PIDFILE).unlink(missing_ok=True)
     events = [e for e in read_events(run_dir) if e["event"] in STATE_EVENTS]
     if not events or events[-1]["event"] != "started" or events[-1].get("pid") != pid:
