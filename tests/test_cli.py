@@ -71,7 +71,8 @@ def test_a_flag_outside_its_choices_is_a_user_error(capsys):
 def test_bare_form_is_the_studio_on_a_recipe(capsys):
     """No command word: `grpo-studio RECIPE --set ...`; the recipe is loaded before any terminal check."""
     assert err_of(capsys, "no-such-recipe") == (
-        2, "config error: recipe 'no-such-recipe' not found: not a .toml file or a preset (presets: tiny-arith)\n")
+        2, "config error: recipe 'no-such-recipe' not found: not a .toml file or a preset (presets: chat-arith, "
+           "tiny-arith, word-problems)\n")
     assert err_of(capsys, "--set", "train.stepz=3") == (
         2, "config error: unknown key 'train.stepz' (did you mean 'train.steps'?)\n")
 

@@ -29,7 +29,8 @@ CASES = [
     (["--set", "rewards.weights=[1.0]"], "config error: rewards.weights = [1.0]: needs 2 values, one per rewards.funcs entry"),
     (["--set", "rewards.funcs=[]"], "config error: rewards.funcs = []: give at least one reward function"),
     (["--set", "x"], "config error: --set 'x': expected section.key=value"),
-    (["nosuch-recipe"], "config error: recipe 'nosuch-recipe' not found: not a .toml file or a preset (presets: tiny-arith)"),
+    (["nosuch-recipe"], "config error: recipe 'nosuch-recipe' not found: not a .toml file or a preset (presets: "
+                       "chat-arith, tiny-arith, word-problems)"),
     (["missing.toml"], "config error: recipe file 'missing.toml' does not exist"),
     (["--set", "model.name=/nonexistent/model"], "config error: model.name = '/nonexistent/model': not a bundled model (tiny-arith), a local folder with config.json, or a hub id like 'Qwen/Qwen3-0.6B'"),
     (["--set", "model.name=someorg/not-cached-model"], "config error: model.name = 'someorg/not-cached-model': not in the local Hugging Face cache and this machine is offline; download it first or give a local folder"),
