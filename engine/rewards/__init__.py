@@ -6,20 +6,25 @@
 `score` never lets a reward function stop training: an exception, a wrong-length or non-list
 result, NaN/inf or a non-number, or a call that outlives rewards.timeout_s turns the affected
 samples into None (NaN here: excluded from that function's mean and, as in TRL, skipped by the
-weighted nansum before the advantage) and reports one `reward_error` through `on_error`.
+weighted nansum before the advantage) and reports one `reward_error` through `on_error`. A sample
+whose weighted sum is not finite (rewards.weights = [1e308, 1e308]) has all its rewards set to
+None, reported as a reward_error of function 'rewards.weights', rather than training on NaN/inf.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import math
+import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Callable
 
 from grpo_studio.engine.contract.errors import UserError, did_you_mean
+from grpo_studio.engine.contract.errors import describe as describe_error
 from grpo_studio.engine.rewards import builtin, loader, reward_model, sandbox, trl_rewards
-from grpo_studio.engine.rewards.runner import RewardFuncs, call_reward, is_async
+from grpo_studio.engine.rewards.runner import RewardFuncs, call_reward, exclude_non_finite_sums, is_async
 
 RewardFn = Callable[..., list]
 
@@ -50,13 +55,33 @@ def _validate(opts: builtin.Options, names: list[str]) -> None:
         raise UserError(f"{sandbox.bwrap_problem()}; use auto or namespaces", key="rewards.sandbox", value="bwrap")
 
 
+def _load_user(entry: str):
+    """loader.load, with what its `except (Exception, SystemExit)` lets through (KeyboardInterrupt or
+    another BaseException raised by the module at import) as the same one UserError line. A module
+    that calls os._exit() at import ends the process: that cannot be contained in-process."""
+    before = set(sys.modules)
+    try:
+        return loader.load(entry)
+    except Exception:
+        raise
+    except BaseException as err:  # noqa: BLE001
+        for stale in set(sys.modules) - before:  # the half-run module loader registered: loaded again next time
+            if stale.startswith("grpo_user_reward_"):
+                del sys.modules[stale]
+        target = entry.rpartition(":")[0]
+        is_file = target.endswith(".py") or "/" in target or "\\" in target
+        doing = f"loading {Path(target).name}" if is_file else f"importing {target!r}"
+        raise UserError(f"{doing} raised {describe_error(err)}", key="rewards.funcs", value=entry) from None
+
+
 def build(spec) -> RewardFuncs:
     """Resolve rewards.funcs: built-in names, 'trl.rewards:NAME', 'rm:PATH' (a reward model) and
     'file.py:function' / 'module:function'. `spec` is a RewardsConfig or a list of names."""
     opts = builtin.Options(funcs=list(spec)) if isinstance(spec, (list, tuple)) else spec
     names = list(opts.funcs)
     _validate(opts, names)
-    funcs = RewardFuncs(timeout_s=float(opts.timeout_s))
+    weights = getattr(opts, "weights", None)
+    funcs = RewardFuncs(timeout_s=float(opts.timeout_s), weights=list(weights) if weights else None)
     taken: set[str] = set()
     for entry in names:
         if not isinstance(entry, str):
@@ -70,7 +95,7 @@ def build(spec) -> RewardFuncs:
             fn = reward_model.RewardModel(entry, opts.reward_model_batch_size)
             name = fn.__name__
         elif ":" in entry:
-            fn = loader.load(entry)
+            fn = _load_user(entry)
             name = getattr(fn, "__name__", None) or entry.rpartition(":")[2]
         else:
             allowed = ", ".join(builtin.REGISTRY)
@@ -117,6 +142,8 @@ def score(funcs, prompts: list, completions: list, columns: dict[str, list], on_
         for i, value in enumerate(values):
             if value is not None:
                 table[i][j] = value
+    exclude_non_finite_sums(table, getattr(funcs, "weights", None), state=getattr(funcs, "seen", None),
+                            on_error=report if on_error else None)
     return table
 
 
