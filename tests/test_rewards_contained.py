@@ -242,3 +242,60 @@ def test_import_time_keyboard_interrupt_in_a_module_is_one_line(tmp_path, monkey
         build(["stops_mod_x:f"])
     assert str(err.value) == ("config error: rewards.funcs = 'stops_mod_x:f': importing 'stops_mod_x' raised "
                               "KeyboardInterrupt")
+
+
+# ---- headless runs: the run finishes, its files stay small and whole ---------------------------------
+
+RUN = ["train.steps=2", "train.prompts_per_step=2", "rollout.num_generations=2", "rollout.max_completion_len=8",
+       "train.save_every=0", "model.lora_rank=4", "rewards.timeout_s=0.5"]
+FAULTY = ["huge_int", "broken_generator", "bad_float", "bad_len", "sleepy_generator", "slow_message",
+          "huge_message", "vandal"]
+
+
+def _jsonl(path):
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _run(tmp_path, model_name, names, extra=()):
+    from grpo_studio.engine.trainer import Trainer
+
+    (tmp_path / "faulty.py").write_text(FAULTY_FILE)
+    entries = [n if n == "correctness" else f"{tmp_path}/faulty.py:{n}" for n in names]
+    cfg = load("tiny-arith", [*RUN, f"model.name={model_name}", f"rewards.funcs={json.dumps(entries)}", *extra])
+    assert Trainer(cfg, tmp_path / "run").run() == "finished"
+    run = tmp_path / "run"
+    return _jsonl(run / "events.jsonl"), _jsonl(run / "metrics.jsonl"), _jsonl(run / "samples.jsonl"), run
+
+
+def test_a_run_with_every_faulty_reward_finishes(tmp_path, model_name, thread_errors):
+    events, rows, samples, run = _run(tmp_path, model_name, ["correctness", *FAULTY])
+    assert events[-1]["event"] == "finished"
+    errors = {(e["step"], e["function"]): e for e in events if e["event"] == "reward_error"}
+    failing = sorted(set(FAULTY) - {"vandal", "broken_generator"})  # no completion holds "bad": it yields 1.0s
+    assert sorted(errors) == sorted((s, f) for s in (1, 2) for f in failing)
+    assert errors[(1, "huge_int")]["problem"] == "nan" and errors[(1, "bad_float")]["problem"] == "not_a_number"
+    assert errors[(1, "bad_len")]["problem"] == "exception"
+    assert errors[(1, "sleepy_generator")]["problem"] == errors[(1, "slow_message")]["problem"] == "timeout"
+    assert errors[(1, "huge_message")]["message"].endswith(
+        "... [5000012 characters, cut to 500] (sample 0; 4 of 4 samples set to None)")
+    assert (run / "events.jsonl").stat().st_size < 100_000  # was 15 MB in 2 steps
+    assert [r["step"] for r in rows] == [1, 2]
+    for r in rows:  # the vandal's edits reached no other function
+        assert r["rewards/correctness/mean"] is not None and not math.isnan(r["rewards/correctness/mean"])
+        assert r["rewards/vandal/mean"] == 0.0
+    assert len(samples) == 8 and all(s["completion"] is not None for s in samples)
+    assert thread_errors == []
+
+
+def test_a_run_whose_weights_overflow_reports_every_step(tmp_path, model_name):
+    events, rows, samples, _ = _run(tmp_path, model_name, ["correctness", "one"],
+                                    ["rewards.weights=[1e308, 1e308]"])
+    errors = [e for e in events if e["event"] == "reward_error"]
+    assert [(e["step"], e["function"], e["problem"], e["count"], e["total"]) for e in errors] == [
+        (1, "rewards.weights", "not_finite_sum", 4, 4), (2, "rewards.weights", "not_finite_sum", 4, 8)]
+    assert errors[0]["message"].startswith("reward 'rewards.weights' failed: the weighted sum of sample 0's rewards [")
+    assert errors[0]["message"].endswith("x rewards.weights [1e+308, 1e+308] is not finite in float32; "
+                                         "4 of 4 samples set to None")
+    for r in rows:  # nothing trained on NaN/inf: every sample unscorable, advantage 0
+        assert r["rewards/one/mean"] is None or math.isnan(r["rewards/one/mean"])
+    assert all(s["advantage"] == 0.0 and s["rewards"] == {"correctness": None, "one": None} for s in samples)
