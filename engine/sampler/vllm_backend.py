@@ -128,6 +128,16 @@ def fp8_method(flow: str, supported: list[str] | None, on_cpu: bool) -> str | No
     return method
 
 
+def _whole_prefills(max_model_len: int) -> dict:
+    """vLLM on CPU fails a seeded request whose prefill is split across two engine steps ("CPU Generator does
+    not use offset": the runner rewinds the request's generator for the discarded sample, and CPU generators
+    have no offset). Every rollout request is seeded, and a real chat model's prompts outgrow the default
+    4,096-token step budget at a few dozen completions (32 prompts × 4 × 46 tokens here), so prefills stay
+    whole: a prompt that does not fit this step waits for the next, as vLLM's own CPU platform does for MLA.
+    The step budget stays the CPU default, 4,096 tokens, or one whole prompt when that is longer."""
+    return {"enable_chunked_prefill": False, "max_num_batched_tokens": max(max_model_len, 4096)}
+
+
 def _memory_share(cfg, model_path: str, on_cpu: bool) -> float:
     """rollout.gpu_memory_utilization, `auto` sized by the VRAM planner (vram.vllm_share) against the GPU's
     total memory (on CPU the host's: vLLM-cpu then sizes its KV cache from VLLM_CPU_KVCACHE_SPACE anyway)."""
@@ -170,6 +180,8 @@ class VLLMBackend:
         # instead (its platform code turns it into kv_cache_memory_bytes) and skips that check.
         if parse_version(self.version) < CASCADE_FIXED:
             kwargs["disable_cascade_attn"] = True
+        if self.on_cpu:
+            kwargs.update(_whole_prefills(kwargs["max_model_len"]))
         self.sleep_enabled = bool(r.sleep) and current_platform.is_sleep_mode_available()
         if self.sleep_enabled:
             kwargs["enable_sleep_mode"] = True
