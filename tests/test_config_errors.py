@@ -32,7 +32,7 @@ CASES = [
     (["nosuch-recipe"], "config error: recipe 'nosuch-recipe' not found: not a .toml file or a preset (presets: "
                        "chat-arith, tiny-arith, word-problems)"),
     (["missing.toml"], "config error: recipe file 'missing.toml' does not exist"),
-    (["--set", "model.name=/nonexistent/model"], "config error: model.name = '/nonexistent/model': not a bundled model (tiny-arith), a local folder with config.json, or a hub id like 'Qwen/Qwen3-0.6B'"),
+    (["--set", "model.name=/nonexistent/model"], "config error: model.name = '/nonexistent/model': not a bundled or packaged model (tiny-arith, smollm2-135m-instruct), a local folder with config.json, a .gguf file, or a hub id like 'Qwen/Qwen3-0.6B'"),
     (["--set", "model.name=someorg/not-cached-model"], "config error: model.name = 'someorg/not-cached-model': not in the local Hugging Face cache and this machine is offline; download it first or give a local folder"),
     (["--set", "rollout.dtype=fp8", "--set", "model.dtype=fp32"], "config error: rollout.dtype = 'fp8' with model.dtype = 'fp32': fp8 rollout pairs with model.dtype 'bf16' (rollout_only) or 'fp8' (unified)"),
     (["--resume", "/nonexistent/run"], "config error: --resume '/nonexistent/run': no config.toml there (not a run directory)"),
