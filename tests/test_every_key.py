@@ -49,7 +49,6 @@ RUN = {
     "model.double_quant": ("false", QLORA),
     "rollout.dtype": ("bf16", []),
     "rollout.num_generations": ("2", []),
-    "rollout.max_prompt_len": ("4", []),
     "rollout.max_completion_len": ("4", []),
     "rollout.temperature": ("0.5", []),
     "rollout.top_p": ("0.5", []),
@@ -144,6 +143,7 @@ PLANNER = {
 
 # key -> the test that proves it ("file::name"); each is checked to exist
 ELSEWHERE = {
+    "rollout.max_prompt_len": "tests/test_real_model.py::test_a_too_short_max_prompt_len_is_one_line_before_weights_load",
     "model.offload_checkpoints": "tests/test_every_key.py::test_offload_checkpoints_moves_saved_activations_to_host",
     "model.logits_chunk": "tests/test_every_key.py::test_logits_chunk_runs_the_chunked_path_in_the_trainer",
     "rollout.backend": "tests/test_vllm_train.py::test_three_step_grpo_run_with_vllm",
