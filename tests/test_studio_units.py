@@ -256,8 +256,8 @@ def test_report_of_a_real_run_prints_the_files_values(trained_runs, tmp_path):
             "peak memory GiB": fmt(rows[-1][metrics.PEAK_GIB]),
         }
         pngs = {p.name for p in out.glob("*.png")}
-        expected = {f"{pid}.png" for pid in ("reward", "k3", "loss", "grad_norm", "entropy", "dp_max", "is", "length",
-                                             "step_time", "tok_s", "memory")} | {"dlogp_histogram.png"}
+        expected = {f"{pid}.png" for pid in ("reward", "eval", "k3", "loss", "grad_norm", "entropy", "dp_max", "is",
+                                             "length", "step_time", "tok_s", "memory")} | {"dlogp_histogram.png"}
         assert pngs == expected | ({"loss_scale.png"} if dtype == "fp16" else set())
         assert all((out / p).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
         assert re.findall(r'<img src="(.*?)"', page) and set(re.findall(r'<img src="(.*?)"', page)) == pngs
