@@ -16,7 +16,7 @@ train: setup
 	$(VENV)/bin/grpo-studio train tiny-arith
 
 test: setup
-	$(VENV)/bin/python -m pytest tests -q
+	$(VENV)/bin/python -m pytest tests -q --durations=25
 
 screenshots: setup
 	$(VENV)/bin/python scripts/screenshots.py
