@@ -181,3 +181,15 @@ def test_bench_rollout_json_is_only_json_though_vllm_talks(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads(proc.stdout)["workload"]["model"] == "tiny-arith"
     assert "vLLM" in proc.stderr or "vllm" in proc.stderr  # it did talk, on stderr
+
+
+def test_top_level_help_lists_every_benchmark():
+    import argparse
+
+    from grpo_studio.cli.bench import BENCHMARKS
+    from grpo_studio.cli.main import build_parser
+
+    (commands,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    helps = {choice.dest: choice.help for choice in commands._choices_actions}
+    assert helps["bench"] == f"run a benchmark ({', '.join(BENCHMARKS)})"
+    assert list(BENCHMARKS) == ["logprobs", "mismatch", "rollout", "scaling", "step", "ui", "vram-accuracy"]
