@@ -11,6 +11,7 @@ import importlib
 import os
 import sys
 
+from grpo_studio.cli.bench import BENCHMARKS
 from grpo_studio.cli.parser import OneLineParser
 from grpo_studio.engine.contract.errors import UserError
 from grpo_studio.engine.contract.rundir import RunLock
@@ -20,7 +21,7 @@ COMMANDS = {  # name -> one line for `grpo-studio --help`; the module is grpo_st
     "vram": "estimate GPU memory for a config",
     "runs": "list runs and their state",
     "attach": "open the studio on a run",
-    "bench": "run a benchmark ({names})",  # the names: cli/bench.py's BENCHMARKS, filled in by build_parser
+    "bench": f"run a benchmark ({', '.join(BENCHMARKS)})",
     "rewards": "list the built-in reward functions",
     "report": "export a run's charts to PNG and an HTML summary",
     "config": "list every config key: type, default, allowed values, help",
@@ -40,8 +41,7 @@ def build_parser() -> OneLineParser:
     commands = parser.add_subparsers(title="commands", metavar="COMMAND")
     for name in (STUDIO, *COMMANDS):
         module = importlib.import_module(f"grpo_studio.cli.{name.replace('-', '_')}")  # rollout-serve: rollout_serve
-        names = ", ".join(getattr(module, "BENCHMARKS", ()))
-        listed = {"help": COMMANDS[name].format(names=names)} if name in COMMANDS else {}  # the bare form is none
+        listed = {"help": COMMANDS[name]} if name in COMMANDS else {}  # the bare form is not a command word
         sub = commands.add_parser(name, prog="grpo-studio" if name == STUDIO else f"grpo-studio {name}",
                                   description=module.__doc__, **listed)
         module.add_arguments(sub)
