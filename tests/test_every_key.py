@@ -143,6 +143,7 @@ PLANNER = {
 
 # key -> the test that proves it ("file::name"); each is checked to exist
 ELSEWHERE = {
+    "train.eval_before": "tests/test_studio_units.py::test_rundata_reads_a_real_run_column_for_column",
     "rollout.max_prompt_len": "tests/test_real_model.py::test_a_too_short_max_prompt_len_is_one_line_before_weights_load",
     "model.offload_checkpoints": "tests/test_every_key.py::test_offload_checkpoints_moves_saved_activations_to_host",
     "model.logits_chunk": "tests/test_every_key.py::test_logits_chunk_runs_the_chunked_path_in_the_trainer",

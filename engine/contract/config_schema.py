@@ -155,6 +155,8 @@ class TrainConfig:
                                     "train.keep_checkpoints (e.g. reward/mean); empty = no best")
     samples_every: int = opt(1, lo=1, hi=MAX_STEPS, help="write samples.jsonl every N steps")
     eval_every: int = opt(0, lo=0, hi=MAX_STEPS, help="held-out accuracy every N steps; 0 = off")
+    eval_before: bool = opt(False, help="with eval_every: also the starting weights' accuracy, before step 1 "
+                                        "(an `eval` event at step 0; a resumed run does not repeat it)")
     max_bad_steps: int = opt(5, lo=0, hi=MAX_STEPS, help="stop the run (diverged) after this many steps in a row "
                                                           "skipped for a non-finite sampler, loss or gradient; "
                                                           "0 = never stop")
