@@ -341,22 +341,23 @@ def encode_prompts(tokenizer, texts: list[str], max_len: int) -> list[list[int]]
     max_len (rollout.max_prompt_len) is refused: cutting either end would lose the template's head or the
     generation prompt. `check_prompt_lengths` finds the longest before the first step."""
     ids = [tokenizer.encode(t, add_special_tokens=False) for t in texts]
-    longest = max(map(len, ids), default=0)
-    if longest > max_len:
-        raise UserError(f"a prompt renders to {longest} tokens; allowed: at least {longest}, or shorter prompts",
-                        key="rollout.max_prompt_len", value=max_len)
+    _refuse_longer(max(map(len, ids), default=0), max_len, "a prompt")
     return ids
 
 
 def check_prompt_lengths(rows: list[dict], data: DataConfig, tokenizer, max_len: int) -> int:
     """The longest rendered prompt of `rows` in tokens, refused in one line when over max_len."""
     texts = [prompt_text(row, data, tokenizer) for row in rows]
-    lengths = [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]] if texts else [0]
-    longest = max(lengths)
-    if longest > max_len:
-        raise UserError(f"the longest prompt of the dataset renders to {longest} tokens; allowed: at least "
-                        f"{longest}, or shorter prompts", key="rollout.max_prompt_len", value=max_len)
+    longest = max((len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]), default=0)
+    _refuse_longer(longest, max_len, "the longest prompt of the dataset")
     return longest
+
+
+def _refuse_longer(longest: int, max_len: int, what: str) -> None:
+    """The one wording of the rollout.max_prompt_len rule."""
+    if longest > max_len:
+        raise UserError(f"{what} renders to {longest} tokens; allowed: at least {longest}, or shorter prompts",
+                        key="rollout.max_prompt_len", value=max_len)
 
 
 def mix_seed(seed: int, k: int) -> int:
