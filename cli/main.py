@@ -11,10 +11,10 @@ import importlib
 import os
 import sys
 
-from grpo_studio.cli.bench import BENCHMARKS
+from grpo_studio.cli.bench_cmd import BENCHMARKS
 from grpo_studio.cli.parser import OneLineParser
-from grpo_studio.engine.contract.errors import UserError
-from grpo_studio.engine.contract.rundir import RunLock
+from grpo_studio.contract.errors import UserError
+from grpo_studio.contract.rundir import RunLock
 
 COMMANDS = {  # name -> one line for `grpo-studio --help`; the module is grpo_studio.cli.<name, - as _>
     "train": "train headless, writing a run directory",
@@ -40,7 +40,7 @@ def build_parser() -> OneLineParser:
     parser.add_argument("-V", "--version", action="version", version=f"grpo-studio {__version__}")
     commands = parser.add_subparsers(title="commands", metavar="COMMAND")
     for name in (STUDIO, *COMMANDS):
-        module = importlib.import_module(f"grpo_studio.cli.{name.replace('-', '_')}")  # rollout-serve: rollout_serve
+        module = importlib.import_module(f"grpo_studio.cli.{name.replace('-', '_')}_cmd")  # rollout-serve: rollout_serve_cmd
         listed = {"help": COMMANDS[name]} if name in COMMANDS else {}  # the bare form is not a command word
         sub = commands.add_parser(name, prog="grpo-studio" if name == STUDIO else f"grpo-studio {name}",
                                   description=module.__doc__, **listed)

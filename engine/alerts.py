@@ -1,6 +1,6 @@
 """Alerts: `alerts.rules` evaluated on each metrics row, and `alerts.on` run events, delivered.
 
-The grammar and the once-per-crossing logic are torch-free (engine/contract/alert_rules.py). Each firing
+The grammar and the once-per-crossing logic are torch-free (contract/alert_rules.py). Each firing
 is an `alert` event in events.jsonl (the studio shows it highlighted, with the bell), the terminal bell
 when the trainer's stderr is a terminal, a desktop notification (alerts.desktop: notify-send) and a JSON
 POST to alerts.webhook. A notification that fails is a `warning` event, never a crashed run.
@@ -17,11 +17,11 @@ import sys
 import time
 import urllib.request
 
-from grpo_studio.engine.contract import alert_rules
-from grpo_studio.engine.contract.config import Config
-from grpo_studio.engine.contract.errors import UserError, describe
-from grpo_studio.engine.contract.metrics import STEP, fmt
-from grpo_studio.engine.contract.rundir import RunWriter
+from grpo_studio.contract import alert_rules
+from grpo_studio.contract.config import Config
+from grpo_studio.contract.errors import UserError, describe
+from grpo_studio.contract.metrics import STEP, fmt
+from grpo_studio.contract.rundir import RunWriter
 
 NOTIFY_TIMEOUT_S = 5.0  # a slow webhook or desktop bus holds the step this long at most
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from grpo_studio.engine.contract.rundir import CHECKPOINTS
+from grpo_studio.contract.rundir import CHECKPOINTS
 
 STATE = "trainer_state.pt"
 MANIFEST = "manifest.json"

@@ -28,8 +28,8 @@ import random
 from pathlib import Path
 
 from grpo_studio.engine import arith, tasks
-from grpo_studio.engine.contract.config import DataConfig
-from grpo_studio.engine.contract.errors import UserError, describe, did_you_mean, user_path
+from grpo_studio.contract.config import DataConfig
+from grpo_studio.contract.errors import UserError, describe, did_you_mean, user_path
 
 EVAL_SEED = 1234
 FILE_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet")

@@ -7,7 +7,7 @@ global normaliser, so the update equals the one-process update on the whole batc
 divide by sequences, bnpo by active tokens, dapo by the rollout's token count `num_items`, which is made
 global before the loss). The sum also makes fp16's found_inf global: an inf on one rank is an inf on all,
 so every rank skips the step and shrinks its loss scale alike. Metrics are combined as the schema says
-(engine/contract/metrics.py `combine`), histograms summed, samples gathered; only rank 0 writes the run
+(contract/metrics.py `combine`), histograms summed, samples gathered; only rank 0 writes the run
 directory and holds its lock.
 
 train.parallel = fsdp (`Sharded`) shards the policy with FSDP2 (engine/fsdp.py): each rank weights its loss
@@ -29,10 +29,10 @@ import time
 import psutil
 import torch
 import torch.distributed as dist
-from grpo_studio.engine.contract import metrics as schema
-from grpo_studio.engine.contract.config import Config
-from grpo_studio.engine.contract.errors import UserError
-from grpo_studio.engine.contract.rundir import RunWriter
+from grpo_studio.contract import metrics as schema
+from grpo_studio.contract.config import Config
+from grpo_studio.contract.errors import UserError
+from grpo_studio.contract.rundir import RunWriter
 from grpo_studio.engine.sampler.base import NonFiniteSampling
 
 

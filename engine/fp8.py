@@ -6,7 +6,7 @@ Scaling follows DeepSeek-V3 (arXiv 2412.19437, §3.3) and DeepGEMM: activations 
 "fine-grained" FP8 scaling for its unified flow; its abstract does not state block sizes, so
 these are the DeepSeek-V3 ones.
 
-Two FP8 flows (engine/contract/precision.resolve decides which sides call apply_fp8):
+Two FP8 flows (contract/precision_plan.resolve decides which sides call apply_fp8):
   unified       Jet-RL: rollout forward and training forward both go through fp8_linear_forward,
                 so for the same weights and input they produce identical logits.
   rollout_only  BF16-train + FP8-rollout: only the rollout model is patched.

@@ -20,7 +20,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from grpo_studio.engine.contract.errors import UserError, describe
+from grpo_studio.contract.errors import UserError, describe
 
 MANIFEST = "manifest.json"
 

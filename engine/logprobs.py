@@ -98,7 +98,7 @@ def use_shared_prefix(mode: str, model, input_ids, attention_mask, T) -> bool:
     why = shared_prefix_refusal(model)
     if mode == "on":
         if why:
-            from grpo_studio.engine.contract.errors import UserError
+            from grpo_studio.contract.errors import UserError
 
             raise UserError(f"{type(model).__name__} has {why}; set train.shared_prefix = auto or off",
                             key="train.shared_prefix", value=mode)
@@ -186,7 +186,7 @@ def _check_head_transform(model, ids, attention, hidden_row, weight, scale, soft
     transforms its logits in a way this path does not know (refused in one line)."""
     if getattr(model, "_grpo_head_checked", False):
         return
-    from grpo_studio.engine.contract.errors import UserError
+    from grpo_studio.contract.errors import UserError
 
     T = hidden_row.shape[0]
     own = model(input_ids=ids, attention_mask=attention, position_ids=position_ids(attention),

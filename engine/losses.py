@@ -25,9 +25,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from grpo_studio.engine.contract.algorithms import rollout_is_level
-from grpo_studio.engine.contract.config import AlgoConfig
-from grpo_studio.engine.contract.errors import UserError
+from grpo_studio.contract.algorithms import rollout_is_level
+from grpo_studio.contract.config import AlgoConfig
+from grpo_studio.contract.errors import UserError
 
 SEQ_LOG_RATIO_MAX = 20.0  # sequence-level log ρ is capped here (ρ ≤ 4.9e8) so plain IS cannot overflow
 

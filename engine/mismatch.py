@@ -27,7 +27,7 @@ import math
 import torch
 from torch import Tensor
 
-from grpo_studio.engine.contract.metrics import HIST_EDGES  # the histogram's fixed bin edges
+from grpo_studio.contract.metrics import HIST_EDGES  # the histogram's fixed bin edges
 
 # log r is clamped to ±20 before exp() in the ratio-based metrics (k3, IS), as verl does, so
 # one pathological token cannot overflow the step's numbers. |Δ| < 20 is unaffected.

@@ -1,7 +1,7 @@
 """The torch side of precision: torch dtypes, the FP16 dynamic loss scaler, gradient clipping.
 
 The decision itself (FP8 flow, effective precisions, loss scaler on/off, the mismatch warning)
-is engine/contract/precision.resolve; the dtype facts are engine/contract/dtypes.DTYPES.
+is contract/precision_plan.resolve; the dtype facts are contract/dtypes.DTYPES.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable
 
 import torch
 
-from grpo_studio.engine.contract.dtypes import DTYPES
+from grpo_studio.contract.dtypes import DTYPES
 
 
 def torch_dtype(name: str) -> torch.dtype:

@@ -16,10 +16,10 @@ import math
 import os
 from pathlib import Path
 
-from grpo_studio.engine.contract import metrics as schema
-from grpo_studio.engine.contract.config import Config
-from grpo_studio.engine.contract.errors import UserError, describe
-from grpo_studio.engine.contract.rundir import SAMPLES, JsonlTail, RunWriter, atomic_write_text
+from grpo_studio.contract import metrics as schema
+from grpo_studio.contract.config import Config
+from grpo_studio.contract.errors import UserError, describe
+from grpo_studio.contract.rundir import SAMPLES, JsonlTail, RunWriter, atomic_write_text
 
 TB_DIR = "tensorboard"  # report.to tensorboard: the event files, under the run directory
 IDS = "trackers.json"  # what a resumed run needs to continue the same tracker runs (W&B's run id)

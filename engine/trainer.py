@@ -24,19 +24,19 @@ import torch
 
 from grpo_studio.engine import checkpoint, data, distributed, flops, policy_loader, rewards as reward_lib
 from grpo_studio.engine.batching import token_budget_batches, token_budget_groups, trim
-from grpo_studio.engine.contract.config import Config, save as save_config
-from grpo_studio.engine.contract.errors import UserError
+from grpo_studio.contract.config import Config, save as save_config
+from grpo_studio.contract.errors import UserError
 from grpo_studio.engine.faults import disk_full, disk_full_error, out_of_memory
 from grpo_studio.engine.logprobs import token_logprobs, use_shared_prefix
 from grpo_studio.engine.losses import LossInputs, policy_loss
 from grpo_studio.engine.mismatch import dlogp_histogram, lag_counts, lag_metrics, merge_lag_counts, mismatch_metrics
 from grpo_studio.engine.outlets import Outlets
-from grpo_studio.engine.contract import metrics as schema, precision
+from grpo_studio.contract import metrics as schema, precision_plan
 from grpo_studio.engine.precision import LossScaler, torch_dtype
 from grpo_studio.engine.sampler import Sampling, make_sampler
 from grpo_studio.engine.sampler.base import NonFiniteSampling
 from grpo_studio.engine.sampler.remote import RolloutServerLost
-from grpo_studio.engine.contract.rundir import CONFIG, METRICS, as_number, read_rows
+from grpo_studio.contract.rundir import CONFIG, METRICS, as_number, read_rows
 from grpo_studio.engine.rollouts import GenerationBatch, Rollouts
 from grpo_studio.engine.weights import export_weights
 
@@ -76,7 +76,7 @@ class Trainer:
         data.check_prompt_lengths(self.prompts.rows + self.eval_rows, cfg.data, self.tokenizer,
                                   cfg.rollout.max_prompt_len)
         self.device = policy_loader.device()
-        self.precision = precision.resolve(cfg)  # the one precision decision, handed to every consumer
+        self.precision = precision_plan.resolve(cfg)  # the one precision decision, handed to every consumer
         self.policy = self.dist.wrap(policy_loader.load_policy(cfg, self.model_path, self.precision).to(self.device),
                                      cfg)  # fsdp: sharded
         self.policy.train()  # transformers only checkpoints activations in train mode

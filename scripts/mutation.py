@@ -42,7 +42,7 @@ SCOPE = [
     "grpo_studio.engine.precision.*",
     "grpo_studio.engine.checkpoint.*",
     "grpo_studio.engine.trainer.xǁTrainerǁ_lr_factor__mutmut_*",  # the LR schedule
-    *[f"grpo_studio.engine.contract.config.x_{name}__mutmut_*"  # validation
+    *[f"grpo_studio.contract.config.x_{name}__mutmut_*"  # validation
       for name in ("validate", "_check", "_coerce", "set_key", "_lower", "_upper", "parse_override")],
 ]
 # Not scored: a developer's shell helper (`python -m grpo_studio.engine.mismatch`), no behaviour.
@@ -55,7 +55,8 @@ def stage(keep: bool) -> None:
         shutil.rmtree(STAGE, ignore_errors=True)
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
     (STAGE / "grpo_studio").mkdir(parents=True, exist_ok=True)
-    for src, dst in ((ROOT / "engine", STAGE / "grpo_studio" / "engine"), (ROOT / "tests", STAGE / "tests"),
+    for src, dst in ((ROOT / "engine", STAGE / "grpo_studio" / "engine"),
+                     (ROOT / "contract", STAGE / "grpo_studio" / "contract"), (ROOT / "tests", STAGE / "tests"),
                      (ROOT / "scripts", STAGE / "scripts")):
         shutil.rmtree(dst, ignore_errors=True)
         shutil.copytree(src, dst, ignore=ignore)

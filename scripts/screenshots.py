@@ -22,8 +22,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from grpo_studio.engine.contract import config as cfgmod  # noqa: E402
-from grpo_studio.engine.contract import bundled, rundir  # noqa: E402
+from grpo_studio.contract import config as cfgmod  # noqa: E402
+from grpo_studio.contract import bundled, rundir  # noqa: E402
 from grpo_studio.studio import hardware, launcher  # noqa: E402
 from grpo_studio.studio.app import StudioApp  # noqa: E402
 from tests.synthetic_run import write_run  # noqa: E402

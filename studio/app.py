@@ -16,11 +16,11 @@ from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.screen import Screen
 
-from grpo_studio.engine.contract import config as cfgmod
-from grpo_studio.engine.contract import rundir
-from grpo_studio.engine.contract.bundled import DEFAULT_RECIPE
-from grpo_studio.engine.contract.config import Config
-from grpo_studio.engine.contract.errors import UserError
+from grpo_studio.contract import config as cfgmod
+from grpo_studio.contract import rundir
+from grpo_studio.contract.bundled import DEFAULT_RECIPE
+from grpo_studio.contract.config import Config
+from grpo_studio.contract.errors import UserError
 from grpo_studio.studio import launcher
 from grpo_studio.studio.keymap import load_keymap
 

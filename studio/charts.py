@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from textual_plotext import PlotextPlot
 
-from grpo_studio.engine.contract.metrics import fmt
+from grpo_studio.contract.metrics import fmt
 
 # Named colours plotext maps onto the 16-colour palette, so charts read in plain terminals too.
 COLORS = ["cyan", "magenta", "green", "yellow", "blue", "red", "white"]

@@ -11,8 +11,8 @@ from textual.containers import Grid
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Static
 
-from grpo_studio.engine.contract import metrics
-from grpo_studio.engine.contract.metrics import fmt
+from grpo_studio.contract import metrics
+from grpo_studio.contract.metrics import fmt
 from grpo_studio.studio.charts import COLORS, Line, MetricChart
 from grpo_studio.studio.panels import PANELS
 from grpo_studio.studio.rundata import RunData

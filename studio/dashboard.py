@@ -15,9 +15,9 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Label, ProgressBar, RichLog, Static, TabbedContent, TabPane
 
-from grpo_studio.engine.contract import metrics
-from grpo_studio.engine.contract.errors import UserError
-from grpo_studio.engine.contract.metrics import fmt
+from grpo_studio.contract import metrics
+from grpo_studio.contract.errors import UserError
+from grpo_studio.contract.metrics import fmt
 from grpo_studio.studio import hardware, lag, launcher, perf_tables
 from grpo_studio.studio.charts import MetricChart
 from grpo_studio.studio.dialogs import Confirm

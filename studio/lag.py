@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from grpo_studio.engine.contract.dtypes import DTYPES
-from grpo_studio.engine.contract.metrics import fmt
+from grpo_studio.contract.dtypes import DTYPES
+from grpo_studio.contract.metrics import fmt
 
 LAG0_K3, LAGGED_K3, LAGGED_FRAC = "mismatch/lag0/k3", "mismatch/lagged/k3", "mismatch/lagged_frac"
 LAG_KEYS = (LAG0_K3, LAGGED_K3, LAGGED_FRAC, "policy/token_lag_mean", "policy/token_lag_max")

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import psutil
 
-from grpo_studio.engine.contract import config as cfgmod
-from grpo_studio.engine.contract import rundir
-from grpo_studio.engine.contract.config import Config
-from grpo_studio.engine.contract.dtypes import DTYPES
-from grpo_studio.engine.contract.errors import UserError
+from grpo_studio.contract import config as cfgmod
+from grpo_studio.contract import rundir
+from grpo_studio.contract.config import Config
+from grpo_studio.contract.dtypes import DTYPES
+from grpo_studio.contract.errors import UserError
 
 
 def new_run_dir(root: Path, label: str) -> Path:

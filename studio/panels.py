@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from grpo_studio.engine.contract import metrics
-from grpo_studio.engine.contract.metrics import fmt
+from grpo_studio.contract import metrics
+from grpo_studio.contract.metrics import fmt
 from grpo_studio.studio.charts import Line, ema
 from grpo_studio.studio.lag import LAG0_K3, LAGGED_FRAC, LAGGED_K3
 from grpo_studio.studio.perf_tables import MFU

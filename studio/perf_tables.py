@@ -8,13 +8,13 @@ from dataclasses import dataclass
 
 from rich.table import Table
 
-from grpo_studio.engine.contract import metrics
-from grpo_studio.engine.contract.metrics import fmt
+from grpo_studio.contract import metrics
+from grpo_studio.contract.metrics import fmt
 from grpo_studio.studio.rundata import RunData
 
 MFU = "perf/mfu"
 WAIT, SYNC, IDLE = "perf/trainer_wait_s", "perf/sync_s", "perf/idle_s"
-# The step's wall time in parts that add up to it (engine/contract/metrics.py): waiting for the rollout, training
+# The step's wall time in parts that add up to it (contract/metrics.py): waiting for the rollout, training
 # (π_old, log-probs, loss, backward, AdamW: the step less the other three), the weight sync, and the rest
 # (rewards, advantages, metrics: perf/idle_s). None: the derived training part.
 SPLIT = [("wait for rollout", WAIT), ("train", None), ("weight sync", SYNC), ("other", IDLE)]
@@ -73,7 +73,7 @@ def split_table(run: RunData) -> Table | None:
 
 def rank_values(run: RunData) -> dict[int, dict[str, float | None]]:
     """{rank: {schema pattern ("perf/rank<i>/step_s"): last value}} for every per-rank column of the run
-    (engine/contract/metrics.py PER_RANK)."""
+    (contract/metrics.py PER_RANK)."""
     out: dict[int, dict[str, float | None]] = {}
     for key in run.columns:
         m, known = RANK.match(key), metrics.lookup(key)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import html
 from pathlib import Path
 
-from grpo_studio.engine.contract import metrics
-from grpo_studio.engine.contract.metrics import fmt
+from grpo_studio.contract import metrics
+from grpo_studio.contract.metrics import fmt
 from grpo_studio.studio.charts import ema
 from grpo_studio.studio.panels import PANELS, histogram_bars, histogram_title
 from grpo_studio.studio.rundata import RunData

@@ -12,7 +12,7 @@ import tomllib
 from collections import deque
 from pathlib import Path
 
-from grpo_studio.engine.contract import metrics, rundir
+from grpo_studio.contract import metrics, rundir
 
 
 class RunData:

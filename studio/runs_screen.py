@@ -12,8 +12,8 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 
-from grpo_studio.engine.contract import rundir
-from grpo_studio.engine.contract.metrics import fmt
+from grpo_studio.contract import rundir
+from grpo_studio.contract.metrics import fmt
 from grpo_studio.studio.dashboard import STATE_STYLE
 
 

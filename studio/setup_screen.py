@@ -15,10 +15,10 @@ from textual.screen import Screen
 from textual.strip import Strip
 from textual.widgets import Footer, Header, Input, Label, Select, SelectionList, Static
 
-from grpo_studio.engine.contract import algorithms, config as cfgmod
-from grpo_studio.engine.contract.config import Config
-from grpo_studio.engine.contract.dtypes import DTYPES
-from grpo_studio.engine.contract.errors import UserError, show
+from grpo_studio.contract import algorithms, config as cfgmod
+from grpo_studio.contract.config import Config
+from grpo_studio.contract.dtypes import DTYPES
+from grpo_studio.contract.errors import UserError, show
 from grpo_studio.studio import hardware, models, vram_adapter
 from grpo_studio.studio.rewards_info import builtin_rewards
 from grpo_studio.studio.vram_panel import VramPanel
@@ -278,9 +278,9 @@ class SetupScreen(Screen):
         return self.cfg
 
     def action_launch(self) -> None:
-        """Launch after the pre-flight check (engine/contract/preflight.py); a run it refuses launches only
+        """Launch after the pre-flight check (contract/planner/preflight.py); a run it refuses launches only
         when the user answers yes to "launch anyway"."""
-        from grpo_studio.engine.contract import preflight
+        from grpo_studio.contract.planner import preflight
         from grpo_studio.studio.dialogs import Confirm
 
         cfg = self.valid_config()

@@ -1,4 +1,4 @@
-"""The studio's one door to the VRAM planner (engine/contract/vram.py, pure python): `plan(cfg, mode,
+"""The studio's one door to the VRAM planner (contract/planner/vram.py, pure python): `plan(cfg, mode,
 gpu_gib)` returns what the VRAM panel shows, including the inverse-solved suggestion."""
 
 from __future__ import annotations
@@ -6,9 +6,10 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 
-from grpo_studio.engine.contract import model_card, vram
-from grpo_studio.engine.contract.config import Config
-from grpo_studio.engine.contract.errors import UserError
+from grpo_studio.contract import model_card
+from grpo_studio.contract.planner import vram
+from grpo_studio.contract.config import Config
+from grpo_studio.contract.errors import UserError
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """Deterministic run directories for the studio tests and `scripts/screenshots.py --demo`.
 
-Every row holds every metric of the schema (engine/contract/metrics.py), each drawn from its own
+Every row holds every metric of the schema (contract/metrics.py), each drawn from its own
 seeded generator, so a metric added to the schema shows up here without shifting the others. As the
 trainer writes them: a synchronous run has no lagged tokens (lag 0, lagged k3 null), an asynchronous one
 (`lagged`) 30% of its tokens one version behind; per-rank perf and memory only with `world_size` > 1.
@@ -13,8 +13,8 @@ import math
 import random
 from pathlib import Path
 
-from grpo_studio.engine.contract import config as cfgmod
-from grpo_studio.engine.contract import metrics, rundir
+from grpo_studio.contract import config as cfgmod
+from grpo_studio.contract import metrics, rundir
 
 FUNCS = ["correctness", "format"]  # tiny-arith's reward functions
 LAGGED_ONLY = {"mismatch/lagged/k3", "mismatch/lagged/abs_dlogp_mean"}  # left out without lagged tokens

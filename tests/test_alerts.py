@@ -17,8 +17,8 @@ import threading
 import pytest
 
 from grpo_studio.engine.alerts import Alerts
-from grpo_studio.engine.contract import alert_rules, config, rundir
-from grpo_studio.engine.contract.errors import UserError
+from grpo_studio.contract import alert_rules, config, rundir
+from grpo_studio.contract.errors import UserError
 
 from cli_helpers import run_cli
 

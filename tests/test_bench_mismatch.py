@@ -13,9 +13,9 @@ import json
 import pytest
 import torch
 
-from grpo_studio.benchmarks import mismatch as bench
+from grpo_studio.benchmarks import mismatch_bench as bench
 from grpo_studio.cli.main import main
-from grpo_studio.engine.contract import bundled
+from grpo_studio.contract import bundled
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +59,7 @@ def test_fp8_full_finetune_trainer_is_the_rollout_model(model_path):
     """model.dtype = fp8, lora_rank = 0: bf16 master weights (not fp32), FP8 GEMMs, and the
     trainer's forward gives bit-identical logits to the hf rollout's fp8 copy on the same input."""
     from grpo_studio.engine import policy_loader
-    from grpo_studio.engine.contract.precision import resolve
+    from grpo_studio.contract.precision_plan import resolve
     from grpo_studio.engine.sampler.hf import HFBackend
 
     cfg = bench.precision_config("fp8-unified", model=model_path, lora_rank=0)

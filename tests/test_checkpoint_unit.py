@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from grpo_studio.engine import checkpoint, policy_loader
-from grpo_studio.engine.contract import config, precision
+from grpo_studio.contract import config, precision_plan
 from grpo_studio.engine.precision import LossScaler
 
 
@@ -25,7 +25,7 @@ class Objects:
         cfg = config.load("tiny-arith", [f"model.lora_rank={lora_rank}"])
         torch.manual_seed(seed)
         self.policy = policy_loader.load_policy(cfg, policy_loader.resolve_model_path("tiny-arith"),
-                                                precision.resolve(cfg))
+                                                precision_plan.resolve(cfg))
         self.params = [p for p in self.policy.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(self.params, lr=0.01)
         self.schedule = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda done: 1.0 / (done + 1))

@@ -13,9 +13,9 @@ import pytest
 from grpo_studio.cli import main as front
 from grpo_studio.cli.output import stdout_to_stderr
 from grpo_studio.engine import __version__
-from grpo_studio.engine.contract import config
-from grpo_studio.engine.contract.errors import UserError
-from grpo_studio.engine.contract.rundir import RunLock
+from grpo_studio.contract import config
+from grpo_studio.contract.errors import UserError
+from grpo_studio.contract.rundir import RunLock
 
 from cli_helpers import run_cli
 
@@ -83,7 +83,7 @@ def test_boundary_prints_a_run_lock_as_one_line(capsys, monkeypatch, tmp_path):
     def locked(args):
         raise RunLock(f"run error: {args.dir} is in use by trainer pid 7; stop it or pick another --run-dir")
 
-    monkeypatch.setattr("grpo_studio.cli.runs.run", locked)
+    monkeypatch.setattr("grpo_studio.cli.runs_cmd.run", locked)
     assert err_of(capsys, "runs", str(tmp_path)) == (
         2, f"run error: {tmp_path} is in use by trainer pid 7; stop it or pick another --run-dir\n")
 
@@ -186,7 +186,7 @@ def test_bench_rollout_json_is_only_json_though_vllm_talks(tmp_path):
 def test_top_level_help_lists_every_benchmark():
     import argparse
 
-    from grpo_studio.cli.bench import BENCHMARKS
+    from grpo_studio.cli.bench_cmd import BENCHMARKS
     from grpo_studio.cli.main import build_parser
 
     (commands,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]

@@ -8,8 +8,8 @@ import sys
 import pytest
 
 import grpo_studio.cli.main
-from grpo_studio.engine.contract import config
-from grpo_studio.engine.contract.errors import UserError
+from grpo_studio.contract import config
+from grpo_studio.contract.errors import UserError
 
 from cli_helpers import ENV, ROOT, run_cli
 

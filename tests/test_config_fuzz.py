@@ -26,8 +26,8 @@ from pathlib import Path
 import tomli_w
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from grpo_studio.engine.contract import config
-from grpo_studio.engine.contract.errors import UserError
+from grpo_studio.contract import config
+from grpo_studio.contract.errors import UserError
 
 from cli_helpers import run_cli
 

@@ -1,4 +1,4 @@
-"""The one backend rule (engine/contract/backend.py): what rollout.backend resolves to, and why vLLM
+"""The one backend rule (contract/backend.py): what rollout.backend resolves to, and why vLLM
 cannot run, from package metadata alone."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import importlib.util
 
 import pytest
 
-from grpo_studio.engine.contract import backend
+from grpo_studio.contract import backend
 
 CALLED = "probe must not run"
 
@@ -66,8 +66,8 @@ def test_vllm_missing_messages(fake_vllm):
 @pytest.mark.parametrize("sets, key", [(["model.dtype=fp16"], "model.dtype"),
                                        (["model.dtype=bf16", "rollout.dtype=fp16"], "rollout.dtype")])
 def test_vllm_fp16_refusal_names_the_key_that_set_it(sets, key):
-    from grpo_studio.engine.contract import config
-    from grpo_studio.engine.contract.errors import UserError
+    from grpo_studio.contract import config
+    from grpo_studio.contract.errors import UserError
 
     cfg = config.load("tiny-arith", sets)
     with pytest.raises(UserError) as err:

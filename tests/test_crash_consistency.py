@@ -25,9 +25,9 @@ import psutil
 import pytest
 
 from grpo_studio.cli.main import main
-from grpo_studio.engine.contract import rundir
-from grpo_studio.engine.contract.errors import UserError
-from grpo_studio.engine.contract.rundir import EVENTS, HISTOGRAMS, METRICS, PIDFILE, SAMPLES, STREAMS
+from grpo_studio.contract import rundir
+from grpo_studio.contract.errors import UserError
+from grpo_studio.contract.rundir import EVENTS, HISTOGRAMS, METRICS, PIDFILE, SAMPLES, STREAMS
 from grpo_studio.studio import launcher
 from grpo_studio.studio.rundata import RunData
 

@@ -28,7 +28,7 @@ from pathlib import Path
 import psutil
 import pytest
 from cli_helpers import ENV, ROOT, run_cli
-from grpo_studio.engine.contract.rundir import read_rows
+from grpo_studio.contract.rundir import read_rows
 
 LOSS_TYPES = ("dapo", "grpo", "bnpo", "dr_grpo")
 STEP_SETS = ["train.steps=1", "train.prompts_per_step=4", "rollout.num_generations=4", "rollout.backend=hf",
@@ -72,7 +72,7 @@ def seeded(trainer, wrap=PromptSeeded) -> None:
 def one_step(run_dir: Path, loss_type: str, parallel: str, *sets: str) -> dict:
     """Train one step; returns the trainable weights after it and the step's loss (rank 0's view). FSDP's
     sharded parameters and gradients are gathered whole (DTensor.full_tensor, a collective)."""
-    from grpo_studio.engine.contract import config
+    from grpo_studio.contract import config
     from grpo_studio.engine.trainer import Trainer
 
     cfg = config.load("tiny-arith", [*STEP_SETS, f"algo.loss_type={loss_type}", f"train.parallel={parallel}", *sets])
@@ -121,7 +121,7 @@ def broken_reward(*args, **kwargs):
 
 def leftovers(run_dir: Path, parallel: str) -> dict:
     """Eval at start, then 2 steps: rank 1's first rollout is not finite, its rewards fail in the second."""
-    from grpo_studio.engine.contract import config
+    from grpo_studio.contract import config
     from grpo_studio.engine.trainer import Trainer
 
     cfg = config.load("tiny-arith", [*STEP_SETS, "train.steps=2", "data.eval_size=7", "train.dist_timeout_s=60",
@@ -235,7 +235,7 @@ def test_leftovers_non_finite_rollout_reward_errors_and_eval_split(tmp_path):
 
 
 def leftovers_one_process(run_dir: Path) -> float:
-    from grpo_studio.engine.contract import config
+    from grpo_studio.contract import config
     from grpo_studio.engine.trainer import Trainer
 
     trainer = Trainer(config.load("tiny-arith", [*STEP_SETS, "data.eval_size=7"]), run_dir)

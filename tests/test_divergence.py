@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from grpo_studio.engine.contract import config, rundir
-from grpo_studio.engine.contract.errors import UserError
+from grpo_studio.contract import config, rundir
+from grpo_studio.contract.errors import UserError
 from grpo_studio.engine.mismatch import mismatch_metrics
 from grpo_studio.engine.sampler.base import NonFiniteSampling, Sampling
 from grpo_studio.engine.trainer import Trainer
@@ -119,12 +119,12 @@ def test_max_bad_steps_0_never_stops(tmp_path):
 
 def test_hf_sampler_with_nan_weights_raises_nonfinite_not_a_multinomial_error():
     from grpo_studio.engine import policy_loader
-    from grpo_studio.engine.contract import precision
+    from grpo_studio.contract import precision_plan
     from grpo_studio.engine.sampler.hf import HFBackend
 
     cfg = config.load("tiny-arith")
     path = policy_loader.resolve_model_path(cfg.model.name)
-    sampler = HFBackend(path, policy_loader.load_tokenizer(path), precision.resolve(cfg))
+    sampler = HFBackend(path, policy_loader.load_tokenizer(path), precision_plan.resolve(cfg))
     with torch.no_grad():
         for p in sampler.model.parameters():
             p.fill_(math.nan)

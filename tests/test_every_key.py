@@ -25,8 +25,9 @@ from pathlib import Path
 
 import pytest
 
-from grpo_studio.engine.contract import config, model_card, vram
-from grpo_studio.engine.contract.rundir import METRICS, read_rows
+from grpo_studio.contract import config, model_card
+from grpo_studio.contract.planner import vram
+from grpo_studio.contract.rundir import METRICS, read_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 SHORT = ["train.steps=2", "train.prompts_per_step=4", "rollout.num_generations=4", "train.eval_every=0",

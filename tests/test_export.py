@@ -22,7 +22,7 @@ NEW_TOKENS = 12
 
 
 def _train(run_dir, *overrides):
-    from grpo_studio.engine.contract import config
+    from grpo_studio.contract import config
     from grpo_studio.engine.trainer import Trainer
 
     cfg = config.load("tiny-arith", ["rollout.backend=hf", "train.prompts_per_step=2", "rollout.num_generations=4",
@@ -52,7 +52,7 @@ def tok():
 @pytest.fixture(scope="module")
 def texts(tok):
     from grpo_studio.engine import data
-    from grpo_studio.engine.contract import config
+    from grpo_studio.contract import config
 
     cfg = config.load("tiny-arith")
     return [data.prompt_text(row, cfg.data, tok) for row in data.load_rows(cfg.data, "train")[:PROMPTS]]
@@ -136,8 +136,8 @@ def test_full_fine_tune_exports_in_the_runs_dtype(runs, tmp_path):
 @pytest.mark.vllm
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM not installed")
 def test_merged_serves_in_vllm_with_the_same_greedy_output(merged_dir, trainer_merged, prompts, tok):
-    from grpo_studio.engine.contract.config import Config
-    from grpo_studio.engine.contract.precision import resolve
+    from grpo_studio.contract.config import Config
+    from grpo_studio.contract.precision_plan import resolve
     from grpo_studio.engine.sampler import Sampling
     from grpo_studio.engine.sampler.vllm_backend import VLLMBackend
 
@@ -271,7 +271,7 @@ def test_export_command_picks_the_kind_from_the_destination(tmp_path):
 async def test_runs_list_exports_in_a_child_process_and_shows_its_line(runs, tmp_path):
     from textual.widgets import Input
 
-    from grpo_studio.engine.contract import config
+    from grpo_studio.contract import config
     from grpo_studio.studio.app import StudioApp
     from grpo_studio.studio.runs_screen import RunsScreen
     from tests.studio_helpers import wait_until
@@ -323,7 +323,7 @@ def test_push_with_the_hub_unreachable_is_one_line(runs, monkeypatch, capsys):
 @pytest.mark.anyio
 async def test_dashboard_x_exports_the_run_it_shows(runs, tmp_path):
     """The dashboard's x asks for a destination and exports the run on screen, as the runs list does."""
-    from grpo_studio.engine.contract import config as cfgmod
+    from grpo_studio.contract import config as cfgmod
     from grpo_studio.studio.app import StudioApp
     from grpo_studio.studio.dialogs import PathPrompt
 

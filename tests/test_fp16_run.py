@@ -14,7 +14,7 @@ import math
 
 import pytest
 
-from grpo_studio.engine.contract import config
+from grpo_studio.contract import config
 from grpo_studio.engine.trainer import Trainer
 
 INIT, INTERVAL, STEPS = 2.0 ** 16, 2, 5

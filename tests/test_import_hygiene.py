@@ -9,7 +9,7 @@ import pkgutil
 import subprocess
 import sys
 
-from grpo_studio.engine import contract
+from grpo_studio import contract
 
 HEAVY = {"torch", "transformers", "vllm"}
 UI = {"textual", "textual_plotext"}
@@ -22,14 +22,15 @@ def loaded_after(code: str) -> set[str]:
 
 
 def test_contract_room_imports_neither_torch_nor_textual():
-    names = [m.name for m in pkgutil.iter_modules(contract.__path__)]
-    assert {"config", "rundir", "vram"} <= set(names), names  # the probe really covers the room
-    mods = loaded_after("\n".join(f"import grpo_studio.engine.contract.{n}" for n in names))
+    names = [m.name for m in pkgutil.walk_packages(contract.__path__, "grpo_studio.contract.")]
+    assert {"grpo_studio.contract.config", "grpo_studio.contract.rundir",
+            "grpo_studio.contract.planner.vram"} <= set(names), names  # the probe really covers the room
+    mods = loaded_after("\n".join(f"import {n}" for n in names))
     assert not mods & (HEAVY | UI), mods & (HEAVY | UI)
 
 
 def test_front_door_and_runs_listing_import_no_textual_or_torch(tmp_path):
-    mods = loaded_after("import grpo_studio.cli.main, grpo_studio.cli.runs\n"
+    mods = loaded_after("import grpo_studio.cli.main, grpo_studio.cli.runs_cmd\n"
                         f"grpo_studio.cli.main.main(['runs', {str(tmp_path)!r}])")
     assert "grpo_studio" in mods
     assert not mods & (HEAVY | UI), mods & (HEAVY | UI)
@@ -46,7 +47,7 @@ def test_studio_imports_no_torch_transformers_or_vllm():
 
 
 def test_engine_imports_no_textual():
-    mods = loaded_after("import grpo_studio.engine.trainer, grpo_studio.cli.train")
+    mods = loaded_after("import grpo_studio.engine.trainer, grpo_studio.cli.train_cmd")
     assert "torch" in mods
     assert not mods & UI
 
@@ -60,7 +61,7 @@ def test_wheel_claims_one_import_name_and_carries_the_bundled_data(tmp_path):
     import shutil
 
     root, src = Path(__file__).resolve().parents[1], tmp_path / "src"  # a copy: the build leaves build/ behind
-    for name in ("engine", "studio", "cli", "benchmarks", "presets"):
+    for name in ("contract", "engine", "studio", "cli", "benchmarks", "presets"):
         shutil.copytree(root / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(root / name, src / name)
@@ -70,5 +71,5 @@ def test_wheel_claims_one_import_name_and_carries_the_bundled_data(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     assert {n.split("/")[0] for n in names} == {"grpo_studio", wheel.name.split("-py")[0] + ".dist-info"}
     for path in ("grpo_studio/presets/recipes/tiny-arith.toml", "grpo_studio/presets/models/tiny-arith/model.safetensors",
-                 "grpo_studio/studio/studio.tcss", "grpo_studio/engine/contract/config.py", "grpo_studio/cli/main.py"):
+                 "grpo_studio/studio/studio.tcss", "grpo_studio/contract/config.py", "grpo_studio/cli/main.py"):
         assert path in names, path

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from grpo_studio.engine import data
-from grpo_studio.engine.contract.config import load
+from grpo_studio.contract.config import load
 
 SHORT = ["train.prompts_per_step=2", "rollout.num_generations=2", "train.save_every=0"]
 
@@ -78,8 +78,8 @@ def test_keep_checkpoints_keeps_the_newest_and_the_best(tmp_path, best_metric):
 
 
 def test_a_misspelt_best_metric_is_refused_with_the_nearest_name():
-    from grpo_studio.engine.contract import config
-    from grpo_studio.engine.contract.errors import UserError
+    from grpo_studio.contract import config
+    from grpo_studio.contract.errors import UserError
 
     with pytest.raises(UserError) as err:
         config.load("tiny-arith", ["train.best_metric=reward/mena"])

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from grpo_studio.engine.contract import config
+from grpo_studio.contract import config
 from grpo_studio.engine.batching import join_prompt_completion
 from grpo_studio.engine.logprobs import ChunkedLogSoftmax, fused_logps, token_logprobs
-from grpo_studio.engine.contract.precision import resolve
+from grpo_studio.contract.precision_plan import resolve
 from grpo_studio.engine.policy_loader import load_policy, load_tokenizer, resolve_model_path
 
 
@@ -136,7 +136,7 @@ def test_chunked_honours_final_logit_softcapping_and_scales(arch):
 def test_chunked_refuses_an_unknown_logit_transform():
     """A model whose lm_head output is changed by code the chunked path cannot see (a forward hook
     here) is refused in one line instead of training on wrong log-probs."""
-    from grpo_studio.engine.contract.errors import UserError
+    from grpo_studio.contract.errors import UserError
 
     model = _tiny("cohere").float()
     model.get_output_embeddings().register_forward_hook(lambda mod, args, out: out * 2.0)

@@ -20,9 +20,9 @@ import math
 import pytest
 import torch
 
-from grpo_studio.engine.contract import algorithms
-from grpo_studio.engine.contract.config import AlgoConfig, load
-from grpo_studio.engine.contract.errors import UserError
+from grpo_studio.contract import algorithms
+from grpo_studio.contract.config import AlgoConfig, load
+from grpo_studio.contract.errors import UserError
 from grpo_studio.engine.losses import LossInputs, policy_loss
 
 TOL = 1e-6

@@ -22,7 +22,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from grpo_studio.engine.contract.config import AlgoConfig
+from grpo_studio.contract.config import AlgoConfig
 from grpo_studio.engine.losses import LossInputs, policy_loss
 
 # TRL is the oracle, not an option: it is in the dev extra (`make test` installs it), and without it
@@ -212,7 +212,7 @@ def test_dapo_num_items_in_batch_spans_the_generation_batch(data):
 
 
 def test_gspo_preset_matches_trl_sequence_level(data):
-    from grpo_studio.engine.contract.algorithms import PRESETS
+    from grpo_studio.contract.algorithms import PRESETS
 
     algo = AlgoConfig()
     for key, value in PRESETS["gspo"].items():
@@ -223,7 +223,7 @@ def test_gspo_preset_matches_trl_sequence_level(data):
 
 def test_precision_rl_ppo_token_tis_is_trl_token_truncate(data):
     """ppo_token_tis (C=2) is TRL's token_truncate with C_max=2 on the dapo loss."""
-    from grpo_studio.engine.contract.algorithms import PRESETS
+    from grpo_studio.contract.algorithms import PRESETS
 
     algo = AlgoConfig()
     for key, value in PRESETS["ppo_token_tis"].items():

@@ -1,4 +1,4 @@
-"""The metric schema (engine/contract/metrics.py) against the trainer that writes through it."""
+"""The metric schema (contract/metrics.py) against the trainer that writes through it."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from grpo_studio.engine.contract import config, metrics
-from grpo_studio.engine.contract.rundir import METRICS, RunWriter
+from grpo_studio.contract import config, metrics
+from grpo_studio.contract.rundir import METRICS, RunWriter
 
 
 def test_a_real_trainer_row_names_exactly_the_schema(tmp_path):
@@ -33,7 +33,7 @@ def test_a_name_missing_from_the_schema_is_refused_before_it_is_written(tmp_path
         writer.metrics({"step": 2, "reward/mean": 0.5, "reward/meen": 0.5})
     writer.release()
     assert str(err.value) == ("metrics row names reward/meen: not in the metric schema; "
-                              "add it to engine/contract/metrics.py")
+                              "add it to contract/metrics.py")
     assert (tmp_path / METRICS).read_text() == '{"step":1,"reward/mean":0.5,"rewards/my_fn/std":0.1}\n'
 
 

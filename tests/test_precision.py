@@ -6,10 +6,10 @@ import math
 import pytest
 import torch
 
-from grpo_studio.engine.contract import config as C
-from grpo_studio.engine.contract.dtypes import DTYPES
-from grpo_studio.engine.contract.errors import UserError
-from grpo_studio.engine.contract.precision import fp8_sides, plan, resolve
+from grpo_studio.contract import config as C
+from grpo_studio.contract.dtypes import DTYPES
+from grpo_studio.contract.errors import UserError
+from grpo_studio.contract.precision_plan import fp8_sides, plan, resolve
 from grpo_studio.engine.precision import LossScaler, clip_grad_norm, torch_dtype
 
 

@@ -1,4 +1,4 @@
-"""The pre-flight check (engine/contract/preflight.py): the planner's total against the free memory of the
+"""The pre-flight check (contract/planner/preflight.py): the planner's total against the free memory of the
 device, before anything loads; `rollout.gpu_memory_utilization = auto` sized by the planner."""
 
 from __future__ import annotations
@@ -8,8 +8,9 @@ import re
 
 import pytest
 
-from grpo_studio.engine.contract import config as cfgmod
-from grpo_studio.engine.contract import model_card, preflight, vram
+from grpo_studio.contract import config as cfgmod
+from grpo_studio.contract import model_card
+from grpo_studio.contract.planner import preflight, vram
 from grpo_studio.studio import hardware
 from grpo_studio.studio.app import StudioApp
 from grpo_studio.studio.dialogs import Confirm

@@ -19,10 +19,11 @@ import bitsandbytes as bnb
 import pytest
 import torch
 
-from grpo_studio.benchmarks.vram_accuracy import with_quant_states
+from grpo_studio.benchmarks.vram_accuracy_bench import with_quant_states
 from grpo_studio.engine import data, policy_loader
 from grpo_studio.engine.batching import join_prompt_completion
-from grpo_studio.engine.contract import backend, config, model_card, precision, vram
+from grpo_studio.contract import backend, config, model_card, precision_plan
+from grpo_studio.contract.planner import vram
 from grpo_studio.engine.logprobs import token_logprobs
 from grpo_studio.engine.precision import torch_dtype
 from grpo_studio.engine.sampler import Sampling
@@ -40,7 +41,7 @@ def qlora(*sets: str) -> config.Config:
 
 
 def load(cfg: config.Config):
-    return policy_loader.load_policy(cfg, PATH, precision.resolve(cfg))
+    return policy_loader.load_policy(cfg, PATH, precision_plan.resolve(cfg))
 
 
 def adapters(model) -> dict[str, torch.Tensor]:
@@ -98,7 +99,7 @@ def test_the_hf_sampler_samples_the_trainers_function():
     non-zero adapters are synced; the base alone (adapters disabled) gives a clearly different π, so the
     sampler really runs the live adapters, unmerged."""
     cfg = qlora()
-    plan = precision.resolve(cfg)
+    plan = precision_plan.resolve(cfg)
     policy = load(cfg)
     policy.train()
     tok = policy_loader.load_tokenizer(PATH)
@@ -159,7 +160,7 @@ def test_the_planners_4bit_weight_rows_are_the_bytes_bitsandbytes_allocates(dtyp
 
     # the hf sampler's own copy: the same 4-bit base in rollout.dtype + fp32 adapters, still after sampling
     # (bitsandbytes' CPU inference re-packing, which would change it, stays off: engine/sampler/hf.py)
-    sampler = HFBackend(PATH, policy_loader.load_tokenizer(PATH), precision.resolve(cfg), cfg.model)
+    sampler = HFBackend(PATH, policy_loader.load_tokenizer(PATH), precision_plan.resolve(cfg), cfg.model)
     sampler.generate([[5, 6, 7]], Sampling(n=2, max_tokens=3, temperature=1.0, top_p=1.0, top_k=0, seed=0))
     row = vram.estimate(card, cfg, "accurate", device="cpu").row("sampler weights copy (hf)")
     assert row.gib * vram.GIB == hand + LORA_FP32

@@ -16,8 +16,8 @@ import pytest
 import torch
 
 from grpo_studio.engine import data, gguf_cache
-from grpo_studio.engine.contract.config import Config, load
-from grpo_studio.engine.contract.errors import UserError
+from grpo_studio.contract.config import Config, load
+from grpo_studio.contract.errors import UserError
 from grpo_studio.engine.policy_loader import load_base, load_tokenizer, resolve_model_path
 
 NAME = "smollm2-135m-instruct"
@@ -81,7 +81,7 @@ def test_left_padded_batch_logprobs_equal_each_unpadded_sample(path, tok):
 
 
 def test_hf_rollout_stops_at_the_end_of_turn_trains_it_and_nothing_after(path, tok, model):
-    from grpo_studio.engine.contract.precision import resolve
+    from grpo_studio.contract.precision_plan import resolve
     from grpo_studio.engine.logprobs import token_logprobs
     from grpo_studio.engine.batching import join_prompt_completion
     from grpo_studio.engine.sampler import Sampling
@@ -124,7 +124,7 @@ def test_a_too_short_max_prompt_len_is_one_line_before_weights_load(tmp_path, to
 
 
 def test_a_gguf_path_loads_as_the_name_does_and_bad_names_are_one_line(monkeypatch, path, tmp_path):
-    from grpo_studio.engine.contract import packaged
+    from grpo_studio.contract import packaged
 
     assert resolve_model_path(str(packaged.gguf_file(NAME))) == path  # the same file: the same cached folder
     with pytest.raises(UserError) as err:
@@ -169,7 +169,7 @@ def test_a_damaged_cache_is_rebuilt_once_by_two_racing_processes(tmp_path, path)
 @pytest.mark.vllm
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM not installed")
 def test_vllm_rolls_out_the_real_model_and_follows_a_weight_sync(path, tok):
-    from grpo_studio.engine.contract.precision import resolve
+    from grpo_studio.contract.precision_plan import resolve
     from grpo_studio.engine.sampler import Sampling
     from grpo_studio.engine.sampler.vllm_backend import VLLMBackend
     from grpo_studio.engine.weights import export_weights

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from grpo_studio.engine import policy_loader
-from grpo_studio.engine.contract.config import load
-from grpo_studio.engine.contract.errors import UserError
+from grpo_studio.contract.config import load
+from grpo_studio.contract.errors import UserError
 from grpo_studio.engine.rewards import build, score
 
 PROMPTS = ["6+1=", "12+30=", "2+2=", "9+9=", "1+1="]
@@ -135,7 +135,8 @@ def test_the_vram_planner_counts_the_reward_models_weights(reward_model_dir):
     """The planner's reward-model row is the loaded model's parameter bytes, exactly, and adds to the total."""
     from transformers import AutoModelForSequenceClassification
 
-    from grpo_studio.engine.contract import config, model_card, vram
+    from grpo_studio.contract import config, model_card
+    from grpo_studio.contract.planner import vram
 
     model = AutoModelForSequenceClassification.from_pretrained(reward_model_dir)
     nbytes = sum(p.numel() * p.element_size() for p in model.parameters())

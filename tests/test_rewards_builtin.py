@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from grpo_studio.engine.contract.config import load
-from grpo_studio.engine.contract.errors import UserError
+from grpo_studio.contract.config import load
+from grpo_studio.contract.errors import UserError
 from grpo_studio.engine.rewards import build, builtin, describe
 from grpo_studio.engine.rewards.builtin import Options
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from grpo_studio.engine.contract.config import load
-from grpo_studio.engine.contract.errors import UserError
+from grpo_studio.contract.config import load
+from grpo_studio.contract.errors import UserError
 from grpo_studio.engine.rewards import build, score
 
 USER_FILE = '''

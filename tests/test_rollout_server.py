@@ -30,7 +30,7 @@ T = 0.7
 
 
 def _cfg(**rollout):
-    from grpo_studio.engine.contract.config import Config
+    from grpo_studio.contract.config import Config
 
     cfg = Config()
     cfg.model.name, cfg.model.dtype = "tiny-arith", "bf16"
@@ -53,7 +53,7 @@ def model():
 
 @pytest.fixture(scope="module")
 def remote(model, tmp_path_factory):
-    from grpo_studio.engine.contract.precision import resolve
+    from grpo_studio.contract.precision_plan import resolve
     from grpo_studio.engine.sampler import make_sampler
 
     cfg = _cfg(colocate=False)
@@ -67,7 +67,7 @@ def remote(model, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def local(model):
-    from grpo_studio.engine.contract.precision import resolve
+    from grpo_studio.contract.precision_plan import resolve
     from grpo_studio.engine.sampler import make_sampler
 
     cfg = _cfg()
@@ -96,7 +96,7 @@ def test_server_rollout_is_the_in_process_rollout(remote, local, model):
 
 
 def test_health_and_version_endpoints(remote):
-    from grpo_studio.engine.contract.backend import installed_version
+    from grpo_studio.contract.backend import installed_version
 
     assert remote._call("get", "health") == {"ok": True, "policy_version": remote.version}
     info = remote._call("get", "version")
@@ -132,9 +132,9 @@ def test_in_flight_update_enters_a_running_generation_between_decode_steps(local
     norm, which no cached key/value depends on, so the tokens after the update are exactly the new policy's (with
     other weights the KV of earlier tokens stays as the old ones computed it)."""
     from grpo_studio.engine import policy_loader
-    from grpo_studio.engine.contract.precision import resolve
+    from grpo_studio.contract.precision_plan import resolve
     from grpo_studio.engine.logprobs import token_logprobs
-    from grpo_studio.engine.rollout_server.app import Server, Update
+    from grpo_studio.engine.rollout_server.http_api import Server, Update
     from grpo_studio.engine.sampler import Sampling
     from grpo_studio.engine.weights import export_weights
 
@@ -210,7 +210,7 @@ def _rows(run_dir, name):
 def runs(remote, tmp_path_factory):
     """20-step runs of the tiny-arith recipe (half its prompts per step) against the
     module's server: synchronous, and one_step asynchronous (in_flight: the shorter runs of the resume test)."""
-    from grpo_studio.engine.contract.config import load
+    from grpo_studio.contract.config import load
     from grpo_studio.engine.trainer import Trainer
 
     out = {}
@@ -271,7 +271,7 @@ def test_token_lags_in_metrics_and_histograms(runs, mode):
 
 
 def _server_run(remote, run_dir, sets, stop_at=None, resume=False) -> str:
-    from grpo_studio.engine.contract.config import load
+    from grpo_studio.contract.config import load
     from grpo_studio.engine.trainer import Trainer
 
     cfg = load("tiny-arith", ["model.dtype=bf16", "rollout.backend=vllm", "rollout.vllm_enforce_eager=on",
@@ -371,7 +371,7 @@ def test_vram_planner_still_reads_colocate_false(tmp_path):
 
 def _run_losing_the_server(remote, tmp_path, timeout: float, lose) -> tuple[str, list[dict]]:
     """A 6-step run against the module's server; lose(pid) after step 2. Returns the run error and events."""
-    from grpo_studio.engine.contract.errors import UserError
+    from grpo_studio.contract.errors import UserError
     from grpo_studio.engine.trainer import Trainer
 
     cfg = _cfg(colocate=False, server=remote.address, server_timeout=timeout)

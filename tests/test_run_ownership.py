@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from grpo_studio.engine.contract import config, rundir
-from grpo_studio.engine.contract.errors import UserError
-from grpo_studio.engine.contract.rundir import CHECKPOINTS, CONFIG, EVENTS, METRICS, PIDFILE
+from grpo_studio.contract import config, rundir
+from grpo_studio.contract.errors import UserError
+from grpo_studio.contract.rundir import CHECKPOINTS, CONFIG, EVENTS, METRICS, PIDFILE
 
 from cli_helpers import ENV, ROOT, run_cli
 

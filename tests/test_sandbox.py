@@ -186,8 +186,8 @@ def test_sandbox_choices_are_refused_in_one_line(sets, message, tmp_path, capfd)
 
 
 def test_bwrap_where_it_cannot_run_is_refused_in_one_line(tmp_path, monkeypatch):
-    from grpo_studio.engine.contract.config import load
-    from grpo_studio.engine.contract.errors import UserError
+    from grpo_studio.contract.config import load
+    from grpo_studio.contract.errors import UserError
     from grpo_studio.engine.rewards import build
 
     monkeypatch.setenv("PATH", str(tmp_path))  # this machine without bwrap
@@ -203,7 +203,7 @@ def test_bwrap_where_it_cannot_run_is_refused_in_one_line(tmp_path, monkeypatch)
 
 
 def test_forced_none_is_accepted():
-    from grpo_studio.engine.contract.config import load
+    from grpo_studio.contract.config import load
     from grpo_studio.engine.rewards import build
 
     cfg = load("tiny-arith", ['rewards.funcs=["code_exec"]', "rewards.sandbox=none", "rewards.sandbox_force_none=true"])

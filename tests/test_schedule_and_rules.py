@@ -20,8 +20,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from grpo_studio.engine.contract import config
-from grpo_studio.engine.contract.errors import UserError
+from grpo_studio.contract import config
+from grpo_studio.contract.errors import UserError
 from grpo_studio.engine.trainer import Trainer
 
 
@@ -251,7 +251,7 @@ def test_rules_run_through_load_and_set():
 
 
 def test_every_preset_passes_validation():
-    from grpo_studio.engine.contract import algorithms
+    from grpo_studio.contract import algorithms
 
     for name in algorithms.PRESETS:
         assert config.load("tiny-arith", [f"algo.name={name}"]).algo.name == name

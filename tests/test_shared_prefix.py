@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from grpo_studio.engine.batching import join_prompt_completion
-from grpo_studio.engine.contract import config
-from grpo_studio.engine.contract.precision import resolve
+from grpo_studio.contract import config
+from grpo_studio.contract.precision_plan import resolve
 from grpo_studio.engine.logprobs import prefix_groups, shared_prefix_refusal, token_logprobs
 from grpo_studio.engine.policy_loader import load_policy, load_tokenizer, resolve_model_path
 
@@ -89,7 +89,7 @@ def test_refusal_names_what_cannot_be_shared(model, line):
 
 
 def test_on_is_refused_in_one_line_where_it_cannot_be_exact():
-    from grpo_studio.engine.contract.errors import UserError
+    from grpo_studio.contract.errors import UserError
     from grpo_studio.engine.logprobs import use_shared_prefix
 
     model = _tiny("qwen3", attn_implementation="flex_attention")

@@ -10,10 +10,11 @@ import psutil
 import pytest
 from textual.widgets import Select, Static
 
-from grpo_studio.cli.train import check_launch
-from grpo_studio.engine.contract import config as cfgmod
-from grpo_studio.engine.contract import model_card, vram
-from grpo_studio.engine.contract.errors import UserError
+from grpo_studio.cli.train_cmd import check_launch
+from grpo_studio.contract import config as cfgmod
+from grpo_studio.contract import model_card
+from grpo_studio.contract.planner import vram
+from grpo_studio.contract.errors import UserError
 from grpo_studio.studio import hardware, lag
 from grpo_studio.studio.app import StudioApp
 from grpo_studio.studio.charts import MetricChart
@@ -164,7 +165,7 @@ async def test_hardware_tab_lists_each_data_parallel_rank(tmp_path, no_gpu):
         await open_tab(app, pilot, run_dir, "7")
         text = visible_text(app.screen.query_one("#hardware-info", Static))
         run = app.screen.run
-        from grpo_studio.engine.contract.metrics import fmt
+        from grpo_studio.contract.metrics import fmt
 
         for rank in (0, 1):
             line = next(ln for ln in text.splitlines() if ln.strip().startswith(f"rank {rank}"))

@@ -10,9 +10,9 @@ import shutil
 import pytest
 from textual.widgets import DataTable, Label
 
-from grpo_studio.engine.contract import config as cfgmod
-from grpo_studio.engine.contract import metrics, rundir
-from grpo_studio.engine.contract.metrics import fmt
+from grpo_studio.contract import config as cfgmod
+from grpo_studio.contract import metrics, rundir
+from grpo_studio.contract.metrics import fmt
 from grpo_studio.studio import hardware
 from grpo_studio.studio.app import StudioApp
 from grpo_studio.studio.charts import MetricChart

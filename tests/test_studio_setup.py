@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from grpo_studio.engine.contract import config as cfgmod
+from grpo_studio.contract import config as cfgmod
 from grpo_studio.studio import hardware
 from grpo_studio.studio.app import StudioApp
 from grpo_studio.studio.setup_screen import SetupScreen

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from grpo_studio.engine.contract import config as cfgmod
+from grpo_studio.contract import config as cfgmod
 from grpo_studio.studio import hardware
 from grpo_studio.studio.app import StudioApp
 from tests.synthetic_run import write_run

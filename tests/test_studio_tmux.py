@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from grpo_studio.engine.contract import rundir
+from grpo_studio.contract import rundir
 from tests.studio_helpers import tiny_model_name
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")]

@@ -13,8 +13,8 @@ import psutil
 import pytest
 from textual.app import App
 
-from grpo_studio.engine.contract import metrics, rundir
-from grpo_studio.engine.contract.metrics import fmt
+from grpo_studio.contract import metrics, rundir
+from grpo_studio.contract.metrics import fmt
 from grpo_studio.studio import launcher
 from grpo_studio.studio.charts import Line, MetricChart, downsample, ema, log_ticks, ticks
 from grpo_studio.studio.keymap import load_keymap

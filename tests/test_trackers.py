@@ -17,8 +17,8 @@ import uuid
 import pytest
 
 from grpo_studio.engine import trackers
-from grpo_studio.engine.contract import config, rundir
-from grpo_studio.engine.contract.errors import UserError
+from grpo_studio.contract import config, rundir
+from grpo_studio.contract.errors import UserError
 
 from cli_helpers import ENV
 

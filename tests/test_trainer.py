@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from grpo_studio.engine.contract import config
+from grpo_studio.contract import config
 from grpo_studio.engine.trainer import Trainer
 
 SMALL = ["train.prompts_per_step=4", "rollout.num_generations=4"]

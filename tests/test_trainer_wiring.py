@@ -25,7 +25,7 @@ import torch
 
 from grpo_studio.engine import losses, mismatch
 from grpo_studio.engine import trainer as trainer_mod
-from grpo_studio.engine.contract import algorithms, config
+from grpo_studio.contract import algorithms, config
 from grpo_studio.engine.trainer import Trainer
 
 TEMP = 0.7

@@ -14,7 +14,7 @@ import pytest
 import trl
 from trl.trainer.grpo_trainer import GRPOTrainer
 
-from grpo_studio.engine.contract import algorithms, config
+from grpo_studio.contract import algorithms, config
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "algorithms.md"
 

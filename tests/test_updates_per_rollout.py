@@ -15,8 +15,8 @@ import json
 import pytest
 import torch
 
-from grpo_studio.engine.contract import config
-from grpo_studio.engine.contract.errors import UserError
+from grpo_studio.contract import config
+from grpo_studio.contract.errors import UserError
 from grpo_studio.engine.trainer import Trainer
 
 SMALL = ["train.prompts_per_step=4", "rollout.num_generations=4", "rollout.max_completion_len=6", "train.save_every=0",

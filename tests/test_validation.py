@@ -11,8 +11,8 @@ from __future__ import annotations
 import pytest
 
 from grpo_studio.engine import data, policy_loader
-from grpo_studio.engine.contract import config
-from grpo_studio.engine.contract.errors import UserError
+from grpo_studio.contract import config
+from grpo_studio.contract.errors import UserError
 from grpo_studio.engine.rewards import build
 
 from cli_helpers import run_cli
@@ -159,12 +159,12 @@ def test_model_folder_mistakes_are_one_line(tmp_path):
 
 
 def test_lora_target_modules_the_model_lacks_are_one_line():
-    from grpo_studio.engine.contract import precision
+    from grpo_studio.contract import precision_plan
 
     cfg = config.load("tiny-arith", ["model.lora_target_modules=[\"nonexistent\"]"])
     path = policy_loader.resolve_model_path(cfg.model.name)
     with pytest.raises(UserError) as err:
-        policy_loader.load_policy(cfg, path, precision.resolve(cfg))
+        policy_loader.load_policy(cfg, path, precision_plan.resolve(cfg))
     assert str(err.value) == ("config error: model.lora_target_modules = ['nonexistent']: matches no module of the "
                               "model; allowed: all-linear, or its linear layers down_proj, gate_proj, k_proj, "
                               "lm_head, o_proj, q_proj, up_proj, v_proj")

@@ -20,7 +20,7 @@ T = 0.7
 
 
 def _cfg(model_path, dtype, **rollout):
-    from grpo_studio.engine.contract.config import Config
+    from grpo_studio.contract.config import Config
 
     cfg = Config()
     cfg.model.name, cfg.model.dtype = str(model_path), dtype
@@ -40,7 +40,7 @@ def tok(random_tiny_model):
 
 
 def _engine(random_tiny_model, tok, dtype):
-    from grpo_studio.engine.contract.precision import resolve
+    from grpo_studio.contract.precision_plan import resolve
     from grpo_studio.engine.sampler.vllm_backend import VLLMBackend
 
     events = []

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from grpo_studio.engine.contract.config import Config
-from grpo_studio.engine.contract.errors import UserError
-from grpo_studio.engine.contract.precision import resolve
+from grpo_studio.contract.config import Config
+from grpo_studio.contract.errors import UserError
+from grpo_studio.contract.precision_plan import resolve
 
 ROOT = Path(__file__).resolve().parents[1]
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
@@ -117,7 +117,7 @@ def test_compiled_vllm_with_the_simulated_fp8_rollout_is_refused_in_one_line(ran
 @pytest.fixture
 def no_vllm(monkeypatch):
     """The backend rule as it runs on a machine where `import vllm` finds nothing."""
-    from grpo_studio.engine.contract import backend
+    from grpo_studio.contract import backend
     from grpo_studio.engine.sampler import vllm_backend
 
     def clear():
@@ -159,7 +159,8 @@ def test_auto_falls_back_to_hf_and_says_so_once(no_vllm, random_tiny_model):
 
 def test_vram_planner_plans_the_backend_the_sampler_builds(no_vllm):
     """rollout.backend = auto without vLLM: the planner counts the hf sampler's copy, as make_sampler builds hf."""
-    from grpo_studio.engine.contract import config, model_card, vram
+    from grpo_studio.contract import config, model_card
+    from grpo_studio.contract.planner import vram
 
     est = vram.estimate(model_card.load("qwen3-1.7b"), config.load(None, ["rollout.backend=auto"]))
     names = [r.name for r in est.rows]

@@ -6,8 +6,9 @@ import math
 
 import pytest
 
-from grpo_studio.engine.contract import config, model_card, vram
-from grpo_studio.engine.contract.errors import UserError
+from grpo_studio.contract import config, model_card
+from grpo_studio.contract.planner import vram
+from grpo_studio.contract.errors import UserError
 
 GIB = 2 ** 30
 
@@ -195,7 +196,7 @@ def test_vram_does_not_import_torch():
     import subprocess
     import sys
 
-    code = "import sys, grpo_studio.engine.contract.vram, grpo_studio.engine.contract.model_card, grpo_studio.cli.vram; print('torch' in sys.modules)"
+    code = "import sys, grpo_studio.contract.planner.vram, grpo_studio.contract.model_card, grpo_studio.cli.vram_cmd; print('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "False"
 
 

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from grpo_studio.cli import vram as vram_cli
+from grpo_studio.cli import vram_cmd as vram_cli
 from grpo_studio.cli.main import main
 
 
@@ -76,8 +76,8 @@ def test_parse_gpu_mem_units():
 def test_nproc_prints_every_device(capsys):
     """--nproc 2 with the rollout on its own device: one table per kind of device and one line per device,
     each with the totals of the planner's devices."""
-    from grpo_studio.engine.contract import config, model_card
-    from grpo_studio.engine.contract import vram as planner
+    from grpo_studio.contract import config, model_card
+    from grpo_studio.contract.planner import vram as planner
 
     sets = ["model.name=qwen3-1.7b", "rollout.backend=vllm", "rollout.colocate=false", "train.parallel=ddp"]
     argv = [x for s in sets for x in ("--set", s)]

@@ -128,8 +128,8 @@ def test_the_installed_wheel_is_what_runs(venv, tmp_path):
     found = python_in(venv, tmp_path, "\n".join([
         "import importlib.metadata as md, importlib.util, json, sys",
         "import grpo_studio, grpo_studio.engine, grpo_studio.cli.main",
-        "import grpo_studio.engine.rollout_server.app as app, grpo_studio.engine.rollout_server.transport",
-        "from grpo_studio.engine.contract import bundled",
+        "import grpo_studio.engine.rollout_server.http_api as app, grpo_studio.engine.rollout_server.transport",
+        "from grpo_studio.contract import bundled",
         "dist = md.distribution('grpo-studio')",
         "print(json.dumps({'path': list(grpo_studio.__path__), 'engine': grpo_studio.engine.__file__,",
         "  'app': app.__file__, 'recipe': str(bundled.recipe('tiny-arith')),",
@@ -141,7 +141,7 @@ def test_the_installed_wheel_is_what_runs(venv, tmp_path):
     assert found["path"] and all(inside(p) for p in found["path"]), found["path"]
     for key in ("engine", "app", "recipe", "model", "dist"):
         assert inside(found[key]), (key, found[key])
-    assert found["app"].endswith("grpo_studio/engine/rollout_server/app.py")
+    assert found["app"].endswith("grpo_studio/engine/rollout_server/http_api.py")
     assert found["direct_url"]["url"].endswith(".whl"), found["direct_url"]
     assert not found["direct_url"].get("dir_info", {}).get("editable"), found["direct_url"]
     assert not found["top_level_engine"]  # the wheel claims no generic top-level names
@@ -184,7 +184,7 @@ def test_every_command_answers_help(venv, tmp_path):
 
 
 def test_two_training_steps_of_the_default_recipe(venv, tmp_path):
-    from grpo_studio.engine.contract import metrics, rundir
+    from grpo_studio.contract import metrics, rundir
 
     run_dir = tmp_path / "run"
     proc = run_in(venv, tmp_path, "grpo-studio", "train", "tiny-arith", "--set", "train.steps=2",

@@ -21,8 +21,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable
 
-from grpo_studio.engine.contract.errors import UserError, did_you_mean
-from grpo_studio.engine.contract.errors import describe as describe_error
+from grpo_studio.contract.errors import UserError, did_you_mean
+from grpo_studio.contract.errors import describe as describe_error
 from grpo_studio.engine.rewards import builtin, loader, reward_model, sandbox, trl_rewards
 from grpo_studio.engine.rewards.runner import RewardFuncs, call_reward, exclude_non_finite_sums, is_async
 

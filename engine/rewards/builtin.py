@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from fractions import Fraction
 
-from grpo_studio.engine.contract.config import RewardsConfig as Options  # the [rewards] keys shape the built-ins
+from grpo_studio.contract.config import RewardsConfig as Options  # the [rewards] keys shape the built-ins
 
 DEFAULT = Options()
 

@@ -14,7 +14,7 @@ import inspect
 import sys
 from pathlib import Path
 
-from grpo_studio.engine.contract.errors import UserError, describe, user_path
+from grpo_studio.contract.errors import UserError, describe, user_path
 
 
 def _fail(spec: str, why: str) -> UserError:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from grpo_studio.engine.contract.errors import UserError, describe, user_path
+from grpo_studio.contract.errors import UserError, describe, user_path
 
 PREFIX = "rm:"
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 
-from grpo_studio.engine.contract.errors import UserError, did_you_mean
+from grpo_studio.contract.errors import UserError, did_you_mean
 
 PREFIX = "trl.rewards:"
 # name -> needs math-verify (TRL's accuracy rewards parse with it)

@@ -1,3 +1,3 @@
 """The rollout server: a vLLM engine in its own process (`grpo-studio rollout-serve`), a thin HTTP API
-(app.py) and the weight transport over a torch.distributed group made for it (transport.py).
+(http_api.py) and the weight transport over a torch.distributed group made for it (transport.py).
 The trainer's side is engine/sampler/remote.py. Design and protocol: docs/rollout_server.md."""

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from grpo_studio.engine.contract import backend
-from grpo_studio.engine.contract.errors import UserError
+from grpo_studio.contract import backend
+from grpo_studio.contract.errors import UserError
 from grpo_studio.engine.sampler.base import Rollout, Sampler, Sampling
 
 

@@ -24,8 +24,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import torch
-from grpo_studio.engine.contract.dtypes import DTYPES
-from grpo_studio.engine.contract.errors import UserError
+from grpo_studio.contract.dtypes import DTYPES
+from grpo_studio.contract.errors import UserError
 from grpo_studio.engine.rollout_server import transport
 from grpo_studio.engine.sampler.base import Rollout, Sampling
 
@@ -68,7 +68,7 @@ class RemoteSampler:
 
     # ---- the server's life -------------------------------------------------------------------
     def _start(self, cfg, log_dir: Path | None) -> str:
-        from grpo_studio.engine.contract.config import save
+        from grpo_studio.contract.config import save
 
         folder = Path(tempfile.mkdtemp(prefix="grpo-rollout-server-"))
         save(cfg, folder / "config.toml")
@@ -111,7 +111,7 @@ class RemoteSampler:
     def _check_version(self) -> None:
         """One line when the server's vLLM is not the trainer's (μ would come from other kernels), or its
         engine runs another dtype than the run's rollout dtype (it was started with another config)."""
-        from grpo_studio.engine.contract.backend import installed_version
+        from grpo_studio.contract.backend import installed_version
 
         info, ours = self._call("get", "version"), installed_version()
         problem = None

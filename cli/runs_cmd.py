@@ -1,0 +1,35 @@
+"""List the runs under DIR (default runs/) and their state."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from grpo_studio.contract.errors import UserError
+from grpo_studio.contract.metrics import fmt
+from grpo_studio.contract.rundir import RUNS, run_summaries
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("dir", nargs="?", type=Path, default=RUNS, help=f"where runs live (default: {RUNS})")
+
+
+def run(args: argparse.Namespace) -> int:
+    if not args.dir.is_dir():
+        raise UserError(f"{str(args.dir)!r} is not a folder", kind="runs")
+    rows = run_summaries(args.dir)
+    if not rows:
+        print(f"no runs under {args.dir}")
+        return 0
+    header = ("run", "state", "step", "dtype", "reward", "k3")
+    table = [header] + [(r["name"], r["state"], f"{r['step']}/{r['total'] or '?'}", r["dtype"], fmt(r["reward"]),
+                         fmt(r["k3"])) for r in rows]
+    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+    for row in table:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+    for r in rows:
+        if r["skipped"]:
+            print(f"warning: {r['name']}: skipped {r['skipped']} malformed lines (not a JSON object with the fields "
+                  f"its file needs)", file=sys.stderr)
+    return 0

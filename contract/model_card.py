@@ -1,0 +1,209 @@
+"""Model cards: the architecture numbers the VRAM planner needs. Pure python (no torch).
+
+A card comes from presets/cards/<name>.json (numbers copied from each model's public
+config.json), from a local folder's config.json, or from a config.json already in the local
+Hugging Face cache. Parameter counts are computed from the architecture; the card's published
+`params` is kept to check the computation (tests/test_vram.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from grpo_studio.contract import bundled
+from grpo_studio.contract.errors import UserError, close_matches
+
+FAMILIES = ("llama", "qwen2", "qwen3", "gemma3", "phi3", "gpt_oss")
+# config.json model_type -> family (Mistral's dense blocks are Llama blocks)
+MODEL_TYPES = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "gemma3": "gemma3",
+               "gemma3_text": "gemma3", "phi3": "phi3", "gpt_oss": "gpt_oss"}
+
+
+@dataclass
+class Card:
+    name: str
+    family: str
+    layers: int
+    hidden: int
+    intermediate: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    vocab: int
+    tied_embeddings: bool
+    params: int = 0                  # published total (0 = unknown); computed value is total_params()
+    nominal_b: float = 0.0           # the size in the model's name, in billions (Unsloth's rule of thumb)
+    hf_id: str = ""
+    num_experts: int = 0             # MoE (gpt-oss): experts per layer, and how many are active per token
+    experts_per_token: int = 0
+    extra_params: int = 0            # weights outside the text stack (e.g. Gemma-3-4B's vision tower)
+    sliding_window: int = 0
+    sliding_pattern: int = 0         # every Nth layer is global (full attention); 0 = all global
+    active_params: int = 0
+    source: str = ""
+    extra_params_note: str = ""
+    extras: dict = field(default_factory=dict)
+
+    # ---- architecture-derived sizes -------------------------------------------------------
+    @property
+    def q_dim(self) -> int:
+        return self.heads * self.head_dim
+
+    @property
+    def kv_dim(self) -> int:
+        return self.kv_heads * self.head_dim
+
+    @property
+    def qkv_bias(self) -> bool:
+        return self.family in ("qwen2", "gpt_oss")
+
+    @property
+    def qk_norm(self) -> bool:
+        return self.family in ("qwen3", "gemma3")
+
+    @property
+    def norms_per_layer(self) -> int:
+        return 4 if self.family == "gemma3" else 2
+
+    def linears(self) -> list[tuple[str, int, int, int]]:
+        """(peft module name, d_in, d_out, copies per layer) of the per-layer linear layers.
+
+        Phi-3/Phi-4 fuse qkv and gate/up, so LoRA sees one wide module there. gpt-oss experts are
+        3-D parameters, not nn.Linear: peft's all-linear reaches only the attention projections.
+        """
+        h, q, kv, i = self.hidden, self.q_dim, self.kv_dim, self.intermediate
+        attn = [("q_proj", h, q, 1), ("k_proj", h, kv, 1), ("v_proj", h, kv, 1), ("o_proj", q, h, 1)]
+        if self.family == "phi3":
+            return [("qkv_proj", h, q + 2 * kv, 1), ("o_proj", q, h, 1), ("gate_up_proj", h, 2 * i, 1),
+                    ("down_proj", i, h, 1)]
+        if self.family == "gpt_oss":
+            return attn
+        return attn + [("gate_proj", h, i, 1), ("up_proj", h, i, 1), ("down_proj", i, h, 1)]
+
+    def layer_linear_params(self) -> int:
+        return sum(din * dout * n for _, din, dout, n in self.linears())
+
+    def expert_params(self) -> int:
+        """gpt-oss: per layer, router + experts (gate_up fused 2i, down) with biases."""
+        if not self.num_experts:
+            return 0
+        h, i, e = self.hidden, self.intermediate, self.num_experts
+        return (h * e + e) + e * (h * 2 * i + 2 * i) + e * (i * h + h)
+
+    def layer_small_params(self) -> int:
+        """Norms, qk-norms, biases, attention sinks: tiny, counted for the total."""
+        n = self.norms_per_layer * self.hidden
+        if self.qk_norm:
+            n += 2 * self.head_dim
+        if self.qkv_bias:
+            n += self.q_dim + 2 * self.kv_dim
+        if self.family == "gpt_oss":
+            n += self.hidden + self.heads  # o_proj bias, sinks
+        return n
+
+    def embedding_params(self) -> int:
+        return self.vocab * self.hidden * (1 if self.tied_embeddings else 2)
+
+    def total_params(self) -> int:
+        per_layer = self.layer_linear_params() + self.expert_params() + self.layer_small_params()
+        return self.layers * per_layer + self.embedding_params() + self.hidden + self.extra_params
+
+    def active_params_per_token(self) -> int:
+        """MoE: params a token multiplies by (experts_per_token of num_experts, no input embedding
+        table: OpenAI's 3.6B "active" for gpt-oss-20b counts it this way); dense: all."""
+        if not self.num_experts:
+            return self.total_params()
+        inactive = self.expert_params() * (1 - self.experts_per_token / self.num_experts)
+        lookup = 0 if self.tied_embeddings else self.vocab * self.hidden
+        return int(self.total_params() - self.layers * inactive - lookup)
+
+    def lora_params(self, rank: int, targets: list[str]) -> int:
+        """Σ r·(d_in + d_out) over the targeted per-layer linears (peft LoRA A: r×d_in, B: d_out×r)."""
+        wanted = None if targets in ([], ["all-linear"], "all-linear") else set(targets)
+        per_layer = sum(rank * (din + dout) * n for name, din, dout, n in self.linears()
+                        if wanted is None or name in wanted)
+        return self.layers * per_layer
+
+
+# ---- loading -----------------------------------------------------------------------------
+
+def card_names() -> list[str]:
+    return sorted(p.stem for p in bundled.CARDS.glob("*.json"))
+
+
+def _normalise(name: str) -> str:
+    base = name.strip().rstrip("/").split("/")[-1].lower()
+    for suffix in ("-unsloth-bnb-4bit", "-bnb-4bit", "-instruct", "-it", "-base", "-chat", "-pt"):
+        if base.endswith(suffix):
+            base = base[: -len(suffix)]
+    return base.replace("meta-llama-", "llama-")
+
+
+def _from_card_file(path: Path) -> Card:
+    data = json.loads(path.read_text())
+    known = set(Card.__dataclass_fields__)
+    return Card(**{k: v for k, v in data.items() if k in known})
+
+
+def from_config_json(data: dict, name: str) -> Card:
+    """A card from a Hugging Face config.json (text_config for multimodal models)."""
+    if "text_config" in data and "num_hidden_layers" not in data:
+        data = {**data["text_config"], "tie_word_embeddings": data.get("tie_word_embeddings", True)}
+    model_type = data.get("model_type", "")
+    family = MODEL_TYPES.get(model_type)
+    if family is None:
+        raise UserError(f"model_type {model_type!r} has no VRAM formulas (supported: {', '.join(sorted(MODEL_TYPES))})",
+                        kind="vram", key="model.name", value=name)
+    try:
+        heads = data["num_attention_heads"]
+        hidden = data["hidden_size"]
+        sliding = data.get("sliding_window") or 0
+        return Card(
+            name=name, family=family, layers=data["num_hidden_layers"], hidden=hidden,
+            intermediate=data["intermediate_size"], heads=heads,
+            kv_heads=data.get("num_key_value_heads") or heads,
+            head_dim=data.get("head_dim") or hidden // heads, vocab=data["vocab_size"],
+            tied_embeddings=bool(data.get("tie_word_embeddings", family == "gemma3")),
+            num_experts=data.get("num_local_experts", 0) or 0,
+            experts_per_token=data.get("num_experts_per_tok", data.get("experts_per_token", 0)) or 0,
+            sliding_window=sliding if data.get("use_sliding_window", True) else 0,
+        )
+    except KeyError as err:
+        raise UserError(f"config.json lacks {err.args[0]!r}", kind="vram", key="model.name", value=name) from None
+
+
+def _hf_cache_config(hub_id: str) -> Path | None:
+    home = Path(os.environ.get("HF_HUB_CACHE") or Path(os.environ.get("HF_HOME", "~/.cache/huggingface")) / "hub")
+    snaps = home.expanduser() / f"models--{hub_id.replace('/', '--')}" / "snapshots"
+    found = sorted(snaps.glob("*/config.json")) if snaps.is_dir() else []
+    return found[-1] if found else None
+
+
+def load(name: str) -> Card:
+    """A card by card name, hub id of a carded model, bundled model, local folder or cached hub id."""
+    if not name or not name.strip():
+        raise UserError("give a card name, a local folder or a hub id", kind="vram", key="model.name",
+                        value=(name or "").strip())
+    card_file = bundled.CARDS / f"{name}.json"
+    if card_file.is_file():
+        return _from_card_file(card_file)
+    folder = bundled.bundled_model(name) or Path(name).expanduser()
+    if folder.is_dir():
+        cfg = folder / "config.json"
+        if not cfg.is_file():
+            raise UserError("folder has no config.json", kind="vram", key="model.name", value=name)
+        return from_config_json(json.loads(cfg.read_text()), name)
+    wanted = _normalise(name)
+    for card in card_names():
+        if card == wanted or _normalise(_from_card_file(bundled.CARDS / f"{card}.json").hf_id) == wanted:
+            return _from_card_file(bundled.CARDS / f"{card}.json")
+    cached = _hf_cache_config(name) if "/" in name else None
+    if cached is not None:
+        return from_config_json(json.loads(cached.read_text()), name)
+    close = close_matches(wanted, card_names(), n=3, cutoff=0.4)
+    hint = f"closest cards: {', '.join(close)}" if close else f"cards: {', '.join(card_names())}"
+    raise UserError(f"no model card, local folder or cached config.json (offline); {hint}", kind="vram",
+                    key="model.name", value=name)
