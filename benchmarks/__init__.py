@@ -1,6 +1,15 @@
 """What `grpo-studio bench NAME` measures: one module per benchmark, plain functions taking the parsed
-values (the command line is cli/bench_cmd.py).
+values (the command line is cli/bench_cmd.py, whose BENCHMARKS registry names them).
 
 Benchmarks report ratios against a baseline measured in the same process, never absolute
 wall-clock targets in tests (these machines are shared and noisy).
+
+  logprobs_bench       per-token log-probs of a big-vocabulary lm_head: materialised vs chunked vs TRL's kernels
+  mismatch_bench       the rollout/train mismatch of each precision, end to end
+  rollout_bench        rollout tokens/s, hf vs vllm
+  scaling_bench        data-parallel scaling, 1 process against N
+  step_bench           whole optimizer steps, TRL's GRPOTrainer against ours
+  ui_bench             studio responsiveness
+  vram_accuracy_bench  the planner's accurate mode against measured training steps
+  tensor_bytes         counting tensor bytes (live peaks, persistent state) for vram_accuracy_bench
 """

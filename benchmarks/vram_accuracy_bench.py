@@ -31,6 +31,8 @@ from __future__ import annotations
 import tempfile
 from dataclasses import dataclass
 
+from grpo_studio.benchmarks.tensor_bytes import LiveBytes, persistent_tensors, sum_tags, unique_storages, with_quant_states
+
 TOLERANCE = 0.15
 
 
@@ -99,40 +101,6 @@ def _build(family: str, folder: str) -> None:
     cls[1](cls[0](**ARCH, **extra)).save_pretrained(folder)
 
 
-class LiveBytes:
-    """Peak of live tensor bytes: every storage an aten op returns, until it is garbage."""
-
-    def __init__(self):
-        from torch.multiprocessing.reductions import StorageWeakRef
-        from torch.utils._python_dispatch import TorchDispatchMode
-        from torch.utils._pytree import tree_flatten
-
-        tracker = self
-        self.live, self.cur, self.peak = {}, 0, 0
-
-        class Mode(TorchDispatchMode):
-            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-                out = func(*args, **(kwargs or {}))
-                tracker._sweep()
-                import torch
-                for t in tree_flatten(out)[0]:
-                    # plain tensors only: a DTensor (fsdp) has no storage of its own; its local part is one
-                    if type(t) in (torch.Tensor, torch.nn.Parameter) and t.device.type == "cpu":
-                        st = t.untyped_storage()
-                        key = st.data_ptr()
-                        if key and key not in tracker.live:
-                            tracker.live[key] = (StorageWeakRef(st), st.nbytes())
-                            tracker.cur += st.nbytes()
-                tracker.peak = max(tracker.peak, tracker.cur)
-                return out
-
-        self.mode = Mode()
-
-    def _sweep(self):
-        for key in [k for k, (ref, _) in self.live.items() if ref.expired()]:
-            self.cur -= self.live.pop(key)[1]
-
-
 def measure(case: Case, folder: str, group=None) -> dict:
     """One step's components and peak; with a data-parallel `group` (engine/distributed.py) this rank's share
     of the rows and the gradient all-reduce after the backward."""
@@ -154,7 +122,7 @@ def measure(case: Case, folder: str, group=None) -> dict:
     param_ptrs = {p.untyped_storage().data_ptr() for p in params}
     param_shapes = {tuple(p.shape) for p in params if p.dim() == 2}
     frozen = params if case.lora_rank == 0 else [p for p in params if not p.requires_grad]
-    weights = sum(t.untyped_storage().nbytes() for t in _unique(with_quant_states(frozen)))
+    weights = sum(t.untyped_storage().nbytes() for t in unique_storages(with_quant_states(frozen)))
 
     B, T = PROMPTS_PER_STEP // case.world * case.generations, PROMPT + case.completion
     gen = torch.Generator().manual_seed(0)
@@ -203,7 +171,7 @@ def measure(case: Case, folder: str, group=None) -> dict:
         step((pack, lambda t: t))
         peak = torch.cuda.max_memory_allocated()  # persistent weights/optimizer included, like the CPU path
     else:
-        before = sum(t.untyped_storage().nbytes() for t in _persistent(with_quant_states(params), optimizer))
+        before = sum(t.untyped_storage().nbytes() for t in persistent_tensors(with_quant_states(params), optimizer))
         tracker = LiveBytes()
         with tracker.mode:
             step((pack, lambda t: t))
@@ -220,10 +188,10 @@ def measure(case: Case, folder: str, group=None) -> dict:
         saved.clear()
         with policy_loader.autocast(cfg), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
             token_logprobs(policy, ids, attention, case.completion)
-        one = max(v for k, v in _sum_tags(saved).items() if k.startswith("L"))
+        one = max(v for k, v in sum_tags(saved).items() if k.startswith("L"))
         activations += one
     logits = _logits_peak(policy, cfg, ids, attention, case.completion, adv)
-    state = sum(t.untyped_storage().nbytes() for t in _persistent(trainable, optimizer, grads=True))
+    state = sum(t.untyped_storage().nbytes() for t in persistent_tensors(trainable, optimizer, grads=True))
     if case.lora_rank == 0:
         state -= sum(p.untyped_storage().nbytes() for p in trainable)   # the fp32 master is the weights row
     state += by_tag.get("autocast", 0)
@@ -253,45 +221,6 @@ def _logits_peak(policy, cfg, ids, attention, completion: int, adv) -> int:
         logps, _ = token_logprobs(fake_model, ids, attention, completion)
         (-(logps * adv).mean()).backward()
     return tracker.peak - hidden.grad.untyped_storage().nbytes() if hidden.grad is not None else tracker.peak
-
-
-def _sum_tags(saved: dict) -> dict:
-    out: dict[str, int] = {}
-    for where, n in saved.values():
-        out[where] = out.get(where, 0) + n
-    return out
-
-
-def with_quant_states(params) -> list:
-    """The parameters and, for each bitsandbytes 4-bit one, the quantisation state it carries, which is no
-    parameter or buffer: the absmax scales and NF4 code table, and with double quantisation the fp32 offset
-    and the scales' own absmax and code table."""
-    out = []
-    for p in params:
-        out.append(p)
-        qs = getattr(p, "quant_state", None)
-        if qs is not None:
-            out += [qs.absmax, qs.code] + ([qs.offset, qs.state2.absmax, qs.state2.code] if qs.nested else [])
-    return out
-
-
-def _unique(tensors) -> list:
-    """One tensor per storage."""
-    seen, out = set(), []
-    for t in tensors:
-        if t.untyped_storage().data_ptr() not in seen:
-            seen.add(t.untyped_storage().data_ptr())
-            out.append(t)
-    return out
-
-
-def _persistent(params, optimizer, grads: bool = False):
-    tensors = list(params)
-    if grads:
-        tensors += [p.grad for p in params if p.grad is not None]
-    for state in optimizer.state.values():
-        tensors += [v for v in state.values() if hasattr(v, "untyped_storage") and v.dim() > 0]
-    return _unique(tensors)
 
 
 def _config(case: Case):
@@ -374,7 +303,7 @@ def measure_sharded(case: Case, folder: str, group) -> dict:
         optimizer.step()
 
     def local(tensors) -> int:
-        return sum(t.untyped_storage().nbytes() for t in _unique([getattr(t, "_local_tensor", t) for t in tensors]))
+        return sum(t.untyped_storage().nbytes() for t in unique_storages([getattr(t, "_local_tensor", t) for t in tensors]))
 
     step()
     adam = [v for st in optimizer.state.values() for v in st.values() if v.dim() > 0]

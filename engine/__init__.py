@@ -1,3 +1,37 @@
-"""grpo-studio's GRPO engine. Never imports textual (see tests/test_import_hygiene.py)."""
+"""grpo-studio's GRPO engine: everything that needs torch. Never imports textual (tests/test_import_hygiene.py).
+
+The loop
+  trainer         the run: load, step, evaluate, checkpoint, resume, signals
+  rollouts        where batches come from: prompts -> G completions each, rewards, advantages
+  advantages      group-relative advantages (GRPO, arXiv 2402.03300)
+  losses          policy losses: normalisation, PPO clipping, rollout-correction IS, KL
+  logprobs        per-token log-probs under the training model (materialised or chunked)
+  batching        batch layout for the trainer's forward (token budgets, trimming)
+  mismatch        rollout/train mismatch telemetry from (mu, pi, mask)
+  checkpoint      checkpoints/step-N/: adapters or weights, optimizer, RNG, atomically
+Models and precision
+  policy_loader   tokenizer and model from a preset, a folder, a .gguf or the HF cache; LoRA via peft
+  gguf_cache      a .gguf file as a Hugging Face folder, converted once and cached
+  precision       torch dtypes, the FP16 dynamic loss scaler, gradient clipping
+  fp8             FP8 (e4m3) linear layers, shared by the rollout and the trainer
+  weights         the trainer's weights for the rollout engine (HF names, LoRA merged)
+  flops           model FLOPs of a step and the matmul peak (MFU)
+Data and rewards
+  data            prompts: built-in tasks, local files, Hugging Face datasets, chat templates
+  tasks           built-in tasks for chat models (builtin:NAME)
+  arith           the built-in two-number addition task
+  rewards/        reward functions in TRL's signature, contained
+Rollouts and scale
+  sampler/        rollout backends: hf, vllm, and the client of a rollout server
+  rollout_server/ a vLLM engine in its own process (grpo-studio rollout-serve)
+  distributed     data-parallel GRPO across torchrun's processes
+  fsdp            FSDP2 sharding of the policy
+Around the run
+  outlets         trackers and alerts, fed every metrics row
+  trackers        tracker fan-out (report.to)
+  alerts          alert rules and events, delivered
+  faults          out-of-memory and full-disk as one line
+  export          a checkpoint as merged safetensors, GGUF, or a Hub push
+"""
 
 __version__ = "0.1.0"

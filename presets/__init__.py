@@ -1,1 +1,3 @@
-"""Data shipped with grpo-studio: run recipes, model cards, and the bundled tiny model."""
+"""Data shipped with grpo-studio: run recipes (recipes/), model cards for the planner (cards/), and the
+bundled tiny model (models/).
+"""

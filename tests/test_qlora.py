@@ -19,7 +19,7 @@ import bitsandbytes as bnb
 import pytest
 import torch
 
-from grpo_studio.benchmarks.vram_accuracy_bench import with_quant_states
+from grpo_studio.benchmarks.tensor_bytes import with_quant_states
 from grpo_studio.engine import data, policy_loader
 from grpo_studio.engine.batching import join_prompt_completion
 from grpo_studio.contract import backend, config, model_card, precision_plan

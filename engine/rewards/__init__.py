@@ -9,6 +9,13 @@ samples into None (NaN here: excluded from that function's mean and, as in TRL, 
 weighted nansum before the advantage) and reports one `reward_error` through `on_error`. A sample
 whose weighted sum is not finite (rewards.weights = [1e308, 1e308]) has all its rewards set to
 None, reported as a reward_error of function 'rewards.weights', rather than training on NaN/inf.
+
+  builtin        the built-in reward functions (correctness, format, length, code_exec, ...)
+  loader         user reward functions from a .py file or a module path
+  runner         calling one reward function so that nothing it does stops training
+  sandbox        sandboxed execution of model-written code (code_exec), with _sandbox_child its launcher
+  reward_model   a reward model as a reward function ("rm:PATH")
+  trl_rewards    TRL's own reward functions by name ("trl.rewards:NAME")
 """
 
 from __future__ import annotations

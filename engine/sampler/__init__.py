@@ -1,4 +1,11 @@
-"""Rollout backends behind one small interface (see base.py): hf (transformers) and vllm."""
+"""Rollout backends behind one small interface: hf (transformers) and vllm.
+
+  base           the interface: G completions per prompt, and the log-probs the sampler used
+  hf             transformers `generate` on its own copy of the policy
+  vllm_backend   vLLM's offline engine, in-process, colocated with the trainer
+  vllm_sync      weight sync into a live vLLM engine; the simulated FP8 rollout
+  remote         the client of a rollout server (rollout.colocate = false)
+"""
 
 from __future__ import annotations
 

@@ -1,0 +1,63 @@
+"""The layout's rules (docs/design.md, "The map"), checked on the files themselves:
+
+- no two modules share a name, so a name says which file it is;
+- every package's __init__ docstring lists what is really in its folder, and nothing that is not;
+- no source file reaches 400 lines.
+"""
+
+import ast
+import re
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+ROOMS = ("contract", "engine", "studio", "cli", "benchmarks", "presets", "scripts")
+MAX_LINES = 400
+
+
+def sources() -> list[Path]:
+    return sorted(p for room in ROOMS for p in (ROOT / room).rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def packages() -> list[Path]:
+    return sorted(p.parent for p in sources() if p.name == "__init__.py")
+
+
+def members(package: Path) -> set[str]:
+    """The modules and sub-packages directly inside a package folder."""
+    names = {p.stem for p in package.glob("*.py") if p.name != "__init__.py"}
+    return names | {d.name for d in package.iterdir() if (d / "__init__.py").is_file()}
+
+
+def test_no_two_modules_share_a_name():
+    where = defaultdict(list)
+    for path in sources():
+        if path.name != "__init__.py":
+            where[path.name].append(str(path.relative_to(ROOT)))
+    assert len(where) > 100  # the walk really saw the tree
+    assert {name: paths for name, paths in where.items() if len(paths) > 1} == {}
+
+
+def test_every_package_docstring_lists_its_folder():
+    """Each member's name appears in its package's docstring as a word; a `name.py` or `name/` the
+    docstring mentions exists. (Data folders under presets/ are packages for the wheel only: skipped.)"""
+    checked = 0
+    for package in packages():
+        if package.relative_to(ROOT).parts[0] == "presets" and package != ROOT / "presets":
+            continue
+        doc = ast.get_docstring(ast.parse((package / "__init__.py").read_text())) or ""
+        here = members(package)
+        missing = sorted(n for n in here if not re.search(rf"(?<![\w.]){re.escape(n)}(?![\w])", doc))
+        assert missing == [], f"{package.relative_to(ROOT)}/__init__.py does not list {missing}"
+        named = set(re.findall(r"(?<![\w/.])([a-z_][a-z0-9_]*)(?:\.py\b|/(?=[\s),]|$))", doc))
+        gone = sorted(n for n in named if n not in here and not (ROOT / n).exists()
+                      and not any((ROOT / room / n).exists() or (ROOT / room / f"{n}.py").exists() for room in ROOMS))
+        assert gone == [], f"{package.relative_to(ROOT)}/__init__.py names files that are not there: {gone}"
+        checked += 1
+    assert checked >= 8
+
+
+def test_no_source_file_reaches_400_lines():
+    sizes = {str(p.relative_to(ROOT)): len(p.read_text().splitlines()) for p in sources()}
+    assert len(sizes) > 100
+    assert {path: n for path, n in sizes.items() if n >= MAX_LINES} == {}
