@@ -11,5 +11,7 @@ wall-clock targets in tests (these machines are shared and noisy).
   step_bench           whole optimizer steps, TRL's GRPOTrainer against ours
   ui_bench             studio responsiveness
   vram_accuracy_bench  the planner's accurate mode against measured training steps
+  faults_bench         the fault suite as real processes: one line and exit 2 for mistakes, no tracebacks
+  fault_cases          the fault suite's generated cases (also run by tests/test_fault_suite.py)
   tensor_bytes         counting tensor bytes (live peaks, persistent state) for vram_accuracy_bench
 """

@@ -1,0 +1,159 @@
+"""The fault suite's cases, generated: what a hostile or careless user gives `grpo-studio`, and what must follow.
+
+Each case is a command line plus the files it needs, and an expectation:
+
+  refused   exit code 2, exactly one line on stderr, no traceback, and no run directory left behind
+  shown     exit code 0, no traceback (a reader that meets an odd file warns and shows what it can)
+
+The config cases come from the schema itself (contract/config_schema.py): for every key, values its type,
+bounds or choices forbid. So a key added tomorrow is fuzzed tomorrow. tests/test_fault_suite.py runs the fast
+categories on every commit; `grpo-studio bench faults` runs them as real processes, with the slow ones.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from grpo_studio.contract import config
+
+REFUSED, SHOWN = "refused", "shown"
+
+
+@dataclass
+class Case:
+    category: str
+    name: str
+    argv: list[str]  # {tmp} in an argument is the case's own folder
+    expect: str = REFUSED
+    files: dict[str, bytes | str] = field(default_factory=dict)  # relative path -> content, written before
+    prepare: Callable[[Path], None] | None = None  # anything files cannot say (a directory, a mode)
+
+    def materialise(self, tmp: Path) -> list[str]:
+        for rel, content in self.files.items():
+            path = tmp / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if isinstance(content, bytes):
+                path.write_bytes(content)
+            else:
+                path.write_text(content)
+        if self.prepare:
+            self.prepare(tmp)
+        return [arg.replace("{tmp}", str(tmp)) for arg in self.argv]
+
+
+def train(*args: str) -> list[str]:
+    """A `train` into a new run directory of the case's folder, which a refusal must not create."""
+    return ["train", *args, "--run-dir", "{tmp}/run"]
+
+
+def bad_values(info: config.KeyInfo) -> list[str]:
+    """Values the key's declared type, bounds or choices forbid, as --set text."""
+    if info.type == "bool":
+        return ["maybe", "2", ""]
+    if info.choices is not None:
+        return ["nope", info.choices[-1].upper() + "x", "1e308"]
+    if info.type in ("int", "float"):
+        out = ["abc", "nan", "inf", "-inf", "1e400"]
+        if info.type == "int":
+            out += ["1.5", "9" * 40]
+        else:
+            out += ["1e308", "-1e308"]
+        if info.lo is not None:
+            out.append(str(info.lo if info.lo_open else info.lo - 1))
+        if info.hi is not None:
+            out.append(str(info.hi * 10 + 1))
+        return list(dict.fromkeys(out))
+    return []
+
+
+# Free-text keys whose bad values are known: the rest take any text.
+TEXT_CASES = {
+    "model.name": ["x" * 300, "no-such-model-anywhere", "/nonexistent/folder", "{tmp}/notjson"],
+    "alerts.webhook": ["http://[::1", "ftp://example.com/hook", "not a url", "http://"],
+    "data.source": ["{tmp}/missing.jsonl", "builtin:nope", "{tmp}/empty_prompt.jsonl"],
+    "rewards.funcs": ["[]", "['nope']", "['{tmp}/rewards.txt:score']", "['{tmp}/missing.py:score']"],
+    "rewards.weights": ["[1e308, 1e308]", "['a', 'b']", "[1, 2, 3]"],
+}
+TEXT_FILES = {
+    "notjson/config.json": "{ not json",
+    "rewards.txt": "def score(prompts, completions, **kw):\n    return [1.0] * len(completions)\n",
+    "empty_prompt.jsonl": '{"prompt": "1+1?", "answer": "2"}\n{"prompt": "", "answer": "3"}\n',
+}
+TYPOS = ["model.nme", "train.lr_", "nosection.key", "model", "model.name.extra", "trian.steps", "=1", "model.dtype"]
+
+
+def config_cases() -> list[Case]:
+    out = []
+    for info in config.key_info():
+        for value in bad_values(info):
+            out.append(Case("config", f"{info.key}={value[:24]}", train("--set", f"{info.key}={value}")))
+        for value in TEXT_CASES.get(info.key, []):
+            out.append(Case("config", f"{info.key}={value[:24]}", train("--set", f"{info.key}={value}"),
+                            files=TEXT_FILES))
+    for key in TYPOS:  # an unknown key, or one without a value
+        out.append(Case("config", f"typo {key}", train("--set", key if "=" in key or key == "model.dtype" else f"{key}=1")))
+    return out
+
+
+DEEP = "[a]\n" + "x = " + "[" * 3000 + "]" * 3000 + "\n"
+RECIPES: dict[str, bytes | str] = {
+    "syntax": "[train\nsteps = 3\n",
+    "deep nesting": DEEP,
+    "not utf-8": b"[train]\nsteps = 3\n# \xff\xfe\n",
+    "section is a number": "train = 5\n",
+    "unknown section": "[trian]\nsteps = 3\n",
+    "unknown key": "[train]\nstpes = 3\n",
+    "wrong type": '[train]\nsteps = "three"\n',
+    "huge int": "[train]\nsteps = 1" + "0" * 400 + "\n",
+    "nan float": "[train]\nlr = nan\n",
+    "inf float": "[algo]\nepsilon = inf\n",
+    "table in a key": "[train]\nsteps = { a = 1 }\n",
+    "list for a number": "[train]\nlr = [1, 2]\n",
+    "bool for a number": "[rollout]\nnum_generations = true\n",
+    "empty name": '[model]\nname = ""\n',
+}
+
+
+def recipe_cases() -> list[Case]:
+    out = [Case("recipe", what, train("{tmp}/recipe.toml"), files={"recipe.toml": text})
+           for what, text in RECIPES.items()]
+    out += [
+        Case("recipe", "missing file", train("{tmp}/nope.toml")),
+        Case("recipe", "a directory", train("{tmp}/folder.toml"), prepare=lambda t: (t / "folder.toml").mkdir()),
+        Case("recipe", "unknown preset", train("tiny-arth")),
+        Case("recipe", "not a toml name", train("{tmp}/recipe.yaml"), files={"recipe.yaml": "train: 1\n"}),
+    ]
+    return out
+
+
+def flag_cases() -> list[Case]:
+    out = [Case("flags", f"--nproc {n}", ["train", "--nproc", n, "--run-dir", "{tmp}/run"])
+           for n in ("0", "-1", "abc", "1.5", "2")]
+    out += [Case("flags", f"--devices {d!r}", ["train", "--devices", d, "--run-dir", "{tmp}/run"])
+            for d in ("a,b", ",", "-1")]
+    out += [
+        Case("flags", "--run-dir ''", ["train", "--run-dir", ""]),
+        Case("flags", "--run-dir a file", ["train", "--run-dir", "{tmp}/file"], files={"file": "x"}),
+        Case("flags", "--run-dir non-empty", ["train", "--run-dir", "{tmp}/full"], files={"full/config.toml": ""}),
+        Case("flags", "--resume missing", ["train", "--resume", "{tmp}/nope"]),
+        Case("flags", "--resume a file", ["train", "--resume", "{tmp}/file"], files={"file": "x"}),
+        Case("flags", "--resume no config", ["train", "--resume", "{tmp}/dir"], prepare=lambda t: (t / "dir").mkdir()),
+        Case("flags", "--resume empty config", ["train", "--resume", "{tmp}/r"], files={"r/config.toml": ""}),
+        Case("flags", "unknown flag", ["train", "--nope"]),
+        Case("flags", "unknown command", ["trian"]),
+        Case("flags", "--set without =", ["train", "--set", "train.steps", "--run-dir", "{tmp}/run"]),
+        Case("flags", "vram --gpu-mem junk", ["vram", "--gpu-mem", "lots"]),
+        Case("flags", "vram --mode junk", ["vram", "--mode", "guess"]),
+        Case("flags", "vram --solve junk", ["vram", "--solve", "everything"]),
+        Case("flags", "runs missing folder", ["runs", "{tmp}/nope"]),
+        Case("flags", "report missing run", ["report", "{tmp}/nope"]),
+        Case("flags", "export missing run", ["export", "{tmp}/nope"]),
+    ]
+    return out
+
+
+def fast_cases() -> list[Case]:
+    """The categories that need no training: run on every commit."""
+    return config_cases() + recipe_cases() + flag_cases()

@@ -1,0 +1,130 @@
+"""`grpo-studio bench faults [--json] [--in-process]`: the fault suite, as a hostile user would run it.
+
+Every generated case (benchmarks/fault_cases.py) runs as a real `grpo-studio` process in a folder of its
+own, with a time limit, and is judged:
+
+  held        what the case expects: a refusal is exit code 2 with one line on stderr and no run directory
+              left behind; a reader shows what it can with exit code 0
+  traceback   "Traceback" on stderr
+  hang        still running at the time limit
+  wrong       anything else (a refusal in two lines, a refused run that left files, exit 1, ...)
+
+The report is one row per category: tried, held, and each way of failing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from grpo_studio.benchmarks.fault_cases import REFUSED, Case, fast_cases
+
+TIMEOUT_S = 120
+VERDICTS = ("held", "traceback", "hang", "wrong")
+
+
+@dataclass
+class Outcome:
+    code: int | None  # None: it hung
+    stdout: str
+    stderr: str
+
+    def verdict(self, case: Case, tmp: Path) -> str:
+        if self.code is None:
+            return "hang"
+        if "Traceback" in self.stderr:
+            return "traceback"
+        lines = [line for line in self.stderr.splitlines() if line.strip()]
+        if case.expect == REFUSED:
+            held = self.code == 2 and len(lines) == 1 and not (tmp / "run").exists()
+        else:
+            held = self.code == 0
+        return "held" if held else "wrong"
+
+
+def run_process(argv: list[str], cwd: Path, timeout: float = TIMEOUT_S) -> Outcome:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    try:
+        done = subprocess.run([sys.executable, "-m", "grpo_studio.cli.main", *argv], capture_output=True,
+                              text=True, cwd=cwd, env=env, timeout=timeout, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired as late:
+        return Outcome(None, str(late.stdout or ""), str(late.stderr or ""))
+    return Outcome(done.returncode, done.stdout, done.stderr)
+
+
+def run_in_process(argv: list[str], cwd: Path) -> Outcome:
+    """The same command through cli.main.main in this process (tens of milliseconds instead of a second),
+    with file descriptors 1 and 2 captured, so a child the command starts is captured too. An exception
+    that escapes main() is what a user would see as a traceback."""
+    from grpo_studio.cli.main import main
+
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, _fds_to(out, err), _cwd(cwd):
+        try:
+            code = main(argv)
+        except BaseException as escaped:  # noqa: BLE001 - exactly what the suite looks for
+            print(f"Traceback (escaped main): {escaped!r}", file=sys.stderr)
+            code = 1
+        sys.stdout.flush(), sys.stderr.flush()
+        out.seek(0), err.seek(0)
+        return Outcome(code, out.read().decode(errors="replace"), err.read().decode(errors="replace"))
+
+
+@contextlib.contextmanager
+def _fds_to(out, err):
+    saved = os.dup(1), os.dup(2)
+    sys.stdout.flush(), sys.stderr.flush()
+    os.dup2(out.fileno(), 1), os.dup2(err.fileno(), 2)
+    try:
+        yield
+    finally:
+        sys.stdout.flush(), sys.stderr.flush()
+        os.dup2(saved[0], 1), os.dup2(saved[1], 2)
+        os.close(saved[0]), os.close(saved[1])
+
+
+@contextlib.contextmanager
+def _cwd(path: Path):
+    before = Path.cwd()
+    os.chdir(path)
+    try:
+        yield
+    finally:
+        os.chdir(before)
+
+
+def judge(case: Case, in_process: bool) -> tuple[str, Outcome]:
+    with tempfile.TemporaryDirectory(prefix="fault-") as folder:
+        tmp = Path(folder)
+        argv = case.materialise(tmp)
+        outcome = run_in_process(argv, tmp) if in_process else run_process(argv, tmp)
+        return outcome.verdict(case, tmp), outcome
+
+
+def run(in_process: bool = False, cases: list[Case] | None = None) -> dict:
+    table: dict[str, dict[str, int]] = {}
+    failures = []
+    t0 = time.perf_counter()
+    for case in fast_cases() if cases is None else cases:
+        verdict, outcome = judge(case, in_process)
+        row = table.setdefault(case.category, {"tried": 0, **dict.fromkeys(VERDICTS, 0)})
+        row["tried"] += 1
+        row[verdict] += 1
+        if verdict != "held":
+            failures.append({"category": case.category, "case": case.name, "verdict": verdict,
+                             "code": outcome.code, "stderr": outcome.stderr.strip()[-400:]})
+    return {"table": table, "failures": failures, "seconds": round(time.perf_counter() - t0, 1)}
+
+
+def print_report(report: dict) -> None:
+    print(f"{'category':<10} {'tried':>6} " + " ".join(f"{v:>9}" for v in VERDICTS))
+    for category, row in report["table"].items():
+        print(f"{category:<10} {row['tried']:>6} " + " ".join(f"{row[v]:>9}" for v in VERDICTS))
+    for f in report["failures"]:
+        print(f"  {f['verdict']:<9} {f['category']}: {f['case']} (exit {f['code']}): {f['stderr'][-200:]}")
+    print(f"{report['seconds']} s")

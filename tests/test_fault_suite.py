@@ -1,0 +1,26 @@
+"""The fault suite's fast categories (benchmarks/fault_cases.py), every case on every commit: a bad config value
+for every key the schema has, broken recipe files, bad flags, damaged run directories. A user mistake is one
+line on stderr and exit code 2, and leaves no run directory behind; a reader shows what it can. The cases run
+through cli.main.main in this process (file descriptors captured, so a child the command starts is judged
+too); `grpo-studio bench faults` runs the same cases as real processes, with the slow categories."""
+
+import pytest
+
+from grpo_studio.benchmarks.fault_cases import REFUSED, fast_cases
+from grpo_studio.benchmarks.faults_bench import judge
+
+CASES = fast_cases()
+
+
+def test_the_suite_is_generated_large():
+    categories = {case.category for case in CASES}
+    assert {"config", "recipe", "flags"} <= categories
+    assert len(CASES) >= 400
+    assert len({(case.category, case.name) for case in CASES}) == len(CASES)  # every case says what it is
+
+
+@pytest.mark.parametrize("case", CASES, ids=[f"{c.category}:{c.name}" for c in CASES])
+def test_case_holds(case):
+    verdict, outcome = judge(case, in_process=True)
+    expected = "one line on stderr, exit 2, no run directory" if case.expect == REFUSED else "exit 0"
+    assert verdict == "held", f"{verdict} (expected {expected}): exit {outcome.code}\n{outcome.stderr[-1500:]}"
