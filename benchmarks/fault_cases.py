@@ -4,6 +4,7 @@ Each case is a command line plus the files it needs, and an expectation:
 
   refused   exit code 2, exactly one line on stderr, no traceback, and no run directory left behind
   shown     exit code 0, no traceback (a reader that meets an odd file warns and shows what it can)
+  crashed   a non-zero exit code with one line on stderr (the process was killed, or killed itself)
 
 The config cases come from the schema itself (contract/config_schema.py): for every key, values its type,
 bounds or choices forbid. So a key added tomorrow is fuzzed tomorrow. tests/test_fault_suite.py runs the fast
@@ -18,7 +19,7 @@ from typing import Callable
 
 from grpo_studio.contract import config
 
-REFUSED, SHOWN = "refused", "shown"
+REFUSED, SHOWN, CRASHED = "refused", "shown", "crashed"
 
 
 @dataclass
@@ -154,6 +155,27 @@ def flag_cases() -> list[Case]:
     return out
 
 
+SCORE = "def score(prompts, completions, **kwargs):\n    return [1.0] * len(completions)\n"
+REWARD_MODULES = {  # a user's reward file, broken at import or by its name: the trainer refuses it while loading
+    "syntax error": ("def score(:\n", REFUSED),
+    "raises at import": ("raise ValueError('no config for the scorer')\n" + SCORE, REFUSED),
+    "KeyboardInterrupt at import": ("raise KeyboardInterrupt\n" + SCORE, REFUSED),
+    "SystemExit at import": ("import sys\nsys.exit(3)\n" + SCORE, REFUSED),
+    "imports a missing package": ("import no_such_package_here\n" + SCORE, REFUSED),
+    "os._exit at import": ("import os\nos._exit(7)\n" + SCORE, CRASHED),
+    "not callable": ("score = 3\n", REFUSED),
+}
+
+
+def reward_cases() -> list[Case]:
+    """User reward files that fail as they load. These start the trainer (torch), a few seconds each."""
+    out = [Case("rewards", what, train("--set", "rewards.funcs=['{tmp}/my_rewards.py:score']"), expect=expect,
+                files={"my_rewards.py": body}) for what, (body, expect) in REWARD_MODULES.items()]
+    out.append(Case("rewards", "missing function", train("--set", "rewards.funcs=['{tmp}/my_rewards.py:scor']"),
+                    files={"my_rewards.py": SCORE}))
+    return out
+
+
 def fast_cases() -> list[Case]:
     """The categories that need no training: run on every commit."""
-    return config_cases() + recipe_cases() + flag_cases()
+    return config_cases() + recipe_cases() + flag_cases() + reward_cases()

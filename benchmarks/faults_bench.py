@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from grpo_studio.benchmarks.fault_cases import REFUSED, Case, fast_cases
+from grpo_studio.benchmarks.fault_cases import CRASHED, REFUSED, Case, fast_cases
 
 TIMEOUT_S = 120
 VERDICTS = ("held", "traceback", "hang", "wrong")
@@ -43,6 +43,8 @@ class Outcome:
         lines = [line for line in self.stderr.splitlines() if line.strip()]
         if case.expect == REFUSED:
             held = self.code == 2 and len(lines) == 1 and not (tmp / "run").exists()
+        elif case.expect == CRASHED:
+            held = self.code not in (0, 2) and len(lines) == 1
         else:
             held = self.code == 0
         return "held" if held else "wrong"
