@@ -13,5 +13,6 @@ wall-clock targets in tests (these machines are shared and noisy).
   vram_accuracy_bench  the planner's accurate mode against measured training steps
   faults_bench         the fault suite as real processes: one line and exit 2 for mistakes, no tracebacks
   fault_cases          the fault suite's generated cases (also run by tests/test_fault_suite.py)
+  fault_trials         the fault suite's slow trials: kill -9, a full disk, divergence, two trainers
   tensor_bytes         counting tensor bytes (live peaks, persistent state) for vram_accuracy_bench
 """

@@ -1,4 +1,4 @@
-"""`grpo-studio bench faults [--json] [--in-process]`: the fault suite, as a hostile user would run it.
+"""`grpo-studio bench faults [--json] [--fast]`: the fault suite, as a hostile user would run it.
 
 Every generated case (benchmarks/fault_cases.py) runs as a real `grpo-studio` process in a folder of its
 own, with a time limit, and is judged:
@@ -9,7 +9,10 @@ own, with a time limit, and is judged:
   hang        still running at the time limit
   wrong       anything else (a refusal in two lines, a refused run that left files, exit 1, ...)
 
-The report is one row per category: tried, held, and each way of failing.
+Then, unless --fast, the slow trials (benchmarks/fault_trials.py: kill -9 and resume, a full disk, divergence,
+two trainers on one run directory), which also count the steps a run directory lost or holds twice.
+
+The report is one row per category: tried, held, each way of failing, and steps lost / duplicated.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from pathlib import Path
 from grpo_studio.benchmarks.fault_cases import CRASHED, REFUSED, Case, fast_cases
 
 TIMEOUT_S = 120
-VERDICTS = ("held", "traceback", "hang", "wrong")
+VERDICTS = ("held", "traceback", "hang", "wrong", "skipped")
 
 
 @dataclass
@@ -108,25 +111,40 @@ def judge(case: Case, in_process: bool) -> tuple[str, Outcome]:
         return outcome.verdict(case, tmp), outcome
 
 
-def run(in_process: bool = False, cases: list[Case] | None = None) -> dict:
+def run(in_process: bool = False, cases: list[Case] | None = None, slow: bool = True) -> dict:
     table: dict[str, dict[str, int]] = {}
     failures = []
     t0 = time.perf_counter()
-    for case in fast_cases() if cases is None else cases:
-        verdict, outcome = judge(case, in_process)
-        row = table.setdefault(case.category, {"tried": 0, **dict.fromkeys(VERDICTS, 0)})
+
+    def record(category: str, name: str, verdict: str, lost: int = 0, twice: int = 0, detail: str = "") -> None:
+        row = table.setdefault(category, {"tried": 0, **dict.fromkeys(VERDICTS, 0), "lost": 0, "twice": 0})
         row["tried"] += 1
         row[verdict] += 1
-        if verdict != "held":
-            failures.append({"category": case.category, "case": case.name, "verdict": verdict,
-                             "code": outcome.code, "stderr": outcome.stderr.strip()[-400:]})
+        row["lost"] += lost
+        row["twice"] += twice
+        if verdict not in ("held", "skipped") or lost or twice:
+            failures.append({"category": category, "case": name, "verdict": verdict, "detail": detail})
+
+    for case in fast_cases() if cases is None else cases:
+        verdict, outcome = judge(case, in_process)
+        record(case.category, case.name, verdict, detail=f"exit {outcome.code}: {outcome.stderr.strip()[-400:]}")
+    if slow:
+        from grpo_studio.benchmarks.fault_trials import trials
+
+        for category, name, trial in trials():
+            with tempfile.TemporaryDirectory(prefix="fault-") as folder:
+                result = trial(Path(folder))
+            record(category, name, result["verdict"], result["lost"], result["twice"], result["detail"])
     return {"table": table, "failures": failures, "seconds": round(time.perf_counter() - t0, 1)}
 
 
 def print_report(report: dict) -> None:
-    print(f"{'category':<10} {'tried':>6} " + " ".join(f"{v:>9}" for v in VERDICTS))
+    columns = (*VERDICTS, "lost", "twice")
+    print(f"{'category':<13} {'tried':>6} " + " ".join(f"{c:>9}" for c in columns))
     for category, row in report["table"].items():
-        print(f"{category:<10} {row['tried']:>6} " + " ".join(f"{row[v]:>9}" for v in VERDICTS))
+        print(f"{category:<13} {row['tried']:>6} " + " ".join(f"{row[c]:>9}" for c in columns))
+    total = {c: sum(row[c] for row in report["table"].values()) for c in ("tried", *columns)}
+    print(f"{'all':<13} {total['tried']:>6} " + " ".join(f"{total[c]:>9}" for c in columns))
     for f in report["failures"]:
-        print(f"  {f['verdict']:<9} {f['category']}: {f['case']} (exit {f['code']}): {f['stderr'][-200:]}")
+        print(f"  {f['verdict']:<9} {f['category']}: {f['case']}: {f['detail'][-240:]}")
     print(f"{report['seconds']} s")
