@@ -1,7 +1,8 @@
 """The studio app and its entry points (`grpo-studio`, `grpo-studio attach RUN`).
 
-Screens: setup (with the VRAM panel) → dashboard of a run; runs list; compare. The trainer is
-always a separate process; the studio reads its run directory and nothing else.
+Screens (screens/): setup (with the VRAM panel) → dashboard of a run; runs list; compare. The trainer is
+always a separate process; the studio reads its run directory and nothing else. The screens never reach into
+the app: they post the messages in messages.py, and the `on_*` handlers below act on them.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from grpo_studio.contract import rundir
 from grpo_studio.contract.bundled import DEFAULT_RECIPE
 from grpo_studio.contract.config import Config
 from grpo_studio.contract.errors import UserError
-from grpo_studio.studio import launcher
+from grpo_studio.studio import launcher, messages
 from grpo_studio.studio.keymap import load_keymap
 
 
@@ -55,7 +56,7 @@ class StudioApp(App):
             self.set_keymap(keymap)
         if error:
             self.notify(error, severity="error")
-        from grpo_studio.studio.setup_screen import SetupScreen
+        from grpo_studio.studio.screens.setup_screen import SetupScreen
 
         self.setup_screen = SetupScreen(self.cfg, self.source)
         self.push_screen(self.setup_screen)
@@ -95,19 +96,19 @@ class StudioApp(App):
             self.pop_screen()
 
     def action_show_runs(self, mark: Path | None = None) -> None:
-        from grpo_studio.studio.runs_screen import RunsScreen
+        from grpo_studio.studio.screens.runs_list_screen import RunsScreen
 
         if isinstance(self.screen, RunsScreen):
             return
         self.push_screen(RunsScreen(self.runs_root, mark=mark))
 
     def open_run(self, run_dir: Path) -> None:
-        from grpo_studio.studio.dashboard import DashboardScreen
+        from grpo_studio.studio.screens.dashboard_screen import DashboardScreen
 
         self.push_screen(DashboardScreen(Path(run_dir), poll_s=self.poll_s, live_hardware=self.live_hardware))
 
     def compare_runs(self, run_dirs: list[Path]) -> None:
-        from grpo_studio.studio.compare import CompareScreen
+        from grpo_studio.studio.screens.compare_screen import CompareScreen
 
         self.push_screen(CompareScreen(run_dirs))
 
@@ -120,7 +121,7 @@ class StudioApp(App):
         return run_dir
 
     def duplicate_run(self, run_dir: Path) -> None:
-        from grpo_studio.studio.dialogs import Confirm
+        from grpo_studio.studio.screens.modals import Confirm
 
         try:
             cfg, dtype = launcher.duplicate_with_dtype(Path(run_dir))
@@ -138,7 +139,7 @@ class StudioApp(App):
     def export_model(self, run_dir: Path) -> None:
         """Ask for a destination, then export the run's newest checkpoint there in a child process (a folder:
         merged safetensors; FILE.gguf: f16 GGUF), showing its one line."""
-        from grpo_studio.studio.dialogs import PathPrompt
+        from grpo_studio.studio.screens.modals import PathPrompt
 
         run_dir = Path(run_dir)
 
@@ -163,11 +164,49 @@ class StudioApp(App):
 
         self.run_worker(work, thread=True, exit_on_error=False, name="report")
 
+    # ---- what the screens ask (messages.py) -------------------------------------------------
+    def on_launch_requested(self, message: messages.LaunchRequested) -> None:
+        devices = {"nproc": message.nproc} if message.nproc > 1 else {}
+        if message.force:
+            self.launch_run(message.cfg, force=True, **devices)
+        else:
+            self.launch_run(message.cfg, **devices)
+
+    def on_open_run(self, message: messages.OpenRun) -> None:
+        self.open_run(message.run_dir)
+
+    def on_compare_runs(self, message: messages.CompareRuns) -> None:
+        self.compare_runs(message.run_dirs)
+
+    def on_duplicate_run(self, message: messages.DuplicateRun) -> None:
+        self.duplicate_run(message.run_dir)
+
+    def on_export_model(self, message: messages.ExportModel) -> None:
+        self.export_model(message.run_dir)
+
+    def on_export_report(self, message: messages.ExportReport) -> None:
+        self.export_report(message.run_dir)
+
+    def on_show_runs(self, message: messages.ShowRuns) -> None:
+        self.action_show_runs(mark=message.mark)
+
+    def on_show_setup(self, message: messages.ShowSetup) -> None:
+        self.action_show_setup()
+
+    def on_go_back(self, message: messages.GoBack) -> None:
+        if len(self.screen_stack) > 2:
+            self.pop_screen()
+        else:
+            self.action_show_runs()
+
+    def on_ask_user(self, message: messages.AskUser) -> None:
+        self.push_screen(message.dialog, message.then)
+
     # ---- command palette --------------------------------------------------------------------
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
-        from grpo_studio.studio.dashboard import DashboardScreen
-        from grpo_studio.studio.setup_screen import SetupScreen
+        from grpo_studio.studio.screens.dashboard_screen import DashboardScreen
+        from grpo_studio.studio.screens.setup_screen import SetupScreen
 
         yield SystemCommand("Runs", "List runs: open, compare, A/B precision", self.action_show_runs)
         yield SystemCommand("Setup", "Back to the setup screen", self.action_show_setup)

@@ -7,10 +7,10 @@ from dataclasses import dataclass, field
 
 from grpo_studio.contract import metrics
 from grpo_studio.contract.metrics import fmt
-from grpo_studio.studio.charts import Line, ema
 from grpo_studio.studio.lag import LAG0_K3, LAGGED_FRAC, LAGGED_K3
-from grpo_studio.studio.perf_tables import MFU
 from grpo_studio.studio.rundata import RunData
+from grpo_studio.studio.widgets.metric_chart import Line, ema
+from grpo_studio.studio.widgets.perf_tables import MFU
 
 
 @dataclass

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from grpo_studio.contract import metrics
 from grpo_studio.contract.metrics import fmt
-from grpo_studio.studio.charts import ema
+from grpo_studio.studio.widgets.metric_chart import ema
 from grpo_studio.studio.panels import PANELS, histogram_bars, histogram_title
 from grpo_studio.studio.rundata import RunData
 

@@ -38,8 +38,11 @@ def test_front_door_and_runs_listing_import_no_textual_or_torch(tmp_path):
 
 def test_studio_imports_no_torch_transformers_or_vllm():
     mods = loaded_after(
-        "import grpo_studio.studio.app, grpo_studio.studio.setup_screen, grpo_studio.studio.dashboard, "
-        "grpo_studio.studio.runs_screen, grpo_studio.studio.compare, grpo_studio.studio.report, "
+        "import grpo_studio.studio.app, grpo_studio.studio.screens.setup_screen, "
+        "grpo_studio.studio.screens.dashboard_screen, grpo_studio.studio.screens.runs_list_screen, "
+        "grpo_studio.studio.screens.compare_screen, grpo_studio.studio.screens.modals, grpo_studio.studio.report, "
+        "grpo_studio.studio.widgets.metric_chart, grpo_studio.studio.widgets.vram_panel, "
+        "grpo_studio.studio.widgets.perf_tables, grpo_studio.studio.widgets.reward_list, grpo_studio.studio.messages, "
         "grpo_studio.studio.launcher, grpo_studio.studio.vram_adapter\n"
         "from grpo_studio.studio.app import StudioApp\nStudioApp()")
     assert "textual" in mods  # the probe really loaded the app

@@ -17,11 +17,11 @@ from grpo_studio.contract.planner import vram
 from grpo_studio.contract.errors import UserError
 from grpo_studio.studio import hardware, lag
 from grpo_studio.studio.app import StudioApp
-from grpo_studio.studio.charts import MetricChart
-from grpo_studio.studio.perf_tables import rank_values, time_split
+from grpo_studio.studio.widgets.metric_chart import MetricChart
+from grpo_studio.studio.widgets.perf_tables import rank_values, time_split
 from grpo_studio.studio.rundata import RunData
-from grpo_studio.studio.setup_screen import SetupScreen
-from grpo_studio.studio.vram_panel import VramPanel
+from grpo_studio.studio.screens.setup_screen import SetupScreen
+from grpo_studio.studio.widgets.vram_panel import VramPanel
 from tests.studio_helpers import anyio_backend, focus_field, visible_text, wait_until  # noqa: F401
 from tests.synthetic_run import write_run
 

@@ -10,8 +10,8 @@ import pytest
 from grpo_studio.contract import config as cfgmod
 from grpo_studio.studio import hardware
 from grpo_studio.studio.app import StudioApp
-from grpo_studio.studio.setup_screen import SetupScreen
-from grpo_studio.studio.vram_panel import VramPanel
+from grpo_studio.studio.screens.setup_screen import SetupScreen
+from grpo_studio.studio.widgets.vram_panel import VramPanel
 from tests.studio_helpers import anyio_backend, focus_field, type_into, visible_text  # noqa: F401
 
 pytestmark = pytest.mark.anyio

@@ -16,7 +16,7 @@ from textual.app import App
 from grpo_studio.contract import metrics, rundir
 from grpo_studio.contract.metrics import fmt
 from grpo_studio.studio import launcher
-from grpo_studio.studio.charts import Line, MetricChart, downsample, ema, log_ticks, ticks
+from grpo_studio.studio.widgets.metric_chart import Line, MetricChart, downsample, ema, log_ticks, ticks
 from grpo_studio.studio.keymap import load_keymap
 from grpo_studio.studio.panels import LOSS_NOTE, PANELS
 from grpo_studio.studio.rundata import RunData
@@ -209,7 +209,7 @@ def test_rundata_reads_a_real_run_column_for_column(trained_runs):
 def test_compare_overlay_and_summary_hold_the_real_files_values(trained_runs):
     """compare.overlay draws each run's column exactly; compare.summary prints the last values
     through metrics.fmt (runs written by the real trainer)."""
-    from grpo_studio.studio.compare import COMPARE_PANELS, overlay, summary
+    from grpo_studio.studio.screens.compare_screen import COMPARE_PANELS, overlay, summary
 
     runs = [RunData(trained_runs[d]) for d in DTYPES]
     for run in runs:
@@ -276,7 +276,7 @@ def test_runs_cli_lists_states(tmp_path):
 
 def test_log_chart_keeps_fp32_scale_mismatch():
     """fp32 k3 (~1e-13 to 1e-14) must stay distinct on the log10 axis, not be floored away."""
-    from grpo_studio.studio.charts import log10
+    from grpo_studio.studio.widgets.metric_chart import log10
 
     assert log10([1e-13, 1e-14]) == [-13.0, -14.0]
     assert log10([0.0]) == [-18.0]

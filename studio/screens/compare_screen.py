@@ -13,7 +13,7 @@ from textual.widgets import Footer, Header, Static
 
 from grpo_studio.contract import metrics
 from grpo_studio.contract.metrics import fmt
-from grpo_studio.studio.charts import COLORS, Line, MetricChart
+from grpo_studio.studio.widgets.metric_chart import COLORS, Line, MetricChart
 from grpo_studio.studio.panels import PANELS
 from grpo_studio.studio.rundata import RunData
 
@@ -77,4 +77,4 @@ class CompareScreen(Screen):
             self.query_one(f"#cmp-{pid}", MetricChart).show(overlay(self.runs, pid), title)
 
     def action_back(self) -> None:
-        self.app.pop_screen()
+        self.dismiss()

@@ -18,11 +18,13 @@ from textual.widgets import DataTable, Footer, Header, Label, ProgressBar, RichL
 from grpo_studio.contract import metrics
 from grpo_studio.contract.errors import UserError
 from grpo_studio.contract.metrics import fmt
-from grpo_studio.studio import hardware, lag, launcher, perf_tables
-from grpo_studio.studio.charts import MetricChart
-from grpo_studio.studio.dialogs import Confirm
+from grpo_studio.studio import hardware, lag, launcher
+from grpo_studio.studio.messages import AskUser, DuplicateRun, ExportModel, ExportReport, GoBack, ShowRuns
 from grpo_studio.studio.panels import PANELS, TABS, histogram_bars, histogram_title
 from grpo_studio.studio.rundata import RunData
+from grpo_studio.studio.screens.modals import Confirm
+from grpo_studio.studio.widgets import perf_tables
+from grpo_studio.studio.widgets.metric_chart import MetricChart
 
 EVENT_STYLE = {"warning": "yellow", "skipped_step": "yellow", "reward_error": "red", "crashed": "bold red",
                "stopped": "bold yellow", "finished": "bold green", "started": "bold cyan", "checkpoint": "green",
@@ -249,7 +251,7 @@ class DashboardScreen(Screen):
                 line.stylize(EVENT_STYLE[ALERT])
             log.write(line)
         if self.events_seen and any(e.get("event") == ALERT for e in new):  # live alerts ring; a replay does not
-            self.app.bell()
+            self.call_later(self.run_action, "app.bell")  # the app's bell action: App.bell
         self.events_seen = len(events)
 
     def _hardware(self) -> None:
@@ -276,10 +278,7 @@ class DashboardScreen(Screen):
         self.query_one(TabbedContent).active = tab
 
     def action_back(self) -> None:
-        if len(self.app.screen_stack) > 2:
-            self.app.pop_screen()
-        else:
-            self.app.action_show_runs()
+        self.post_message(GoBack())
 
     def action_stop(self) -> None:
         self._confirm_then(f"Stop {self.run.name}? (checkpoint, then exit)", launcher.stop,
@@ -306,16 +305,16 @@ class DashboardScreen(Screen):
             else:
                 self.notify(done_message, severity=severity)
 
-        self.app.push_screen(Confirm(question), done)
+        self.post_message(AskUser(Confirm(question), done))
 
     def action_duplicate(self) -> None:
-        self.app.duplicate_run(self.run.dir)
+        self.post_message(DuplicateRun(self.run.dir))
 
     def action_compare(self) -> None:
-        self.app.action_show_runs(mark=self.run.dir)
+        self.post_message(ShowRuns(mark=self.run.dir))
 
     def action_export(self) -> None:
-        self.app.export_report(self.run.dir)
+        self.post_message(ExportReport(self.run.dir))
 
     def action_export_model(self) -> None:
-        self.app.export_model(self.run.dir)
+        self.post_message(ExportModel(self.run.dir))

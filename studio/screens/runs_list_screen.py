@@ -14,7 +14,8 @@ from textual.widgets import DataTable, Footer, Header, Static
 
 from grpo_studio.contract import rundir
 from grpo_studio.contract.metrics import fmt
-from grpo_studio.studio.dashboard import STATE_STYLE
+from grpo_studio.studio.messages import CompareRuns, DuplicateRun, ExportModel, OpenRun, ShowSetup
+from grpo_studio.studio.screens.dashboard_screen import STATE_STYLE
 
 
 class RunsScreen(Screen):
@@ -71,7 +72,7 @@ class RunsScreen(Screen):
     def action_open(self) -> None:
         row = self._current()
         if row:
-            self.app.open_run(row["path"])
+            self.post_message(OpenRun(row["path"]))
 
     def action_mark(self) -> None:
         row = self._current()
@@ -85,18 +86,18 @@ class RunsScreen(Screen):
         if len(paths) < 2:
             self.notify("mark two or more runs with space first", severity="warning")
             return
-        self.app.compare_runs(paths)
+        self.post_message(CompareRuns(paths))
 
     def action_duplicate(self) -> None:
         row = self._current()
         if row:
-            self.app.duplicate_run(row["path"])
+            self.post_message(DuplicateRun(row["path"]))
 
     def action_export(self) -> None:
         row = self._current()
         if row:
-            self.app.export_model(row["path"])
+            self.post_message(ExportModel(row["path"]))
 
     def action_back(self) -> None:
-        self.app.action_show_setup()
+        self.post_message(ShowSetup())
 

@@ -4,15 +4,15 @@ messages, shown beside the field), with the VRAM panel recomputed on each change
 from __future__ import annotations
 
 import copy
+import functools
 from pathlib import Path
 
-from rich.segment import Segment
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.reactive import reactive
 from textual.screen import Screen
-from textual.strip import Strip
 from textual.widgets import Footer, Header, Input, Label, Select, SelectionList, Static
 
 from grpo_studio.contract import algorithms, config as cfgmod
@@ -20,12 +20,14 @@ from grpo_studio.contract.config import Config
 from grpo_studio.contract.dtypes import DTYPES
 from grpo_studio.contract.errors import UserError, show
 from grpo_studio.studio import hardware, models, vram_adapter
+from grpo_studio.studio.messages import AskUser, LaunchRequested
 from grpo_studio.studio.rewards_info import builtin_rewards
-from grpo_studio.studio.vram_panel import VramPanel
+from grpo_studio.studio.widgets.reward_list import RewardList
+from grpo_studio.studio.widgets.vram_panel import VramPanel
 
 DTYPE_HINTS = {name: d.hint for name, d in DTYPES.items()}
 
-# (key, label, kind): kind is "input", "select", "check"; selects take choices from field metadata.
+# (key, label, kind): kind is "input", "select", "check"; selects take their choices from the key table.
 FIELDS = [
     ("model.name", "model", "model"),
     ("model.dtype", "dtype", "select"),
@@ -49,19 +51,6 @@ FIELDS = [
 ]
 
 
-class RewardList(SelectionList):
-    """A SelectionList whose boxes read ☑ / ☐, so the selected rewards show without colour."""
-
-    def render_line(self, y: int) -> Strip:
-        strip = super().render_line(y)
-        index = self.scroll_offset.y + y
-        if index >= self.option_count:
-            return strip
-        left, box, *rest = strip  # the toggle button: side, box character, side
-        mark = "☑" if self.get_option_at_index(index).value in self.selected else "☐"
-        return Strip([left, Segment(mark, box.style, box.control), *rest], strip.cell_length)
-
-
 def tooltip(info: cfgmod.KeyInfo) -> str:
     """A field's config key (as --set and TOML spell it), its help and its default."""
     return "\n".join(filter(None, [info.key, info.help, f"default: {show(info.default)}"]))
@@ -71,9 +60,15 @@ def field_id(key: str) -> str:
     return "f-" + key.replace(".", "-").replace("_", "-")
 
 
-def meta(key: str) -> dict:
-    section, name = key.split(".")
-    return cfgmod._section_fields(section)[name].metadata
+@functools.cache
+def key_table() -> dict[str, cfgmod.KeyInfo]:
+    """The contract's public key table (config.key_info), by key."""
+    return {info.key: info for info in cfgmod.key_info()}
+
+
+def choices(key: str) -> tuple:
+    """A select field's allowed values."""
+    return key_table()[key].choices
 
 
 def get_value(cfg: Config, key: str):
@@ -97,13 +92,14 @@ class SetupScreen(Screen):
         Binding("ctrl+t", "toggle_mode", "VRAM mode", id="setup.vram_mode"),
     ]
 
+    mode: reactive[str] = reactive("documented", init=False)  # the VRAM estimate: documented or accurate
+
     def __init__(self, cfg: Config, source: str = "", **kwargs):
         super().__init__(**kwargs)
         self.base = cfg
         self.cfg = copy.deepcopy(cfg)
         self.source = source
         self.errors: dict[str, str] = {}
-        self.mode = "documented"
         gpus = hardware.gpus()
         self.gpu_count = len(gpus)
         self.gpu_gib = gpus[0].total_gib if gpus else None
@@ -145,8 +141,7 @@ class SetupScreen(Screen):
             with Horizontal(classes="row"):
                 yield Label(label, classes="label")
                 if kind == "select":
-                    choices = meta(key)["choices"]
-                    opts = [("same as model" if c == "" else c, c) for c in choices]
+                    opts = [("same as model" if c == "" else c, c) for c in choices(key)]
                     yield Select(opts, value=value, allow_blank=False, id=fid, compact=True)
                 elif kind == "model":
                     yield Select([(lbl, v) for lbl, v in models.model_choices(value)], value=value,
@@ -175,9 +170,8 @@ class SetupScreen(Screen):
 
     def on_mount(self) -> None:
         self.sub_title = f"setup · {self.source or 'defaults'}"
-        infos = {info.key: info for info in cfgmod.key_info()}
         for key, _, _ in FIELDS:
-            self.query_one(f"#{field_id(key)}").tooltip = tooltip(infos[key])
+            self.query_one(f"#{field_id(key)}").tooltip = tooltip(key_table()[key])
         self._ready = True
         self.recompute()
 
@@ -264,6 +258,8 @@ class SetupScreen(Screen):
     # ---- actions ----------------------------------------------------------------------------
     def action_toggle_mode(self) -> None:
         self.mode = "accurate" if self.mode == "documented" else "documented"
+
+    def watch_mode(self) -> None:
         self.recompute()
 
     def valid_config(self) -> Config | None:
@@ -281,25 +277,25 @@ class SetupScreen(Screen):
         """Launch after the pre-flight check (contract/planner/preflight.py); a run it refuses launches only
         when the user answers yes to "launch anyway"."""
         from grpo_studio.contract.planner import preflight
-        from grpo_studio.studio.dialogs import Confirm
+        from grpo_studio.studio.screens.modals import Confirm
 
         cfg = self.valid_config()
         if cfg is None:
             return
         verdict = preflight.check(cfg, preflight.devices(), world_size=self.nproc())
-        devices = {"nproc": self.nproc()} if self.nproc() > 1 else {}
+        nproc = self.nproc()
         if verdict.fits:
-            self.app.launch_run(cfg, **devices)
+            self.post_message(LaunchRequested(cfg, nproc=nproc))
             return
 
         def done(yes: bool | None) -> None:
             if yes:
-                self.app.launch_run(cfg, force=True, **devices)
+                self.post_message(LaunchRequested(cfg, force=True, nproc=nproc))
 
-        self.app.push_screen(Confirm(f"Pre-flight: {verdict.message}. Launch anyway?"), done)
+        self.post_message(AskUser(Confirm(f"Pre-flight: {verdict.message}. Launch anyway?"), done))
 
     def action_save(self) -> None:
-        from grpo_studio.studio.dialogs import PathPrompt
+        from grpo_studio.studio.screens.modals import PathPrompt
 
         def done(path: str | None) -> None:
             if path:
@@ -308,16 +304,16 @@ class SetupScreen(Screen):
                     cfgmod.save(cfg, Path(path))
                     self.notify(f"saved {path}")
 
-        self.app.push_screen(PathPrompt("Save setup as TOML", "setup.toml"), done)
+        self.post_message(AskUser(PathPrompt("Save setup as TOML", "setup.toml"), done))
 
     def action_load(self) -> None:
-        from grpo_studio.studio.dialogs import PathPrompt
+        from grpo_studio.studio.screens.modals import PathPrompt
 
         def done(path: str | None) -> None:
             if path:
                 self.load_file(path)
 
-        self.app.push_screen(PathPrompt("Load setup (TOML or recipe name)", "setup.toml"), done)
+        self.post_message(AskUser(PathPrompt("Load setup (TOML or recipe name)", "setup.toml"), done))
 
     def load_file(self, path: str) -> None:
         try:
