@@ -10,6 +10,7 @@ import json
 import sys
 
 from grpo_studio.cli.output import stdout_to_stderr
+from grpo_studio.contract import config
 from grpo_studio.contract.bundled import DEFAULT_RECIPE
 from grpo_studio.contract.errors import UserError
 
@@ -149,9 +150,9 @@ def _scaling(args: argparse.Namespace) -> int:
             raise UserError(f"must be >= {low}", kind="bench", key=opt, value=value)
     if args.parallel not in ("ddp", "fsdp"):
         raise UserError(kind="bench", key="--parallel", value=args.parallel, allowed=("ddp", "fsdp"))
-    if args.prompts % args.nproc:
-        raise UserError(f"must divide evenly among the {args.nproc} processes", kind="bench", key="--prompts",
-                        value=args.prompts)
+    cfg = config.Config()
+    cfg.train.parallel, cfg.train.prompts_per_step = args.parallel, args.prompts
+    config.check_processes(cfg, args.nproc, "--nproc", kind="bench", prompts_key="--prompts")
     workload = scaling.Workload(recipe=args.recipe, nproc=args.nproc, prompts=args.prompts,
                                 generations=args.generations, steps=args.steps, warmup=args.warmup,
                                 parallel=args.parallel)

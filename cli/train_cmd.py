@@ -161,14 +161,7 @@ def run(args: argparse.Namespace) -> int:
 
 def check_launch(cfg: config.Config, nproc: int, devices: str | None) -> None:
     """--nproc and --devices against train.parallel, before anything starts."""
-    if nproc < 1:
-        raise UserError("must be a whole number >= 1", key="--nproc", value=nproc)
-    if nproc > 1 and cfg.train.parallel == "none":
-        raise UserError(f"--nproc {nproc} needs train.parallel = 'ddp' or 'fsdp' (each process trains on its share "
-                        f"of the prompts); add --set train.parallel=ddp", key="train.parallel", value="none")
-    if nproc > 1 and cfg.train.prompts_per_step % nproc:
-        raise UserError(f"must divide evenly among the {nproc} processes of --nproc", key="train.prompts_per_step",
-                        value=cfg.train.prompts_per_step)
+    config.check_processes(cfg, nproc, "--nproc")
     if devices is not None:
         ids = devices.split(",")
         if not all(i.strip().isdigit() for i in ids):

@@ -13,8 +13,8 @@ from grpo_studio.contract import algorithms, dtypes
 
 def opt(default, *, choices=None, lo=None, hi=None, lo_open=False, item=None, auto=None, help=""):
     """A config field with its validation rules (choices, inclusive/open lower bound, upper bound; for a
-    list the type of its items, str or float; for a key that also takes the word "auto", the type of its
-    other values)."""
+    list the type of its items, str or float, and the bounds apply to each item; for a key that also takes
+    the word "auto", the type of its other values)."""
     meta = {"choices": choices, "lo": lo, "hi": hi, "lo_open": lo_open, "item": item, "auto": auto, "help": help}
     if isinstance(default, list):
         return field(default_factory=lambda: list(default), metadata=meta)
@@ -32,6 +32,10 @@ MAX_PROMPTS = 65_536          # prompts per step
 MAX_SEQUENCES = 1_048_576     # sequences per step: prompts_per_step x num_generations
 MAX_SECONDS = 86_400          # a reward time bound: one day
 MAX_UPDATES = 1024            # optimizer steps per rollout: steps_per_generation, num_iterations
+# Every float key is bounded on both sides (tests/test_config_limits.py): generous, but finite, so 1e308 or a
+# sign slip is refused in one line before it reaches an optimizer, a sampler or a loss.
+MAX_COEF = 1000.0             # a loss coefficient or clip range (algo.beta, epsilon, delta)
+MAX_SCALE = 1e6               # a multiplier: LoRA alpha, a reward weight (|w|), a cap, a grad norm
 AUTO = "auto"                 # the word a key declared with opt(auto=type) takes besides its values
 
 
@@ -40,7 +44,7 @@ class ModelConfig:
     name: str = opt("tiny-arith", help="preset id, local folder, or hub id")
     dtype: str = opt("fp32", choices=DTYPES, help="trainer precision")
     lora_rank: int = opt(8, lo=0, hi=4096, help="0 = full fine-tune")
-    lora_alpha: float = opt(16.0, lo=0, lo_open=True, help="LoRA scaling: the update is multiplied by alpha / rank")
+    lora_alpha: float = opt(16.0, lo=0, hi=MAX_SCALE, lo_open=True, help="LoRA scaling: the update is multiplied by alpha / rank")
     lora_dropout: float = opt(0.0, lo=0, hi=0.99, help="dropout on the LoRA adapters' input")
     lora_target_modules: list = opt(["all-linear"], item=str, help="peft target_modules")
     load_in_4bit: bool = opt(False, help="QLoRA: the base's linear layers in 4-bit NF4 (bitsandbytes, computing in "
@@ -64,7 +68,7 @@ class RolloutConfig:
     num_generations: int = opt(8, lo=2, hi=MAX_GENERATIONS, help="G completions per prompt")
     max_prompt_len: int = opt(64, lo=1, hi=MAX_TOKENS, help="longest rendered prompt in tokens (a longer one is refused)")
     max_completion_len: int = opt(16, lo=1, hi=MAX_TOKENS, help="most tokens sampled per completion")
-    temperature: float = opt(1.0, lo=0, lo_open=True, help="sampling temperature; the trainer's log-probs use the same")
+    temperature: float = opt(1.0, lo=0, hi=100.0, lo_open=True, help="sampling temperature; the trainer's log-probs use the same")
     top_p: float = opt(1.0, lo=0, hi=1.0, lo_open=True, help="nucleus sampling; 1 = off")
     top_k: int = opt(0, lo=0, hi=MAX_TOKENS, help="0 = off")
     gpu_memory_utilization: float | str = opt(AUTO, auto=float, lo=0, hi=1.0, lo_open=True,
@@ -92,10 +96,10 @@ class AlgoConfig:
     loss_type: str = opt("dapo", choices=LOSS_TYPES, help="how token losses are averaged: per sequence (grpo), "
                                                           "per batch token (bnpo), by B·L_max (dr_grpo), over the "
                                                           "rollout's tokens (dapo, TRL's default)")
-    epsilon: float = opt(0.2, lo=0, help="clip range below: ratio >= 1 - epsilon")
-    epsilon_high: float = opt(0.2, lo=0, help="clip range above: ratio <= 1 + epsilon_high")
-    delta: float = opt(0.0, lo=0, help="INTELLECT-2 cap on the unclipped ratio; 0 = off")
-    beta: float = opt(0.0, lo=0, help="KL-to-reference coefficient (k3)")
+    epsilon: float = opt(0.2, lo=0, hi=MAX_COEF, help="clip range below: ratio >= 1 - epsilon")
+    epsilon_high: float = opt(0.2, lo=0, hi=MAX_COEF, help="clip range above: ratio <= 1 + epsilon_high")
+    delta: float = opt(0.0, lo=0, hi=10 * MAX_COEF, help="INTELLECT-2 cap on the unclipped ratio; 0 = off")
+    beta: float = opt(0.0, lo=0, hi=MAX_COEF, help="KL-to-reference coefficient (k3)")
     scale_rewards: str = opt("group", choices=["group", "batch", "none"],
                              help="advantages divided by the reward std of the group or the batch; none = only centred")
     mask_truncated_completions: bool = opt(False, help="completions cut at max_completion_len are left out of the loss")
@@ -106,7 +110,7 @@ class AlgoConfig:
                              "rollout, none for hf (TRL's vllm_importance_sampling_correction)")
     is_mode: str = opt("mask", choices=["truncate", "mask"],
                        help="rollout correction above algo.is_cap: truncate the weight, or mask the token/sequence")
-    is_cap: float = opt(3.0, lo=0, help="C for rollout correction; 0 = no cap (plain IS, truncate mode only)")
+    is_cap: float = opt(3.0, lo=0, hi=MAX_SCALE, help="C for rollout correction; 0 = no cap (plain IS, truncate mode only)")
     objective: str = opt("ppo", choices=["ppo", "pg"],
                          help="ppo = clipped surrogate; pg = -sg(w)·A·log pi (vanilla policy gradient)")
     use_bias_correction_kl: bool = opt(True, help="TRL's default: multiply the k3 KL term by pi/pi_old")
@@ -115,10 +119,10 @@ class AlgoConfig:
 @dataclass
 class TrainConfig:
     steps: int = opt(40, lo=1, hi=MAX_STEPS, help="optimizer steps in the run")
-    lr: float = opt(1e-3, lo=0, lo_open=True, help="AdamW learning rate")
+    lr: float = opt(1e-3, lo=0, hi=10.0, lo_open=True, help="AdamW learning rate")
     warmup_steps: int = opt(0, lo=0, hi=MAX_STEPS, help="steps of linear learning-rate warm-up")
     lr_schedule: str = opt("constant", choices=["constant", "linear", "cosine"], help="learning rate after the warm-up")
-    weight_decay: float = opt(0.0, lo=0, help="AdamW weight decay")
+    weight_decay: float = opt(0.0, lo=0, hi=MAX_COEF, help="AdamW weight decay")
     prompts_per_step: int = opt(8, lo=1, hi=MAX_PROMPTS,
                                 help="prompts per step, each sampled rollout.num_generations times")
     micro_batch_size: int = opt(0, lo=0, hi=MAX_SEQUENCES, help="sequences per forward/backward (gradient "
@@ -141,7 +145,7 @@ class TrainConfig:
     shuffle_batch: bool = opt(True, help="shuffle the rollout's sequences before splitting them into "
                                          "train.steps_per_generation steps (TRL always does)")
     seed: int = opt(0, lo=0, hi=2**32 - 1, help="seed of the data order, sampling and initialisation")
-    grad_clip: float = opt(1.0, lo=0, help="max grad norm; 0 = off")
+    grad_clip: float = opt(1.0, lo=0, hi=MAX_SCALE, help="max grad norm; 0 = off")
     parallel: str = opt("none", choices=["none", "ddp", "fsdp"],
                         help="data parallelism across the processes of `train --nproc N` (torchrun): ddp = each "
                              "rank samples its share of the prompts, gradients all-reduced; fsdp = the same with "
@@ -185,7 +189,7 @@ class DataConfig:
 @dataclass
 class RewardsConfig:
     funcs: list = opt(["correctness", "format"], item=str, help="builtin names or file.py:function")
-    weights: list = opt([], item=float, help="one per func; empty = all 1.0")
+    weights: list = opt([], item=float, lo=-MAX_SCALE, hi=MAX_SCALE, help="one per func; empty = all 1.0")
     timeout_s: float = opt(30.0, lo=0, hi=MAX_SECONDS, help="bound on one call of one reward function; 0 = no bound")
     reasoning_start: str = opt("<reasoning>", help="format rewards: reasoning start marker")
     reasoning_end: str = opt("</reasoning>", help="format rewards: reasoning end marker")
@@ -219,7 +223,7 @@ class PrecisionConfig:
     loss_scale_growth_interval: int = opt(2000, lo=1, hi=MAX_STEPS,
                                           help="fp16: steps without overflow before the scale grows")
     loss_scale_backoff: float = opt(0.5, lo=0, hi=1.0, lo_open=True, help="fp16: scale factor after an overflow")
-    loss_scale_growth: float = opt(2.0, lo=1, lo_open=True, help="fp16: scale factor after growth_interval clean steps")
+    loss_scale_growth: float = opt(2.0, lo=1, hi=MAX_COEF, lo_open=True, help="fp16: scale factor after growth_interval clean steps")
 
 
 TRACKERS = ("tensorboard", "trackio", "wandb")  # report.to: each an extra of the same name (docs/trackers.md)

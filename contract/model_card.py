@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from grpo_studio.contract import bundled
-from grpo_studio.contract.errors import UserError, close_matches
+from grpo_studio.contract.errors import UserError, close_matches, describe
 
 FAMILIES = ("llama", "qwen2", "qwen3", "gemma3", "phi3", "gpt_oss")
 # config.json model_type -> family (Mistral's dense blocks are Llama blocks)
@@ -148,6 +148,18 @@ def _from_card_file(path: Path) -> Card:
     return Card(**{k: v for k, v in data.items() if k in known})
 
 
+def _read_config_json(path: Path, name: str) -> dict:
+    """A model's config.json as a dict; unreadable, not UTF-8, not JSON or not a JSON object: one line."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise UserError(f"cannot read {path}: {describe(err)}", kind="vram", key="model.name", value=name) from None
+    if not isinstance(data, dict):
+        raise UserError(f"{path} is not a JSON object of model settings", kind="vram", key="model.name",
+                        value=name)
+    return data
+
+
 def from_config_json(data: dict, name: str) -> Card:
     """A card from a Hugging Face config.json (text_config for multimodal models)."""
     if "text_config" in data and "num_hidden_layers" not in data:
@@ -183,7 +195,16 @@ def _hf_cache_config(hub_id: str) -> Path | None:
 
 
 def load(name: str) -> Card:
-    """A card by card name, hub id of a carded model, bundled model, local folder or cached hub id."""
+    """A card by card name, hub id of a carded model, bundled model, local folder or cached hub id; a name
+    the file system refuses (too long, a NUL byte) or cannot read is one line."""
+    try:
+        return _load(name)
+    except OSError as err:
+        why = err.strerror.lower() if err.strerror else describe(err)
+        raise UserError(f"cannot look it up: {why}", kind="vram", key="model.name", value=name) from None
+
+
+def _load(name: str) -> Card:
     if not name or not name.strip():
         raise UserError("give a card name, a local folder or a hub id", kind="vram", key="model.name",
                         value=(name or "").strip())
@@ -195,14 +216,14 @@ def load(name: str) -> Card:
         cfg = folder / "config.json"
         if not cfg.is_file():
             raise UserError("folder has no config.json", kind="vram", key="model.name", value=name)
-        return from_config_json(json.loads(cfg.read_text()), name)
+        return from_config_json(_read_config_json(cfg, name), name)
     wanted = _normalise(name)
     for card in card_names():
         if card == wanted or _normalise(_from_card_file(bundled.CARDS / f"{card}.json").hf_id) == wanted:
             return _from_card_file(bundled.CARDS / f"{card}.json")
     cached = _hf_cache_config(name) if "/" in name else None
     if cached is not None:
-        return from_config_json(json.loads(cached.read_text()), name)
+        return from_config_json(_read_config_json(cached, name), name)
     close = close_matches(wanted, card_names(), n=3, cutoff=0.4)
     hint = f"closest cards: {', '.join(close)}" if close else f"cards: {', '.join(card_names())}"
     raise UserError(f"no model card, local folder or cached config.json (offline); {hint}", kind="vram",

@@ -177,20 +177,20 @@ def normalize(rows: list[dict], data: DataConfig) -> list[dict]:
     if not rows:
         raise _err("source", data.source, "the dataset has no rows")
     gsm8k = is_gsm8k(rows)
-    pcol = _prompt_column(data, rows)
-    acol = data.answer_column
+    pcol, acol = _prompt_column(data, rows), data.answer_column
     if acol not in rows[0] and acol != "answer":
         raise _err("answer_column", acol, f"no such column in {data.source}; columns: {_columns(rows[0])}")
     system = system_prompt(data, gsm8k)
     out = []
-    for row in rows:
-        new = dict(row)
-        prompt = row.get(pcol)
-        if not is_conversational(prompt):
-            prompt = "" if prompt is None else str(prompt)
-            if system:
-                prompt = BuiltMessages([{"role": "system", "content": system}, {"role": "user", "content": prompt}])
-        elif system and prompt[0].get("role") != "system":
+    for number, row in enumerate(rows, 1):
+        new, prompt = dict(row), row.get(pcol)
+        chat = is_conversational(prompt)
+        prompt = prompt if chat else "" if prompt is None else str(prompt)
+        if not ("".join(str(m.get("content") or "") for m in prompt) if chat else prompt).strip():
+            raise _err("source", data.source, f"row {number} has an empty prompt (column {pcol!r})")
+        if not chat and system:
+            prompt = BuiltMessages([{"role": "system", "content": system}, {"role": "user", "content": prompt}])
+        elif chat and system and prompt[0].get("role") != "system":
             prompt = [{"role": "system", "content": system}, *prompt]
         new["prompt"] = prompt
         if acol in row:

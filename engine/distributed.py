@@ -30,8 +30,7 @@ import psutil
 import torch
 import torch.distributed as dist
 from grpo_studio.contract import metrics as schema
-from grpo_studio.contract.config import Config
-from grpo_studio.contract.errors import UserError
+from grpo_studio.contract.config import Config, check_processes
 from grpo_studio.contract.rundir import RunWriter
 from grpo_studio.engine.sampler.base import NonFiniteSampling
 
@@ -160,10 +159,7 @@ class Group(Single):
     _writer: RunWriter | None = None
 
     def __init__(self, cfg: Config):
-        if cfg.train.prompts_per_step % int(os.environ["WORLD_SIZE"]):
-            raise UserError(f"must divide evenly among the {os.environ['WORLD_SIZE']} processes (each rank samples "
-                            f"its share of the prompts)", key="train.prompts_per_step",
-                            value=cfg.train.prompts_per_step)
+        check_processes(cfg, int(os.environ["WORLD_SIZE"]), "WORLD_SIZE")
         cuda = torch.cuda.is_available()
         if cuda:  # one GPU per rank: the rank's LOCAL_RANK among the visible devices
             torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
@@ -364,9 +360,7 @@ def _alive(pid: int) -> bool:
 def start(cfg: Config):
     """The group of this process: torchrun's (WORLD_SIZE set) or a single process."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world > 1 and cfg.train.parallel == "none":
-        raise UserError(f"{world} processes (torchrun) need 'ddp' or 'fsdp'; with 'none' each would train alone",
-                        key="train.parallel", value="none")
+    check_processes(cfg, world, "WORLD_SIZE")
     if world == 1 or cfg.train.parallel == "none":
         return Single()
     return Sharded(cfg) if cfg.train.parallel == "fsdp" else Group(cfg)

@@ -65,8 +65,8 @@ class PromptSeeded:
 def seeded(trainer, wrap=PromptSeeded) -> None:
     """The trainer's sampler wrapped (evaluate uses it), and the rollouts' as the trainer wraps it (distributed.py
     Agreeing)."""
-    trainer.sampler = wrap(trainer.sampler, trainer.tokenizer.pad_token_id)
-    trainer.rollouts.sampler = trainer.dist.agreeing(trainer.sampler)
+    trainer.grpo.sampler = wrap(trainer.grpo.sampler, trainer.tokenizer.pad_token_id)
+    trainer.grpo.rollouts.sampler = trainer.dist.agreeing(trainer.grpo.sampler)
 
 
 def one_step(run_dir: Path, loss_type: str, parallel: str, *sets: str) -> dict:
@@ -83,7 +83,7 @@ def one_step(run_dir: Path, loss_type: str, parallel: str, *sets: str) -> dict:
     whole = lambda t: t.full_tensor() if hasattr(t, "full_tensor") else t.clone()  # noqa: E731
     weights = {n: whole(p.detach()) for n, p in trained}
     grads = {n: whole(p.grad) for n, p in trained}  # the reduced gradient the optimizer stepped with
-    trainer.sampler.close()
+    trainer.grpo.sampler.close()
     return {"weights": weights, "grads": grads, "loss": row["loss"], "dist": trainer.dist}
 
 
@@ -129,12 +129,12 @@ def leftovers(run_dir: Path, parallel: str) -> dict:
     trainer = Trainer(cfg, run_dir)
     seeded(trainer, FailsOnce if trainer.dist.rank == 1 else PromptSeeded)
     accuracy = trainer.evaluate()
-    seen = trainer.sampler.prompts_seen
+    seen = trainer.grpo.sampler.prompts_seen
     rows = [trainer.dist.reduce_metrics(trainer.step())]
     if trainer.dist.rank == 1:
-        trainer.rollouts.reward_fns = [(name, broken_reward) for name, _ in trainer.rollouts.reward_fns]
+        trainer.grpo.rollouts.reward_fns = [(name, broken_reward) for name, _ in trainer.grpo.rollouts.reward_fns]
     rows.append(trainer.dist.reduce_metrics(trainer.step()))
-    trainer.sampler.close()
+    trainer.grpo.sampler.close()
     return {"accuracy": accuracy, "eval_prompts": trainer.dist.gather([seen]), "rows": rows, "dist": trainer.dist}
 
 
@@ -243,7 +243,7 @@ def leftovers_one_process(run_dir: Path) -> float:
     try:
         return trainer.evaluate()
     finally:
-        trainer.sampler.close()
+        trainer.grpo.sampler.close()
 
 
 def test_metrics_are_global(ddp_run):
@@ -333,11 +333,12 @@ def test_sigterm_stops_every_rank_after_the_same_step(tmp_path):
 
 
 REFUSED = [
-    (["--nproc", "2"], ("config error: train.parallel = 'none': --nproc 2 needs train.parallel = 'ddp' or 'fsdp' (each "
-                        "process trains on its share of the prompts); add --set train.parallel=ddp")),
+    (["--nproc", "2"], ("config error: train.parallel = 'none': 2 processes need train.parallel = 'ddp' or 'fsdp' "
+                        "(each trains on its share of the prompts); add --set train.parallel=ddp")),
     (["--nproc", "0"], "config error: --nproc = 0: must be a whole number >= 1"),
     (["--nproc", "2", "--set", "train.parallel=ddp", "--set", "train.prompts_per_step=3"],
-     "config error: train.prompts_per_step = 3: must divide evenly among the 2 processes of --nproc"),
+     "config error: train.prompts_per_step = 3: must divide evenly among the 2 processes (each samples its share "
+     "of the prompts)"),
     (["--devices", "a,b"], "config error: --devices = 'a,b': a comma-separated list of GPU indices, e.g. 0,1"),
     (["--nproc", "2", "--devices", "0", "--set", "train.parallel=ddp"],
      "config error: --devices = '0': --nproc 2 needs one device per process, 1 given"),
@@ -369,7 +370,8 @@ def test_refused_in_one_line(args, line, tmp_path):
 
 
 @pytest.mark.parametrize(("args", "line"), [
-    (["--prompts", "15"], "bench error: --prompts = 15: must divide evenly among the 2 processes"),
+    (["--prompts", "15"], "bench error: --prompts = 15: must divide evenly among the 2 processes (each samples its "
+                          "share of the prompts)"),
     (["--nproc", "1"], "bench error: --nproc = 1: must be >= 2"),
     (["--parallel", "zero3"], "bench error: --parallel = 'zero3': allowed: ddp, fsdp"),
 ])

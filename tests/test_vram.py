@@ -364,7 +364,8 @@ def test_vllm_share_sizes_the_need_the_reservation_row_shows():
 @pytest.mark.parametrize("mode, parallel, overrides, needle", [
     ("documented", "ddp", [], "vram error: --mode = 'documented': is Unsloth's one-GPU arithmetic; plans for 2 "
                              "devices need --mode accurate"),
-    ("accurate", "none", [], "vram error: train.parallel = 'none': 2 processes need 'ddp' or 'fsdp'"),
+    ("accurate", "none", [], "vram error: train.parallel = 'none': 2 processes need train.parallel = 'ddp' or "
+                             "'fsdp'"),
     ("accurate", "ddp", ["train.prompts_per_step=3"], "vram error: train.prompts_per_step = 3: must divide evenly "
                                                       "among the 2 processes"),
 ])

@@ -96,5 +96,6 @@ def test_nproc_prints_every_device(capsys):
 
 def test_nproc_without_data_parallelism_is_one_line(capsys):
     assert vram("--set", "model.name=qwen3-0.6b", "--nproc", "2") == 2
-    assert capsys.readouterr().err == ("vram error: train.parallel = 'none': 2 processes need 'ddp' or 'fsdp' (each "
-                                       "rank trains on its share of the prompts); add --set train.parallel=ddp\n")
+    assert capsys.readouterr().err == ("vram error: train.parallel = 'none': 2 processes need train.parallel = 'ddp' "
+                                       "or 'fsdp' (each trains on its share of the prompts); add --set "
+                                       "train.parallel=ddp\n")

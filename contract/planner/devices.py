@@ -16,20 +16,15 @@ Pure python, like contract/planner/vram.py.
 from __future__ import annotations
 
 from grpo_studio.contract import backend
-from grpo_studio.contract.config import Config
-from grpo_studio.contract.errors import UserError
+from grpo_studio.contract.config import Config, check_processes
 from grpo_studio.contract.model_card import Card
-from grpo_studio.contract.planner.vram import (ALLOCATOR_MARGIN, BYTES, GIB, Device, Row, _g, _n, accurate,
-                                              phase_peak, vllm_need, vllm_row)
+from grpo_studio.contract.planner.breakdown import ALLOCATOR_MARGIN, BYTES, GIB, Device, Row, _g, _n, phase_peak
+from grpo_studio.contract.planner.vram import accurate, vllm_need, vllm_row
 
 
 def plan(card: Card, cfg: Config, gpu_gib: float | None, device: str, world_size: int) -> tuple[list[Device], str]:
     """Every device of the run and the rule of the training devices' peak."""
-    if world_size < 1:
-        raise UserError("must be a whole number >= 1", kind="vram", key="--nproc", value=world_size)
-    if world_size > 1 and cfg.train.parallel == "none":
-        raise UserError(f"{world_size} processes need 'ddp' or 'fsdp' (each rank trains on its share of the "
-                        f"prompts); add --set train.parallel=ddp", kind="vram", key="train.parallel", value="none")
+    check_processes(cfg, world_size, "--nproc", kind="vram")
     rows, rule, overlap = accurate(card, cfg, gpu_gib, device, world_size)
     if world_size > 1 and cfg.train.parallel == "fsdp":
         at = next(i for i, r in enumerate(rows) if r.phase != "persistent")

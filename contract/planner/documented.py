@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from grpo_studio.contract.config import Config
 from grpo_studio.contract.model_card import Card
-from grpo_studio.contract.planner.vram import Row, _g
+from grpo_studio.contract.planner.breakdown import Row, _g
 
 # Unsloth's published "Training Memory Cost" for Llama 3.1 8B, 20K context, 8 generations.
 # No derivation is published; the planner takes them as the doc's inputs.

@@ -48,6 +48,8 @@ def load(spec: str):
         raise _fail(spec, "expected a built-in name (see `grpo-studio rewards`), 'file.py:function' "
                           "or 'module:function'")
     if target.endswith(".py") or "/" in target or "\\" in target:
+        if not target.endswith(".py"):  # a path, but Python loads modules from .py files only
+            raise _fail(spec, f"{target!r} is not a .py file; give 'file.py:function' or 'module:function'")
         module, err = _load_file(spec, Path(target).expanduser())
         if err:
             raise err
