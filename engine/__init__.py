@@ -1,7 +1,9 @@
 """grpo-studio's GRPO engine: everything that needs torch. Never imports textual (tests/test_import_hygiene.py).
 
 The loop
-  trainer         the run: load, step, evaluate, checkpoint, resume, signals
+  trainer         the run's life: load, the loop, evaluate, checkpoint, resume, signals
+  grpo_step       one optimizer step: rollout, π_old, loss and backward, AdamW, mismatch, weight sync, metrics
+  skipped_steps   steps skipped for non-finite numbers; train.max_bad_steps in a row: diverged
   rollouts        where batches come from: prompts -> G completions each, rewards, advantages
   advantages      group-relative advantages (GRPO, arXiv 2402.03300)
   losses          policy losses: normalisation, PPO clipping, rollout-correction IS, KL

@@ -41,7 +41,7 @@ SCOPE = [
     "grpo_studio.engine.mismatch.*",
     "grpo_studio.engine.precision.*",
     "grpo_studio.engine.checkpoint.*",
-    "grpo_studio.engine.trainer.xǁTrainerǁ_lr_factor__mutmut_*",  # the LR schedule
+    "grpo_studio.engine.grpo_step.xǁGRPOStepǁ_lr_factor__mutmut_*",  # the LR schedule
     *[f"grpo_studio.contract.config.x_{name}__mutmut_*"  # validation
       for name in ("validate", "_check", "_coerce", "set_key", "_lower", "_upper", "parse_override")],
 ]

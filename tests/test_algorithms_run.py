@@ -42,7 +42,7 @@ def test_algorithm_trains_without_nan_and_logs_its_metrics(tmp_path, model_name,
     assert cfg.algo.is_level == algorithms.PRESETS[algo]["algo.is_level"]
     trainer = Trainer(cfg, run)
     assert trainer.run() == "finished"
-    corrected = algorithms.rollout_is_level(cfg.algo.is_level, trainer.sampler.name) != "none"  # 'auto': vLLM only
+    corrected = algorithms.rollout_is_level(cfg.algo.is_level, trainer.grpo.sampler.name) != "none"  # 'auto': vLLM only
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == list(range(1, STEPS + 1))
 

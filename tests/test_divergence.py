@@ -45,7 +45,7 @@ def poisoned_after(trainer: Trainer, step: int) -> None:
         row = original()
         if trainer.step_no == step:
             with torch.no_grad():
-                for p in trainer.params:
+                for p in trainer.grpo.params:
                     p.fill_(math.nan)
         return row
 
@@ -110,7 +110,7 @@ def test_max_bad_steps_0_never_stops(tmp_path):
     cfg = config.load("tiny-arith", [*SMALL, "train.steps=3", "train.save_every=0", "train.max_bad_steps=0"])
     trainer = Trainer(cfg, tmp_path / "run")
     with torch.no_grad():
-        for p in trainer.params:
+        for p in trainer.grpo.params:
             p.fill_(math.nan)
     assert trainer.run() == "finished"
     rows = jsonl(tmp_path / "run" / "metrics.jsonl")
@@ -157,9 +157,9 @@ def test_out_of_memory_names_the_phase(tmp_path, phase):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
 
     if phase == "rollout":
-        trainer.sampler.generate = fail
+        trainer.grpo.sampler.generate = fail
     else:
-        trainer._accumulate = fail
+        trainer.grpo._accumulate = fail
     with pytest.raises(UserError) as err:
         trainer.step()
     text = str(err.value)

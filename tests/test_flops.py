@@ -80,7 +80,7 @@ def test_trainer_rows_carry_mfu_from_their_own_numbers(tmp_path):
     assert sum(r["perf/flop"] for r in rows) == pytest.approx((2 + 2 + 4) * n * (prompt_tokens + completion_tokens))
     assert rows[1]["perf/flop"] < rows[0]["perf/flop"] / 2  # no generation, no π_old on the second step
     for r in rows:
-        assert r["perf/peak_flop_s"] == trainer.peak_flop_s > 0
+        assert r["perf/peak_flop_s"] == trainer.grpo.peak_flop_s > 0
         assert r["perf/mfu"] == pytest.approx(r["perf/flop"] / r["perf/step_s"] / r["perf/peak_flop_s"])
         assert 0 <= r["perf/idle_s"] <= r["perf/step_s"] - r["perf/trainer_wait_s"] - r["perf/sync_s"]
     assert rows[0]["perf/sync_s"] == 0 < rows[1]["perf/sync_s"]  # the weights go to the sampler after the last

@@ -48,7 +48,7 @@ prepare_inputs = inspect.unwrap(GRPOTrainer._prepare_inputs)  # without TRL's pr
 
 def oracle(cfg: config.Config, trainer: Trainer):
     a = cfg.algo
-    level = algorithms.rollout_is_level(a.is_level, trainer.sampler.name)
+    level = algorithms.rollout_is_level(a.is_level, trainer.grpo.sampler.name)
     t = trl_trainer(loss_type=a.loss_type, epsilon=a.epsilon, epsilon_high=a.epsilon_high, delta=a.delta or None,
                     beta=a.beta, use_bias_correction_kl=a.use_bias_correction_kl,
                     importance_sampling_level=a.importance_sampling_level, vllm_is=level != "none",
@@ -56,7 +56,7 @@ def oracle(cfg: config.Config, trainer: Trainer):
                     steps_per_generation=cfg.train.steps_per_generation, num_iterations=cfg.train.num_iterations)
 
     def generation_batch(_):
-        b = trainer.batch
+        b = trainer.grpo.batch
         P = b.input_ids.shape[1] - b.inputs.mask.shape[1]
         out = {"prompt_ids": b.input_ids[:, :P], "prompt_mask": b.attention[:, :P],
                "completion_ids": b.input_ids[:, P:], "completion_mask": b.inputs.mask,
@@ -69,8 +69,8 @@ def oracle(cfg: config.Config, trainer: Trainer):
 
     def logps(model, input_ids, attention_mask, logits_to_keep, **_):
         rows = t.current_rows  # TRL's attention mask zeroes what follows EOS; the rows' own mask is ours
-        assert torch.equal(input_ids, trainer.batch.input_ids[rows])
-        lp, entropy = trainer._logps(model, input_ids, trainer.batch.attention[rows], logits_to_keep,
+        assert torch.equal(input_ids, trainer.grpo.batch.input_ids[rows])
+        lp, entropy = trainer.grpo._logps(model, input_ids, trainer.grpo.batch.attention[rows], logits_to_keep,
                                      with_entropy=True)
         return lp, entropy, None
 
@@ -87,15 +87,15 @@ def test_four_updates_on_one_rollout_equal_trl(tmp_path, monkeypatch, case):
     trl = oracle(cfg, trainer)
     plans, seen = [], []
 
-    real_plan, real_optimize = trainer._update_plan, trainer._optimize
+    real_plan, real_optimize = trainer.grpo._update_plan, trainer.grpo._optimize
 
     def update_plan(n):
         plans.extend(real_plan(n))
         return list(plans)
 
     def optimize(loss):  # our gradients are in .grad, our weights not yet stepped
-        ours = [p.grad.clone() for p in trainer.params]
-        trainer.optimizer.zero_grad(set_to_none=True)
+        ours = [p.grad.clone() for p in trainer.grpo.params]
+        trainer.grpo.optimizer.zero_grad(set_to_none=True)
         if trl._buffered_inputs is None:  # TRL shuffles with the global RNG: the seed our shuffle used
             torch.manual_seed(data.mix_seed(cfg.train.seed, 0))
         inputs = prepare_inputs(trl, None)
@@ -103,15 +103,15 @@ def test_four_updates_on_one_rollout_equal_trl(tmp_path, monkeypatch, case):
         trl.current_rows = inputs["row"]
         trl_loss = trl._compute_loss(trainer.policy, inputs)
         trl_loss.backward()
-        theirs = [p.grad.clone() for p in trainer.params]
-        for p, g in zip(trainer.params, ours):
+        theirs = [p.grad.clone() for p in trainer.grpo.params]
+        for p, g in zip(trainer.grpo.params, ours):
             p.grad = g.clone()  # our optimizer clips .grad in place
         metrics = {k: v[-1] for k, v in trl._metrics["train"].items()}
         seen.append((loss, trl_loss.item(), ours, theirs, inputs["row"], metrics))
         return real_optimize(loss)
 
-    monkeypatch.setattr(trainer, "_update_plan", update_plan)
-    monkeypatch.setattr(trainer, "_optimize", optimize)
+    monkeypatch.setattr(trainer.grpo, "_update_plan", update_plan)
+    monkeypatch.setattr(trainer.grpo, "_optimize", optimize)
     trainer.rundir.acquire()
     try:
         rows = [trainer.step() for _ in range(STEPS)]
@@ -119,10 +119,10 @@ def test_four_updates_on_one_rollout_equal_trl(tmp_path, monkeypatch, case):
         trainer.rundir.release()
 
     # π_old: the weights that sampled the rollout, computed once
-    b = trainer.batch
+    b = trainer.grpo.batch
     T = b.inputs.mask.shape[1]
     with torch.no_grad():
-        sampled = trainer._logps(start, b.input_ids, b.attention, T)[0]
+        sampled = trainer.grpo._logps(start, b.input_ids, b.attention, T)[0]
     torch.testing.assert_close(b.inputs.old_logps, sampled, atol=TOL, rtol=0)
 
     assert len(plans) == len(seen) == STEPS

@@ -33,7 +33,7 @@ def rollout(tmp_path_factory):
     cfg = config.load("tiny-arith", ["train.prompts_per_step=4", "rollout.num_generations=4", "train.steps=1",
                                      "train.save_every=0", "train.eval_every=0", "algo.loss_type=grpo"])
     trainer = Trainer(cfg, tmp_path_factory.mktemp("packed") / "run")
-    batch = trainer.rollouts.next(0, 0)
+    batch = trainer.grpo.rollouts.next(0, 0)
     lengths = batch.rollout.mask.sum(1)
     assert len(set(lengths.tolist())) > 1 and len(set(batch.attention[:, :-8].sum(1).tolist())) > 1  # both vary
     return trainer, batch, lengths
@@ -42,14 +42,14 @@ def rollout(tmp_path_factory):
 def _accumulate(trainer, batch, lengths, budget, inputs):
     trainer.cfg.train.micro_batch_tokens = budget
     groups = []
-    real_logps = trainer._logps
-    trainer._logps = lambda model, ids, *a, **k: groups.append(ids.shape) or real_logps(model, ids, *a, **k)
+    real_logps = trainer.grpo._logps
+    trainer.grpo._logps = lambda model, ids, *a, **k: groups.append(ids.shape) or real_logps(model, ids, *a, **k)
     try:
-        logps, loss, _ = trainer._accumulate(batch.input_ids, batch.attention, inputs, batch.num_items, lengths)
+        passed = trainer.grpo._accumulate(batch.input_ids, batch.attention, inputs, batch.num_items, lengths)
     finally:
-        del trainer._logps
+        del trainer.grpo._logps
     grads = {n: p.grad.clone() for n, p in trainer.policy.named_parameters() if p.grad is not None}
-    return logps, loss, grads, groups
+    return passed.logps, passed.loss, grads, groups
 
 
 @pytest.mark.parametrize("off_policy", [False, True], ids=["on-policy", "off-policy+kl"])
@@ -61,7 +61,7 @@ def test_token_budget_gives_the_whole_batch_loss_and_gradients(rollout, loss_typ
     inputs = batch.inputs
     if off_policy:  # π_old away from π so the clip acts, and the reference pass (adapters off) runs
         with torch.no_grad():
-            pi = trainer._logps(trainer.policy, batch.input_ids, batch.attention, inputs.mask.shape[1])[0]
+            pi = trainer.grpo._logps(trainer.policy, batch.input_ids, batch.attention, inputs.mask.shape[1])[0]
         noise = 0.3 * torch.randn(pi.shape, generator=torch.Generator().manual_seed(3))
         inputs = type(inputs)(**{**vars(inputs), "old_logps": pi + noise})
     try:
@@ -106,16 +106,16 @@ def test_old_logps_under_a_token_budget_equal_the_fixed_chunks(rollout):
     """π_old (several updates per rollout) in _accumulate's token-budget micro-batches: oracle, the same
     rollout scored in fixed row chunks padded to the longest (train.micro_batch_tokens = 0), to 1e-6."""
     trainer, batch, _ = rollout
-    fixed = trainer._old_logps(batch)
+    fixed = trainer.grpo._old_logps(batch)
     shapes = []
-    real_logps = trainer._logps
-    trainer._logps = lambda model, ids, *a, **k: shapes.append(ids.shape) or real_logps(model, ids, *a, **k)
+    real_logps = trainer.grpo._logps
+    trainer.grpo._logps = lambda model, ids, *a, **k: shapes.append(ids.shape) or real_logps(model, ids, *a, **k)
     trainer.cfg.train.micro_batch_tokens = BUDGET
     try:
-        budgeted = trainer._old_logps(batch)
+        budgeted = trainer.grpo._old_logps(batch)
     finally:
         trainer.cfg.train.micro_batch_tokens = 0
-        del trainer._logps
+        del trainer.grpo._logps
     B, width = batch.input_ids.shape
     assert len(shapes) > 3 and all(rows * cols <= BUDGET for rows, cols in shapes)
     assert sum(rows for rows, _ in shapes) == B and sum(rows * cols for rows, cols in shapes) < B * width

@@ -1,6 +1,6 @@
 """The learning-rate schedule and the config's cross-field rules, against hand-computed values.
 
-Schedule (Trainer._lr_factor, the LambdaLR multiplier after `done` optimizer steps, warm-up w,
+Schedule (GRPOStep._lr_factor, the LambdaLR multiplier after `done` optimizer steps, warm-up w,
 run length S):
     done < w:   (done + 1) / (w + 1)            the first step already trains at lr/(w+1)
     after:      p = (done - w) / max(1, S - w)
@@ -22,6 +22,7 @@ import torch
 
 from grpo_studio.contract import config
 from grpo_studio.contract.errors import UserError
+from grpo_studio.engine.grpo_step import GRPOStep
 from grpo_studio.engine.trainer import Trainer
 
 
@@ -30,7 +31,7 @@ from grpo_studio.engine.trainer import Trainer
 def factor(schedule: str, warmup: int, steps: int, done: int) -> float:
     cfg = config.Config()
     cfg.train.lr_schedule, cfg.train.warmup_steps, cfg.train.steps = schedule, warmup, steps
-    return Trainer._lr_factor(SimpleNamespace(cfg=cfg), done)
+    return GRPOStep._lr_factor(SimpleNamespace(cfg=cfg), done)
 
 
 # (schedule, warmup, steps) → {done: factor}, worked by hand
@@ -71,14 +72,14 @@ def run_steps(tmp_path, overrides, n, poison_step=None):
     `poison_step` one gradient is set to inf, so that step is skipped."""
     trainer = Trainer(config.load("tiny-arith", [*SMALL, *overrides]), tmp_path / "run")
     used = []
-    trainer.optimizer.register_step_pre_hook(lambda opt, args, kwargs: used.append(opt.param_groups[0]["lr"]))
+    trainer.grpo.optimizer.register_step_pre_hook(lambda opt, args, kwargs: used.append(opt.param_groups[0]["lr"]))
     rows = []
     trainer.rundir.acquire()
     try:
         for k in range(1, n + 1):
             hook = None
             if k == poison_step:
-                hook = trainer.params[0].register_hook(lambda grad: torch.full_like(grad, float("inf")))
+                hook = trainer.grpo.params[0].register_hook(lambda grad: torch.full_like(grad, float("inf")))
             rows.append(trainer.step())
             if hook:
                 hook.remove()
@@ -109,7 +110,7 @@ def test_a_skipped_fp16_step_does_not_advance_the_schedule(tmp_path):
     assert [r["precision/skipped_steps"] for r in rows] == [0.0, 1.0, 1.0, 1.0]
     assert [r["precision/loss_scale"] for r in rows] == [2.0 ** 16, 2.0 ** 15, 2.0 ** 15, 2.0 ** 15]
     assert math.isinf(rows[1]["grad_norm"]) and math.isfinite(rows[2]["grad_norm"])
-    assert trainer.schedule.last_epoch == 3  # three taken steps
+    assert trainer.grpo.schedule.last_epoch == 3  # three taken steps
 
 
 # ---- cross-field rules -----------------------------------------------------------------------------

@@ -64,7 +64,7 @@ def test_fp16_overflow_skips_step_shrinks_scale_and_keeps_weights(tmp_path):
     trainer = Trainer(config.load("tiny-arith", [*SMALL, "train.steps=1", "model.dtype=fp16"]), tmp_path / "run")
     trainer.rundir.acquire()
     before = {n: p.detach().clone() for n, p in trainer.policy.named_parameters()}
-    victim = trainer.params[0]
+    victim = trainer.grpo.params[0]
     hook = victim.register_hook(lambda grad: torch.full_like(grad, float("inf")))
     row = trainer.step()
     hook.remove()
@@ -72,7 +72,7 @@ def test_fp16_overflow_skips_step_shrinks_scale_and_keeps_weights(tmp_path):
     assert row["precision/skipped_steps"] == 1
     assert row["precision/loss_scale"] == 2.0 ** 15
     assert all(torch.equal(before[n], p.detach()) for n, p in trainer.policy.named_parameters())
-    assert trainer.optimizer.state == {} or all(not s for s in trainer.optimizer.state.values())
+    assert trainer.grpo.optimizer.state == {} or all(not s for s in trainer.grpo.optimizer.state.values())
     skipped = [e for e in events(tmp_path / "run") if e["event"] == "skipped_step"]
     assert skipped[0]["message"] == "non-finite gradients at step 1: step skipped, loss scale now 32768"
 
@@ -140,14 +140,14 @@ def test_micro_batches_accumulate_to_the_whole_batch_gradient(tmp_path, loss_typ
         cfg = config.load("tiny-arith", [*SMALL, "train.steps=1", f"algo.loss_type={loss_type}",
                                          f"train.micro_batch_size={size}"])
         trainer = Trainer(cfg, tmp_path / f"mb{size}")
-        optimize = trainer._optimize
+        optimize = trainer.grpo._optimize
         grads = {}
 
         def snapshot_then_optimize(loss):
             grads.update({n: p.grad.clone() for n, p in trainer.policy.named_parameters() if p.grad is not None})
             return optimize(loss)
 
-        trainer._optimize = snapshot_then_optimize
+        trainer.grpo._optimize = snapshot_then_optimize
         trainer.rundir.acquire()
         row = trainer.step()
         trainer.rundir.release()

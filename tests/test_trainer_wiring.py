@@ -2,7 +2,7 @@
 independent computation from the same rollout.
 
 Each test runs real trainer steps on the bundled tiny-arith model at a sampling temperature
-T = 0.7 (every temperature bug is invisible at T = 1) and spies on the names the trainer
+T = 0.7 (every temperature bug is invisible at T = 1) and spies on the names engine/grpo_step.py
 imported (`policy_loss`, `mismatch_metrics`, `dlogp_histogram`) and on the sampler, so it sees
 exactly what each one received. The oracles:
 
@@ -23,8 +23,7 @@ import re
 import pytest
 import torch
 
-from grpo_studio.engine import losses, mismatch
-from grpo_studio.engine import trainer as trainer_mod
+from grpo_studio.engine import grpo_step, losses, mismatch
 from grpo_studio.contract import algorithms, config
 from grpo_studio.engine.trainer import Trainer
 
@@ -63,7 +62,7 @@ class Spy:
         self._wrap(monkeypatch, "policy_loss", losses.policy_loss, self.loss)
         self._wrap(monkeypatch, "mismatch_metrics", mismatch.mismatch_metrics, self.mismatch)
         self._wrap(monkeypatch, "dlogp_histogram", mismatch.dlogp_histogram, self.hist)
-        generate, score = trainer.sampler.generate, trainer.rollouts.score
+        generate, score = trainer.grpo.sampler.generate, trainer.grpo.rollouts.score
 
         def generate_spy(prompt_ids, sampling):
             out = generate(prompt_ids, sampling)
@@ -75,8 +74,8 @@ class Spy:
             self.tables.append(table)
             return table
 
-        monkeypatch.setattr(trainer.sampler, "generate", generate_spy)
-        monkeypatch.setattr(trainer.rollouts, "score", score_spy)
+        monkeypatch.setattr(trainer.grpo.sampler, "generate", generate_spy)
+        monkeypatch.setattr(trainer.grpo.rollouts, "score", score_spy)
 
     @staticmethod
     def _wrap(monkeypatch, name, real, calls):
@@ -89,7 +88,7 @@ class Spy:
             calls.append({**{k: _snapshot(v) for k, v in bound.arguments.items()}, "result": _snapshot(result)})
             return result
 
-        monkeypatch.setattr(trainer_mod, name, spy)
+        monkeypatch.setattr(grpo_step, name, spy)
 
 
 def _snapshot(value):
@@ -133,7 +132,7 @@ def hand_advantages(table, weights, group: int, scale: str) -> torch.Tensor:
 
 def one_step(trainer: Trainer, cfg: config.Config, monkeypatch):
     """Install cfg, snapshot the policy, run one step under the spies."""
-    trainer.cfg = trainer.rollouts.cfg = cfg
+    trainer.cfg = trainer.grpo.cfg = trainer.grpo.rollouts.cfg = cfg
     before = copy.deepcopy(trainer.policy)
     spy = Spy(monkeypatch, trainer)
     row = trainer.step()
@@ -259,7 +258,8 @@ def test_reward_weights_reach_the_advantages(tmp_path, monkeypatch):
 # ---- evaluate() samples at the run's temperature ------------------------------------------------------
 
 def test_evaluate_samples_at_the_run_temperature_and_scores_by_hand(trainer, monkeypatch):
-    trainer.cfg = trainer.rollouts.cfg = load("rollout.max_completion_len=8")  # room for "<answer>NN</answer>"
+    # room for "<answer>NN</answer>"
+    trainer.cfg = trainer.grpo.cfg = trainer.grpo.rollouts.cfg = load("rollout.max_completion_len=8")
     spy = Spy(monkeypatch, trainer)
     before = copy.deepcopy(trainer.policy)
     accuracy = trainer.evaluate(limit=12)

@@ -42,11 +42,11 @@ def test_four_passes_clip_and_grpo_gspo_dapo_update_differently(tmp_path):
     for name in ("grpo", "gspo", "dapo"):
         trainer = Trainer(config.load("tiny-arith", [*SMALL, "train.steps=4", "train.num_iterations=4",
                                                      f"algo.name={name}"]), tmp_path / name)
-        before = [p.detach().clone() for p in trainer.params]
+        before = [p.detach().clone() for p in trainer.grpo.params]
         trainer.rundir.acquire()
         rows = [trainer.step() for _ in range(4)]
         trainer.rundir.release()
-        deltas[name] = torch.cat([(p.detach() - b).flatten() for p, b in zip(trainer.params, before)])
+        deltas[name] = torch.cat([(p.detach() - b).flatten() for p, b in zip(trainer.grpo.params, before)])
         print(f"\n{name}: clip/low, high, region by step:",
               [(round(r["clip/low"], 3), round(r["clip/high"], 3), round(r["clip/region"], 3)) for r in rows])
 
@@ -67,10 +67,11 @@ def test_a_rollout_every_cycle_sync_after_its_last_step_lr_per_optimizer_step(tm
     calls = {"generate": [], "load_weights": [], "rows": []}
 
     def spy(trainer):
-        generate, load, accumulate = trainer.sampler.generate, trainer.sampler.load_weights, trainer._accumulate
-        trainer.sampler.generate = lambda ids, s: calls["generate"].append((trainer.step_no, len(ids))) or generate(ids, s)
-        trainer.sampler.load_weights = lambda w: calls["load_weights"].append(trainer.step_no) or load(w)
-        trainer._accumulate = lambda ids, *a: calls["rows"].append(len(ids)) or accumulate(ids, *a)
+        sampler = trainer.grpo.sampler
+        generate, load, accumulate = sampler.generate, sampler.load_weights, trainer.grpo._accumulate
+        sampler.generate = lambda ids, s: calls["generate"].append((trainer.step_no, len(ids))) or generate(ids, s)
+        sampler.load_weights = lambda w: calls["load_weights"].append(trainer.step_no) or load(w)
+        trainer.grpo._accumulate = lambda ids, *a: calls["rows"].append(len(ids)) or accumulate(ids, *a)
 
     lr = 0.002
     trainer, rows = run(tmp_path, 8, "train.steps_per_generation=2", "train.num_iterations=2",
@@ -91,18 +92,18 @@ def test_pi_old_is_the_sampling_weights_and_only_computed_when_it_can_differ(tmp
     starts, computed = [], []
 
     def spy(trainer):
-        real = trainer._old_logps
+        real = trainer.grpo._old_logps
         starts.append(copy.deepcopy(trainer.policy))
-        monkeypatch.setattr(trainer, "_old_logps", lambda batch: computed.append(batch) or real(batch))
+        monkeypatch.setattr(trainer.grpo, "_old_logps", lambda batch: computed.append(batch) or real(batch))
 
     trainer, rows = run(tmp_path / "one", 1, spy=spy)  # one update per rollout: π_old is π.detach()
-    assert computed == [] and trainer.batch.inputs.old_logps is None
+    assert computed == [] and trainer.grpo.batch.inputs.old_logps is None
     assert rows[0]["policy/ratio_max"] == 1.0 and rows[0]["clip/region"] == 0.0
 
     trainer, rows = run(tmp_path / "two", 2, "train.steps_per_generation=2", spy=spy)
     (batch,) = computed
     with torch.no_grad():
-        sampled = trainer._logps(starts[-1], batch.input_ids, batch.attention, batch.inputs.mask.shape[1])[0]
+        sampled = trainer.grpo._logps(starts[-1], batch.input_ids, batch.attention, batch.inputs.mask.shape[1])[0]
     torch.testing.assert_close(batch.inputs.old_logps, sampled, atol=1e-6, rtol=0)
     assert rows[1]["policy/ratio_max"] > 1.0  # the second half trains on weights one step newer
 
@@ -120,7 +121,7 @@ def test_a_run_resumed_between_rollouts_is_the_uninterrupted_run(tmp_path):
     rows = {name: [{k: json.loads(line)[k] for k in keys} for line in (tmp_path / name / "metrics.jsonl")
                    .read_text().splitlines()] for name in ("whole", "cut")}
     assert [r["policy/lag"] for r in rows["whole"]] == [0.0, 1.0, 0.0, 1.0] and rows["cut"] == rows["whole"]
-    assert all(torch.equal(a, b) for a, b in zip(whole.params, resumed.params))
+    assert all(torch.equal(a, b) for a, b in zip(whole.grpo.params, resumed.grpo.params))
 
 
 def test_save_every_inside_a_rollout_is_refused():
@@ -158,7 +159,7 @@ def test_top_k_mu_is_the_renormalised_pi_and_the_run_says_so(tmp_path):
     starts = []
     trainer, rows = run(tmp_path, 1, "rollout.top_k=8", "rollout.temperature=0.7",
                         spy=lambda t: starts.append(copy.deepcopy(t.policy)))
-    b, T = trainer.batch, trainer.batch.inputs.mask.shape[1]
+    b, T = trainer.grpo.batch, trainer.grpo.batch.inputs.mask.shape[1]
     with torch.no_grad():
         logits = starts[0](input_ids=b.input_ids, attention_mask=b.attention,
                            position_ids=(b.attention.cumsum(-1) - 1).clamp(min=0)).logits[:, -T - 1:-1].float()

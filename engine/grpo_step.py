@@ -1,0 +1,377 @@
+"""The GRPO step. One call of `GRPOStep.step()` is one optimizer step, readable top to bottom:
+
+    [every steps_per_generation × num_iterations steps]
+      prompts → rollout (G completions each, with the sampler's log-probs μ)     [engine/rollouts.py]
+              → rewards → group-relative advantages → π_old (when a rollout gets several updates)
+    this step's share of the rollout
+            → trainer log-probs π (and the reference's, when beta > 0)            [engine/logprobs.py]
+            → policy loss → backward (fp16: scaled) → clip → AdamW → LR schedule  [engine/losses.py]
+            → mismatch metrics from (μ, π_old) on a rollout's first step
+            → weight sync to the rollout engine after a rollout's last step
+            → one metrics row, for the run (engine/trainer.py) to write
+
+Between the phases the step hands on typed bundles: the rollout (GenerationBatch), the forward and backward
+(LossPass), the optimizer step (Update) and the phases' wall time (StepTimes); the metrics row they become is a
+dict keyed by contract/metrics.py's names.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+
+import torch
+
+from grpo_studio.contract.config import Config
+from grpo_studio.engine import data, flops, policy_loader
+from grpo_studio.engine.batching import token_budget_batches, token_budget_groups, trim
+from grpo_studio.engine.faults import out_of_memory
+from grpo_studio.engine.logprobs import token_logprobs, use_shared_prefix
+from grpo_studio.engine.losses import LossInputs, policy_loss
+from grpo_studio.engine.mismatch import dlogp_histogram, lag_counts, lag_metrics, merge_lag_counts, mismatch_metrics
+from grpo_studio.engine.precision import LossScaler, torch_dtype
+from grpo_studio.engine.rollouts import GenerationBatch, Rollouts
+from grpo_studio.engine.sampler import make_sampler
+from grpo_studio.engine.sampler.base import NonFiniteSampling
+from grpo_studio.engine.sampler.remote import RolloutServerLost
+from grpo_studio.engine.skipped_steps import SkippedSteps
+from grpo_studio.engine.weights import export_weights
+
+
+@dataclasses.dataclass
+class LossPass:
+    """Phase 4's forward and backward over the step's rows, one micro-batch at a time."""
+    logps: torch.Tensor      # π of the rows [B, T], detached; 0 past a micro-batch's cut (no completion token there)
+    loss: float              # the rows' loss value (micro-batches weighted as their gradients)
+    metrics: dict            # the loss's metrics (engine/losses.py), row-weighted over the micro-batches
+
+
+@dataclasses.dataclass
+class Update:
+    """Phase 4's optimizer step on the step's loss."""
+    loss: float              # the step's loss (data-parallel: reduced over the ranks)
+    grad_norm: float         # before clipping; inf for a non-finite loss
+    skipped: str | None      # why the step was skipped (non-finite loss or gradients); None: it was taken
+
+
+@dataclasses.dataclass
+class StepTimes:
+    """Wall-clock of a step's phases (perf/*)."""
+    start: float             # time.perf_counter() at the step's start
+    rollout_s: float = 0.0   # getting the rollout (its first step only)
+    train_s: float = 0.0     # π_old, π, loss, backward, AdamW
+    sync_s: float = 0.0      # the weight sync (a rollout's last step only)
+
+
+class GRPOStep:
+    """The step's machinery: the optimizer, LR schedule and loss scaler over the policy's trainable weights,
+    the rollout engine and its rollouts; and where the run is: the rollout being trained on, the updates still
+    to take on it, the steps and weight syncs so far."""
+
+    def __init__(self, cfg: Config, dist, rundir, outlets, policy, precision, model_path, tokenizer,
+                 prompts: data.PromptStream, reward_fns, device):
+        self.cfg, self.dist, self.rundir, self.prompts, self.policy = cfg, dist, rundir, prompts, policy
+        self.precision, self.model_path, self.device = precision, model_path, device
+        self.params = [p for p in policy.parameters() if p.requires_grad]
+        # perf/mfu: the model's matmul weights N and this device's matmul peak in the run dtype, measured once
+        self.matmul_params = flops.matmul_params(policy)
+        self.peak_flop_s = flops.matmul_peak(str(device), torch_dtype(precision.model_dtype))
+        dist.sync_params(self.params)
+        self.optimizer = torch.optim.AdamW(self.params, lr=cfg.train.lr, weight_decay=cfg.train.weight_decay)
+        self.schedule = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_factor)
+        self.scaler = LossScaler.from_config(cfg, precision)  # fp16; elsewhere it only skips NaN steps
+        self.sampler = make_sampler(cfg, model_path, tokenizer, precision, emit_event=rundir.event,
+                                    log_dir=rundir.dir)
+        self.rollouts = Rollouts(cfg, dist, prompts, tokenizer, dist.agreeing(self.sampler), reward_fns, device,
+                                 rundir)
+        if not cfg.rollout.colocate:  # a rollout server may hold another run's weights: this policy is version 0
+            self.sampler.load_weights(export_weights(policy), version=0)
+        truncation = [f"rollout.{k} = {v:g}" for k, v, off in (("top_k", cfg.rollout.top_k, 0),
+                                                                  ("top_p", cfg.rollout.top_p, 1)) if v != off]
+        if truncation:  # config.validate refuses it with rollout correction
+            rundir.event("warning", f"{', '.join(truncation)}: the sampler's μ is the truncated distribution and "
+                                    f"π is not, so mismatch/* also measure the truncation (docs/mismatch.md)")
+        self.batch: GenerationBatch | None = None  # the rollout being trained on
+        self.updates: list[torch.Tensor] = []      # the rows of each optimizer step still to take on it
+        self.step_no = 0
+        self.skips = SkippedSteps(rundir, outlets, self.scaler)  # steps skipped for non-finite numbers
+        self.rank_weight = 1.0  # this rank's loss weight in the step's backward (fsdp: its share of the normaliser)
+        self.reference = None
+        self.policy_version = 0  # weight syncs to the sampler so far (a rollout server numbers them the same)
+        self.lost: RolloutServerLost | None = None  # the rollout server stopped answering: the run stops
+
+    # ---- schedule -------------------------------------------------------------------------
+    def _lr_factor(self, done: int) -> float:
+        """LambdaLR's multiplier after `done` optimizer steps: linear warm-up, then linear decay, a cosine
+        half-period (SGDR, arXiv 1608.03983, without restarts) or constant."""
+        t = self.cfg.train
+        if done < t.warmup_steps:
+            return (done + 1) / (t.warmup_steps + 1)
+        progress = (done - t.warmup_steps) / max(1, t.steps - t.warmup_steps)
+        if t.lr_schedule == "linear":
+            return max(0.0, 1.0 - progress)
+        if t.lr_schedule == "cosine":
+            return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
+        return 1.0
+
+    # ---- one optimizer step ------------------------------------------------------------------
+    def step(self) -> dict:
+        """One optimizer step (TRL's global step). Each rollout is trained on for train.steps_per_generation
+        × train.num_iterations steps: the first of them samples it, the last hands the new weights to the
+        sampler (docs/algorithms.md, "Updates per rollout")."""
+        times, sampled = StepTimes(start=time.perf_counter()), not self.updates
+        if sampled:
+            # 1-2. Rollout (μ) → rewards → group-relative advantages; the steps that will train on it.
+            try:
+                self.batch = self.rollouts.next(self.step_no, self.policy_version)
+            except NonFiniteSampling as err:  # nothing to train on: a skipped step (one rank's: on every rank)
+                self.skips.judge(self.step_no + 1, str(err), self.cfg.train)
+                self.step_no += 1
+                return {**self._common_metrics(times.start), "loss": math.nan, "grad_norm": math.nan}
+            times.rollout_s = time.perf_counter() - times.start
+            self.updates = self._update_plan(len(self.batch.input_ids))
+        batch, rows = self.batch, self.updates.pop(0)
+        lag = self.step_no - batch.step  # optimizer steps since the weights that sampled the batch
+
+        t_train = time.perf_counter()
+        with out_of_memory("training", self.step_no + 1, self.rundir.dir):
+            # 3. π_old, the log-probs under the weights that sampled, once per rollout and only where it can
+            #    differ from π (more updates follow this one): TRL's _generate_and_score_completions skips
+            #    old_per_token_logps otherwise, and _compute_loss then uses π.detach() (as _accumulate does).
+            if sampled and self.updates:
+                batch.inputs.old_logps = self._old_logps(batch)
+            # 4. π on this step's rows at the sampler's temperature, loss and backward, one micro-batch at
+            #    a time (gradient accumulation); then clip, one AdamW step and the LR schedule.
+            self.rank_weight = self.dist.backward_weight(batch.inputs.mask[rows], self.cfg.algo.loss_type)
+            passed = self._accumulate(batch.input_ids[rows], batch.attention[rows], _take(batch.inputs, rows),
+                                      batch.num_items, batch.rollout.mask[rows].sum(1))
+            update = self._optimize(self.dist.reduce_gradients(self.params, passed.loss, batch.inputs.mask[rows],
+                                                               self.cfg.algo.loss_type))
+        times.train_s = time.perf_counter() - t_train
+        self.skips.judge(self.step_no + 1, update.skipped, self.cfg.train)
+
+        # 5. Rollout/train mismatch: μ against π under the weights that sampled (π_old, or with one update
+        #    per rollout this step's π, whose rows are then the whole batch), on the first pass only.
+        #    Split by token lag (rollout.async_mode one_step / in_flight: μ of lagged tokens is older weights').
+        if sampled:
+            pi = (passed.logps if batch.inputs.old_logps is None else batch.inputs.old_logps).cpu()
+            out = batch.rollout
+            batch.metrics.update(mismatch_metrics(out.logprobs, pi, out.mask))
+            batch.metrics.update(lag_metrics(out.logprobs, pi, out.mask, batch.lags))
+            self.rundir.histogram({"step": self.step_no + 1,
+                                   **self.dist.merge_histogram(dlogp_histogram(out.logprobs, pi, out.mask)),
+                                   "lag": merge_lag_counts(self.dist.gather([lag_counts(out.mask, batch.lags)]))})
+
+        # 6. After the batch's last update the rollout engine takes the new weights for the next rollout.
+        if not self.updates:
+            sync_start = time.perf_counter()
+            try:
+                self.sampler.load_weights(export_weights(self.policy))
+                self.policy_version += 1
+            except RolloutServerLost as err:  # the step stands (its row, its checkpoint); then the run stops
+                self.lost = err
+            times.sync_s = time.perf_counter() - sync_start
+        self.step_no += 1
+
+        # 7. The metrics row; each rollout's samples once.
+        metrics = self._row(batch, rows, sampled, lag, passed, update, times)
+        if batch.samples and self.step_no % self.cfg.train.samples_every == 0:
+            self.rundir.samples(self.dist.gather([{"step": self.step_no, **sample} for sample in batch.samples]))
+            batch.samples = None
+        return metrics
+
+    def _update_plan(self, n: int) -> list[torch.Tensor]:
+        """The rows of each optimizer step on a rollout of n sequences, in order, as TRL's _prepare_inputs
+        buffers them: the rollout shuffled (shuffle_sequence_dict) and split into steps_per_generation equal
+        parts (split_tensor_dict), taken in turn num_iterations times (_buffered_inputs[_step % steps])."""
+        t = self.cfg.train
+        order = torch.arange(n)
+        if t.shuffle_batch and t.steps_per_generation > 1:  # a single part's order cannot change its update
+            order = torch.randperm(n, generator=torch.Generator().manual_seed(data.mix_seed(t.seed, self.step_no)))
+        return list(order.view(t.steps_per_generation, -1)) * t.num_iterations
+
+    def _logps(self, model, input_ids, attention, completion_len, with_entropy=False):
+        """Per-token log-probs (and entropies) of the completion tokens at the sampler's temperature."""
+        mode = "off" if self.cfg.train.parallel == "fsdp" else self.cfg.train.shared_prefix  # fsdp: config refuses on
+        shared = use_shared_prefix(mode, model, input_ids, attention, completion_len)
+        return token_logprobs(model, input_ids, attention, completion_len, self.cfg.rollout.temperature,
+                              with_entropy=with_entropy, logits_chunk=self.cfg.model.logits_chunk,
+                              shared_prefix=shared)
+
+    @torch.no_grad()
+    def _old_logps(self, batch: GenerationBatch) -> torch.Tensor:
+        """π_old over a whole rollout [B, T] (no grad, no more memory than a step): under
+        train.micro_batch_tokens in _accumulate's length-sorted, trimmed micro-batches (0 past a micro-batch's
+        cut, where no completion token is), else in chunks of one step's micro-batch rows."""
+        cfg, B, T = self.cfg, batch.input_ids.shape[0], batch.inputs.mask.shape[1]
+        if cfg.train.micro_batch_tokens:
+            parts = token_budget_batches(batch.input_ids, batch.attention, T, batch.rollout.mask.sum(1),
+                                         cfg.train.micro_batch_tokens)
+        else:
+            size = cfg.train.micro_batch_size or B // cfg.train.steps_per_generation
+            parts = [(torch.arange(i, min(i + size, B)), batch.input_ids[i:i + size], batch.attention[i:i + size], T)
+                     for i in range(0, B, size)]
+        old = torch.zeros(B, T, device=batch.input_ids.device)
+        with policy_loader.autocast(cfg):
+            for rows, ids, attention, width in parts:
+                old[rows.to(old.device), :width] = self._logps(self.policy, ids, attention, width)[0]
+        return old
+
+    @torch.no_grad()
+    def _reference_logps(self, input_ids, attention, completion_len):
+        """π_ref for the k3 KL (GRPO, arXiv 2402.03300): with LoRA the base model with adapters disabled (no second copy)."""
+        if self.cfg.algo.beta <= 0:
+            return None
+        if self.cfg.model.lora_rank > 0:
+            with self.policy.disable_adapter():
+                return self._logps(self.policy, input_ids, attention, completion_len)[0]
+        if self.reference is None:  # full fine-tune: a frozen copy of the starting weights
+            self.reference = policy_loader.load_policy(self.cfg, self.model_path,  # same numerics
+                                                       self.precision).to(self.device)
+            self.reference.requires_grad_(False)
+        return self._logps(self.reference, input_ids, attention, completion_len)[0]
+
+    def _accumulate(self, input_ids, attention, batch: LossInputs, num_items, lengths: torch.Tensor) -> LossPass:
+        """Forward + backward over micro-batches: train.micro_batch_size rows at a time, or under
+        train.micro_batch_tokens rows sorted by length and each micro-batch cut to its own longest row
+        (engine/batching.py; `lengths` are the rows' completion tokens).
+
+        Each micro-batch loss is weighted so the accumulated gradient equals the whole-batch
+        loss's: by its share of rows for the per-row normalisations (grpo, dr_grpo; bnpo with
+        micro_batch_size, each micro-batch its own token mean as in TRL), for bnpo under a token budget
+        by its share of the active tokens (the whole batch's token mean, as verl's dynamic batch size),
+        and not at all for dapo, which already divides by `num_items` (the step's share of the rollout's
+        active tokens)."""
+        cfg, B, T = self.cfg, input_ids.shape[0], batch.mask.shape[1]
+        budget = cfg.train.micro_batch_tokens
+        if budget:
+            prompt_lens = attention[:, :-T].sum(1).cpu()
+            groups = token_budget_groups(prompt_lens, lengths.cpu(), budget)
+        else:
+            size = cfg.train.micro_batch_size or B
+            groups = [torch.arange(start, min(start + size, B)) for start in range(0, B, size)]
+        self.optimizer.zero_grad(set_to_none=True)
+        logps_all, total, metrics = None, 0.0, {}
+        for rows in groups:
+            ids, att, width = input_ids[rows], attention[rows], T
+            if budget:
+                ids, att, width = trim(ids, att, T, prompt_lens[rows], lengths[rows])
+            part_inputs = _take(batch, rows, width)
+            with policy_loader.autocast(cfg), policy_loader.offload_activations(cfg):
+                logps, entropy = self._logps(self.policy, ids, att, width, with_entropy=True)
+                ref_logps = self._reference_logps(ids, att, width)
+            old_logps = logps.detach() if batch.old_logps is None else part_inputs.old_logps  # TRL _compute_loss
+            loss, part = policy_loss(
+                dataclasses.replace(part_inputs, logps=logps, old_logps=old_logps, ref_logps=ref_logps,
+                                    entropy=entropy),
+                cfg.algo, max_completion_len=cfg.rollout.max_completion_len, num_items_in_batch=num_items,
+                rollout_backend=self.sampler.name)
+            share = len(rows) / B
+            weight = share  # means over rows (GRPO arXiv 2402.03300, Dr. GRPO arXiv 2503.20783): by their share
+            if cfg.algo.loss_type == "dapo":  # token sum over the rollout's active tokens (DAPO, arXiv 2503.14476)
+                weight = 1.0
+            elif cfg.algo.loss_type == "bnpo" and budget:
+                weight = (part_inputs.mask.sum() / batch.mask.sum().clamp(min=1.0)).item()
+            self.scaler.scale(loss * weight * self.rank_weight).backward()  # fsdp: its share, before the reduce
+            total += loss.item() * weight
+            if logps_all is None:
+                logps_all = logps.new_zeros(B, T)
+            logps_all[rows.to(logps.device), :width] = logps.detach()
+            _merge_metrics(metrics, part, share)
+        return LossPass(logps_all, total, metrics)
+
+    def _optimize(self, loss: float) -> Update:
+        """(fp16) unscale, skip on inf/NaN → clip → AdamW step → LR schedule. A skipped step does not
+        advance the LR schedule (as HF Trainer) and, in fp16, shrinks the loss scale."""
+        if not math.isfinite(loss):  # even finite gradients of a NaN/inf loss are not to be trusted
+            self.optimizer.zero_grad(set_to_none=True)
+            self.scaler.update(found_inf=True)
+            return Update(loss, math.inf, "non-finite loss")
+        stepped, grad_norm = self.scaler.step(self.optimizer, self.params, self.cfg.train.grad_clip,
+                                              self.dist.shard_sum)
+        if not stepped:
+            return Update(loss, grad_norm, "non-finite gradients")
+        self.schedule.step()
+        return Update(loss, grad_norm, None)
+
+    def resume_at(self, step: int, counters: dict[str, int]) -> None:
+        """Continue after `step` optimizer steps restored from a checkpoint (with its skip counters): the
+        sampler takes the restored weights, numbered as the uninterrupted run's syncs."""
+        self.step_no = step
+        self.skips.restore(counters)
+        t = self.cfg.train
+        self.policy_version = step // (t.steps_per_generation * t.num_iterations)  # syncs made so far
+        version = {} if self.cfg.rollout.colocate else {"version": self.policy_version}  # the server numbers them
+        self.sampler.load_weights(export_weights(self.policy), **version)
+
+    # ---- telemetry ----------------------------------------------------------------------------
+    def _row(self, batch: GenerationBatch, rows, sampled: bool, lag: int, passed: LossPass, update: Update,
+             times: StepTimes) -> dict:
+        """A taken step's metrics row (call after step_no += 1)."""
+        # the loss's mismatch/is_* override the rollout's: as applied
+        metrics = {**batch.metrics, **passed.metrics, **self._common_metrics(times.start)}
+        metrics.update({"loss": update.loss, "grad_norm": update.grad_norm, "policy/lag": float(lag),
+                        "perf/rollout_s": batch.rollout.seconds if sampled else 0.0,
+                        "perf/train_s": metrics["perf/step_s"] - times.rollout_s, "perf/sync_s": times.sync_s})
+        if not sampled:  # the waiting happened on the rollout's first step
+            metrics.update({"perf/trainer_wait_s": 0.0, "perf/overlap_frac": 0.0})
+        metrics.update(self._perf(batch, rows, sampled, metrics["perf/step_s"], metrics["perf/trainer_wait_s"],
+                                  times))
+        return metrics
+
+    def _perf(self, batch: GenerationBatch, rows, sampled: bool, step_s: float, wait_s: float,
+              times: StepTimes) -> dict:
+        """perf/flop, perf/peak_flop_s, perf/mfu and perf/idle_s of a step: its model FLOPs (engine/flops.py)
+        over its wall time and the peak measured at start; idle = the step less waiting for the rollout,
+        training (π_old, log-probs, loss, backward, AdamW) and the weight sync."""
+        flop = flops.grpo_step_flop(self.matmul_params, flops.real_tokens(batch.attention, batch.rollout.mask),
+                                    rows, sampled_here=sampled and self.cfg.rollout.colocate,
+                                    old_logps=sampled and batch.inputs.old_logps is not None,
+                                    reference=self.cfg.algo.beta > 0, lora=self.cfg.model.lora_rank > 0)
+        return {"perf/flop": flop, "perf/peak_flop_s": self.peak_flop_s, "perf/mfu": flop / step_s / self.peak_flop_s,
+                "perf/idle_s": max(0.0, step_s - wait_s - times.train_s - times.sync_s)}
+
+    def _common_metrics(self, start: float) -> dict:
+        """The part of a metrics row every step has, taken or skipped (call after step_no += 1)."""
+        row = {
+            "step": self.step_no, "time": time.time(),
+            "epoch": self.prompts.epoch + self.prompts.index / max(1, len(self.prompts.rows)),
+            "lr": self.schedule.get_last_lr()[0], "perf/step_s": time.perf_counter() - start,
+            "mem/peak_gib": _peak_gib(), "mem/rss_gib": _rss_gib(),
+            "precision/bad_steps": float(self.skips.bad_steps), "precision/bad_streak": float(self.skips.bad_streak),
+        }
+        if self.precision.loss_scaling:
+            row.update(self.scaler.metrics())
+        return row
+
+
+def _take(inputs: LossInputs, rows, width: int | None = None) -> LossInputs:
+    """The rows `rows` of every tensor in `inputs`, per-token ones cut to their first `width` tokens."""
+    return LossInputs(**{k: None if v is None else v[rows] if v.dim() == 1 else v[rows, :width]
+                         for k, v in vars(inputs).items()})
+
+
+def _merge_metrics(into: dict, part: dict, share: float) -> None:
+    """Combine one micro-batch's metrics: min/max for extremes, row-weighted mean otherwise."""
+    for key, value in part.items():
+        if key.endswith("_min"):
+            into[key] = min(into.get(key, value), value)
+        elif key.endswith("_max"):
+            into[key] = max(into.get(key, value), value)
+        else:
+            into[key] = into.get(key, 0.0) + value * share
+
+
+def _peak_gib() -> float:
+    if torch.cuda.is_available():
+        return torch.cuda.max_memory_allocated() / 2**30
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
+
+
+def _rss_gib() -> float:
+    import psutil
+
+    return psutil.Process().memory_info().rss / 2**30
