@@ -4,8 +4,9 @@ So no screen reaches into the app, and each screen can be hosted, tested or repl
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from textual.message import Message
 from textual.screen import Screen
