@@ -1,4 +1,4 @@
-"""Run a benchmark (benchmarks/<name>.py). Each reports ratios against a baseline measured in the same
+"""Run a benchmark (benchmarks/<name>_bench.py). Each reports ratios against a baseline measured in the same
 process; --json prints one JSON object on stdout."""
 
 from __future__ import annotations

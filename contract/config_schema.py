@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from grpo_studio.contract import algorithms, dtypes
 
+
 def opt(default, *, choices=None, lo=None, hi=None, lo_open=False, item=None, auto=None, help=""):
     """A config field with its validation rules (choices, inclusive/open lower bound, upper bound; for a
     list the type of its items, str or float, and the bounds apply to each item; for a key that also takes

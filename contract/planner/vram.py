@@ -17,8 +17,9 @@ Accurate mode plans every device of the run (contract/planner/devices.py): `worl
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Literal
+from typing import Literal
 
 from grpo_studio.contract import backend
 from grpo_studio.contract.config import AUTO, Config
