@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from grpo_studio.contract.errors import UserError
-from grpo_studio.contract.rundir import METRICS
+from grpo_studio.contract.run_files import METRICS
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -15,10 +16,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if not (args.run / METRICS).is_file():
+    metrics = args.run / METRICS
+    if not args.run.is_dir() or not (metrics.exists() or metrics.is_symlink()):
         raise UserError(f"{str(args.run)!r} has no {METRICS} (not a run directory, or no step yet)", kind="report")
     from grpo_studio.studio import report
+    from grpo_studio.studio.rundata import RunData
 
-    out = report.export(args.run, args.out)
+    data = RunData(args.run)  # what the report will show: what it cannot read is a warning, never a traceback
+    data.drain()
+    for line in data.warnings():
+        print(f"warning: {args.run}/{line}", file=sys.stderr)
+    out = Path(args.out or args.run / "report")
+    try:
+        out = report.export(args.run, out)
+    except OSError as err:  # a full disk, a read-only or unwritable --out
+        where = err.filename or out
+        reason = err.strerror.lower() if err.strerror else str(err)
+        raise UserError(f"cannot write {where}: {reason}; the report in {out} is not complete",
+                        kind="report") from None
     print(f"report: {out / 'index.html'} ({len(list(out.glob('*.png')))} charts)")
     return 0

@@ -8,7 +8,8 @@ from pathlib import Path
 
 from grpo_studio.contract.errors import UserError
 from grpo_studio.contract.metrics import fmt
-from grpo_studio.contract.rundir import RUNS, run_summaries
+from grpo_studio.contract.run_files import RUNS
+from grpo_studio.contract.run_state import run_summaries
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -29,6 +30,8 @@ def run(args: argparse.Namespace) -> int:
     for row in table:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
     for r in rows:
+        for line in r["warnings"]:  # what could not be read: "FILE: why; what was read instead"
+            print(f"warning: {r['name']}/{line}", file=sys.stderr)
         if r["skipped"]:
             print(f"warning: {r['name']}: skipped {r['skipped']} malformed lines (not a JSON object with the fields "
                   f"its file needs)", file=sys.stderr)

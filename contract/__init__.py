@@ -11,7 +11,11 @@ every process may read it: the studio, `grpo-studio runs`, the VRAM planner and 
   precision_plan  the precision decision, once per run: resolve(cfg) -> PrecisionPlan
   backend         which rollout backend a config gets (rollout.backend auto -> vllm or hf)
   metrics         the metric schema: every metric the trainer writes and how each reader shows it
-  rundir          the run directory: file names, the writer, tolerant readers, the run lock, run state
+  rundir          the run directory's writer (RunWriter, record_exit); see run_files for the layout
+  run_files       the run directory's file names, and how a whole file is written
+  run_reader      the tolerant readers of a run directory: odd files are warnings, never tracebacks
+  run_lock        trainer.pid: which live trainer holds a run directory
+  run_state       a run's state (the lock, the last state event), the runs list, held_run
   errors          UserError, the one user-error type (key, value, why, allowed), and the one "did you mean"
   model_card      architecture facts the planner needs, read from config.json without loading weights
   bundled         where the bundled presets (recipes, models, model cards) live, and the default recipe

@@ -2,25 +2,29 @@
 
 `poll()` reads what the trainer appended since the last call (JsonlTail: complete lines only,
 at most 8 MiB a poll, so a huge backlog is drained over several polls) and bumps `version`
-when anything changed, so charts redraw only on new data.
+when anything changed, so charts redraw only on new data. Everything is read through the tolerant
+readers (contract/run_reader.py): a file that cannot be read, a malformed line, a NaN or a number beyond
+a float's range, a config.toml that is not UTF-8 or has a section of the wrong type is a `warning` event
+(and a line of `warnings()`), never an exception; charts never receive a non-finite value.
 """
 
 from __future__ import annotations
 
 import time
-import tomllib
 from collections import deque
 from pathlib import Path
 
-from grpo_studio.contract import metrics, rundir
+from grpo_studio.contract import metrics
+from grpo_studio.contract.run_files import CONFIG, EVENTS, HISTOGRAMS, METRICS, SAMPLES, STATE_EVENTS
+from grpo_studio.contract.run_reader import JsonlTail, Warnings, as_number, malformed, odd_numbers, read_config, setting
+from grpo_studio.contract.run_state import run_state, state_of
 
 
 class RunData:
     def __init__(self, run_dir: Path, max_samples: int = 200, max_events: int = 500):
         self.dir = Path(run_dir)
         self.name = self.dir.name
-        self._tails = {name: rundir.JsonlTail(self.dir / name, max_rows=10**9)
-                       for name in (rundir.METRICS, rundir.EVENTS, rundir.SAMPLES, rundir.HISTOGRAMS)}
+        self._tails = {name: JsonlTail(self.dir / name, max_rows=10**9) for name in (METRICS, EVENTS, SAMPLES, HISTOGRAMS)}
         self.steps: list[int] = []
         self.columns: dict[str, list[float | None]] = {}
         self.times: list[float] = []
@@ -33,20 +37,18 @@ class RunData:
         self.eval_before: float | None = None  # eval/accuracy of the starting weights (the step-0 `eval` event)
         self.version = 0
         self._reported: dict[str, int] = {}  # skipped lines already reported, per file
+        self._reported_odd: dict[str, int] = {}  # non-finite numbers already reported, per file
+        self._notes = Warnings()  # what could not be read (files, config.toml), one line each
+        self._noted = 0  # how many of them are in the events already
         self.config: dict = {}
         self._read_config()
 
     # ---- reading ----------------------------------------------------------------------------
     def _read_config(self) -> None:
-        self.config = {}
-        for name in (rundir.CONFIG, "setup.toml"):  # setup.toml: written by the studio before launch
-            try:
-                self.config = tomllib.loads((self.dir / name).read_text())
-                break
-            except (OSError, tomllib.TOMLDecodeError):
-                continue
+        self.config = read_config(self.dir, self._notes)  # config.toml, else the studio's setup.toml
         if self.total_steps is None:
-            self.total_steps = self.config.get("train", {}).get("steps")
+            steps = setting(self.config, "train", "steps", int)
+            self.total_steps = steps if steps and steps > 0 else None
 
     def add_metrics(self, rows: list[dict]) -> None:
         for row in rows:
@@ -57,14 +59,14 @@ class RunData:
                 self._truncate(step)
             n = len(self.steps)
             self.steps.append(int(step))
-            self.times.append(rundir.as_number(row.get(metrics.TIME)) or 0.0)
+            self.times.append(as_number(row.get(metrics.TIME)) or 0.0)
             for key, value in row.items():
                 if key in (metrics.STEP, metrics.TIME):
                     continue
                 col = self.columns.get(key)
                 if col is None:
                     col = self.columns[key] = [None] * n
-                col.append(rundir.as_number(value))
+                col.append(as_number(value))
             for col in self.columns.values():
                 if len(col) < n + 1:
                     col.append(None)
@@ -78,38 +80,40 @@ class RunData:
     def poll(self) -> bool:
         changed = False
         tails = self._tails
-        metrics = tails[rundir.METRICS].read_new()
+        metrics = tails[METRICS].read_new()
         if metrics:
-            if not (self.dir / rundir.CONFIG).exists() or not self.config:
+            if not (self.dir / CONFIG).exists() or not self.config:
                 self._read_config()
             self.add_metrics(metrics)
             changed = True
-        events = tails[rundir.EVENTS].read_new()
-        if tails[rundir.EVENTS].restarted:  # a resume rewrote events.jsonl: it holds the whole history again
+        events = tails[EVENTS].read_new()
+        if tails[EVENTS].restarted:  # a resume rewrote events.jsonl: it holds the whole history again
             self.events.clear()
         for event in events:
             self.events.append(event)
             kind = event["event"]
-            if kind in rundir.STATE_EVENTS:
+            if kind in STATE_EVENTS:
                 self.last_state_event = kind
             if kind == "eval" and event.get("step") == 0:
-                self.eval_before = rundir.as_number(event.get("accuracy"))
+                self.eval_before = as_number(event.get("accuracy"))
             if kind == "started":
                 total = event.get("total_steps")
-                self.total_steps = total if isinstance(total, int) and total > 0 else self.total_steps
-                self.start_time = rundir.as_number(event.get("time"))
+                self.total_steps = (total if isinstance(total, int) and not isinstance(total, bool) and total > 0
+                                    else self.total_steps)
+                self.start_time = as_number(event.get("time"))
             changed = True
-        samples = tails[rundir.SAMPLES].read_new()
-        if tails[rundir.SAMPLES].restarted:
+        samples = tails[SAMPLES].read_new()
+        if tails[SAMPLES].restarted:
             self.samples.clear()
         if samples:
             self.samples.extend(samples)
             changed = True
-        hists = tails[rundir.HISTOGRAMS].read_new()
+        hists = tails[HISTOGRAMS].read_new()
         if hists:
             self.histogram = hists[-1]
             changed = True
         changed = self._report_skipped() or changed
+        changed = self._report_notes() or changed
         if changed:
             self.version += 1
         return changed
@@ -135,6 +139,28 @@ class RunData:
                                        f"the file needs"})
         return True
 
+    def _report_notes(self) -> bool:
+        """Say each new line of what could not be read (a file, config.toml, non-finite numbers) as a warning."""
+        for tail in self._tails.values():
+            for line in tail.warnings:
+                self._notes(line)
+            if tail.restarted:
+                self._reported_odd.pop(tail.path.name, None)
+            new = tail.odd - self._reported_odd.get(tail.path.name, 0)
+            if new > 0:
+                self._reported_odd[tail.path.name] = tail.odd
+                self._notes(odd_numbers(tail.path.name, new))
+        lines, self._noted = self._notes[self._noted:], len(self._notes)
+        for line in lines:
+            self.events.append({"time": time.time(), "event": "warning", "message": line})
+        return bool(lines)
+
+    def warnings(self) -> list[str]:
+        """What could not be read so far, one line each, naming the file (what `report` and `attach` print)."""
+        lines = list(self._notes)
+        lines += [malformed(name, tail.skipped) for name, tail in self._tails.items() if tail.skipped]
+        return lines
+
     def drain(self, limit: int = 1000) -> None:
         """Read everything already on disk (attach / compare)."""
         for _ in range(limit):
@@ -144,8 +170,8 @@ class RunData:
     # ---- derived ----------------------------------------------------------------------------
     def state(self) -> str:
         if not self.last_state_event:  # not polled yet: ask the run directory itself
-            return rundir.run_state(self.dir).state
-        return rundir.state_of(self.dir, self.last_state_event)
+            return run_state(self.dir).state
+        return state_of(self.dir, self.last_state_event)
 
     def series(self, key: str) -> tuple[list[int], list[float]]:
         """(steps, values) of one metric; eval/accuracy starts at step 0 with the starting weights' score."""
@@ -174,7 +200,7 @@ class RunData:
 
     def reward_funcs(self) -> list[str]:
         names = [fn for fn in map(metrics.reward_fn, self.columns) if fn is not None]
-        return names or list(self.config.get("rewards", {}).get("funcs", []))
+        return names or [fn for fn in setting(self.config, "rewards", "funcs", list, []) if isinstance(fn, str)]
 
     def eta_s(self, now: float | None = None) -> float | None:
         total = self.total_steps
@@ -187,8 +213,8 @@ class RunData:
         return None if per is None else max(0.0, (total - self.step) * per)
 
     def beta(self) -> float:
-        return float(self.config.get("algo", {}).get("beta", 0.0) or 0.0)
+        return as_number(setting(self.config, "algo", "beta", (int, float), 0.0)) or 0.0
 
     def dtype(self) -> str:
-        model = self.config.get("model", {})
-        return f"{model.get('dtype', '?')}/{self.config.get('rollout', {}).get('dtype') or model.get('dtype', '?')}"
+        train = setting(self.config, "model", "dtype", str, "?")
+        return f"{train}/{setting(self.config, 'rollout', 'dtype', str, '') or train}"

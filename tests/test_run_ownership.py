@@ -17,6 +17,7 @@ import pytest
 
 from grpo_studio.contract import config, rundir
 from grpo_studio.contract.errors import UserError
+from grpo_studio.contract.run_state import held_run
 from grpo_studio.contract.rundir import CHECKPOINTS, CONFIG, EVENTS, METRICS, PIDFILE
 
 from cli_helpers import ENV, ROOT, run_cli
@@ -98,7 +99,7 @@ def test_what_counts_as_holding_a_run(tmp_path):
     its `info` line and an empty checkpoints/: still a place for a new run. Any of config.toml, a state
     event, a stream row or a checkpoint is a run."""
     run = tmp_path / "run"
-    assert rundir.held_run(run) is None  # not there yet
+    assert held_run(run) is None  # not there yet
     (run / CHECKPOINTS).mkdir(parents=True)
     (run / "setup.toml").write_text("[train]\nsteps = 2\n")
     (run / rundir.STDOUT).write_text("pre-flight: ...\n")
@@ -113,7 +114,7 @@ def test_what_counts_as_holding_a_run(tmp_path):
     for name, text, held in cases:
         with open(run / name, "a") as fh:
             fh.write(text)
-        assert rundir.held_run(run) == held, name
+        assert held_run(run) == held, name
     other = tmp_path / "checkpoint-only"
     (other / CHECKPOINTS / "step-4").mkdir(parents=True)
     with pytest.raises(UserError) as refused:

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from grpo_studio.contract import rundir
+from grpo_studio.contract.run_lock import pid_alive
 from tests.studio_helpers import tiny_model_name
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")]
@@ -70,16 +71,16 @@ def test_tmux_studio_runs_and_training_survives_it(tmp_path, request):
 
         run_dir = next((tmp_path / "runs").iterdir())
         trainer_pid = rundir.read_pid(run_dir)
-        assert trainer_pid and rundir.pid_alive(trainer_pid)
+        assert trainer_pid and pid_alive(trainer_pid)
         studio_pid = int(subprocess.run([*tmux, "display", "-p", "-t", "studio", "#{pane_pid}"], capture_output=True,
                                         text=True, check=True).stdout)
         subprocess.run([*tmux, "kill-server"], check=True)  # the studio and its terminal go away
-        wait_for(lambda: not rundir.pid_alive(studio_pid) or _zombie(studio_pid), 60, "the studio to exit")
+        wait_for(lambda: not pid_alive(studio_pid) or _zombie(studio_pid), 60, "the studio to exit")
         rows_at_kill = len((run_dir / rundir.METRICS).read_text().splitlines())
         wait_for(lambda: len((run_dir / rundir.METRICS).read_text().splitlines()) >= rows_at_kill + 2, 120,
                  "the trainer to keep writing after the studio died")
-        assert rundir.pid_alive(trainer_pid)
+        assert pid_alive(trainer_pid)
     finally:
         subprocess.run([*tmux, "kill-server"], capture_output=True)
-        if trainer_pid and rundir.pid_alive(trainer_pid):
+        if trainer_pid and pid_alive(trainer_pid):
             os.killpg(os.getpgid(trainer_pid), signal.SIGKILL)

@@ -1,0 +1,146 @@
+"""A run's state, derived in one place from the lock and the last state event, and the runs list.
+
+running / finished / stopped / crashed / created: `state_of` (the lock, then the last state event, read
+from the end of events.jsonl however long it is). `run_state` and `run_summaries` read through the
+tolerant readers (run_reader): what they could not read is a line in RunState.warnings, never an error.
+`held_run`: whether a directory already holds a run a new trainer must not start over. Pure python.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from grpo_studio.contract import metrics as schema
+from grpo_studio.contract.errors import UserError
+from grpo_studio.contract.run_files import CHECKPOINTS, CONFIG, EVENTS, METRICS, PIDFILE, STREAMS
+from grpo_studio.contract.run_lock import lock_holder, read_lock
+from grpo_studio.contract.run_reader import Warnings, as_number, last_row, last_state, read_toml, setting
+
+
+@dataclass
+class RunState:
+    name: str
+    path: Path
+    state: str  # running | finished | stopped | crashed | created
+    step: int = 0
+    total_steps: int | None = None
+    last_event: str = ""
+    skipped_rows: int = 0  # malformed lines its readers skipped (the tails of events.jsonl and metrics.jsonl)
+    extra: dict = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)  # what could not be read, one line each ("FILE: why")
+
+
+def state_of(run_dir: Path, last_state_event: str) -> str:
+    """running / finished / stopped / crashed / created, from the lock and the last state event."""
+    if lock_holder(run_dir) is not None:
+        return "running"
+    if last_state_event == "started":
+        return "crashed"  # started but the process is gone without saying goodbye
+    return last_state_event or "created"
+
+
+def _odd_entries(run_dir: Path, warn: Warnings) -> None:
+    """Say a lock that cannot be read and a checkpoints entry that is not a folder."""
+    pidfile, checkpoints = run_dir / PIDFILE, run_dir / CHECKPOINTS
+    try:
+        if (pidfile.exists() or pidfile.is_symlink()) and read_lock(run_dir) is None:
+            warn(f"{PIDFILE}: cannot be read (not a trainer's lock); read as no trainer holding the run")
+        if checkpoints.exists() and not checkpoints.is_dir():
+            warn(f"{CHECKPOINTS}: a file, not a folder; read as no checkpoints")
+    except OSError:
+        pass
+
+
+def run_state(run_dir: Path) -> RunState:
+    """A run directory's state (state_of its last state event), step and total steps, read from the ends
+    of events.jsonl and metrics.jsonl."""
+    run_dir = Path(run_dir)
+    warn = Warnings()
+    last, total, skipped_events = last_state(run_dir, warn)
+    row, skipped = last_row(run_dir / METRICS, warn)
+    _odd_entries(run_dir, warn)
+    return RunState(run_dir.name, run_dir, state_of(run_dir, last), row[schema.STEP] if row else 0, total, last,
+                    skipped_events + skipped, warnings=list(warn))
+
+
+def _is_run(path: Path) -> bool:
+    try:
+        return path.is_dir() and ((path / CONFIG).exists() or (path / EVENTS).exists())
+    except OSError:
+        return False
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+def list_runs(root: Path) -> list[RunState]:
+    root = Path(root)
+    try:
+        dirs = [d for d in root.iterdir() if _is_run(d)]
+    except OSError:
+        return []
+    return [run_state(d) for d in sorted(dirs, key=_mtime, reverse=True)]
+
+
+def run_summaries(root: Path) -> list[dict]:
+    """One row per run under `root` (newest first): what `grpo-studio runs` and the runs screen list;
+    "warnings": what could not be read, one line each."""
+    rows = []
+    for st in list_runs(root):
+        warn = Warnings()
+        warn.extend(st.warnings)
+        last = last_row(st.path / METRICS)[0] or {}
+        cfg = read_toml(st.path / CONFIG, warn) or {}
+        rows.append({"path": st.path, "name": st.name, "state": st.state, "step": st.step, "total": st.total_steps,
+                     "dtype": setting(cfg, "model", "dtype", str, "?"), "model": setting(cfg, "model", "name", str, "?"),
+                     "reward": as_number(last.get(schema.REWARD)), "k3": as_number(last.get(schema.K3)),
+                     "skipped": st.skipped_rows, "warnings": list(warn)})
+    return rows
+
+
+def held_run(run_dir: Path) -> str | None:
+    """The run `run_dir` already holds, as "finished at step 6", or None when a new run may start there.
+    A directory holds a run once a trainer has written its config.toml, a state event, a stream row or a
+    checkpoint; what the studio writes before it launches (setup.toml, stdout.log) and the `info` lines of a
+    trainer that stopped before it started do not count. The lock is not consulted: its holder is
+    `lock_holder`'s question."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        return None
+    last = last_state(run_dir)[0]
+    checkpoints = run_dir / CHECKPOINTS
+    if not ((run_dir / CONFIG).exists() or last or any(_size(run_dir / name) for name in STREAMS)
+            or _has_entries(checkpoints)):
+        return None
+    state = "crashed" if last == "started" else last or "created"  # started, and nobody holds it: it died
+    row = last_row(run_dir / METRICS)[0]
+    step = row[schema.STEP] if row else 0
+    return f"{state} at step {step}" if step or state != "created" else "created, no step yet"
+
+
+def _has_entries(folder: Path) -> bool:
+    try:
+        return folder.is_dir() and any(folder.iterdir())
+    except OSError:
+        return True  # there, but unreadable: it may hold checkpoints
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+def refuse_held_run(run_dir: Path) -> None:
+    """A new run (no --resume) into a directory that already holds one: one UserError line."""
+    held = held_run(run_dir)
+    if held is not None:
+        raise UserError(f"already holds a run ({held}); allowed: --resume {shlex.quote(str(Path(run_dir)))} to "
+                        f"continue it, or a new or empty directory", key="--run-dir", value=str(Path(run_dir)))
