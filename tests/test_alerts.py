@@ -62,7 +62,8 @@ def test_defaults_expand_to_the_default_rules():
     ("alerts.on=finished,exploded", "config error: alerts.on[1] = 'exploded': allowed: finished, crashed, stopped, "
                                     "diverged"),
     ("alerts.webhook=ftp://example.org/hook", "config error: alerts.webhook = 'ftp://example.org/hook': an http:// "
-                                              "or https:// URL, or empty for none"),
+                                              "or https:// URL with a host, e.g. https://hooks.example.com/alerts, or "
+                                              "empty for none"),
     ("report.to=mlflow", "config error: report.to[0] = 'mlflow': allowed: tensorboard, trackio, wandb"),
 ])
 def test_bad_alert_and_report_settings_are_one_line_with_exit_2(setting, message, tmp_path):
