@@ -120,7 +120,7 @@ class AlgoConfig:
 @dataclass
 class TrainConfig:
     steps: int = opt(40, lo=1, hi=MAX_STEPS, help="optimizer steps in the run")
-    lr: float = opt(1e-3, lo=0, hi=10.0, lo_open=True, help="AdamW learning rate")
+    lr: float = opt(1e-3, lo=0, hi=1e4, lo_open=True, help="AdamW learning rate")
     warmup_steps: int = opt(0, lo=0, hi=MAX_STEPS, help="steps of linear learning-rate warm-up")
     lr_schedule: str = opt("constant", choices=["constant", "linear", "cosine"], help="learning rate after the warm-up")
     weight_decay: float = opt(0.0, lo=0, hi=MAX_COEF, help="AdamW weight decay")

@@ -131,7 +131,7 @@ def test_config_keys_json(capsys):
     keys = json.loads(capsys.readouterr().out)
     assert [k["key"] for k in keys] == config.all_keys()
     assert keys[[k["key"] for k in keys].index("train.lr")] == {
-        "key": "train.lr", "type": "float", "default": 0.001, "choices": None, "lo": 0, "hi": 10.0, "lo_open": True,
+        "key": "train.lr", "type": "float", "default": 0.001, "choices": None, "lo": 0, "hi": 10000.0, "lo_open": True,
         "help": "AdamW learning rate", "auto": False}
     share = keys[[k["key"] for k in keys].index("rollout.gpu_memory_utilization")]
     assert (share["type"], share["default"], share["auto"]) == ("float", "auto", True)

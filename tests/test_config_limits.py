@@ -46,7 +46,7 @@ CASES = [
     (["--set", "algo.delta=-inf"], "config error: algo.delta = -inf: must be a finite number"),
     (["--set", "train.lr=nan"], "config error: train.lr = nan: must be a finite number"),
     (["--set", "train.lr=-0.001"], "config error: train.lr = -0.001: must be > 0"),
-    (["--set", "train.lr=1e5"], "config error: train.lr = 100000.0: must be <= 10"),
+    (["--set", "train.lr=1e5"], "config error: train.lr = 100000.0: must be <= 10000"),
     (["--set", "rollout.temperature=1e9"], "config error: rollout.temperature = 1000000000.0: must be <= 100"),
     (["--set", "train.grad_clip=1e300"], "config error: train.grad_clip = 1e+300: must be <= 1000000"),
     (["--set", "model.lora_alpha=1e20"], "config error: model.lora_alpha = 1e+20: must be <= 1000000"),
