@@ -67,7 +67,7 @@ def write_metrics(path: Path, steps: range, rng: random.Random) -> None:
 
 async def _refresh_ms(run_dir: Path, repeats: int) -> list[float]:
     from grpo_studio.studio.app import StudioApp
-    from grpo_studio.studio.charts import MetricChart
+    from grpo_studio.studio.widgets.metric_chart import MetricChart
 
     app = StudioApp(live_hardware=False, poll_s=3600)
     times = []

@@ -16,10 +16,4 @@ The app and the screens talk in messages: a screen posts one of messages.py, the
   lag           the Mismatch tab's verdict: rollout lag or precision
   vram_adapter  the VRAM planner's answer, shaped for the VRAM panel
   rewards_info  the built-in rewards and their one-line descriptions, for the setup form
-
-Old import paths, kept until their last importer outside studio/ moves (then deleted):
-  dashboard     -> screens/dashboard_screen.py (tests/test_alerts.py)
-  runs_screen   -> screens/runs_list_screen.py (tests/test_export.py)
-  dialogs       -> screens/modals.py (tests/test_export.py, tests/test_preflight.py)
-  charts        -> widgets/metric_chart.py (benchmarks/ui_bench.py)
 """

@@ -269,7 +269,7 @@ async def test_the_dashboard_highlights_an_alert_and_rings_the_bell_for_a_live_o
     from textual.app import App
     from textual.widgets import RichLog, TabbedContent
 
-    from grpo_studio.studio.dashboard import EVENT_STYLE, DashboardScreen
+    from grpo_studio.studio.screens.dashboard_screen import EVENT_STYLE, DashboardScreen
     from tests.studio_helpers import anyio_backend  # noqa: F401
     from tests.synthetic_run import write_run
 

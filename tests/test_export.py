@@ -273,7 +273,7 @@ async def test_runs_list_exports_in_a_child_process_and_shows_its_line(runs, tmp
 
     from grpo_studio.contract import config
     from grpo_studio.studio.app import StudioApp
-    from grpo_studio.studio.runs_screen import RunsScreen
+    from grpo_studio.studio.screens.runs_list_screen import RunsScreen
     from tests.studio_helpers import wait_until
 
     app = StudioApp(config.load("tiny-arith"), "tiny-arith", runs["lora"].parent, live_hardware=False, poll_s=3600)
@@ -325,7 +325,7 @@ async def test_dashboard_x_exports_the_run_it_shows(runs, tmp_path):
     """The dashboard's x asks for a destination and exports the run on screen, as the runs list does."""
     from grpo_studio.contract import config as cfgmod
     from grpo_studio.studio.app import StudioApp
-    from grpo_studio.studio.dialogs import PathPrompt
+    from grpo_studio.studio.screens.modals import PathPrompt
 
     run, dest = runs["lora"], tmp_path / "from-dashboard"
     app = StudioApp(cfgmod.load("tiny-arith"), "tiny-arith", run.parent, live_hardware=False)

@@ -13,7 +13,7 @@ from grpo_studio.contract import model_card
 from grpo_studio.contract.planner import preflight, vram
 from grpo_studio.studio import hardware
 from grpo_studio.studio.app import StudioApp
-from grpo_studio.studio.dialogs import Confirm
+from grpo_studio.studio.screens.modals import Confirm
 from tests.cli_helpers import run_cli
 from tests.studio_helpers import anyio_backend, visible_text  # noqa: F401
 
