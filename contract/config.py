@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import tomli_w
+
 from grpo_studio.contract import algorithms, bundled
 from grpo_studio.contract.config_keys import (  # noqa: F401 - one key at a time, re-exported
     MAX_NESTING,

@@ -11,10 +11,9 @@ import json
 import math
 
 import pytest
+from cli_helpers import run_cli
 
 from grpo_studio.contract import config
-
-from cli_helpers import run_cli
 
 LONG_NAME = "m" * 300
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from cli_helpers import ROOT, run_cli
+
 from grpo_studio.cli.bench_cmd import BENCHMARKS
 from grpo_studio.contract import config
 
