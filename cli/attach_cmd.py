@@ -26,7 +26,8 @@ def run(args: argparse.Namespace) -> int:
 
     run_dir = app.resolve_run(args.run, args.runs_dir)
     warn = Warnings()
-    warn.extend(run_state(run_dir).warnings)
+    state = run_state(run_dir)
+    warn.extend(state.warnings)
     read_config(run_dir, warn)
     try:
         cfg = launcher.load_run_config(run_dir)
@@ -35,4 +36,7 @@ def run(args: argparse.Namespace) -> int:
         cfg = cfgmod.load(DEFAULT_RECIPE)
     for line in warn:
         print(f"warning: {run_dir}/{line}", file=sys.stderr)
+    if state.skipped_rows:  # as `grpo-studio runs` says it
+        print(f"warning: {run_dir}: skipped {state.skipped_rows} malformed lines (not a JSON object with the fields "
+              f"its file needs)", file=sys.stderr)
     return app._run(app.StudioApp(cfg, str(run_dir), args.runs_dir, attach=run_dir, watch_tty=app._watch_tty()))
