@@ -3,7 +3,9 @@
 Everything here imports neither torch nor textual (tests/test_import_hygiene.py keeps it so), so
 every process may read it: the studio, `grpo-studio runs`, the VRAM planner and the trainer.
 
-  config          the typed run config: loading, --set, the rules across keys, TOML
+  config          the typed run config: loading recipes and --set, TOML save; re-exports the keys and rules
+  config_keys     one key at a time: the key table, conversion and bounds (set_key), TOML with bounded nesting
+  config_rules    the rules across keys (validate) and the process-count rule (check_processes)
   config_schema   every key: section, type, default, allowed values, help, and the bounds
   algorithms      the named algorithm presets (algo.name)
   alert_rules     the grammar of alerts.rules, its one-line errors, and the crossing logic

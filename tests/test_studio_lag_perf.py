@@ -260,6 +260,7 @@ async def test_devices_that_do_not_divide_the_prompts_are_refused_in_one_line(tm
         screen = app.screen
         assert screen.nproc() == 3
         _, _, general = screen.build_config()
-        assert general == "train.prompts_per_step = 16: must divide evenly among the 3 devices"
+        assert general == ("config error: train.prompts_per_step = 16: must divide evenly among the 3 processes "
+                           "(each samples its share of the prompts)")
         with pytest.raises(UserError, match="must divide evenly"):
             check_launch(cfgmod.load("tiny-arith", ["train.parallel=ddp"]), 3, None)  # the CLI's own rule agrees

@@ -215,9 +215,11 @@ class SetupScreen(Screen):
                 cfgmod.validate(cfg)
             except UserError as err:
                 general = str(err)
-        if not errors and not general and cfg.train.prompts_per_step % nproc:
-            general = (f"train.prompts_per_step = {cfg.train.prompts_per_step}: must divide evenly among the "
-                       f"{nproc} devices")
+        if not errors and not general:
+            try:
+                cfgmod.check_processes(cfg, nproc)  # the launch rule, in its one home
+            except UserError as err:
+                general = str(err)
         return cfg, errors, general
 
     @on(Input.Changed)
