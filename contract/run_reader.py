@@ -247,9 +247,9 @@ def read_events(run_dir: Path, warn: Warn | None = None) -> list[dict]:
     return read_rows(Path(run_dir) / EVENTS, warn)
 
 
-def rows_from_end(path: Path, want: Callable[[list[dict]], bool], warn: Warn | None = None) -> tuple[list[dict], int]:
-    """Rows of a JSONL file read from its end, newest first, until `want(rows so far)` is satisfied (or the
-    file's start): (the rows, how many malformed lines were passed on the way)."""
+def rows_from_end(path: Path, last: Callable[[dict], bool], warn: Warn | None = None) -> tuple[list[dict], int]:
+    """Rows of a JSONL file read from its end, newest first, up to the first for which `last(row)` holds (or
+    the file's start): (the rows, how many malformed lines were passed on the way)."""
     path = Path(path)
     fh = open_file(path, warn)
     if fh is None:
@@ -261,7 +261,7 @@ def rows_from_end(path: Path, want: Callable[[list[dict]], bool], warn: Warn | N
                 row = counts.take(line)
                 if row is not None:
                     rows.append(row)
-                    if want(rows):
+                    if last(row):
                         break
         except OSError as err:
             _say(warn)(f"{path.name}: cannot be read ({_why(err)}); read as empty")
@@ -271,7 +271,7 @@ def rows_from_end(path: Path, want: Callable[[list[dict]], bool], warn: Warn | N
 
 def last_row(path: Path, warn: Warn | None = None) -> tuple[dict | None, int]:
     """The last whole row of a JSONL file and how many malformed lines follow it."""
-    rows, skipped = rows_from_end(path, lambda rows: True, warn)
+    rows, skipped = rows_from_end(path, lambda row: True, warn)
     return (rows[0] if rows else None), skipped
 
 
@@ -282,10 +282,7 @@ def last_metrics_row(run_dir: Path, warn: Warn | None = None) -> dict | None:
 def last_state(run_dir: Path, warn: Warn | None = None) -> tuple[str, int | None, int]:
     """From the end of events.jsonl: (the last state event's name or "", the total_steps of the last
     `started`, how many malformed lines were passed on the way)."""
-    def found(rows: list[dict]) -> bool:
-        return any(row["event"] == "started" for row in rows)
-
-    rows, skipped = rows_from_end(Path(run_dir) / EVENTS, found, warn)
+    rows, skipped = rows_from_end(Path(run_dir) / EVENTS, lambda row: row["event"] == "started", warn)
     states = [row["event"] for row in rows if row["event"] in STATE_EVENTS]
     total = next((row.get("total_steps") for row in rows if row["event"] == "started"), None)
     total = total if isinstance(total, int) and not isinstance(total, bool) and total > 0 else None

@@ -25,6 +25,7 @@ from grpo_studio.contract.errors import UserError
 from grpo_studio.contract.run_files import CHECKPOINTS, CONFIG, EVENTS, METRICS, PIDFILE
 from grpo_studio.studio.rundata import RunData
 from tests.cli_helpers import ENV, ROOT
+from tests.studio_helpers import anyio_backend  # noqa: F401  (the pilot test runs on asyncio)
 from tests.synthetic_run import write_run
 
 STEPS = 6
@@ -210,3 +211,30 @@ def test_report_on_a_full_disk_is_one_line(tmp_path):
     assert out.returncode == 2 and out.stdout == ""
     assert out.stderr == (f"report error: cannot write {out_dir / 'reward.png'}: "
                           f"{os.strerror(errno.ENOSPC).lower()}; the report in {out_dir} is not complete\n")
+
+
+@pytest.mark.anyio
+async def test_the_studio_lists_and_opens_every_damaged_run(tmp_path):
+    """The studio's runs list (F3) shows every damaged run, and opening each (enter) draws its dashboard."""
+    from grpo_studio.studio.app import StudioApp
+    from grpo_studio.studio.screens.runs_list_screen import RunsScreen
+    from tests.studio_helpers import wait_until
+
+    root = tmp_path / "runs"
+    for kind, (damage, *_rest) in KINDS.items():
+        if not (IS_ROOT and kind in CHMOD):
+            damage(write_run(root / kind, STEPS))
+    app = StudioApp(cfgmod.load("tiny-arith"), "tiny-arith", root, live_hardware=False, poll_s=3600)
+    async with app.run_test(size=(120, 30)) as pilot:
+        await pilot.press("f3")
+        await wait_until(pilot, lambda: isinstance(app.screen, RunsScreen) and app.screen.rows)
+        runs = app.screen
+        assert sorted(r["name"] for r in runs.rows) == sorted(p.name for p in root.iterdir())
+        for i, row in enumerate(list(runs.rows)):
+            runs.query_one("#runs-table").move_cursor(row=i)
+            await pilot.press("enter")
+            await wait_until(pilot, lambda: app.screen is not runs)
+            assert app.screen.run.dir == row["path"]
+            await pilot.pause()
+            await pilot.press("escape")
+            await wait_until(pilot, lambda: app.screen is runs)
