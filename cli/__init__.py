@@ -9,6 +9,7 @@ each command imports what it needs when it runs. `grpo-studio NAME` is cli/NAME_
   attach_cmd        the studio's dashboard on an existing run
   runs_cmd          the runs under a folder and their state
   report_cmd        a run's charts as PNG and a one-page HTML summary
+  doctor_cmd        what looks wrong in a run (no signal, NaN, collapse, mismatch...) and a --set to try
   export_cmd        a checkpoint as merged safetensors, GGUF, or a Hub push
   vram_cmd          the VRAM planner's table, and --solve
   config_cmd        every config key: type, default, allowed values

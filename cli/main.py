@@ -24,6 +24,7 @@ COMMANDS = {  # name -> one line for `grpo-studio --help`; the module is grpo_st
     "bench": f"run a benchmark ({', '.join(BENCHMARKS)})",
     "rewards": "list the built-in reward functions",
     "report": "export a run's charts to PNG and an HTML summary",
+    "doctor": "why is my reward not increasing: a run's findings, most important first",
     "config": "list every config key: type, default, allowed values, help",
     "export": "export a checkpoint: merged folder, GGUF, or a Hub push",
     "rollout-serve": "serve rollouts from a vLLM engine in its own process (rollout.colocate = false)",
