@@ -378,8 +378,9 @@ class JsonlTail:
         self.offset += len(chunk)
         lines = (self._partial + chunk).split(b"\n")
         self._partial = lines.pop()
-        if lines and self._oversized:  # the rest of a line that was too long: skip it
-            lines[0], self._oversized = b"x", False
+        if lines and self._oversized:  # the rest of a line that was too long: skip it, and count it
+            del lines[0]
+            self.skipped, self._oversized = self.skipped + 1, False
         if len(self._partial) > MAX_LINE_BYTES:
             self._partial, self._oversized = b"", True
         rows = []

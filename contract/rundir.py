@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 from grpo_studio.contract import metrics as schema
+from grpo_studio.contract.errors import UserError
 from grpo_studio.contract.run_files import (  # noqa: F401  (CONFIG, RUNS, STDOUT, atomic_write_text: importers)
     CHECKPOINTS,
     CONFIG,
@@ -76,6 +77,17 @@ def _clean(value):
     return value
 
 
+def _refuse_odd_entries(run_dir: Path) -> None:
+    """A trainer.pid that is a folder cannot be taken over, nor a checkpoints entry that is a file written
+    into: one UserError line naming it, before anything is written."""
+    odd_entries = [(PIDFILE, Path.is_dir, "a folder, not a trainer's lock"),
+                   (CHECKPOINTS, lambda p: p.exists() and not p.is_dir(), "a file, not a folder")]
+    for name, odd, what in odd_entries + [(name, Path.is_dir, "a folder, not a file") for name in (*STREAMS, EVENTS)]:
+        if odd(run_dir / name):
+            raise UserError(f"{run_dir / name}: {what}; move it away, then start the trainer again",
+                            kind="run")
+
+
 class RunWriter:
     """Appends the trainer's rows. One per run directory, guarded by trainer.pid."""
 
@@ -88,8 +100,10 @@ class RunWriter:
         """Take trainer.pid. A live trainer's lock is refused (RunLock); a stale one (its process is gone,
         or its pid now names another process) is taken over with a `stale_lock` event. `new_run`: a run
         directory that already holds a run is refused too (UserError, `refuse_held_run`), checked before the
-        lock is taken and again once it is held (a run that ended meanwhile). A refused trainer writes
-        nothing into the directory."""
+        lock is taken and again once it is held (a run that ended meanwhile). A trainer.pid that is a folder,
+        or a checkpoints entry that is not one, is refused too (UserError). A refused trainer writes nothing
+        into the directory."""
+        _refuse_odd_entries(self.dir)
         me = Lock.of(os.getpid())
         holder = lock_holder(self.dir)
         if holder is not None and (holder.pid, holder.host) != (me.pid, me.host):
@@ -170,7 +184,11 @@ class RunWriter:
             if not path.exists():
                 continue
             tmp, past, malformed = path.with_name(f".{name}.tmp"), 0, 0
-            with open(path, "rb") as src, open(tmp, "wb") as kept:  # line by line: samples can be large
+            try:
+                src = open(path, "rb")
+            except PermissionError:  # a resume must read every stream whole: one line, nothing written
+                raise UserError(f"{path}: cannot be read (permission denied); a resume rewrites it", kind="run") from None
+            with src, open(tmp, "wb") as kept:  # line by line: samples can be large
                 for line in src:
                     row = parse_row(name, line)
                     if row is None:

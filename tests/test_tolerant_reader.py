@@ -238,3 +238,20 @@ async def test_the_studio_lists_and_opens_every_damaged_run(tmp_path):
             await pilot.pause()
             await pilot.press("escape")
             await wait_until(pilot, lambda: app.screen is runs)
+
+
+@pytest.mark.parametrize("kind, name, what", [
+    ("pidfile_is_a_folder", PIDFILE, "a folder, not a trainer's lock"),
+    ("checkpoints_is_a_file", CHECKPOINTS, "a file, not a folder"),
+    ("metrics_is_a_folder", METRICS, "a folder, not a file"),
+])
+def test_resume_refuses_an_odd_entry_in_one_line_writing_nothing(kind, name, what, tmp_path):
+    """What a resume must write into (the lock, checkpoints/, the streams) is refused before it writes."""
+    run = write_run(tmp_path / "run", STEPS)
+    KINDS[kind][0](run)
+    before = sorted((p.relative_to(run), p.stat().st_size) for p in run.rglob("*"))
+    out = cli("train", "--resume", str(run))
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    assert out.stderr.splitlines()[-1] == (f"run error: {run / name}: {what}; move it away, then start the trainer "
+                                           f"again")
+    assert sorted((p.relative_to(run), p.stat().st_size) for p in run.rglob("*")) == before
