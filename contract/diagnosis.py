@@ -8,6 +8,7 @@ learning signal, then warnings), then RULES order. Thresholds are named below (d
 
 from __future__ import annotations
 
+import shlex
 import statistics
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -70,7 +71,7 @@ class Finding:
 
     @property
     def suggestion(self) -> str:
-        return f"--set {self.suggestion_key}={self.suggestion_value}"
+        return f"--set {shlex.quote(f'{self.suggestion_key}={self.suggestion_value}')}"  # as a shell takes it
 
     def as_dict(self) -> dict:
         return {**asdict(self), "suggestion": self.suggestion}
@@ -115,8 +116,6 @@ def read_run(run_dir: Path, warn: Warn | None = None) -> RunView:
     return RunView(read_rows(run_dir / METRICS, warn), read_rows(run_dir / SAMPLES, warn), read_events(run_dir, warn),
                    read_config(run_dir, warn))
 
-
-# ---- helpers --------------------------------------------------------------------------------------
 
 def _steps(points: list[tuple[int, float]]) -> str:
     first, last = points[0][0], points[-1][0]
@@ -291,8 +290,9 @@ def _spikes(points: list[tuple[int, float]], factor: float, floor: float) -> str
     if len(points) < MIN_ROWS or not (median or floor) or not spikes:
         return None
     step, value = max(spikes, key=lambda p: p[1])
-    return (f"{fmt(value)} at step {step}" + (f", {fmt(value / median)}x the run's median {fmt(median)}" if median
-                                               else "") + f" ({len(spikes)} steps above {factor:g}x the median)")
+    ratio = f", {fmt(value / median)}x the run's median {fmt(median)}" if median else ""
+    above = f"{factor:g}x the median" if factor * median >= floor else fmt(floor)
+    return f"{fmt(value)} at step {step}{ratio} ({len(spikes)} of {len(points)} steps above {above})"
 
 
 def mismatch_spike(run: RunView) -> Finding | None:
