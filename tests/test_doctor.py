@@ -8,10 +8,11 @@ metric names, every expected evidence worked out by hand from those rows."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
-from cli_helpers import run_cli
+from cli_helpers import ROOT, run_cli
 
 from grpo_studio.cli import main as front
 from grpo_studio.contract import config as cfgmod
@@ -291,3 +292,14 @@ def test_every_metric_the_rules_read_is_in_the_schema():
         dx._known("reward/frac_zero_stdd")
     assert all(metrics.lookup(name) for name in (dx.ZERO_STD, dx.ENTROPY, dx.GRAD_NORM, dx.CLIP, dx.LEN_MEAN,
                                                  dx.TRUNCATED, dx.LAG0_K3))
+
+
+def test_the_doc_lists_every_rule_threshold_and_normal_k3():
+    doc = (ROOT / "docs" / "doctor.md").read_text()
+    assert re.findall(r"^\| `(\w+)` \|", doc, re.M) == [rule.__name__ for rule in dx.RULES]
+    names = ("MIN_ROWS", "SKIPPED_SHARE", "ZERO_STD_SHARE", "FLAT", "TRUNCATED_SHARE", "ENTROPY_DROP", "SPIKE_X",
+             "CLIP_FLOOR", "GRAD_X", "LENGTH_GROWTH", "FLAT_GAIN", "MISMATCH_X", "EVAL_DROP", "LR_CUT", "LR_EASE",
+             "CLIP_HIGHER", "BETA", "NORMAL_K3")
+    assert [name for name in names if f"`{name}`" not in doc] == []
+    for dtype, k3 in dx.NORMAL_K3.items():
+        assert f"| {dtype} | {k3:.1e} |".replace("e-0", "e-") in doc, dtype
