@@ -44,9 +44,10 @@ ZERO_STD_SHARE = 0.5     # reward/frac_zero_std averaged over the last window: a
 FLAT = 1e-9              # a reward function's std (or a format reward's mean) at or below this counts as 0
 TRUNCATED_SHARE = 0.2    # completion/truncated_frac averaged over the last window: above this
 ENTROPY_DROP = 0.1       # entropy's last-window mean below this share of its first-window mean: collapse
-SPIKE_X = 10.0           # a step's k3 or clip share this many times the run's median ...
+SPIKE_WINDOW = 5         # a spike is measured against the median of this many steps before it:
+SPIKE_X = 10.0           # a step's k3 or clip share this many times that median ...
 CLIP_FLOOR = 0.1         # ... and a clip share above this (k3: above the precision's normal k3)
-GRAD_X = 10.0            # a step's grad_norm this many times the run's median: a blow-up
+GRAD_X = 10.0            # a step's grad_norm this many times that median: a blow-up
 LENGTH_GROWTH = 1.5      # completion/len_mean last window over first window: at or above this ...
 FLAT_GAIN = 0.05         # ... while the first reward function gained less than this share of its value
 MISMATCH_X = 10.0        # median k3 of the last window this many times the precision's normal k3
@@ -98,10 +99,7 @@ class RunView:
 
     def funcs(self) -> list[str]:
         """The reward functions' names, as the metrics rows name them, in the order they first appear."""
-        seen: dict[str, None] = {}
-        for row in self.rows:
-            seen.update((fn, None) for key in row if (fn := schema.reward_fn(key)) is not None)
-        return list(seen)
+        return list(dict.fromkeys(fn for row in self.rows for key in row if (fn := schema.reward_fn(key)) is not None))
 
     def precision(self) -> tuple[str, float]:
         """The weaker of the trainer's and the sampler's dtype (fewer mantissa bits), and its normal k3."""
@@ -167,10 +165,9 @@ def _equal_groups(samples: list[dict]) -> list[tuple[int, float]]:
     per_step: dict[int, list[int]] = {}
     for (step, _), group in groupby(samples, key=lambda s: (s[schema.STEP], s.get("prompt"))):
         advantages = [as_number(s.get("advantage")) for s in group]
+        flat = len(advantages) > 1 and all(a is not None and abs(a) <= FLAT for a in advantages)
         counts = per_step.setdefault(step, [0, 0])
-        counts[0] += len(advantages) * (len(advantages) > 1 and all(a is not None and abs(a) <= FLAT
-                                                                      for a in advantages))
-        counts[1] += len(advantages)
+        counts[0], counts[1] = counts[0] + len(advantages) * flat, counts[1] + len(advantages)
     return [(step, equal / total) for step, (equal, total) in sorted(per_step.items())]
 
 
@@ -284,15 +281,18 @@ def entropy_collapse(run: RunView) -> Finding | None:
 
 
 def _spikes(points: list[tuple[int, float]], factor: float, floor: float) -> str | None:
-    """The evidence of the steps whose value is above `factor` times the series' median and above `floor`."""
-    median = statistics.median(v for _, v in points) if len(points) >= MIN_ROWS else 0.0
-    spikes = [(s, v) for s, v in points if v > factor * median and v > floor]
-    if len(points) < MIN_ROWS or not (median or floor) or not spikes:
+    """The evidence of the steps (after the first MIN_ROWS) whose value is above `factor` times the median of the
+    SPIKE_WINDOW steps before it, and above `floor`: a jump, not a steady climb."""
+    spikes = []
+    for i in range(MIN_ROWS, len(points)):
+        (step, value), median = points[i], statistics.median(v for _, v in points[max(0, i - SPIKE_WINDOW):i])
+        if value > factor * median and value > floor and (median or floor):
+            spikes.append((value, step, median))
+    if not spikes:
         return None
-    step, value = max(spikes, key=lambda p: p[1])
-    ratio = f", {fmt(value / median)}x the run's median {fmt(median)}" if median else ""
-    above = f"{factor:g}x the median" if factor * median >= floor else fmt(floor)
-    return f"{fmt(value)} at step {step}{ratio} ({len(spikes)} of {len(points)} steps above {above})"
+    value, step, median = max(spikes)
+    ratio = f", {fmt(value / median)}x the median {fmt(median)} of the steps before" if median else ""
+    return f"{fmt(value)} at step {step}{ratio} ({len(spikes)} such step{'s' * (len(spikes) > 1)} of {len(points)})"
 
 
 def mismatch_spike(run: RunView) -> Finding | None:

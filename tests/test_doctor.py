@@ -209,10 +209,10 @@ def test_k3_and_clip_spikes(tmp_path):
             for s in range(1, 10)]
     k3, clip = dx.diagnose(write(tmp_path / "a", rows))
     assert (k3.title, k3.evidence, k3.suggestion) == (
-        "sampler/trainer mismatch spikes", "mismatch/k3 1.00e-06 at step 5, 1.00e+06x the run's median 1.00e-12 "
-        "(1 of 9 steps above 3.40e-11)", "--set algo.is_level=sequence")
+        "sampler/trainer mismatch spikes", "mismatch/k3 1.00e-06 at step 5, 1.00e+06x the median 1.00e-12 of the "
+        "steps before (1 such step of 9)", "--set algo.is_level=sequence")
     assert (clip.title, clip.evidence, clip.suggestion) == (
-        "clip share spikes", "clip/region 0.3 at step 4 (1 of 9 steps above 0.1)", "--set train.lr=0.001")
+        "clip share spikes", "clip/region 0.3 at step 4 (1 such step of 9)", "--set train.lr=0.001")
     # bf16: 1.2e-3 is 12x its median but below bf16's normal k3 (1.5e-3): no spike
     rows = [row(s, **{"mismatch/k3": 1.2e-3 if s == 5 else 1e-4}) for s in range(1, 10)]
     assert dx.diagnose(write(tmp_path / "b", rows, sets=["model.dtype=bf16"])) == []
@@ -220,10 +220,13 @@ def test_k3_and_clip_spikes(tmp_path):
 
 def test_grad_norm_blowup(tmp_path):
     rows = [row(s, grad_norm=50.0 if s == 6 else 1.0) for s in range(1, 10)]
-    f = only(write(tmp_path / "run", rows))
+    f = only(write(tmp_path / "jump", rows))
     assert (f.title, f.evidence, f.suggestion) == (
-        "gradient norm blow-ups", "grad_norm 50 at step 6, 50x the run's median 1 (1 of 9 steps above 10x the "
-        "median)", "--set train.lr=0.001")
+        "gradient norm blow-ups", "grad_norm 50 at step 6, 50x the median 1 of the steps before (1 such step of 9)",
+        "--set train.lr=0.001")
+    # a steady climb (x1.5 a step: 14x the run's median at the end) is not a blow-up: 3.4x the 5 steps before
+    climb = [row(s, grad_norm=0.1 * 1.5 ** s) for s in range(1, 15)]
+    assert dx.diagnose(write(tmp_path / "climb", climb)) == []
 
 
 def test_length_grows_while_correctness_stays_flat(tmp_path):
@@ -297,7 +300,7 @@ def test_every_metric_the_rules_read_is_in_the_schema():
 def test_the_doc_lists_every_rule_threshold_and_normal_k3():
     doc = (ROOT / "docs" / "doctor.md").read_text()
     assert re.findall(r"^\| `(\w+)` \|", doc, re.M) == [rule.__name__ for rule in dx.RULES]
-    names = ("MIN_ROWS", "SKIPPED_SHARE", "ZERO_STD_SHARE", "FLAT", "TRUNCATED_SHARE", "ENTROPY_DROP", "SPIKE_X",
+    names = ("MIN_ROWS", "SPIKE_WINDOW", "SKIPPED_SHARE", "ZERO_STD_SHARE", "FLAT", "TRUNCATED_SHARE", "ENTROPY_DROP", "SPIKE_X",
              "CLIP_FLOOR", "GRAD_X", "LENGTH_GROWTH", "FLAT_GAIN", "MISMATCH_X", "EVAL_DROP", "LR_CUT", "LR_EASE",
              "CLIP_HIGHER", "BETA", "NORMAL_K3")
     assert [name for name in names if f"`{name}`" not in doc] == []
