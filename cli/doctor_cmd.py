@@ -14,7 +14,7 @@ from grpo_studio.contract.run_files import CONFIG, EVENTS, METRICS
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("run", type=Path, help="run directory")
+    parser.add_argument("run", metavar="RUN", type=Path, help="run directory")
     parser.add_argument("--json", action="store_true", help="print the findings as JSON (only JSON on stdout)")
 
 
