@@ -141,8 +141,7 @@ def _twice(run: RunView, key: str, cap: int) -> tuple[str, str]:
 def _funcs_without(run: RunView, *fns: str) -> tuple[str, str]:
     """rewards.funcs without the functions named `fns` (the metrics name 'file.py:fn' fn), or the schema's
     default when none is left."""
-    funcs = [f for f in setting(run.cfg, "rewards", "funcs", list, []) if isinstance(f, str)]
-    kept = [f for f in funcs if f.rpartition(":")[2] not in fns]
+    kept = [f for f in map(str, run.get("rewards.funcs")) if f.rpartition(":")[2] not in fns]
     return "rewards.funcs", ",".join(kept or DEFAULTS.rewards.funcs)
 
 
@@ -210,9 +209,9 @@ def zero_variance(run: RunView) -> Finding | None:
     if not last or _mean(last) < ZERO_STD_SHARE:
         return None
     funcs, constant = run.funcs(), _constant_funcs(run, last_only=True)
-    if funcs and constant == funcs:
+    key, value = _funcs_without(run, *funcs)
+    if funcs and constant == funcs and value != ",".join(map(str, run.get("rewards.funcs"))):  # not the same again
         cause = f"every reward function ({', '.join(funcs)}) scores every completion the same"
-        key, value = _funcs_without(run, *funcs)
     else:
         cause = "every completion of a prompt scores the same (all right or all wrong)"
         key, value = (("rollout.temperature", "1.0") if run.get("rollout.temperature") < 1.0 else
@@ -223,15 +222,15 @@ def zero_variance(run: RunView) -> Finding | None:
 
 
 def constant_reward(run: RunView) -> Finding | None:
-    stuck = set(_stuck_formats(run))
-    constant = [fn for fn in _constant_funcs(run, last_only=False) if fn not in stuck]
+    means = {fn: run.series(schema.reward_key(fn)) for fn in _constant_funcs(run, last_only=False)}
+    constant = [fn for fn, points in means.items() if points and abs(_mean(points)) > FLAT]  # 0: none right yet
     if not constant:
         return None
     fn = constant[0]
-    points, means = run.series(schema.reward_key(fn, "std")), run.series(schema.reward_key(fn))
-    value = f"; rewards/{fn}/mean {fmt(_mean(means))}" if means else ""
+    points = run.series(schema.reward_key(fn, "std"))
     return Finding(NO_SIGNAL, f"reward function {fn!r} is constant",
-                   f"rewards/{fn}/std = 0 on all {len(points)} steps ({_steps(points)}){value}"
+                   f"rewards/{fn}/std = 0 on all {len(points)} steps ({_steps(points)}); rewards/{fn}/mean "
+                   f"{fmt(_mean(means[fn]))}"
                    + (f"; also constant: {', '.join(constant[1:])}" if len(constant) > 1 else ""),
                    f"{fn!r} gives every completion the same score, so it adds nothing to any advantage",
                    *_funcs_without(run, fn))
@@ -332,7 +331,7 @@ def length_hacking(run: RunView) -> Finding | None:
     before, after = _mean(correct[0]), _mean(correct[1])
     if after - before >= FLAT_GAIN * max(abs(before), abs(after), FLAT):
         return None
-    funcs_cfg = [f for f in setting(run.cfg, "rewards", "funcs", list, []) if isinstance(f, str)]
+    funcs_cfg = list(map(str, run.get("rewards.funcs")))
     key, value = (("algo.loss_type", "dr_grpo") if "length_penalty" in funcs_cfg
                   else ("rewards.funcs", ",".join([*funcs_cfg, "length_penalty"])))
     return Finding(WARNING, "length grows while correctness stays flat",

@@ -182,6 +182,18 @@ def test_a_constant_function_beside_a_varying_one(tmp_path):
         "rewards/format/mean 0.5", "--set rewards.funcs=correctness")
 
 
+def test_a_task_too_hard_is_no_signal_not_a_broken_correctness(tmp_path):
+    """Every completion scores 0 on both of tiny-arith's functions: more completions per prompt, not removing
+    them (the schema's default funcs are these same two)."""
+    rows = [row(s, reward__frac_zero_std=1.0, rewards__correctness__mean=0.0, rewards__correctness__std=0.0,
+                rewards__format__mean=0.0, rewards__format__std=0.0) for s in range(1, 7)]
+    found = dx.diagnose(write(tmp_path / "run", rows))
+    assert [(f.title, f.suggestion) for f in found] == [
+        ("no learning signal: groups with one reward for all", "--set rollout.num_generations=16"),
+        ("format reward 'format' stuck at 0", "--set 'data.system_prompt=Give the final answer as <answer>N</answer>.'")]
+    assert found[0].cause.startswith("every completion of a prompt scores the same (all right or all wrong)")
+
+
 def test_a_format_reward_stuck_at_zero(tmp_path):
     rows = [row(s, rewards__format__std=0.0, rewards__format__mean=0.0) for s in range(1, 7)]
     never = [{**x, "completion": "57"} for x in samples(6, 0)]
