@@ -290,6 +290,11 @@ def test_a_missing_or_non_run_directory_is_one_line(tmp_path, capsys):
     assert capsys.readouterr().err == f"doctor error: RUN = '{tmp_path / 'file'}': not a folder\n"
 
 
+def test_a_usage_mistake_is_the_commands_own_line(capsys):
+    assert front.main(["doctor", "somerun", "--nope"]) == 2
+    assert capsys.readouterr().err == "grpo-studio doctor: error: unrecognized arguments: --nope (see --help)\n"
+
+
 def test_a_run_before_its_first_step_and_a_damaged_line(tmp_path, capsys):
     run = write(tmp_path / "run", [])
     assert front.main(["doctor", str(run)]) == 0
