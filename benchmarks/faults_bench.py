@@ -82,13 +82,17 @@ def run_in_process(argv: list[str], cwd: Path) -> Outcome:
 
 @contextlib.contextmanager
 def _fds_to(out, err):
-    saved = os.dup(1), os.dup(2)
+    """File descriptors 1 and 2 into `out` and `err`, and sys.stdout / sys.stderr onto them (a test runner may
+    have replaced those objects with its own)."""
+    saved, streams = (os.dup(1), os.dup(2)), (sys.stdout, sys.stderr)
     sys.stdout.flush(), sys.stderr.flush()
     os.dup2(out.fileno(), 1), os.dup2(err.fileno(), 2)
+    sys.stdout, sys.stderr = open(1, "w", closefd=False), open(2, "w", closefd=False)  # noqa: SIM115
     try:
         yield
     finally:
         sys.stdout.flush(), sys.stderr.flush()
+        sys.stdout, sys.stderr = streams
         os.dup2(saved[0], 1), os.dup2(saved[1], 2)
         os.close(saved[0]), os.close(saved[1])
 

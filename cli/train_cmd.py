@@ -124,8 +124,12 @@ def run(args: argparse.Namespace) -> int:
         resume = given_dir(args.resume, "--resume", "a run directory")
         with user_path("--resume", str(resume)):
             is_run = (resume / CONFIG).is_file()
+            empty = is_run and not (resume / CONFIG).read_bytes().strip()
         if not is_run:
             raise UserError(f"--resume {str(resume)!r}: no {CONFIG} there (not a run directory)")
+        if empty:  # defaults would not be the run's settings: its checkpoints would not even load
+            raise UserError(f"--resume {str(resume)!r}: its {CONFIG} is empty, so the run's settings are lost; "
+                            f"write them back (the recipe and --set values it was started with), then resume")
         cfg = config.load(str(resume / CONFIG), args.sets)
         run_dir = resume
     else:

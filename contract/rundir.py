@@ -140,6 +140,19 @@ class RunWriter:
             (self.dir / PIDFILE).unlink(missing_ok=True)
         self.close()
 
+    def abandon(self) -> None:
+        """A new run refused while it loaded: remove what this trainer wrote (config.toml, events, streams, the
+        empty checkpoints folder), release the lock, and remove the directory when nothing else is left in it
+        (the studio's setup.toml and stdout.log stay), so the directory takes a new run again."""
+        self.close()
+        for name in (CONFIG, EVENTS, *STREAMS):
+            (self.dir / name).unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # only an empty one
+            (self.dir / CHECKPOINTS).rmdir()
+        self.release()
+        with contextlib.suppress(OSError):
+            self.dir.rmdir()
+
     def close(self) -> None:
         for fh in self._files.values():
             with contextlib.suppress(OSError):  # a write already failed (disk full) and said so
@@ -175,15 +188,15 @@ class RunWriter:
 
     def cut_streams(self, step: int) -> dict[str, dict[str, int]]:
         """On resume: keep the stream rows of steps 1..`step` (the checkpoint the run continues from) and
-        drop every line a reader would skip, in the streams and in events.jsonl, so the run goes on as one
-        stream of whole rows, each step once. Returns {file: {"past": n, "malformed": m}} for the files
-        that lost lines."""
+        drop every line a reader would skip, in the streams and in events.jsonl, and a step's second row in the
+        streams of one row per step (metrics, histograms), so the run goes on as one stream of whole rows, each
+        step once. Returns {file: {"past": n, "malformed": m, "repeated": r}} for the files that lost lines."""
         dropped = {}
         for name in (*STREAMS, EVENTS):
             path = self.dir / name
             if not path.exists():
                 continue
-            tmp, past, malformed = path.with_name(f".{name}.tmp"), 0, 0
+            tmp, past, malformed, repeated, seen = path.with_name(f".{name}.tmp"), 0, 0, 0, set()
             try:
                 src = open(path, "rb")
             except PermissionError:  # a resume must read every stream whole: one line, nothing written
@@ -195,33 +208,39 @@ class RunWriter:
                         malformed += 1 if line.strip() else 0
                     elif name != EVENTS and row[schema.STEP] > step:
                         past += 1
+                    elif name in (METRICS, HISTOGRAMS) and row[schema.STEP] in seen:
+                        repeated += 1
                     else:
+                        seen.add(row.get(schema.STEP))
                         kept.write(line if line.endswith(b"\n") else line + b"\n")
-                if past or malformed:
+                if past or malformed or repeated:
                     kept.flush()
                     os.fsync(kept.fileno())
-            if not (past or malformed):
+            if not (past or malformed or repeated):
                 tmp.unlink()
                 continue
             fh = self._files.pop(name, None)
             if fh is not None:  # it is about to be replaced: the next append opens the new file
                 fh.close()
             os.replace(tmp, path)
-            dropped[name] = {"past": past, "malformed": malformed}
+            dropped[name] = {"past": past, "malformed": malformed, "repeated": repeated}
         return dropped
 
 
 def record_exit(run_dir: Path, pid: int, returncode: int) -> str | None:
     """The goodbye of trainer `pid` when it died without one (os._exit in a reward function, SIGKILL from
-    the OOM killer): if its `started` is the run's last state event, append `crashed` naming the exit status
-    or signal; remove its lock if it left one. Returns the crashed message, or None if it had said goodbye."""
+    the OOM killer): if its `started` is the run's last state event, or it died holding the lock (while it
+    loaded: a trainer that refuses releases it), append `crashed` naming the exit status or signal; remove its
+    lock if it left one. Returns the crashed message, or None if it had said goodbye."""
     lock = read_lock(run_dir)
-    if lock is not None and lock.pid == pid:
+    died_holding = lock is not None and lock.pid == pid
+    if died_holding:
         if stale_reason(lock) is None:  # the named trainer lives (a refused trainer under torchrun names the holder)
             return None
         (Path(run_dir) / PIDFILE).unlink(missing_ok=True)
     events = [e for e in read_events(run_dir) if e["event"] in STATE_EVENTS]
-    if not events or events[-1]["event"] != "started" or events[-1].get("pid") != pid:
+    started = bool(events) and events[-1]["event"] == "started" and events[-1].get("pid") == pid
+    if not (started or died_holding):
         return None
     if returncode < 0:
         try:
@@ -233,7 +252,8 @@ def record_exit(run_dir: Path, pid: int, returncode: int) -> str | None:
         how, extra = f"exited with status {returncode}", {"exit_status": returncode}
     row = last_metrics_row(run_dir)
     step = row[schema.STEP] if row else 0
-    message = f"trainer pid {pid} {how} after step {step}, without saying goodbye"
+    when = f"after step {step}" if started else "while it loaded, before its first step"
+    message = f"trainer pid {pid} {how} {when}, without saying goodbye"
     writer = RunWriter(run_dir)
     writer.event("crashed", message, step=step, pid=pid, **extra)
     writer.close()

@@ -48,6 +48,25 @@ def folders(run_dir: Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
+def step_of(path: str | Path) -> int:
+    """N of a checkpoints/step-N folder."""
+    return int(re.fullmatch(r"step-(\d+)", Path(path).name).group(1))
+
+
+def supersede(run_dir: Path, after: int) -> list[int]:
+    """Move the checkpoints saved after step `after` aside (step-N.superseded): a resume that went back to an
+    earlier one (the last good before a divergence, or where the metrics end) trains those steps again, and save()
+    never overwrites a folder. Returns their steps."""
+    moved = []
+    for step, path in folders(run_dir):
+        if step > after:
+            aside = path.with_name(f"{path.name}.superseded")
+            shutil.rmtree(aside, ignore_errors=True)
+            os.replace(path, aside)
+            moved.append(step)
+    return moved
+
+
 def newest(run_dir: Path, at_most: int) -> Path | None:
     """The newest checkpoint folder saved at a step <= at_most, or None."""
     return next((path for step, path in reversed(folders(run_dir)) if step <= at_most), None)
@@ -120,13 +139,17 @@ def prune(run_dir: Path, keep: int, just_saved: int, scores: dict[int, float]) -
     return removed
 
 
-def restore(run_dir: Path, policy, optimizer, schedule, scaler, on_skip, into=None) -> dict | None:
-    """Load the newest trustworthy checkpoint into the trainer's objects and return its trainer state;
-    None when there is none. Leftover .step-N.tmp folders (writes cut short) are removed. `into(policy,
-    optimizer, weights, optimizer_state)` loads the weights and optimizer state instead (FSDP: sharding them)."""
+def restore(run_dir: Path, policy, optimizer, schedule, scaler, on_skip, into=None,
+            at_most: int | None = None) -> dict | None:
+    """Load the newest trustworthy checkpoint (saved at a step <= at_most, when given) into the trainer's objects
+    and return its trainer state; None when there is none. Leftover .step-N.tmp folders (writes cut short) are
+    removed. `into(policy, optimizer, weights, optimizer_state)` loads the weights and optimizer state instead
+    (FSDP: sharding them)."""
     for tmp in (Path(run_dir) / CHECKPOINTS).glob(".step-*.tmp"):
         shutil.rmtree(tmp, ignore_errors=True)
     for step, path in reversed(folders(run_dir)):
+        if at_most is not None and step > at_most:
+            continue
         try:
             weights, state = _read(path, step, policy)
         except BadCheckpoint as why:

@@ -23,6 +23,7 @@ import time
 
 import torch
 
+from grpo_studio.contract import metrics as schema
 from grpo_studio.contract.config import Config
 from grpo_studio.engine import data, flops, policy_loader
 from grpo_studio.engine.batching import token_budget_batches, token_budget_groups, trim
@@ -150,6 +151,9 @@ class GRPOStep:
                                                                self.cfg.algo.loss_type))
         times.train_s = time.perf_counter() - t_train
         self.skips.judge(self.step_no + 1, update.skipped, self.cfg.train)
+        if update.skipped is None:
+            self.skips.judge_collapse(self.step_no + 1, batch.metrics.get(schema.REWARD), update.grad_norm,
+                                      self.cfg.train)
 
         # 5. Rollout/train mismatch: μ against π under the weights that sampled (π_old, or with one update
         #    per rollout this step's π, whose rows are then the whole batch), on the first pass only.

@@ -1,8 +1,13 @@
-"""Steps skipped for non-finite numbers, and divergence: train.max_bad_steps skipped in a row ends the run with a
-`diverged` event naming the cause and the last good checkpoint."""
+"""Bad steps, and when they end the run. A step is bad when it was skipped for non-finite numbers, or when it
+collapsed: taken, yet its reward and its gradient are both exactly 0 after earlier steps had a signal (a model
+that a huge learning rate has broken samples nothing that scores, and nothing is left to learn from, all finite).
+train.max_bad_steps bad steps in a row end the run: a `diverged` or `collapsed` event names the cause and the last
+good checkpoint, which a resume starts from (engine/trainer.py); the step that ends it still writes its row.
+"""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from grpo_studio.contract.config import TrainConfig
@@ -19,24 +24,28 @@ def last_checkpoint(run_dir: Path, at_most: int) -> str | None:
 
 
 class SkippedSteps:
-    """The steps skipped so far: in all and in a row (precision/bad_steps, precision/bad_streak; a checkpoint's
-    counters)."""
+    """The bad steps so far: skipped in all and in a row (precision/bad_steps, precision/bad_streak), collapsed in a
+    row, and whether any step had a signal (all of them a checkpoint's counters). `stop` is the error that ends the
+    run once a streak reaches train.max_bad_steps: the trainer raises it after writing the step's row."""
 
     def __init__(self, rundir, outlets, scaler: LossScaler):
         self.rundir, self.outlets, self.scaler = rundir, outlets, scaler
-        self.bad_steps = self.bad_streak = 0
+        self.bad_steps = self.bad_streak = self.collapse_streak = 0
+        self.signal_seen = False
+        self.stop: UserError | None = None
 
     def counters(self) -> dict[str, int]:
-        return {"bad_steps": self.bad_steps, "bad_streak": self.bad_streak}
+        return {"bad_steps": self.bad_steps, "bad_streak": self.bad_streak, "collapse_streak": self.collapse_streak,
+                "signal_seen": int(self.signal_seen)}
 
     def restore(self, counters: dict[str, int]) -> None:
         self.bad_steps, self.bad_streak = counters["bad_steps"], counters["bad_streak"]
+        self.collapse_streak = counters.get("collapse_streak", 0)  # checkpoints written before collapse detection
+        self.signal_seen = bool(counters.get("signal_seen", 0))
 
     def judge(self, step: int, skipped: str | None, train: TrainConfig) -> None:
         """Count step `step`: taken (skipped None), or skipped for the reason given, with a `skipped_step`
-        event. train.max_bad_steps skipped in a row means the run diverged: a `diverged` event naming the
-        cause and the last good checkpoint (the newest whose weights then trained a step: saved before the
-        step before the streak), then a UserError."""
+        event. train.max_bad_steps skipped in a row means the run diverged."""
         if skipped is None:
             self.bad_streak = 0
             return
@@ -44,15 +53,34 @@ class SkippedSteps:
         self.bad_streak += 1
         self.rundir.event("skipped_step", f"{skipped} at step {step}: step skipped, loss scale now "
                                           f"{self.scaler.get_scale():g}", step=step, cause=skipped)
-        limit = train.max_bad_steps
-        if not limit or self.bad_streak < limit:
+        if train.max_bad_steps and self.bad_streak >= train.max_bad_steps:
+            self._end("diverged", step, self.bad_streak, f"all skipped (train.max_bad_steps = {train.max_bad_steps}), "
+                                                        f"the last for {skipped}", train, cause=skipped)
+
+    def judge_collapse(self, step: int, reward: float | None, grad_norm: float, train: TrainConfig) -> None:
+        """Count taken step `step` as collapsed when its mean reward and its gradient norm are both exactly 0 after
+        an earlier step had either; train.max_bad_steps of them in a row means the run collapsed."""
+        if reward != 0.0 or grad_norm != 0.0:
+            self.signal_seen = self.signal_seen or (reward is not None and math.isfinite(reward))
+            self.collapse_streak = 0
             return
-        first = step - self.bad_streak + 1
-        last_good = last_checkpoint(self.rundir.dir, first - 2)  # its weights trained step first - 1 (or earlier)
+        if not self.signal_seen:  # nothing learnt yet is not a collapse
+            return
+        self.collapse_streak += 1
+        if train.max_bad_steps and self.collapse_streak >= train.max_bad_steps:
+            self._end("collapsed", step, self.collapse_streak, f"reward and gradient exactly 0 after earlier steps "
+                                                               f"had a signal (train.max_bad_steps = "
+                                                               f"{train.max_bad_steps})", train)
+
+    def _end(self, kind: str, step: int, streak: int, what: str, train: TrainConfig, **extra) -> None:
+        """The `diverged` / `collapsed` event and the error that ends the run. The last good checkpoint is the newest
+        whose weights then trained a good step: saved before the step before the streak."""
+        first = step - streak + 1
+        last_good = last_checkpoint(self.rundir.dir, first - 2)
         steps = f"step {step}" if first == step else f"steps {first}-{step}"
-        why = (f"diverged: {steps} all skipped (train.max_bad_steps = {limit}), the last for {skipped}; "
-               f"last good checkpoint: {last_good or 'none'}; try a lower train.lr (now {train.lr:g})")
-        self.rundir.event("diverged", why, step=step, cause=skipped, bad_steps=self.bad_streak,
-                          last_good_checkpoint=last_good)
-        self.outlets.event("diverged", why, step)
-        raise UserError(why, kind="run")
+        why = (f"{kind}: {steps} {what}; last good checkpoint: {last_good or 'none'}; try a lower train.lr "
+               f"(now {train.lr:g}); --resume starts from the last good checkpoint")
+        self.rundir.event(kind, why, step=step, bad_steps=streak, last_good_checkpoint=last_good,
+                          last_good_step=checkpoint.step_of(last_good) if last_good else 0, **extra)
+        self.outlets.event(kind, why, step)
+        self.stop = UserError(why, kind="run")

@@ -20,7 +20,7 @@ import torch
 from grpo_studio.contract import metrics as schema, precision_plan
 from grpo_studio.contract.config import Config, save as save_config
 from grpo_studio.contract.errors import UserError
-from grpo_studio.contract.rundir import CONFIG, METRICS, as_number, read_rows
+from grpo_studio.contract.rundir import CONFIG, METRICS, as_number, read_events, read_rows
 from grpo_studio.engine import checkpoint, data, distributed, policy_loader, rewards as reward_lib
 from grpo_studio.engine.faults import disk_full, disk_full_error
 from grpo_studio.engine.grpo_step import GRPOStep
@@ -40,10 +40,15 @@ class Trainer:
         self.rundir = self.dist.writer(run_dir)  # only rank 0 writes the run directory
         if self.dist.main:  # the lock before anything loads; a new run refuses a directory that holds one
             self.rundir.acquire(new_run=not resume)  # refused: RunLock or UserError, nothing written
+            if not resume:  # first, so a trainer killed while loading leaves a run that --resume restarts
+                save_config(cfg, self.rundir.dir / CONFIG)
         try:
             self._load(cfg)
         except BaseException:
-            self.rundir.release()
+            if self.dist.main and not resume:  # a new run refused while loading leaves nothing behind
+                self.rundir.abandon()
+            else:
+                self.rundir.release()
             raise
 
     def _load(self, cfg: Config) -> None:
@@ -127,8 +132,6 @@ class Trainer:
         cfg = self.cfg
         if self.resume:
             self._restore()
-        elif self.dist.main:
-            save_config(cfg, self.rundir.dir / CONFIG)
         warning = self.precision.warning
         if warning:
             self.rundir.event("warning", warning)
@@ -150,13 +153,17 @@ class Trainer:
             except RolloutServerLost as err:  # lost while sampling: nothing of this step was taken
                 grpo.lost = err
                 break
-            if cfg.train.eval_every and self.eval_rows and self.step_no % cfg.train.eval_every == 0 and not grpo.lost:
+            stop = grpo.skips.stop  # diverged or collapsed: this step's row is written, its weights are not saved
+            if cfg.train.eval_every and self.eval_rows and self.step_no % cfg.train.eval_every == 0 and not (
+                    grpo.lost or stop):
                 row["eval/accuracy"] = self.evaluate()
             row = self.dist.reduce_metrics(row)  # one row for all ranks, written by rank 0
             self.rundir.metrics(row)
             self.outlets.row(row)
             if progress:
                 progress.update(row)
+            if stop:
+                raise stop
             if cfg.train.save_every and self.step_no % cfg.train.save_every == 0:
                 self._save()
         self._save()
@@ -210,25 +217,48 @@ class Trainer:
         return scores
 
     def _restore(self) -> None:
-        """Continue from the newest trustworthy checkpoint, or from step 0 and the base weights when there
-        is none, with the streams cut back to that step: each step stays in them once."""
+        """Continue from the newest trustworthy checkpoint the run's files allow, or from step 0 and the base
+        weights when there is none, with the streams cut back to that step: each step stays in them once.
+        Checkpoints after it are moved aside, since the steps after it are trained again."""
         grpo = self.grpo
+        at_most, why = self._resume_limit()
         state = checkpoint.restore(self.rundir.dir, self.policy, grpo.optimizer, grpo.schedule, grpo.scaler,
-                                   on_skip=self._checkpoint_skipped, into=self.dist.load_state)
+                                   on_skip=self._checkpoint_skipped, into=self.dist.load_state, at_most=at_most)
         if state is None:
             self.rundir.event("no_checkpoint", "no complete checkpoint to resume from: restarting at step 0 "
                                                "from the base weights", step=0)
         else:
             self.prompts.restore(state["data_cursor"])
             grpo.resume_at(state["step"], state["counters"])
+        superseded = checkpoint.supersede(self.rundir.dir, self.step_no)
+        if superseded:
+            self.rundir.event("checkpoints_superseded", f"resuming at step {self.step_no} ({why}): moved aside "
+                              + ", ".join(f"step-{s}" for s in superseded), step=self.step_no, steps=superseded)
         dropped = self.rundir.cut_streams(self.step_no)
         if dropped:
             what = "; ".join(f"{name}: " + " and ".join(
                 part for part, n in ((f"{n['past']} rows past step {self.step_no}", n["past"]),
-                                     (f"{n['malformed']} malformed lines", n["malformed"])) if n)
+                                     (f"{n['malformed']} malformed lines", n["malformed"]),
+                                     (f"{n.get('repeated', 0)} repeated steps", n.get("repeated", 0))) if n)
                 for name, n in dropped.items())
             self.rundir.event("rows_dropped", f"resuming at step {self.step_no}: dropped {what}", step=self.step_no,
                               files=dropped)
+
+    def _resume_limit(self) -> tuple[int, str]:
+        """The newest step a resume may start from, and why: no later than the last good checkpoint
+        of a `diverged` or `collapsed` event the run has not resumed past, nor than the metrics cover (steps
+        1..k each in metrics.jsonl), so that no step is missing from the run's rows."""
+        limits = []
+        states = [e for e in read_events(self.rundir.dir) if e["event"] in ("started", "diverged", "collapsed")]
+        if states and states[-1]["event"] != "started":
+            good = as_number(states[-1].get("last_good_step"))
+            limits.append((int(good or 0), f"the last good checkpoint before it {states[-1]['event']}"))
+        covered = 0
+        steps = {as_number(row.get(schema.STEP)) for row in read_rows(self.rundir.dir / METRICS)}
+        while covered + 1 in steps:
+            covered += 1
+        limits.append((covered, f"metrics.jsonl has no row for step {covered + 1}"))
+        return min(limits)
 
     def _checkpoint_skipped(self, step: int, path, why: str) -> None:
         self.rundir.event("checkpoint_skipped", f"skipped checkpoint {path.name}: {why}", step=step, path=str(path),

@@ -59,7 +59,8 @@ def test_fp16_with_a_huge_lr_ends_diverged_with_one_line(tmp_path):
     proc = run_cli("train", "tiny-arith", "--set", "model.dtype=fp16", "--set", "train.lr=1e3", "--set",
                    "train.steps=30", *SETS, "--run-dir", str(run), cwd=tmp_path, timeout=300)
     message = ("diverged: steps 2-6 all skipped (train.max_bad_steps = 5), the last for non-finite sampler "
-               "probabilities; last good checkpoint: none; try a lower train.lr (now 1000)")
+               "probabilities; last good checkpoint: none; try a lower train.lr (now 1000); --resume starts from the last "
+               "good checkpoint")
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.splitlines()[-1] == f"run error: {message}"
     assert "Traceback" not in proc.stdout + proc.stderr
@@ -73,8 +74,8 @@ def test_fp16_with_a_huge_lr_ends_diverged_with_one_line(tmp_path):
              "last_good_checkpoint": None}]
     assert events[-1]["event"] == "crashed" and events[-1]["message"].endswith(message)
     rows = jsonl(run / "metrics.jsonl")
-    assert [r["step"] for r in rows] == [1, 2, 3, 4, 5]  # step 6 stopped the run before its row
-    assert [r["precision/bad_streak"] for r in rows] == [0.0, 1.0, 2.0, 3.0, 4.0]
+    assert [r["step"] for r in rows] == [1, 2, 3, 4, 5, 6]  # the step that stopped the run has its row too
+    assert [r["precision/bad_streak"] for r in rows] == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
     assert all(r["loss"] is None for r in rows[1:])
     assert rundir.run_state(run).state == "crashed"
 
@@ -85,7 +86,8 @@ def test_a_nan_streak_stops_the_run_naming_cause_and_last_good_checkpoint(tmp_pa
     trainer = Trainer(cfg, run)
     poisoned_after(trainer, 2)
     message = (f"diverged: steps 3-5 all skipped (train.max_bad_steps = 3), the last for non-finite sampler "
-               f"probabilities; last good checkpoint: {run}/checkpoints/step-1; try a lower train.lr (now 0.002)")
+               f"probabilities; last good checkpoint: {run}/checkpoints/step-1; try a lower train.lr (now 0.002); "
+               f"--resume starts from the last good checkpoint")
     with pytest.raises(UserError) as err:
         trainer.run()
     assert str(err.value) == f"run error: {message}"
@@ -97,12 +99,12 @@ def test_a_nan_streak_stops_the_run_naming_cause_and_last_good_checkpoint(tmp_pa
         message, 3, f"{run}/checkpoints/step-1")
     assert events[-1]["event"] == "crashed" and events[-1]["message"].endswith(message)
     rows = jsonl(run / "metrics.jsonl")
-    assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    assert [r["step"] for r in rows] == [1, 2, 3, 4, 5]  # step 5's row too: it ended the run, unsaved
     assert rows[1]["loss"] is not None and rows[1]["mismatch/k3"] is not None
     # step 3: π is NaN, so the mismatch estimates are null with the tokens counted, never a reassuring 0.0
     assert rows[2]["loss"] is None and rows[2]["mismatch/k3"] is None and rows[2]["mismatch/nonfinite_tokens"] > 0
     assert rows[3]["loss"] is None and rows[3]["grad_norm"] is None  # nothing sampled, nothing trained
-    assert [r["precision/bad_steps"] for r in rows] == [0.0, 0.0, 1.0, 2.0]
+    assert [r["precision/bad_steps"] for r in rows] == [0.0, 0.0, 1.0, 2.0, 3.0]
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step-1", "step-2", "step-3", "step-4"]
 
 
