@@ -99,13 +99,13 @@ def diverge_then_resume(tmp: Path, dtype: str) -> dict:
     said = bool(bad) and not any(e["event"] == "finished" for e in events)
     last_good = bad[-1].get("last_good_step") if bad else None
     code2, err2 = finish(start("--resume", str(run), sets=[*SMALL, f"model.dtype={dtype}", "train.lr=1e-4"]))
-    resumed = [e for e in rundir.read_events(run) if e["event"] == "resumed"]
-    from_good = bool(resumed) and last_good is not None and resumed[-1].get("step") == last_good
+    started = [e["message"] for e in rundir.read_events(run) if e["event"] == "started"]
+    resumed_at = started[-1] if len(started) > 1 else None
+    from_good = last_good is not None and resumed_at == f"resumed at step {last_good}"
     lost, twice = step_counts(run)
     ok = said and from_good and code2 == 0 and lost == twice == 0
     return {"verdict": verdict_of(code2, err + err2, ok), "lost": lost, "twice": twice,
-            "detail": f"events {[e['event'] for e in bad]}, last good {last_good}, "
-                      f"resumed at {resumed[-1].get('step') if resumed else None}"}
+            "detail": f"events {[e['event'] for e in bad]}, last good {last_good}, {resumed_at}"}
 
 
 def two_trainers(tmp: Path, how: str) -> dict:

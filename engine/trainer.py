@@ -224,13 +224,14 @@ class Trainer:
         at_most, why = self._resume_limit()
         state = checkpoint.restore(self.rundir.dir, self.policy, grpo.optimizer, grpo.schedule, grpo.scaler,
                                    on_skip=self._checkpoint_skipped, into=self.dist.load_state, at_most=at_most)
-        if state is None:
-            self.rundir.event("no_checkpoint", "no complete checkpoint to resume from: restarting at step 0 "
-                                               "from the base weights", step=0)
-        else:
+        if state is not None:
             self.prompts.restore(state["data_cursor"])
             grpo.resume_at(state["step"], state["counters"])
         superseded = checkpoint.supersede(self.rundir.dir, self.step_no)
+        if state is None:
+            limit = f" at or before step {at_most} ({why})" if superseded else ""
+            self.rundir.event("no_checkpoint", f"no complete checkpoint to resume from{limit}: restarting at step 0 "
+                                               f"from the base weights", step=0)
         if superseded:
             self.rundir.event("checkpoints_superseded", f"resuming at step {self.step_no} ({why}): moved aside "
                               + ", ".join(f"step-{s}" for s in superseded), step=self.step_no, steps=superseded)

@@ -224,7 +224,7 @@ def test_sigkill_at_random_moments_then_resume_gives_each_step_once_and_the_unin
             past = sum(1 for line in (run / name).read_text().splitlines() if json.loads(line)["step"] > last) \
                 if (run / name).exists() else 0
             if past:
-                dropped[name] = {"past": past, "malformed": 0}
+                dropped[name] = {"past": past, "malformed": 0, "repeated": 0}
         kinds = (["stale_lock"] if victim == "group" else []) + (["no_checkpoint"] if not last else []) \
             + (["rows_dropped"] if dropped else []) + ["started"]
         expect = {"kinds": kinds, "from": last, "dropped": dropped, "dead_pid": lock.pid}
@@ -328,8 +328,8 @@ def test_damaged_checkpoints_are_skipped_for_the_previous_good_one(reference, tm
     assert skipped[1]["message"] == "skipped checkpoint step-9: manifest.json is unreadable (moved to step-9.skipped)"
     assert skipped[2]["message"].startswith("skipped checkpoint step-6: cannot be loaded (")
     assert skipped[2]["message"].endswith(") (moved to step-6.skipped)")
-    assert new[3]["files"] == {METRICS: {"past": 9, "malformed": 0}, SAMPLES: {"past": 5 * SAMPLE_ROWS, "malformed": 0},
-                               HISTOGRAMS: {"past": 9, "malformed": 0}}
+    assert new[3]["files"] == {METRICS: {"past": 9, "malformed": 0, "repeated": 0}, SAMPLES: {"past": 5 * SAMPLE_ROWS, "malformed": 0, "repeated": 0},
+                               HISTOGRAMS: {"past": 9, "malformed": 0, "repeated": 0}}
     assert new[4]["message"] == "resumed at step 3"
     assert sorted(p.name for p in ckpt.iterdir()) == ["step-12", "step-12.skipped", "step-3", "step-6",
                                                        "step-6.skipped", "step-9", "step-9.skipped"]
@@ -381,7 +381,7 @@ def test_malformed_lines_crash_no_reader_and_resume_drops_them(reference, tmp_pa
     assert text.startswith(reference_events)
     new = [e for e in map(json.loads, text[len(reference_events):].splitlines()) if e["event"] != "info"]
     assert [e["event"] for e in new] == ["rows_dropped", "started", "finished"]
-    assert new[0]["files"] == {name: {"past": 0, "malformed": n + 1} for name in (*STREAMS, EVENTS)}
+    assert new[0]["files"] == {name: {"past": 0, "malformed": n + 1, "repeated": 0} for name in (*STREAMS, EVENTS)}
 
 
 def test_a_writer_ends_a_torn_last_line_before_appending(tmp_path):
@@ -409,7 +409,7 @@ def test_an_attached_reader_starts_over_when_a_resume_rewrites_the_files(tmp_pat
     data.drain()
     assert data.steps == [1, 2, 3]
     writer = rundir.RunWriter(tmp_path)
-    assert writer.cut_streams(1) == {METRICS: {"past": 2, "malformed": 0}, SAMPLES: {"past": 2, "malformed": 0}}
+    assert writer.cut_streams(1) == {METRICS: {"past": 2, "malformed": 0, "repeated": 0}, SAMPLES: {"past": 2, "malformed": 0, "repeated": 0}}
     writer.metrics({"step": 2, "loss": 20.0})
     writer.close()
     data.drain()
