@@ -237,6 +237,20 @@ def _ui(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---- faults ------------------------------------------------------------------------------
+
+def _faults_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--fast", action="store_true", help="the generated cases only, not the slow trials (kill -9, "
+                                                       "a full disk, divergence, two trainers)")
+
+
+def _faults(args: argparse.Namespace) -> int:
+    from grpo_studio.benchmarks import faults_bench
+
+    report = _report(args, lambda: faults_bench.run(slow=not args.fast), faults_bench.print_report)
+    return 0 if not report["failures"] else 1
+
+
 # ---- vram-accuracy -----------------------------------------------------------------------
 
 def _vram_accuracy(args: argparse.Namespace) -> int:
@@ -253,6 +267,8 @@ def _vram_accuracy(args: argparse.Namespace) -> int:
 
 
 BENCHMARKS = {  # NAME -> (one line for --help, its flags, how it runs); the error message lists them in this order
+    "faults": ("the fault suite as a hostile user: generated bad input, damaged runs, kill -9, full disk, "
+               "divergence, two trainers; tracebacks, hangs, lost and duplicated steps", _faults_arguments, _faults),
     "logprobs": ("log-probs at a 151,936 vocabulary: materialised logits vs chunked (vs Triton on CUDA), "
                  "peak memory, time, differences", _logprobs_arguments, _logprobs),
     "mismatch": ("rollout/train mismatch per precision on the same prompts and seeds", _mismatch_arguments,

@@ -59,7 +59,7 @@ def test_a_missing_argument_is_a_usage_line(capsys):
 
 def test_unknown_benchmark_lists_them_with_did_you_mean(capsys):
     assert err_of(capsys, "bench", "mismatchh") == (
-        2, "bench error: NAME = 'mismatchh': allowed: logprobs, mismatch, rollout, scaling, step, ui, vram-accuracy "
+        2, "bench error: NAME = 'mismatchh': allowed: faults, logprobs, mismatch, rollout, scaling, step, ui, vram-accuracy "
            "(did you mean 'mismatch'?)\n")
 
 
@@ -192,4 +192,4 @@ def test_top_level_help_lists_every_benchmark():
     (commands,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
     helps = {choice.dest: choice.help for choice in commands._choices_actions}
     assert helps["bench"] == f"run a benchmark ({', '.join(BENCHMARKS)})"
-    assert list(BENCHMARKS) == ["logprobs", "mismatch", "rollout", "scaling", "step", "ui", "vram-accuracy"]
+    assert list(BENCHMARKS) == ["faults", "logprobs", "mismatch", "rollout", "scaling", "step", "ui", "vram-accuracy"]
