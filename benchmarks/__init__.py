@@ -14,5 +14,6 @@ wall-clock targets in tests (these machines are shared and noisy).
   faults_bench         the fault suite as real processes: one line and exit 2 for mistakes, no tracebacks
   fault_cases          the fault suite's generated cases (also run by tests/test_fault_suite.py)
   fault_trials         the fault suite's slow trials: kill -9, a full disk, divergence, two trainers
+  synthetic_run        run directories written without training (studio tests, screenshots, damaged runs)
   tensor_bytes         counting tensor bytes (live peaks, persistent state) for vram_accuracy_bench
 """

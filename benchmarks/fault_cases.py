@@ -3,7 +3,8 @@
 Each case is a command line plus the files it needs, and an expectation:
 
   refused   exit code 2, exactly one line on stderr, no traceback, and no run directory left behind
-  shown     exit code 0, no traceback (a reader that meets an odd file warns and shows what it can)
+  read      a reader meets an odd file: exit code 0 showing what it can (warnings on stderr), or one line and
+            exit code 2 when nothing is left to show; never a traceback
   crashed   a non-zero exit code with one line on stderr (the process was killed, or killed itself)
 
 The config cases come from the schema itself (contract/config_schema.py): for every key, values its type,
@@ -13,13 +14,14 @@ categories on every commit; `grpo-studio bench faults` runs them as real process
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 from grpo_studio.contract import config
 
-REFUSED, SHOWN, CRASHED = "refused", "shown", "crashed"
+REFUSED, READ, CRASHED = "refused", "read", "crashed"
 
 
 @dataclass
@@ -176,6 +178,85 @@ def reward_cases() -> list[Case]:
     return out
 
 
+def _write(name: str, content: bytes) -> Callable[[Path], None]:
+    def damage(run: Path) -> None:
+        (run / name).write_bytes(content)
+    return damage
+
+
+def _append(name: str, content: bytes) -> Callable[[Path], None]:
+    def damage(run: Path) -> None:
+        with open(run / name, "ab") as fh:
+            fh.write(content)
+    return damage
+
+
+def _replace_with_folder(name: str) -> Callable[[Path], None]:
+    def damage(run: Path) -> None:
+        path = run / name
+        if path.is_dir():
+            path.rename(run / f"{name}.moved")
+            path.write_text("not a folder\n")
+        else:
+            path.unlink(missing_ok=True)
+            path.mkdir()
+    return damage
+
+
+def _unreadable(name: str) -> Callable[[Path], None]:
+    def damage(run: Path) -> None:
+        (run / name).chmod(0)
+    return damage
+
+
+JSONL = ["metrics.jsonl", "events.jsonl", "samples.jsonl", "histograms.jsonl"]
+LINES = {  # a line appended to a JSONL file
+    "junk line": b"this is not json\n",
+    "torn line": b'{"step": 7, "loss": 0.',
+    "NaN literal": b'{"step": 7, "time": 1.0, "loss": NaN, "reward/mean": Infinity}\n',
+    "huge integer": b'{"step": 7, "time": 1.0, "loss": 1' + b"0" * 400 + b"}\n",
+    "a list": b"[1, 2, 3]\n",
+    "wrong types": b'{"step": "seven", "time": "noon", "event": 5, "loss": "low"}\n',
+    "200 KB line": b'{"step": 7, "x": "' + b"y" * 200_000 + b'"}\n',
+    "binary": bytes(range(256)) + b"\n",
+}
+WHOLE = {  # a whole file replaced
+    "empty": b"",
+    "not UTF-8": b"\xff\xfe\x00garbage\n",
+    "NUL bytes": b"\x00" * 4096,
+}
+CONFIG_TEXT = {"train = 5": b"train = 5\n", "not TOML": b"[[[\n", "wrong type": b'[train]\nsteps = "six"\n',
+               "unknown key": b"[train]\nstpes = 6\n"}
+
+
+def damages() -> list[tuple[str, Callable[[Path], None]]]:
+    out = [(f"{name}: {what}", _append(name, line)) for name in JSONL for what, line in LINES.items()]
+    out += [(f"{name}: {what}", _write(name, content)) for name in [*JSONL, "config.toml", "trainer.pid"]
+            for what, content in WHOLE.items()]
+    out += [(f"config.toml: {what}", _write("config.toml", text)) for what, text in CONFIG_TEXT.items()]
+    out += [(f"{name}: a folder", _replace_with_folder(name)) for name in [*JSONL, "config.toml", "trainer.pid"]]
+    out += [("checkpoints: a file", _replace_with_folder("checkpoints")), ("trainer.pid: 10**400", _write(
+        "trainer.pid", b"1" + b"0" * 400)), ("events.jsonl: 60,000 events", _append(
+            "events.jsonl", b'{"time": 1.0, "event": "info", "message": "x"}\n' * 60_000))]
+    if not (hasattr(os, "geteuid") and os.geteuid() == 0):  # root reads a chmod 000 file anyway
+        out += [(f"{name}: unreadable", _unreadable(name)) for name in [*JSONL, "config.toml"]]
+    return out
+
+
+def rundir_cases() -> list[Case]:
+    """A finished 6-step run (written without training), damaged one way, read by `runs`, `report`, `doctor`."""
+    from grpo_studio.benchmarks.synthetic_run import write_run
+
+    out = []
+    for what, damage in damages():
+        def prepare(tmp: Path, damage=damage) -> None:
+            damage(write_run(tmp / "runs" / "r", 6))
+        for argv in (["runs", "{tmp}/runs"], ["report", "{tmp}/runs/r", "--out", "{tmp}/report"],
+                     ["doctor", "{tmp}/runs/r"]):
+            out.append(Case("rundir", f"{argv[0]} {what}", argv, expect=READ, prepare=prepare))
+    return out
+
+
 def fast_cases() -> list[Case]:
     """The categories that need no training: run on every commit."""
-    return config_cases() + recipe_cases() + flag_cases() + reward_cases()
+    return config_cases() + recipe_cases() + flag_cases() + reward_cases() + rundir_cases()

@@ -48,8 +48,8 @@ class Outcome:
             held = self.code == 2 and len(lines) == 1 and not (tmp / "run").exists()
         elif case.expect == CRASHED:
             held = self.code not in (0, 2) and len(lines) == 1
-        else:
-            held = self.code == 0
+        else:  # READ
+            held = self.code == 0 or (self.code == 2 and len(lines) == 1)
         return "held" if held else "wrong"
 
 

@@ -271,7 +271,7 @@ async def test_the_dashboard_highlights_an_alert_and_rings_the_bell_for_a_live_o
 
     from grpo_studio.studio.screens.dashboard_screen import EVENT_STYLE, DashboardScreen
     from tests.studio_helpers import anyio_backend  # noqa: F401
-    from tests.synthetic_run import write_run
+    from grpo_studio.benchmarks.synthetic_run import write_run
 
     run_dir = write_run(tmp_path / "run", steps=4, total=10, state="running")
     writer = rundir.RunWriter(run_dir)

@@ -6,7 +6,7 @@ too); `grpo-studio bench faults` runs the same cases as real processes, with the
 
 import pytest
 
-from grpo_studio.benchmarks.fault_cases import REFUSED, fast_cases
+from grpo_studio.benchmarks.fault_cases import CRASHED, READ, REFUSED, fast_cases
 from grpo_studio.benchmarks.faults_bench import judge
 
 CASES = fast_cases()
@@ -14,7 +14,7 @@ CASES = fast_cases()
 
 def test_the_suite_is_generated_large():
     categories = {case.category for case in CASES}
-    assert {"config", "recipe", "flags"} <= categories
+    assert categories == {"config", "recipe", "flags", "rewards", "rundir"}
     assert len(CASES) >= 400
     assert len({(case.category, case.name) for case in CASES}) == len(CASES)  # every case says what it is
 
@@ -22,5 +22,6 @@ def test_the_suite_is_generated_large():
 @pytest.mark.parametrize("case", CASES, ids=[f"{c.category}:{c.name}" for c in CASES])
 def test_case_holds(case):
     verdict, outcome = judge(case, in_process=True)
-    expected = "one line on stderr, exit 2, no run directory" if case.expect == REFUSED else "exit 0"
+    expected = {REFUSED: "one line on stderr, exit 2, no run directory", READ: "exit 0, or one line and exit 2",
+                CRASHED: "one line on stderr, a non-zero exit"}[case.expect]
     assert verdict == "held", f"{verdict} (expected {expected}): exit {outcome.code}\n{outcome.stderr[-1500:]}"

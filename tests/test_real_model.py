@@ -208,7 +208,7 @@ async def test_the_samples_view_shows_the_prompt_as_rendered(tmp_path, tok, monk
     from grpo_studio.studio.app import StudioApp
     from grpo_studio.studio.panels import TABS
     from studio_helpers import anyio_backend, visible_text, wait_until  # noqa: F401
-    from synthetic_run import write_jsonl, write_run
+    from grpo_studio.benchmarks.synthetic_run import write_jsonl, write_run
 
     monkeypatch.setattr(hardware, "gpus", lambda: [])
     run = write_run(tmp_path / "runs/chat", 4)

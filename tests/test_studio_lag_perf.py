@@ -23,7 +23,7 @@ from grpo_studio.studio.rundata import RunData
 from grpo_studio.studio.screens.setup_screen import SetupScreen
 from grpo_studio.studio.widgets.vram_panel import VramPanel
 from tests.studio_helpers import anyio_backend, focus_field, visible_text, wait_until  # noqa: F401
-from tests.synthetic_run import write_run
+from grpo_studio.benchmarks.synthetic_run import write_run
 
 
 async def open_tab(app, pilot, run_dir, key: str) -> None:

@@ -21,7 +21,7 @@ from grpo_studio.studio.keymap import load_keymap
 from grpo_studio.studio.panels import LOSS_NOTE, PANELS
 from grpo_studio.studio.rundata import RunData
 from tests.studio_helpers import anyio_backend, visible_text  # noqa: F401
-from tests.synthetic_run import LAGGED_ONLY, write_run
+from grpo_studio.benchmarks.synthetic_run import LAGGED_ONLY, write_run
 from tests.trained_runs import DTYPES, TRAINED_STEPS
 
 

@@ -1,7 +1,7 @@
 """One tolerant reader (contract/run_reader.py) for `grpo-studio runs`, `report`, `attach` and the studio:
 every odd file in a run directory is one warning line and a best effort, never a traceback.
 
-Each damage kind is applied to a small synthetic run directory (tests/synthetic_run.py: 6 of 6 steps,
+Each damage kind is applied to a small synthetic run directory (benchmarks/synthetic_run.py: 6 of 6 steps,
 finished), then each reader reads it: the real CLI as a child process (`attach` under Textual's headless
 driver, which renders the dashboard, saves a screenshot and exits) and the studio's RunData in-process.
 Each asserts the exit code, no traceback, the exact warning lines, and that the good rows still show."""
@@ -26,7 +26,7 @@ from grpo_studio.contract.run_files import CHECKPOINTS, CONFIG, EVENTS, METRICS,
 from grpo_studio.studio.rundata import RunData
 from tests.cli_helpers import ENV, ROOT
 from tests.studio_helpers import anyio_backend  # noqa: F401  (the pilot test runs on asyncio)
-from tests.synthetic_run import write_run
+from grpo_studio.benchmarks.synthetic_run import write_run
 
 STEPS = 6
 IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0

@@ -1,4 +1,5 @@
-"""Deterministic run directories for the studio tests and `scripts/screenshots.py --demo`.
+"""Deterministic run directories, written without training: for the studio tests, `scripts/screenshots.py
+--demo` and the fault suite's damaged run directories (fault_cases.py).
 
 Every row holds every metric of the schema (contract/metrics.py), each drawn from its own
 seeded generator, so a metric added to the schema shows up here without shifting the others. As the
