@@ -164,7 +164,7 @@ def run(w: Workload, progress=None) -> dict:
         # a trained head's gradient (V×H fp32) is held by every path: the ratio compares what is on top of it
         held = w.vocab * w.hidden * 4 / 2 ** 20 if head == "trained" else 0.0
         base = rows["materialised"]["peak_mib"] - held
-        for path, row in rows.items():
+        for row in rows.values():
             row["peak_ratio"] = round((row["peak_mib"] - held) / base, 4) if base > 0 else None
             row["time_ratio"] = round(row["seconds"] / rows["materialised"]["seconds"], 3)
             row["cpu_time_ratio"] = round(row["cpu_seconds"] / rows["materialised"]["cpu_seconds"], 3)

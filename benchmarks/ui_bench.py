@@ -77,7 +77,7 @@ async def _refresh_ms(run_dir: Path, repeats: int) -> list[float]:
         dash = app.screen
         charts = list(dash.query_one("#overview").query(MetricChart))
         rng = random.Random(0)
-        for i in range(repeats):
+        for _ in range(repeats):
             write_metrics(run_dir / rundir.METRICS, range(dash.run.step + 1, dash.run.step + 2), rng)
             t = time.perf_counter()
             dash.refresh_data()  # tail read + lines for the visible tab

@@ -47,7 +47,10 @@ def run(args: argparse.Namespace) -> int:
 
     model_path = policy_loader.resolve_model_path(cfg.model.name)
     tokenizer = policy_loader.load_tokenizer(model_path)
-    say = lambda kind, message, **kw: print(f"{kind}: {message}", flush=True)
+
+    def say(kind, message, **_):
+        print(f"{kind}: {message}", flush=True)
+
     backend = make_sampler(cfg, model_path, tokenizer, resolve(cfg), emit_event=say, local=True)
     server = Server(backend, torch.device("cpu" if backend.on_cpu else "cuda"))
     host = args.host or LOOPBACK

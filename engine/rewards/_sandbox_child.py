@@ -37,7 +37,9 @@ libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes
 
 
 def mount(source, target, fstype, flags, data=None) -> bool:
-    enc = (lambda s: s.encode() if isinstance(s, str) else s)
+    def enc(s):
+        return s.encode() if isinstance(s, str) else s
+
     return libc.mount(enc(source), enc(target), enc(fstype), flags, enc(data)) == 0
 
 

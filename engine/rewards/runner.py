@@ -51,7 +51,7 @@ class RewardFuncs(list):
 
 def is_async(fn) -> bool:
     """An `async def` function, or a callable object whose __call__ is one."""
-    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))
+    return inspect.iscoroutinefunction(fn) or (callable(fn) and inspect.iscoroutinefunction(fn.__call__))
 
 
 async def _bounded(awaitable, timeout: float):

@@ -325,7 +325,7 @@ class SetupScreen(Screen):
             return
         self.base, self.cfg, self.source = cfg, copy.deepcopy(cfg), path
         self._ready = False
-        for key, _, kind in FIELDS:
+        for key, *_ in FIELDS:
             self._set_widget(key, get_value(cfg, key))
         self._ready = True
         self.sub_title = f"setup · {path}"
