@@ -15,9 +15,9 @@ categories on every commit; `grpo-studio bench faults` runs them as real process
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from grpo_studio.contract import config
 

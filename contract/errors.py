@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import contextlib
 import difflib
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 
 class _NoValue:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
+
 from grpo_studio.contract.run_files import PIDFILE, atomic_write_text
 
 START_TIME_SLACK_S = 1.0  # two readings of one process's start time differ by less (boot-time rounding)

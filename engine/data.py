@@ -27,9 +27,9 @@ import json
 import random
 from pathlib import Path
 
-from grpo_studio.engine import arith, tasks
 from grpo_studio.contract.config import DataConfig
 from grpo_studio.contract.errors import UserError, describe, did_you_mean, user_path
+from grpo_studio.engine import arith, tasks
 
 EVAL_SEED = 1234
 FILE_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet")

@@ -29,6 +29,7 @@ import time
 import psutil
 import torch
 import torch.distributed as dist
+
 from grpo_studio.contract import metrics as schema
 from grpo_studio.contract.config import Config, check_processes
 from grpo_studio.contract.rundir import RunWriter
@@ -126,7 +127,7 @@ class Agreeing:
     on every rank at the same point, right after sampling and before the rollout's first collective, so all
     ranks skip the step together instead of the others waiting in a collective until train.dist_timeout_s."""
 
-    def __init__(self, inner, group: "Group"):
+    def __init__(self, inner, group: Group):
         self.inner, self.group = inner, group
 
     def generate(self, *args, **kwargs):

@@ -19,10 +19,10 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from grpo_studio.engine import checkpoint
 from grpo_studio.contract import config
 from grpo_studio.contract.errors import UserError, describe
 from grpo_studio.contract.rundir import CHECKPOINTS, CONFIG
+from grpo_studio.engine import checkpoint
 from grpo_studio.engine.precision import torch_dtype
 
 KIND = "export"

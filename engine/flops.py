@@ -60,7 +60,7 @@ def grpo_step_flop(n_params: int, tokens: torch.Tensor, rows: torch.Tensor, *, s
                      trained=mine, lora=lora)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def matmul_peak(device: str = "cpu", dtype: torch.dtype = torch.float32, size: int = 1024, repeats: int = 5,
                 burst_s: float = 0.1) -> float:
     """FLOP/s of the best of `repeats` bursts (≈ burst_s each) of size×size torch.mm on `device` in `dtype`:

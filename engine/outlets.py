@@ -5,9 +5,9 @@ process that writes the run directory (rank 0) has live outlets."""
 
 from __future__ import annotations
 
-from grpo_studio.engine.alerts import Alerts
 from grpo_studio.contract.config import Config
 from grpo_studio.contract.rundir import RunWriter
+from grpo_studio.engine.alerts import Alerts
 from grpo_studio.engine.trackers import Trackers
 
 

@@ -19,10 +19,10 @@ from pathlib import Path
 
 import torch
 
-from grpo_studio.engine import gguf_cache
 from grpo_studio.contract import bundled, packaged
 from grpo_studio.contract.config import Config
 from grpo_studio.contract.errors import UserError, describe, did_you_mean, user_path
+from grpo_studio.engine import gguf_cache
 from grpo_studio.engine.precision import torch_dtype
 
 # bitsandbytes (which peft imports) warns at import on CPUs with AVX512-BF16 that an optional kernel

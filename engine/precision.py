@@ -63,7 +63,7 @@ class LossScaler:
         self.skipped_steps = 0
 
     @classmethod
-    def from_config(cls, cfg, plan) -> "LossScaler":
+    def from_config(cls, cfg, plan) -> LossScaler:
         """cfg.precision's knobs; enabled as the PrecisionPlan says (fp16; bf16 needs no scaler)."""
         p = cfg.precision
         return cls(p.loss_scale_init, p.loss_scale_growth, p.loss_scale_backoff, p.loss_scale_growth_interval,

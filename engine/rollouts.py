@@ -11,11 +11,12 @@ import time
 
 import torch
 
-from grpo_studio.engine import data, rewards as reward_lib
-from grpo_studio.engine.advantages import compute_advantages
-from grpo_studio.engine.batching import join_prompt_completion
 from grpo_studio.contract import metrics as schema
 from grpo_studio.contract.config import Config
+from grpo_studio.engine import data
+from grpo_studio.engine import rewards as reward_lib
+from grpo_studio.engine.advantages import compute_advantages
+from grpo_studio.engine.batching import join_prompt_completion
 from grpo_studio.engine.faults import out_of_memory
 from grpo_studio.engine.losses import LossInputs
 from grpo_studio.engine.sampler import Sampling

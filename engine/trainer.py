@@ -17,11 +17,14 @@ import signal
 
 import torch
 
-from grpo_studio.contract import metrics as schema, precision_plan
-from grpo_studio.contract.config import Config, save as save_config
+from grpo_studio.contract import metrics as schema
+from grpo_studio.contract import precision_plan
+from grpo_studio.contract.config import Config
+from grpo_studio.contract.config import save as save_config
 from grpo_studio.contract.errors import UserError
 from grpo_studio.contract.rundir import CONFIG, METRICS, as_number, read_events, read_rows
-from grpo_studio.engine import checkpoint, data, distributed, policy_loader, rewards as reward_lib
+from grpo_studio.engine import checkpoint, data, distributed, policy_loader
+from grpo_studio.engine import rewards as reward_lib
 from grpo_studio.engine.faults import disk_full, disk_full_error
 from grpo_studio.engine.grpo_step import GRPOStep
 from grpo_studio.engine.outlets import Outlets

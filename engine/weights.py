@@ -11,7 +11,7 @@ A policy sharded by FSDP2 (train.parallel = fsdp) is unsharded unit by unit whil
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 import torch
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 from textual.app import App, SystemCommand
 from textual.binding import Binding

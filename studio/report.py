@@ -7,9 +7,9 @@ from pathlib import Path
 
 from grpo_studio.contract import metrics
 from grpo_studio.contract.metrics import fmt
-from grpo_studio.studio.widgets.metric_chart import ema
 from grpo_studio.studio.panels import PANELS, histogram_bars, histogram_title
 from grpo_studio.studio.rundata import RunData
+from grpo_studio.studio.widgets.metric_chart import ema
 
 REPORT_PANELS = ["reward", "eval", "k3", "loss", "grad_norm", "entropy", "dp_max", "is", "length", "step_time", "tok_s",
                  "memory", "loss_scale", "kl_ref"]

@@ -7,9 +7,9 @@ import functools
 from dataclasses import dataclass, field
 
 from grpo_studio.contract import model_card
-from grpo_studio.contract.planner import vram
 from grpo_studio.contract.config import Config
 from grpo_studio.contract.errors import UserError
+from grpo_studio.contract.planner import vram
 
 
 @dataclass

@@ -5,7 +5,6 @@ from __future__ import annotations
 import time
 
 
-
 async def focus_field(pilot, widget_id: str, limit: int = 60) -> None:
     """Tab through the form until `widget_id` has focus (keyboard only, like a user)."""
     for _ in range(limit):

@@ -15,12 +15,11 @@ import stat
 import threading
 
 import pytest
+from cli_helpers import run_cli
 
-from grpo_studio.engine.alerts import Alerts
 from grpo_studio.contract import alert_rules, config, rundir
 from grpo_studio.contract.errors import UserError
-
-from cli_helpers import run_cli
+from grpo_studio.engine.alerts import Alerts
 
 GRAMMAR = ("'<metric> <op> <number> [for <N> steps]' (op: >, >=, <, <=), '<metric> is nan [for <N> steps]', "
            "or 'defaults'")
@@ -269,9 +268,9 @@ async def test_the_dashboard_highlights_an_alert_and_rings_the_bell_for_a_live_o
     from textual.app import App
     from textual.widgets import RichLog, TabbedContent
 
+    from grpo_studio.benchmarks.synthetic_run import write_run
     from grpo_studio.studio.screens.dashboard_screen import EVENT_STYLE, DashboardScreen
     from tests.studio_helpers import anyio_backend  # noqa: F401
-    from grpo_studio.benchmarks.synthetic_run import write_run
 
     run_dir = write_run(tmp_path / "run", steps=4, total=10, state="running")
     writer = rundir.RunWriter(run_dir)

@@ -13,8 +13,8 @@ import shutil
 import pytest
 import torch
 
-from grpo_studio.engine import checkpoint, policy_loader
 from grpo_studio.contract import config, precision_plan
+from grpo_studio.engine import checkpoint, policy_loader
 from grpo_studio.engine.precision import LossScaler
 
 

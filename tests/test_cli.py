@@ -9,15 +9,14 @@ import os
 import subprocess
 
 import pytest
+from cli_helpers import run_cli
 
 from grpo_studio.cli import main as front
 from grpo_studio.cli.output import stdout_to_stderr
-from grpo_studio.engine import __version__
 from grpo_studio.contract import config
 from grpo_studio.contract.errors import UserError
 from grpo_studio.contract.rundir import RunLock
-
-from cli_helpers import run_cli
+from grpo_studio.engine import __version__
 
 
 def err_of(capsys, *argv: str) -> tuple[int, str]:

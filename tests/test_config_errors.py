@@ -6,12 +6,11 @@ import subprocess
 import sys
 
 import pytest
+from cli_helpers import ENV, ROOT, run_cli
 
 import grpo_studio.cli.main
 from grpo_studio.contract import config
 from grpo_studio.contract.errors import UserError
-
-from cli_helpers import ENV, ROOT, run_cli
 
 CASES = [
     (["--set", "train.stepz=3"], "config error: unknown key 'train.stepz' (did you mean 'train.steps'?)"),

@@ -24,12 +24,12 @@ import math
 from pathlib import Path
 
 import tomli_w
-from hypothesis import HealthCheck, given, settings, strategies as st
+from cli_helpers import run_cli
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from grpo_studio.contract import config
 from grpo_studio.contract.errors import UserError
-
-from cli_helpers import run_cli
 
 CASES = 500
 CLI_CASES = 16

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from grpo_studio.engine import data
 from grpo_studio.contract.config import load
 from grpo_studio.contract.errors import UserError
+from grpo_studio.engine import data
 from grpo_studio.engine.rewards.builtin import SYSTEM_PROMPT
 
 GSM8K = [

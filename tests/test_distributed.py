@@ -28,6 +28,7 @@ from pathlib import Path
 import psutil
 import pytest
 from cli_helpers import ENV, ROOT, run_cli
+
 from grpo_studio.contract.rundir import read_rows
 
 LOSS_TYPES = ("dapo", "grpo", "bnpo", "dr_grpo")
@@ -47,6 +48,7 @@ class PromptSeeded:
 
     def generate(self, prompt_ids, sampling):
         import torch
+
         from grpo_studio.engine.sampler.base import Rollout
 
         self.prompts_seen += len(prompt_ids)

@@ -51,8 +51,8 @@ def tok():
 
 @pytest.fixture(scope="module")
 def texts(tok):
-    from grpo_studio.engine import data
     from grpo_studio.contract import config
+    from grpo_studio.engine import data
 
     cfg = config.load("tiny-arith")
     return [data.prompt_text(row, cfg.data, tok) for row in data.load_rows(cfg.data, "train")[:PROMPTS]]

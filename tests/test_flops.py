@@ -9,8 +9,8 @@ import pytest
 import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
-from grpo_studio.engine import data, flops
 from grpo_studio.contract import config
+from grpo_studio.engine import data, flops
 from grpo_studio.engine.policy_loader import load_tokenizer, resolve_model_path
 
 # hidden 16, 2 layers, 4 query heads and 2 KV heads of 8 dims, MLP 24, vocabulary 40, lm_head tied

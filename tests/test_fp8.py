@@ -6,8 +6,18 @@ import pytest
 import torch
 from torch import nn
 
-from grpo_studio.engine.fp8 import (ACT_BLOCK, FP8_MAX, WEIGHT_BLOCK, Fp8Linear, apply_fp8, dequantize_blocks, fp8_layers,
-                        fp8_linear_forward, quantize_blocks, quantize_dequantize)
+from grpo_studio.engine.fp8 import (
+    ACT_BLOCK,
+    FP8_MAX,
+    WEIGHT_BLOCK,
+    Fp8Linear,
+    apply_fp8,
+    dequantize_blocks,
+    fp8_layers,
+    fp8_linear_forward,
+    quantize_blocks,
+    quantize_dequantize,
+)
 from grpo_studio.engine.mismatch import mismatch_metrics
 
 # e4m3: 3 mantissa bits → relative rounding error ≤ 2^-4 for normal values (|q| ≥ 2^-6);

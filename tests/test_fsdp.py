@@ -86,8 +86,9 @@ def test_fsdp_checkpoint_resumes_into_the_uninterrupted_run(kind, sets, weights,
     import shutil
 
     import torch
-    from grpo_studio.contract.rundir import read_rows
     from safetensors.torch import load_file
+
+    from grpo_studio.contract.rundir import read_rows
 
     run, copy = tmp_path / "run", tmp_path / "copy"
     fsdp_cli("tiny-arith", "--run-dir", str(run), *sets)
@@ -126,8 +127,9 @@ def _clip_and_overflow(rank: int, port: int, out: str) -> None:
     import types
 
     import torch
-    from grpo_studio.engine import distributed, fsdp
+
     from grpo_studio.contract import config
+    from grpo_studio.engine import distributed, fsdp
     from grpo_studio.engine.precision import LossScaler, clip_grad_norm
 
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",

@@ -58,10 +58,9 @@ def test_engine_imports_no_textual():
 def test_wheel_claims_one_import_name_and_carries_the_bundled_data(tmp_path):
     """Build the real wheel: its only top-level import name is grpo_studio, and the presets, model
     and studio stylesheet travel with it."""
+    import shutil
     import zipfile
     from pathlib import Path
-
-    import shutil
 
     root, src = Path(__file__).resolve().parents[1], tmp_path / "src"  # a copy: the build leaves build/ behind
     for name in ("contract", "engine", "studio", "cli", "benchmarks", "presets"):

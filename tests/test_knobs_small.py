@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from grpo_studio.engine import data
 from grpo_studio.contract.config import load
+from grpo_studio.engine import data
 
 SHORT = ["train.prompts_per_step=2", "rollout.num_generations=2", "train.save_every=0"]
 

@@ -22,12 +22,13 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from grpo_studio.contract.config import AlgoConfig
-from grpo_studio.engine.losses import LossInputs, policy_loss
-
 # TRL is the oracle, not an option: it is in the dev extra (`make test` installs it), and without it
 # these tests must fail, not skip.
 import trl.trainer.grpo_trainer as trl_grpo  # noqa: E402
+
+from grpo_studio.contract.config import AlgoConfig
+from grpo_studio.engine.losses import LossInputs, policy_loss
+
 GRPOTrainer = trl_grpo.GRPOTrainer
 
 TOL = 1e-6

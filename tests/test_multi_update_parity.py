@@ -24,8 +24,8 @@ import inspect
 import pytest
 import torch
 
-from grpo_studio.engine import data
 from grpo_studio.contract import algorithms, config
+from grpo_studio.engine import data
 from grpo_studio.engine.trainer import Trainer
 from tests.test_losses_trl_parity import GRPOTrainer, trl_is_ratio, trl_trainer
 

@@ -8,8 +8,9 @@ from __future__ import annotations
 import pytest
 import torch
 from cli_helpers import run_cli
-from grpo_studio.engine.batching import token_budget_groups
+
 from grpo_studio.contract import config
+from grpo_studio.engine.batching import token_budget_groups
 from grpo_studio.engine.trainer import Trainer
 
 TOL = 1e-5

@@ -20,10 +20,10 @@ import pytest
 import torch
 
 from grpo_studio.benchmarks.tensor_bytes import with_quant_states
-from grpo_studio.engine import data, policy_loader
-from grpo_studio.engine.batching import join_prompt_completion
 from grpo_studio.contract import backend, config, model_card, precision_plan
 from grpo_studio.contract.planner import vram
+from grpo_studio.engine import data, policy_loader
+from grpo_studio.engine.batching import join_prompt_completion
 from grpo_studio.engine.logprobs import token_logprobs
 from grpo_studio.engine.precision import torch_dtype
 from grpo_studio.engine.sampler import Sampling

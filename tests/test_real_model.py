@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from grpo_studio.engine import data, gguf_cache
 from grpo_studio.contract.config import Config, load
 from grpo_studio.contract.errors import UserError
+from grpo_studio.engine import data, gguf_cache
 from grpo_studio.engine.policy_loader import load_base, load_tokenizer, resolve_model_path
 
 NAME = "smollm2-135m-instruct"
@@ -82,8 +82,8 @@ def test_left_padded_batch_logprobs_equal_each_unpadded_sample(path, tok):
 
 def test_hf_rollout_stops_at_the_end_of_turn_trains_it_and_nothing_after(path, tok, model):
     from grpo_studio.contract.precision_plan import resolve
-    from grpo_studio.engine.logprobs import token_logprobs
     from grpo_studio.engine.batching import join_prompt_completion
+    from grpo_studio.engine.logprobs import token_logprobs
     from grpo_studio.engine.sampler import Sampling
     from grpo_studio.engine.sampler.hf import HFBackend
 
@@ -169,11 +169,12 @@ def test_a_damaged_cache_is_rebuilt_once_by_two_racing_processes(tmp_path, path)
 @pytest.mark.vllm
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM not installed")
 def test_vllm_rolls_out_the_real_model_and_follows_a_weight_sync(path, tok):
+    from policy_step import PolicyStep
+
     from grpo_studio.contract.precision_plan import resolve
     from grpo_studio.engine.sampler import Sampling
     from grpo_studio.engine.sampler.vllm_backend import VLLMBackend
     from grpo_studio.engine.weights import export_weights
-    from policy_step import PolicyStep
 
     cfg = Config()
     cfg.model.name, cfg.model.dtype = path, "fp32"
@@ -202,13 +203,13 @@ def test_vllm_rolls_out_the_real_model_and_follows_a_weight_sync(path, tok):
 
 @pytest.mark.anyio
 async def test_the_samples_view_shows_the_prompt_as_rendered(tmp_path, tok, monkeypatch):
+    from studio_helpers import anyio_backend, visible_text, wait_until  # noqa: F401
     from textual.widgets import DataTable, Static
 
+    from grpo_studio.benchmarks.synthetic_run import write_jsonl, write_run
     from grpo_studio.studio import hardware
     from grpo_studio.studio.app import StudioApp
     from grpo_studio.studio.panels import TABS
-    from studio_helpers import anyio_backend, visible_text, wait_until  # noqa: F401
-    from grpo_studio.benchmarks.synthetic_run import write_jsonl, write_run
 
     monkeypatch.setattr(hardware, "gpus", lambda: [])
     run = write_run(tmp_path / "runs/chat", 4)

@@ -8,7 +8,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from cli_helpers import run_cli
 
 SMALL = ["train.prompts_per_step=4", "rollout.num_generations=4", "rollout.backend=hf", "train.save_every=2"]

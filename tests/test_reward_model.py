@@ -8,9 +8,9 @@ import functools
 import pytest
 import torch
 
-from grpo_studio.engine import policy_loader
 from grpo_studio.contract.config import load
 from grpo_studio.contract.errors import UserError
+from grpo_studio.engine import policy_loader
 from grpo_studio.engine.rewards import build, score
 
 PROMPTS = ["6+1=", "12+30=", "2+2=", "9+9=", "1+1="]

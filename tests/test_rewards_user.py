@@ -206,6 +206,7 @@ def test_user_reward_file_in_our_trainer_and_in_trl(tmp_path, model_name, monkey
     # TRL on CPU, one step, a tiny model built from config; no network
     import datasets
     from trl import GRPOConfig, GRPOTrainer
+
     from grpo_studio.engine.rewards.loader import load as load_fn
 
     monkeypatch.setenv("REWARD_CALL_LOG", str(trl_log))

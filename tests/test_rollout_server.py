@@ -131,8 +131,8 @@ def test_in_flight_update_enters_a_running_generation_between_decode_steps(local
     the weights of its version (a scoring pass of the finished sequences). The AdamW step trains only the final
     norm, which no cached key/value depends on, so the tokens after the update are exactly the new policy's (with
     other weights the KV of earlier tokens stays as the old ones computed it)."""
-    from grpo_studio.engine import policy_loader
     from grpo_studio.contract.precision_plan import resolve
+    from grpo_studio.engine import policy_loader
     from grpo_studio.engine.logprobs import token_logprobs
     from grpo_studio.engine.rollout_server.http_api import Server, Update
     from grpo_studio.engine.sampler import Sampling

@@ -14,13 +14,12 @@ import time
 from pathlib import Path
 
 import pytest
+from cli_helpers import ENV, ROOT, run_cli
 
 from grpo_studio.contract import config, rundir
 from grpo_studio.contract.errors import UserError
 from grpo_studio.contract.run_state import held_run
 from grpo_studio.contract.rundir import CHECKPOINTS, CONFIG, EVENTS, METRICS, PIDFILE
-
-from cli_helpers import ENV, ROOT, run_cli
 
 SHORT = ["train.steps=2", "train.eval_every=0", "train.save_every=0"]
 QUICK_S = 10.0  # a refusal's bound: the tiny model alone loads in seconds here, a real one in ~40 s

@@ -25,7 +25,6 @@ from grpo_studio.contract.errors import UserError
 from grpo_studio.engine.grpo_step import GRPOStep
 from grpo_studio.engine.trainer import Trainer
 
-
 # ---- the schedule --------------------------------------------------------------------------------
 
 def factor(schedule: str, warmup: int, steps: int, done: int) -> float:

@@ -10,20 +10,20 @@ import psutil
 import pytest
 from textual.widgets import Select, Static
 
+from grpo_studio.benchmarks.synthetic_run import write_run
 from grpo_studio.cli.train_cmd import check_launch
 from grpo_studio.contract import config as cfgmod
 from grpo_studio.contract import model_card
-from grpo_studio.contract.planner import vram
 from grpo_studio.contract.errors import UserError
+from grpo_studio.contract.planner import vram
 from grpo_studio.studio import hardware, lag
 from grpo_studio.studio.app import StudioApp
-from grpo_studio.studio.widgets.metric_chart import MetricChart
-from grpo_studio.studio.widgets.perf_tables import rank_values, time_split
 from grpo_studio.studio.rundata import RunData
 from grpo_studio.studio.screens.setup_screen import SetupScreen
+from grpo_studio.studio.widgets.metric_chart import MetricChart
+from grpo_studio.studio.widgets.perf_tables import rank_values, time_split
 from grpo_studio.studio.widgets.vram_panel import VramPanel
 from tests.studio_helpers import anyio_backend, focus_field, visible_text, wait_until  # noqa: F401
-from grpo_studio.benchmarks.synthetic_run import write_run
 
 
 async def open_tab(app, pilot, run_dir, key: str) -> None:

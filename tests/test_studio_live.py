@@ -15,11 +15,11 @@ from grpo_studio.contract import metrics, rundir
 from grpo_studio.contract.metrics import fmt
 from grpo_studio.studio import hardware
 from grpo_studio.studio.app import StudioApp
-from grpo_studio.studio.widgets.metric_chart import MetricChart
+from grpo_studio.studio.panels import PANELS, TABS, short
 from grpo_studio.studio.screens.compare_screen import CompareScreen
 from grpo_studio.studio.screens.dashboard_screen import DashboardScreen
-from grpo_studio.studio.panels import PANELS, TABS, short
 from grpo_studio.studio.screens.runs_list_screen import RunsScreen
+from grpo_studio.studio.widgets.metric_chart import MetricChart
 from tests.studio_helpers import anyio_backend, tiny_model_name, visible_text, wait_until  # noqa: F401
 from tests.trained_runs import TRAINED_STEPS
 

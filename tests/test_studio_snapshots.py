@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from grpo_studio.benchmarks.synthetic_run import write_run
 from grpo_studio.contract import config as cfgmod
 from grpo_studio.studio import hardware
 from grpo_studio.studio.app import StudioApp
-from grpo_studio.benchmarks.synthetic_run import write_run
 
 SIZES = [(80, 24), (120, 40)]
 

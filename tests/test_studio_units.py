@@ -13,15 +13,15 @@ import psutil
 import pytest
 from textual.app import App
 
+from grpo_studio.benchmarks.synthetic_run import LAGGED_ONLY, write_run
 from grpo_studio.contract import metrics, rundir
 from grpo_studio.contract.metrics import fmt
 from grpo_studio.studio import launcher
-from grpo_studio.studio.widgets.metric_chart import Line, MetricChart, downsample, ema, log_ticks, ticks
 from grpo_studio.studio.keymap import load_keymap
 from grpo_studio.studio.panels import LOSS_NOTE, PANELS
 from grpo_studio.studio.rundata import RunData
+from grpo_studio.studio.widgets.metric_chart import Line, MetricChart, downsample, ema, log_ticks, ticks
 from tests.studio_helpers import anyio_backend, visible_text  # noqa: F401
-from grpo_studio.benchmarks.synthetic_run import LAGGED_ONLY, write_run
 from tests.trained_runs import DTYPES, TRAINED_STEPS
 
 

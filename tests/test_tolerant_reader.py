@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from grpo_studio.benchmarks.synthetic_run import write_run
 from grpo_studio.contract import config as cfgmod
 from grpo_studio.contract import metrics
 from grpo_studio.contract.errors import UserError
@@ -26,7 +27,6 @@ from grpo_studio.contract.run_files import CHECKPOINTS, CONFIG, EVENTS, METRICS,
 from grpo_studio.studio.rundata import RunData
 from tests.cli_helpers import ENV, ROOT
 from tests.studio_helpers import anyio_backend  # noqa: F401  (the pilot test runs on asyncio)
-from grpo_studio.benchmarks.synthetic_run import write_run
 
 STEPS = 6
 IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0

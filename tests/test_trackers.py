@@ -15,12 +15,11 @@ import time
 import uuid
 
 import pytest
+from cli_helpers import ENV
 
-from grpo_studio.engine import trackers
 from grpo_studio.contract import config, rundir
 from grpo_studio.contract.errors import UserError
-
-from cli_helpers import ENV
+from grpo_studio.engine import trackers
 
 STEPS = 3
 PROJECT = "grpo-studio-test"
@@ -186,8 +185,9 @@ def test_a_missing_tracker_package_stops_train_in_one_line_with_exit_2(tmp_path)
 def test_a_resumed_run_continues_the_same_wandb_and_trackio_runs(tmp_path, monkeypatch):
     """Two steps, a stop, a resume to three: W&B's second offline run carries the first one's id (resume by id)
     and trackio's one run holds steps 1-3 (resume by name); trackers.json names the W&B id."""
-    from grpo_studio.engine.trainer import Trainer
     from trackio.sqlite_storage import SQLiteStorage
+
+    from grpo_studio.engine.trainer import Trainer
 
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_DIR", str(tmp_path))

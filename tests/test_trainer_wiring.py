@@ -23,8 +23,8 @@ import re
 import pytest
 import torch
 
-from grpo_studio.engine import grpo_step, losses, mismatch
 from grpo_studio.contract import algorithms, config
+from grpo_studio.engine import grpo_step, losses, mismatch
 from grpo_studio.engine.trainer import Trainer
 
 TEMP = 0.7

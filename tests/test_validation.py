@@ -9,13 +9,12 @@ or the model loader in this process; the CLI cases check exit code 2 and the one
 from __future__ import annotations
 
 import pytest
+from cli_helpers import run_cli
 
-from grpo_studio.engine import data, policy_loader
 from grpo_studio.contract import config
 from grpo_studio.contract.errors import UserError
+from grpo_studio.engine import data, policy_loader
 from grpo_studio.engine.rewards import build
-
-from cli_helpers import run_cli
 
 LONG = "a" * 300  # one path component longer than NAME_MAX (255)
 

@@ -7,8 +7,8 @@ import math
 import pytest
 
 from grpo_studio.contract import config, model_card
-from grpo_studio.contract.planner import vram
 from grpo_studio.contract.errors import UserError
+from grpo_studio.contract.planner import vram
 
 GIB = 2 ** 30
 
@@ -124,8 +124,14 @@ def test_cards_params_match_architecture():
 def test_lora_params_equal_peft(family, tmp_path):
     import torch
     from peft import LoraConfig, get_peft_model
-    from transformers import (Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, LlamaForCausalLM, Qwen3Config,
-                              Qwen3ForCausalLM)
+    from transformers import (
+        Gemma3ForCausalLM,
+        Gemma3TextConfig,
+        LlamaConfig,
+        LlamaForCausalLM,
+        Qwen3Config,
+        Qwen3ForCausalLM,
+    )
 
     cls = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen3": (Qwen3Config, Qwen3ForCausalLM),
            "gemma3": (Gemma3TextConfig, Gemma3ForCausalLM)}[family]

@@ -24,9 +24,9 @@ import importlib.util
 import math
 import sys
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable
 
 from grpo_studio.contract.errors import UserError, did_you_mean
 from grpo_studio.contract.errors import describe as describe_error

@@ -57,7 +57,7 @@ def is_async(fn) -> bool:
 async def _bounded(awaitable, timeout: float):
     try:
         return await asyncio.wait_for(awaitable, timeout if timeout > 0 else None)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         raise RewardTimeout from None
 
 

@@ -22,9 +22,10 @@ import threading
 import time
 
 import torch
+from pydantic import BaseModel
+
 from grpo_studio.engine.rollout_server import transport
 from grpo_studio.engine.sampler.base import Sampling
-from pydantic import BaseModel
 
 
 # request bodies (module level: FastAPI resolves the annotations of its endpoints by name)

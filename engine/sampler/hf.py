@@ -13,7 +13,7 @@ same weights gives the same codes) under the same LoRA adapters, and the sync co
 from __future__ import annotations
 
 import time
-from typing import Iterable
+from collections.abc import Iterable
 
 import torch
 

@@ -24,6 +24,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import torch
+
 from grpo_studio.contract.dtypes import DTYPES
 from grpo_studio.contract.errors import UserError
 from grpo_studio.engine.rollout_server import transport

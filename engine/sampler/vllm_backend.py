@@ -27,7 +27,7 @@ import itertools
 import logging
 import os
 import time
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 # In-process engine (weights are loaded straight into the model) and a KV cache size on CPU; set
 # before vLLM is imported, so users never have to export them.

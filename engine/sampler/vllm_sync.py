@@ -13,8 +13,8 @@ missing siblings: the last value we sent, or the checkpoint's (unchanged) value 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 import torch
 

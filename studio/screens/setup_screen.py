@@ -15,7 +15,8 @@ from textual.reactive import reactive
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Input, Label, Select, SelectionList, Static
 
-from grpo_studio.contract import algorithms, config as cfgmod
+from grpo_studio.contract import algorithms
+from grpo_studio.contract import config as cfgmod
 from grpo_studio.contract.config import Config
 from grpo_studio.contract.dtypes import DTYPES
 from grpo_studio.contract.errors import UserError, show
