@@ -93,10 +93,13 @@ def config_cases() -> list[Case]:
         for value in bad_values(info):
             out.append(Case("config", f"{info.key}={value[:24]}", train("--set", f"{info.key}={value}")))
         for value in TEXT_CASES.get(info.key, []):
-            out.append(Case("config", f"{info.key}={value[:24]}", train("--set", f"{info.key}={value}"),
-                            files=TEXT_FILES))
+            out.append(
+                Case("config", f"{info.key}={value[:24]}", train("--set", f"{info.key}={value}"), files=TEXT_FILES)
+            )
     for key in TYPOS:  # an unknown key, or one without a value
-        out.append(Case("config", f"typo {key}", train("--set", key if "=" in key or key == "model.dtype" else f"{key}=1")))
+        out.append(
+            Case("config", f"typo {key}", train("--set", key if "=" in key or key == "model.dtype" else f"{key}=1"))
+        )
     return out
 
 
@@ -120,8 +123,9 @@ RECIPES: dict[str, bytes | str] = {
 
 
 def recipe_cases() -> list[Case]:
-    out = [Case("recipe", what, train("{tmp}/recipe.toml"), files={"recipe.toml": text})
-           for what, text in RECIPES.items()]
+    out = [
+        Case("recipe", what, train("{tmp}/recipe.toml"), files={"recipe.toml": text}) for what, text in RECIPES.items()
+    ]
     out += [
         Case("recipe", "missing file", train("{tmp}/nope.toml")),
         Case("recipe", "a directory", train("{tmp}/folder.toml"), prepare=lambda t: (t / "folder.toml").mkdir()),
@@ -132,10 +136,14 @@ def recipe_cases() -> list[Case]:
 
 
 def flag_cases() -> list[Case]:
-    out = [Case("flags", f"--nproc {n}", ["train", "--nproc", n, "--run-dir", "{tmp}/run"])
-           for n in ("0", "-1", "abc", "1.5", "2")]
-    out += [Case("flags", f"--devices {d!r}", ["train", "--devices", d, "--run-dir", "{tmp}/run"])
-            for d in ("a,b", ",", "-1")]
+    out = [
+        Case("flags", f"--nproc {n}", ["train", "--nproc", n, "--run-dir", "{tmp}/run"])
+        for n in ("0", "-1", "abc", "1.5", "2")
+    ]
+    out += [
+        Case("flags", f"--devices {d!r}", ["train", "--devices", d, "--run-dir", "{tmp}/run"])
+        for d in ("a,b", ",", "-1")
+    ]
     out += [
         Case("flags", "--run-dir ''", ["train", "--run-dir", ""]),
         Case("flags", "--run-dir a file", ["train", "--run-dir", "{tmp}/file"], files={"file": "x"}),
@@ -171,16 +179,31 @@ REWARD_MODULES = {  # a user's reward file, broken at import or by its name: the
 
 def reward_cases() -> list[Case]:
     """User reward files that fail as they load. These start the trainer (torch), a few seconds each."""
-    out = [Case("rewards", what, train("--set", "rewards.funcs=['{tmp}/my_rewards.py:score']"), expect=expect,
-                files={"my_rewards.py": body}) for what, (body, expect) in REWARD_MODULES.items()]
-    out.append(Case("rewards", "missing function", train("--set", "rewards.funcs=['{tmp}/my_rewards.py:scor']"),
-                    files={"my_rewards.py": SCORE}))
+    out = [
+        Case(
+            "rewards",
+            what,
+            train("--set", "rewards.funcs=['{tmp}/my_rewards.py:score']"),
+            expect=expect,
+            files={"my_rewards.py": body},
+        )
+        for what, (body, expect) in REWARD_MODULES.items()
+    ]
+    out.append(
+        Case(
+            "rewards",
+            "missing function",
+            train("--set", "rewards.funcs=['{tmp}/my_rewards.py:scor']"),
+            files={"my_rewards.py": SCORE},
+        )
+    )
     return out
 
 
 def _write(name: str, content: bytes) -> Callable[[Path], None]:
     def damage(run: Path) -> None:
         (run / name).write_bytes(content)
+
     return damage
 
 
@@ -188,6 +211,7 @@ def _append(name: str, content: bytes) -> Callable[[Path], None]:
     def damage(run: Path) -> None:
         with open(run / name, "ab") as fh:
             fh.write(content)
+
     return damage
 
 
@@ -200,12 +224,14 @@ def _replace_with_folder(name: str) -> Callable[[Path], None]:
         else:
             path.unlink(missing_ok=True)
             path.mkdir()
+
     return damage
 
 
 def _unreadable(name: str) -> Callable[[Path], None]:
     def damage(run: Path) -> None:
         (run / name).chmod(0)
+
     return damage
 
 
@@ -225,19 +251,31 @@ WHOLE = {  # a whole file replaced
     "not UTF-8": b"\xff\xfe\x00garbage\n",
     "NUL bytes": b"\x00" * 4096,
 }
-CONFIG_TEXT = {"train = 5": b"train = 5\n", "not TOML": b"[[[\n", "wrong type": b'[train]\nsteps = "six"\n',
-               "unknown key": b"[train]\nstpes = 6\n"}
+CONFIG_TEXT = {
+    "train = 5": b"train = 5\n",
+    "not TOML": b"[[[\n",
+    "wrong type": b'[train]\nsteps = "six"\n',
+    "unknown key": b"[train]\nstpes = 6\n",
+}
 
 
 def damages() -> list[tuple[str, Callable[[Path], None]]]:
     out = [(f"{name}: {what}", _append(name, line)) for name in JSONL for what, line in LINES.items()]
-    out += [(f"{name}: {what}", _write(name, content)) for name in [*JSONL, "config.toml", "trainer.pid"]
-            for what, content in WHOLE.items()]
+    out += [
+        (f"{name}: {what}", _write(name, content))
+        for name in [*JSONL, "config.toml", "trainer.pid"]
+        for what, content in WHOLE.items()
+    ]
     out += [(f"config.toml: {what}", _write("config.toml", text)) for what, text in CONFIG_TEXT.items()]
     out += [(f"{name}: a folder", _replace_with_folder(name)) for name in [*JSONL, "config.toml", "trainer.pid"]]
-    out += [("checkpoints: a file", _replace_with_folder("checkpoints")), ("trainer.pid: 10**400", _write(
-        "trainer.pid", b"1" + b"0" * 400)), ("events.jsonl: 60,000 events", _append(
-            "events.jsonl", b'{"time": 1.0, "event": "info", "message": "x"}\n' * 60_000))]
+    out += [
+        ("checkpoints: a file", _replace_with_folder("checkpoints")),
+        ("trainer.pid: 10**400", _write("trainer.pid", b"1" + b"0" * 400)),
+        (
+            "events.jsonl: 60,000 events",
+            _append("events.jsonl", b'{"time": 1.0, "event": "info", "message": "x"}\n' * 60_000),
+        ),
+    ]
     if not (hasattr(os, "geteuid") and os.geteuid() == 0):  # root reads a chmod 000 file anyway
         out += [(f"{name}: unreadable", _unreadable(name)) for name in [*JSONL, "config.toml"]]
     return out
@@ -249,10 +287,15 @@ def rundir_cases() -> list[Case]:
 
     out = []
     for what, damage in damages():
+
         def prepare(tmp: Path, damage=damage) -> None:
             damage(write_run(tmp / "runs" / "r", 6))
-        for argv in (["runs", "{tmp}/runs"], ["report", "{tmp}/runs/r", "--out", "{tmp}/report"],
-                     ["doctor", "{tmp}/runs/r"]):
+
+        for argv in (
+            ["runs", "{tmp}/runs"],
+            ["report", "{tmp}/runs/r", "--out", "{tmp}/report"],
+            ["doctor", "{tmp}/runs/r"],
+        ):
             out.append(Case("rundir", f"{argv[0]} {what}", argv, expect=READ, prepare=prepare))
     return out
 

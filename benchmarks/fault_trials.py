@@ -17,15 +17,27 @@ from pathlib import Path
 from grpo_studio.contract import rundir
 
 STEPS = 8
-SMALL = ["train.prompts_per_step=4", "rollout.num_generations=4", f"train.steps={STEPS}", "train.save_every=2",
-         "rollout.backend=hf"]
+SMALL = [
+    "train.prompts_per_step=4",
+    "rollout.num_generations=4",
+    f"train.steps={STEPS}",
+    "train.save_every=2",
+    "rollout.backend=hf",
+]
 
 
 def start(*args: str, sets: list[str] = SMALL, cwd: Path | None = None) -> subprocess.Popen:
     """`grpo-studio train ...` in a session of its own, so a kill of its group kills the trainer too."""
     argv = [sys.executable, "-m", "grpo_studio.cli.main", "train", *args, *[a for s in sets for a in ("--set", s)]]
-    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-                            cwd=cwd, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    return subprocess.Popen(
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        cwd=cwd,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
 
 
 def finish(proc: subprocess.Popen, timeout: float = 600) -> tuple[int | None, str]:
@@ -62,16 +74,24 @@ def kill_and_resume(tmp: Path, seed: int) -> dict:
     proc.communicate()
     code, err = finish(start("--resume", str(run)))
     lost, twice = step_counts(run)
-    return {"verdict": verdict_of(code, err, code == 0 and lost == twice == 0), "lost": lost, "twice": twice,
-            "detail": err.strip()[-300:]}
+    return {
+        "verdict": verdict_of(code, err, code == 0 and lost == twice == 0),
+        "lost": lost,
+        "twice": twice,
+        "detail": err.strip()[-300:],
+    }
 
 
 def disk_full_then_resume(tmp: Path, size_mib: int) -> dict:
     """Train on a tmpfs of `size_mib`: a full disk is one line and exit 2; grown, the run resumes to the end."""
     disk = tmp / "disk"
     disk.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_mib}m", "tmpfs", str(disk)],
-                      capture_output=True).returncode != 0:
+    if (
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size_mib}m", "tmpfs", str(disk)], capture_output=True
+        ).returncode
+        != 0
+    ):
         return {"verdict": "skipped", "lost": 0, "twice": 0, "detail": "cannot mount a tmpfs (needs root)"}
     try:
         run = disk / "run"
@@ -82,8 +102,12 @@ def disk_full_then_resume(tmp: Path, size_mib: int) -> dict:
         code2, err2 = (code, err) if code == 0 else finish(start("--resume", str(run)))
         lost, twice = step_counts(run)
         ok = full_ok and code2 == 0 and lost == twice == 0
-        return {"verdict": verdict_of(code2, err + err2, ok), "lost": lost, "twice": twice,
-                "detail": (lines[-1] if lines else "")[-300:]}
+        return {
+            "verdict": verdict_of(code2, err + err2, ok),
+            "lost": lost,
+            "twice": twice,
+            "detail": (lines[-1] if lines else "")[-300:],
+        }
     finally:
         subprocess.run(["umount", "-l", str(disk)], capture_output=True)
 
@@ -104,8 +128,12 @@ def diverge_then_resume(tmp: Path, dtype: str) -> dict:
     from_good = last_good is not None and resumed_at == f"resumed at step {last_good}"
     lost, twice = step_counts(run)
     ok = said and from_good and code2 == 0 and lost == twice == 0
-    return {"verdict": verdict_of(code2, err + err2, ok), "lost": lost, "twice": twice,
-            "detail": f"events {[e['event'] for e in bad]}, last good {last_good}, {resumed_at}"}
+    return {
+        "verdict": verdict_of(code2, err + err2, ok),
+        "lost": lost,
+        "twice": twice,
+        "detail": f"events {[e['event'] for e in bad]}, last good {last_good}, {resumed_at}",
+    }
 
 
 def two_trainers(tmp: Path, how: str) -> dict:
@@ -129,16 +157,23 @@ def two_trainers(tmp: Path, how: str) -> dict:
     lost, twice = step_counts(run)
     started = sum(e["event"] == "started" for e in rundir.read_events(run))
     ok = codes == [0, 2] and one_line and lost == twice == 0 and started == 1
-    return {"verdict": verdict_of(c1 if c1 is None else c2, e1 + e2, ok), "lost": lost, "twice": twice,
-            "detail": f"exit codes {c1}, {c2}; {started} started; {(refused or [''])[0].strip()[:200]}"}
+    return {
+        "verdict": verdict_of(c1 if c1 is None else c2, e1 + e2, ok),
+        "lost": lost,
+        "twice": twice,
+        "detail": f"exit codes {c1}, {c2}; {started} started; {(refused or [''])[0].strip()[:200]}",
+    }
 
 
 def trials(kills: int = 10) -> list[tuple[str, str, callable]]:
     """(category, name, fn(tmp) -> result) for every slow trial."""
     out = [("kill -9", f"kill {i}", lambda tmp, i=i: kill_and_resume(tmp, i)) for i in range(kills)]
     out += [("disk full", f"{m} MiB", lambda tmp, m=m: disk_full_then_resume(tmp, m)) for m in (2, 3, 4, 5, 6, 8, 12)]
-    out += [("divergence", f"lr=50 {d}", lambda tmp, d=d: diverge_then_resume(tmp, d)) for d in ("fp32", "bf16", "fp16")]
-    out += [("two trainers", how, lambda tmp, how=how: two_trainers(tmp, how))
-            for how in ("at once", "second mid-run", "resume while running", "after it finished")]
+    out += [
+        ("divergence", f"lr=50 {d}", lambda tmp, d=d: diverge_then_resume(tmp, d)) for d in ("fp32", "bf16", "fp16")
+    ]
+    out += [
+        ("two trainers", how, lambda tmp, how=how: two_trainers(tmp, how))
+        for how in ("at once", "second mid-run", "resume while running", "after it finished")
+    ]
     return out
-

@@ -56,8 +56,15 @@ class Outcome:
 def run_process(argv: list[str], cwd: Path, timeout: float = TIMEOUT_S) -> Outcome:
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     try:
-        done = subprocess.run([sys.executable, "-m", "grpo_studio.cli.main", *argv], capture_output=True,
-                              text=True, cwd=cwd, env=env, timeout=timeout, stdin=subprocess.DEVNULL)
+        done = subprocess.run(
+            [sys.executable, "-m", "grpo_studio.cli.main", *argv],
+            capture_output=True,
+            text=True,
+            cwd=cwd,
+            env=env,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+        )
     except subprocess.TimeoutExpired as late:
         return Outcome(None, str(late.stdout or ""), str(late.stderr or ""))
     return Outcome(done.returncode, done.stdout, done.stderr)

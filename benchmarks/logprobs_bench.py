@@ -34,13 +34,14 @@ HEADS = ("frozen", "trained")
 @dataclass
 class Workload:
     """What one `grpo-studio bench logprobs` measures (its flags)."""
+
     tokens: int
     hidden: int
     vocab: int
-    chunk: int          # model.logits_chunk of the chunked paths
+    chunk: int  # model.logits_chunk of the chunked paths
     temperature: float
     repeats: int
-    device: str         # cpu or cuda
+    device: str  # cpu or cuda
     seed: int
 
 
@@ -55,7 +56,7 @@ def _inputs(w: Workload, head: str):
 
     g = torch.Generator().manual_seed(w.seed)
     hidden = (torch.randn(w.tokens, w.hidden, generator=g)).to(w.device).requires_grad_()
-    weight = (torch.randn(w.vocab, w.hidden, generator=g) / w.hidden ** 0.5).to(w.device)
+    weight = (torch.randn(w.vocab, w.hidden, generator=g) / w.hidden**0.5).to(w.device)
     weight.requires_grad_(head == "trained")
     targets = torch.randint(0, w.vocab, (w.tokens,), generator=g).to(w.device)
     upstream = torch.randn(w.tokens, generator=g).to(w.device)
@@ -73,8 +74,9 @@ def _call(path: str, w: Workload, hidden, weight, targets, upstream):
         logps, entropy = lp.materialised_logps(logits, targets[None], w.temperature, with_entropy=True)
         logps, entropy = logps[0], entropy[0]
     elif path == "chunked":
-        logps, entropy = lp.ChunkedLogSoftmax.apply(hidden, weight, targets, w.temperature, w.chunk, 1.0, None,
-                                                    True, True)
+        logps, entropy = lp.ChunkedLogSoftmax.apply(
+            hidden, weight, targets, w.temperature, w.chunk, 1.0, None, True, True
+        )
     else:
         logps, entropy = lp.triton_logps(hidden, weight, targets, w.temperature, w.chunk)
     (logps * upstream).sum().backward()
@@ -104,7 +106,7 @@ def measure_peak(path: str, head: str, w: Workload) -> dict:
             f.write("5")
         _call(path, w, *inputs)
         peak = (_rss_kib()[1] - before) * 1024
-    return {"peak_mib": round(peak / 2 ** 20, 1)}
+    return {"peak_mib": round(peak / 2**20, 1)}
 
 
 def _seconds(w: Workload, head: str, names: list[str]) -> dict[str, dict]:
@@ -128,8 +130,13 @@ def _seconds(w: Workload, head: str, names: list[str]) -> dict[str, dict]:
             if k:
                 times[path].append(time.perf_counter() - t0)
                 cpu[path].append(time.process_time() - c0)
-    return {path: {"seconds": round(statistics.median(times[path]), 4),
-                   "cpu_seconds": round(statistics.median(cpu[path]), 4)} for path in names}
+    return {
+        path: {
+            "seconds": round(statistics.median(times[path]), 4),
+            "cpu_seconds": round(statistics.median(cpu[path]), 4),
+        }
+        for path in names
+    }
 
 
 def _differences(w: Workload, head: str, names: list[str]) -> dict[str, dict]:
@@ -140,20 +147,27 @@ def _differences(w: Workload, head: str, names: list[str]) -> dict[str, dict]:
         logps, entropy = _call(path, w, *inputs)
         results[path] = {"logps": logps, "entropy": entropy, "grad_hidden": hidden.grad, "grad_weight": weight.grad}
     base = results["materialised"]
-    return {path: {f"max_abs_{k}": (v - base[k]).abs().max().item() for k, v in r.items() if v is not None}
-            for path, r in results.items() if path != "materialised"}
+    return {
+        path: {f"max_abs_{k}": (v - base[k]).abs().max().item() for k, v in r.items() if v is not None}
+        for path, r in results.items()
+        if path != "materialised"
+    }
 
 
 def run(w: Workload, progress=None) -> dict:
     names = paths(w.device)
-    report = {"workload": asdict(w), "logits_mib": round(w.tokens * w.vocab * 4 / 2 ** 20, 1), "heads": {}}
+    report = {"workload": asdict(w), "logits_mib": round(w.tokens * w.vocab * 4 / 2**20, 1), "heads": {}}
     for head in HEADS:
         rows = {}
         for path in names:
             if progress:
                 progress(f"{path}, {head} lm_head")
-            child = subprocess.run([sys.executable, "-m", "grpo_studio.benchmarks.logprobs_bench", path, head,
-                                    json.dumps(asdict(w))], capture_output=True, text=True, check=False)
+            child = subprocess.run(
+                [sys.executable, "-m", "grpo_studio.benchmarks.logprobs_bench", path, head, json.dumps(asdict(w))],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
             if child.returncode:
                 raise RuntimeError(f"bench logprobs: the {path} process failed:\n{child.stderr[-2000:]}")
             rows[path] = json.loads(child.stdout.strip().splitlines()[-1])
@@ -162,7 +176,7 @@ def run(w: Workload, progress=None) -> dict:
         for path, diffs in _differences(w, head, names).items():
             rows[path].update(diffs)
         # a trained head's gradient (V×H fp32) is held by every path: the ratio compares what is on top of it
-        held = w.vocab * w.hidden * 4 / 2 ** 20 if head == "trained" else 0.0
+        held = w.vocab * w.hidden * 4 / 2**20 if head == "trained" else 0.0
         base = rows["materialised"]["peak_mib"] - held
         for row in rows.values():
             row["peak_ratio"] = round((row["peak_mib"] - held) / base, 4) if base > 0 else None
@@ -174,14 +188,20 @@ def run(w: Workload, progress=None) -> dict:
 
 def print_report(report: dict) -> None:
     w = report["workload"]
-    print(f"{w['tokens']} tokens × vocab {w['vocab']:,} × hidden {w['hidden']} on {w['device']}, chunk {w['chunk']} "
-          f"(one [N, V] fp32 logits tensor: {report['logits_mib']} MiB)")
+    print(
+        f"{w['tokens']} tokens × vocab {w['vocab']:,} × hidden {w['hidden']} on {w['device']}, chunk {w['chunk']} "
+        f"(one [N, V] fp32 logits tensor: {report['logits_mib']} MiB)"
+    )
     for head, rows in report["heads"].items():
         print(f"\n{head} lm_head      peak MiB   ×naive   seconds   ×naive   max|Δlogp|  max|Δgrad h|")
         for path, r in rows.items():
-            print(f"  {path:<14} {r['peak_mib']:>9.1f} {r['peak_ratio'] or 0:>8.3f} {r['seconds']:>9.3f} "
-                  f"{r['time_ratio']:>8.3f}   {r.get('max_abs_logps', 0):>9.2e}  {r.get('max_abs_grad_hidden', 0):>9.2e}")
+            print(
+                f"  {path:<14} {r['peak_mib']:>9.1f} {r['peak_ratio'] or 0:>8.3f} {r['seconds']:>9.3f} "
+                f"{r['time_ratio']:>8.3f}   {r.get('max_abs_logps', 0):>9.2e}  {r.get('max_abs_grad_hidden', 0):>9.2e}"
+            )
 
 
-if __name__ == "__main__":  # one path in a fresh process: python -m grpo_studio.benchmarks.logprobs_bench PATH HEAD JSON
+if (
+    __name__ == "__main__"
+):  # one path in a fresh process: python -m grpo_studio.benchmarks.logprobs_bench PATH HEAD JSON
     print(json.dumps(measure_peak(sys.argv[1], sys.argv[2], Workload(**json.loads(sys.argv[3])))))

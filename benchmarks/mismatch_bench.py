@@ -43,9 +43,14 @@ PRECISIONS: dict[str, tuple[str, str]] = {  # name -> (model.dtype, rollout.dtyp
 }
 BASELINE = "fp16"
 SHOWN = {  # metric -> column header
-    "mismatch/k3": "k3", "mismatch/k1": "k1", "mismatch/abs_dlogp_mean": "|Δlogp| mean",
-    "mismatch/abs_dlogp_max": "|Δlogp| max", "mismatch/abs_dp_mean": "|Δp| mean",
-    "mismatch/is_min": "IS min", "mismatch/is_max": "IS max", "mismatch/ess": "ESS",
+    "mismatch/k3": "k3",
+    "mismatch/k1": "k1",
+    "mismatch/abs_dlogp_mean": "|Δlogp| mean",
+    "mismatch/abs_dlogp_max": "|Δlogp| max",
+    "mismatch/abs_dp_mean": "|Δp| mean",
+    "mismatch/is_min": "IS min",
+    "mismatch/is_max": "IS max",
+    "mismatch/ess": "ESS",
 }
 
 
@@ -62,16 +67,33 @@ def parse_dtypes(text: str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def precision_config(name: str, *, backend: str = "hf", model: str | None = None, recipe: str = "tiny-arith",
-                     lora_rank: int = 0, max_tokens: int = 8, generations: int = 4, seed: int = 0, overrides=()):
+def precision_config(
+    name: str,
+    *,
+    backend: str = "hf",
+    model: str | None = None,
+    recipe: str = "tiny-arith",
+    lora_rank: int = 0,
+    max_tokens: int = 8,
+    generations: int = 4,
+    seed: int = 0,
+    overrides=(),
+):
     """The Config a training run in precision `name` would use (the recipe + the precision's dtypes)."""
     from grpo_studio.contract import config
 
     model_dtype, rollout_dtype = PRECISIONS[name]
-    sets = [f"model.lora_rank={lora_rank}", *overrides, f"model.dtype={model_dtype}",
-            f"rollout.dtype={rollout_dtype}", "precision.fp8_flow=auto",
-            f"rollout.backend={backend}", f"rollout.max_completion_len={max_tokens}",
-            f"rollout.num_generations={generations}", f"train.seed={seed}"]
+    sets = [
+        f"model.lora_rank={lora_rank}",
+        *overrides,
+        f"model.dtype={model_dtype}",
+        f"rollout.dtype={rollout_dtype}",
+        "precision.fp8_flow=auto",
+        f"rollout.backend={backend}",
+        f"rollout.max_completion_len={max_tokens}",
+        f"rollout.num_generations={generations}",
+        f"train.seed={seed}",
+    ]
     if model:
         sets.insert(0, f"model.name={model}")
     return config.load(recipe, sets)
@@ -92,8 +114,14 @@ def measure_one(cfg, prompt_ids: list[list[int]], seed: int) -> dict:
     path = policy_loader.resolve_model_path(cfg.model.name)
     tokenizer = policy_loader.load_tokenizer(path)
     dev = policy_loader.device()
-    sampling = Sampling(n=r.num_generations, max_tokens=r.max_completion_len, temperature=r.temperature,
-                        top_p=r.top_p, top_k=r.top_k, seed=seed)
+    sampling = Sampling(
+        n=r.num_generations,
+        max_tokens=r.max_completion_len,
+        temperature=r.temperature,
+        top_p=r.top_p,
+        top_k=r.top_k,
+        seed=seed,
+    )
     t0 = time.perf_counter()
     backend = make_sampler(cfg, path, tokenizer, plan)
     try:
@@ -107,18 +135,26 @@ def measure_one(cfg, prompt_ids: list[list[int]], seed: int) -> dict:
     t1 = time.perf_counter()
     torch.manual_seed(cfg.train.seed)
     policy = policy_loader.load_policy(cfg, path, plan).to(dev)
-    input_ids, attention = join_prompt_completion(prompt_ids, out.completion_ids, r.num_generations,
-                                                  tokenizer.pad_token_id, dev)
+    input_ids, attention = join_prompt_completion(
+        prompt_ids, out.completion_ids, r.num_generations, tokenizer.pad_token_id, dev
+    )
     with torch.no_grad(), policy_loader.autocast(cfg):
         logps, _ = token_logprobs(policy, input_ids, attention, out.completion_ids.shape[1], r.temperature)
     del policy
     t_train = time.perf_counter() - t1
 
     metrics = mismatch_metrics(out.logprobs, logps.detach().float().cpu(), out.mask)
-    return {"trainer": plan.train_compute, "rollout": plan.rollout_compute, "model_dtype": cfg.model.dtype,
-            "rollout_dtype": plan.rollout_dtype, "backend": cfg.rollout.backend, **metrics,
-            "completion/len_mean": float(out.mask.sum(1).float().mean()),
-            "perf/rollout_s": t_rollout, "perf/train_s": t_train}
+    return {
+        "trainer": plan.train_compute,
+        "rollout": plan.rollout_compute,
+        "model_dtype": cfg.model.dtype,
+        "rollout_dtype": plan.rollout_dtype,
+        "backend": cfg.rollout.backend,
+        **metrics,
+        "completion/len_mean": float(out.mask.sum(1).float().mean()),
+        "perf/rollout_s": t_rollout,
+        "perf/train_s": t_train,
+    }
 
 
 def prompts_for(cfg, n: int, seed: int) -> list[list[int]]:
@@ -131,15 +167,37 @@ def prompts_for(cfg, n: int, seed: int) -> list[list[int]]:
     return data.encode_prompts(tokenizer, texts, cfg.rollout.max_prompt_len)
 
 
-def run(names: list[str], *, backend: str = "hf", model: str | None = None, recipe: str = "tiny-arith",
-        lora_rank: int = 0, prompts: int = 64, generations: int = 4, max_tokens: int = 8, seed: int = 0, overrides=(),
-        progress=None) -> dict:
+def run(
+    names: list[str],
+    *,
+    backend: str = "hf",
+    model: str | None = None,
+    recipe: str = "tiny-arith",
+    lora_rank: int = 0,
+    prompts: int = 64,
+    generations: int = 4,
+    max_tokens: int = 8,
+    seed: int = 0,
+    overrides=(),
+    progress=None,
+) -> dict:
     """Measure every precision in `names` on the same prompts and seed. Returns the JSON report."""
     from grpo_studio.contract.errors import UserError
 
-    cfgs = {n: precision_config(n, backend=backend, model=model, recipe=recipe, lora_rank=lora_rank,
-                                max_tokens=max_tokens,
-                                generations=generations, seed=seed, overrides=overrides) for n in names}
+    cfgs = {
+        n: precision_config(
+            n,
+            backend=backend,
+            model=model,
+            recipe=recipe,
+            lora_rank=lora_rank,
+            max_tokens=max_tokens,
+            generations=generations,
+            seed=seed,
+            overrides=overrides,
+        )
+        for n in names
+    }
     first = cfgs[names[0]]
     prompt_ids = prompts_for(first, prompts, seed)
     results: dict[str, dict] = {}
@@ -158,10 +216,15 @@ def run(names: list[str], *, backend: str = "hf", model: str | None = None, reci
             b = base.get(key)
             res[col] = res[key] / b if b else None
     return {
-        "benchmark": "mismatch", "backend": backend, "model": first.model.name, "recipe": recipe,
-        "lora_rank": first.model.lora_rank, "temperature": first.rollout.temperature,
+        "benchmark": "mismatch",
+        "backend": backend,
+        "model": first.model.name,
+        "recipe": recipe,
+        "lora_rank": first.model.lora_rank,
+        "temperature": first.rollout.temperature,
         "workload": {"prompts": prompts, "generations": generations, "max_tokens": max_tokens, "seed": seed},
-        "results": results, "checks": checks(results),
+        "results": results,
+        "checks": checks(results),
     }
 
 
@@ -195,9 +258,11 @@ def print_table(report: dict) -> None:
     from rich.table import Table
 
     w = report["workload"]
-    table = Table(title=f"mismatch: {report['model']} (lora_rank {report['lora_rank']}), backend {report['backend']}, "
-                        f"{w['prompts']} prompts x {w['generations']} x <= {w['max_tokens']} tokens, "
-                        f"T={report['temperature']:g}, seed {w['seed']}")
+    table = Table(
+        title=f"mismatch: {report['model']} (lora_rank {report['lora_rank']}), backend {report['backend']}, "
+        f"{w['prompts']} prompts x {w['generations']} x <= {w['max_tokens']} tokens, "
+        f"T={report['temperature']:g}, seed {w['seed']}"
+    )
     table.add_column("precision")
     table.add_column("trainer/rollout")
     table.add_column("tokens", justify="right")
@@ -209,8 +274,14 @@ def print_table(report: dict) -> None:
         if "error" in res:
             table.add_row(name, "-", "-", *["-"] * len(SHOWN), "-", "-")
             continue
-        table.add_row(name, f"{res['trainer']}/{res['rollout']}", f"{int(res['mismatch/tokens'])}",
-                      *[_fmt(res[k]) for k in SHOWN], _fmt(res["k3_vs_fp16"]), _fmt(res["abs_dlogp_vs_fp16"]))
+        table.add_row(
+            name,
+            f"{res['trainer']}/{res['rollout']}",
+            f"{int(res['mismatch/tokens'])}",
+            *[_fmt(res[k]) for k in SHOWN],
+            _fmt(res["k3_vs_fp16"]),
+            _fmt(res["abs_dlogp_vs_fp16"]),
+        )
     console = Console(width=None if sys.stdout.isatty() else 170)  # piped: do not squeeze to 80
     console.print(table)
     for name, res in report["results"].items():

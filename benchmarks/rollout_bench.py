@@ -30,14 +30,15 @@ ROLLOUT_DTYPES = [n for n in DTYPES if n != "fp8"]  # both backends sample in th
 @dataclass
 class Workload:
     """What one `grpo-studio bench rollout` measures (its flags)."""
-    model: str          # preset id, local folder, or random:LAYERSxHIDDEN
-    dtype: str          # one of ROLLOUT_DTYPES
+
+    model: str  # preset id, local folder, or random:LAYERSxHIDDEN
+    dtype: str  # one of ROLLOUT_DTYPES
     prompts: int
     n: int
     max_tokens: int
     temperature: float
-    repeats: int        # timed calls per backend, after a warm-up call
-    eager: bool         # vLLM without torch.compile (rollout.vllm_enforce_eager = on)
+    repeats: int  # timed calls per backend, after a warm-up call
+    eager: bool  # vLLM without torch.compile (rollout.vllm_enforce_eager = on)
 
 
 def _config(a):
@@ -109,14 +110,28 @@ def _lora_sync(cfg, plan, model_path, tokenizer, prompts, a) -> dict:
     finally:
         backend.close()
 
-    llm = LLM(model=model_path, dtype=DTYPES[a.dtype].torch,
-              enable_lora=True, max_lora_rank=8, max_loras=1, logprobs_mode="processed_logprobs",
-              max_model_len=backend._max_model_len(model_path, 64 + a.max_tokens), enforce_eager=a.eager,
-              kv_cache_memory_bytes=2**30, seed=0)
+    llm = LLM(
+        model=model_path,
+        dtype=DTYPES[a.dtype].torch,
+        enable_lora=True,
+        max_lora_rank=8,
+        max_loras=1,
+        logprobs_mode="processed_logprobs",
+        max_model_len=backend._max_model_len(model_path, 64 + a.max_tokens),
+        enforce_eager=a.eager,
+        kv_cache_memory_bytes=2**30,
+        seed=0,
+    )
     try:
         inputs = [TokensPrompt(prompt_token_ids=p) for p in prompts]
-        sp = SamplingParams(n=a.n, max_tokens=a.max_tokens, temperature=a.temperature, logprobs=0, detokenize=False,
-                            stop_token_ids=[tokenizer.eos_token_id])
+        sp = SamplingParams(
+            n=a.n,
+            max_tokens=a.max_tokens,
+            temperature=a.temperature,
+            logprobs=0,
+            detokenize=False,
+            stop_token_ids=[tokenizer.eos_token_id],
+        )
         with tempfile.TemporaryDirectory() as tmp:
             syncs, tokens, seconds = [], 0, 0.0
             for k in range(1, 5):
@@ -125,15 +140,19 @@ def _lora_sync(cfg, plan, model_path, tokenizer, prompts, a) -> dict:
                 policy.save_pretrained(f"{tmp}/step-{k}")
                 request = LoRARequest(f"step-{k}", k, f"{tmp}/step-{k}")
                 llm.generate(inputs[:1], SamplingParams(max_tokens=1), lora_request=request, use_tqdm=False)
-                syncs.append(time.perf_counter() - t)   # save + vLLM loading the adapter (1-token probe)
+                syncs.append(time.perf_counter() - t)  # save + vLLM loading the adapter (1-token probe)
                 t = time.perf_counter()
                 outs = llm.generate(inputs, sp, lora_request=request, use_tqdm=False)
                 dt = time.perf_counter() - t
-                if k > 1:                                # the first is the warm-up
+                if k > 1:  # the first is the warm-up
                     tokens += sum(len(c.token_ids) for o in outs for c in o.outputs)
                     seconds += dt
-        result["adapter"] = {"sync_s": round(sum(syncs[1:]) / 3, 4), "tokens": tokens, "seconds": round(seconds, 3),
-                             "tok_s": round(tokens / seconds, 1)}
+        result["adapter"] = {
+            "sync_s": round(sum(syncs[1:]) / 3, 4),
+            "tokens": tokens,
+            "seconds": round(seconds, 3),
+            "tok_s": round(tokens / seconds, 1),
+        }
     finally:
         llm.llm_engine.engine_core.shutdown()
     return result
@@ -151,8 +170,9 @@ def _random_model(spec: str) -> str:
         layers, hidden, *mlp = (int(x) for x in spec.removeprefix("random:").split("x"))
         (intermediate,) = mlp or [3 * hidden]
     except ValueError:
-        raise UserError("use random:LAYERSxHIDDEN[xINTERMEDIATE], e.g. random:8x1024", kind="bench", key="--model",
-                        value=spec) from None
+        raise UserError(
+            "use random:LAYERSxHIDDEN[xINTERMEDIATE], e.g. random:8x1024", kind="bench", key="--model", value=spec
+        ) from None
     maker_path = Path(__file__).resolve().parents[1] / "scripts" / "make_tiny_model.py"
     spec_ = importlib.util.spec_from_file_location("make_tiny_model", maker_path)
     maker = importlib.util.module_from_spec(spec_)
@@ -161,10 +181,20 @@ def _random_model(spec: str) -> str:
 
     tok = maker.build_tokenizer()
     heads = max(1, hidden // 64)
-    config = Qwen3Config(vocab_size=maker.VOCAB_SIZE, hidden_size=hidden, intermediate_size=intermediate,
-                         num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=max(1, heads // 2),
-                         head_dim=64, max_position_embeddings=512, tie_word_embeddings=True,
-                         eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, bos_token_id=None)
+    config = Qwen3Config(
+        vocab_size=maker.VOCAB_SIZE,
+        hidden_size=hidden,
+        intermediate_size=intermediate,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=max(1, heads // 2),
+        head_dim=64,
+        max_position_embeddings=512,
+        tie_word_embeddings=True,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+        bos_token_id=None,
+    )
     out = Path(tempfile.mkdtemp(prefix=f"grpo-bench-{layers}x{hidden}-"))
     Qwen3ForCausalLM(config).save_pretrained(out)
     tok.save_pretrained(out)
@@ -196,8 +226,17 @@ def run(a: Workload, lora_sync: bool = False) -> dict:
     plan = precision_plan.resolve(cfg)
     tokenizer = load_tokenizer(model_path)
     prompts = _prompts(tokenizer, a.prompts, cfg.rollout.max_prompt_len)
-    workload = {"model": a.model, "dtype": a.dtype, "prompts": len(prompts), "n": a.n, "max_tokens": a.max_tokens,
-                "temperature": a.temperature, "repeats": a.repeats, "vllm_compiled": not a.eager, "torch_threads": torch.get_num_threads()}
+    workload = {
+        "model": a.model,
+        "dtype": a.dtype,
+        "prompts": len(prompts),
+        "n": a.n,
+        "max_tokens": a.max_tokens,
+        "temperature": a.temperature,
+        "repeats": a.repeats,
+        "vllm_compiled": not a.eager,
+        "torch_threads": torch.get_num_threads(),
+    }
 
     hf = HFBackend(model_path, tokenizer, plan)
     hf_result = _measure(hf, prompts, a)
@@ -208,9 +247,13 @@ def run(a: Workload, lora_sync: bool = False) -> dict:
         vllm_result["start_s"] = round(backend.start_seconds, 1)
     finally:
         backend.close()
-    report = {"workload": workload, "hf": hf_result, "vllm": vllm_result,
-              "speedup": round(vllm_result["tok_s"] / hf_result["tok_s"], 2),
-              "vllm_version": vllm_backend.installed_version()}
+    report = {
+        "workload": workload,
+        "hf": hf_result,
+        "vllm": vllm_result,
+        "speedup": round(vllm_result["tok_s"] / hf_result["tok_s"], 2),
+        "vllm_version": vllm_backend.installed_version(),
+    }
     if lora_sync:
         report["lora_sync"] = _lora_sync(cfg, plan, model_path, tokenizer, prompts, a)
     return report
@@ -218,12 +261,16 @@ def run(a: Workload, lora_sync: bool = False) -> dict:
 
 def print_report(report: dict) -> None:
     w = report["workload"]
-    print(f"rollout: {w['model']} {w['dtype']}, {w['prompts']} prompts × n={w['n']}, ≤{w['max_tokens']} tokens, "
-          f"T={w['temperature']}, {w['repeats']} timed call(s) after a warm-up")
+    print(
+        f"rollout: {w['model']} {w['dtype']}, {w['prompts']} prompts × n={w['n']}, ≤{w['max_tokens']} tokens, "
+        f"T={w['temperature']}, {w['repeats']} timed call(s) after a warm-up"
+    )
     for name in ("hf", "vllm"):
         r = report[name]
         print(f"  {name:5s} {r['tok_s']:10.1f} tok/s  ({r['tokens']} tokens in {r['seconds']:.2f}s)")
-    print(f"  vllm / hf = {report['speedup']:.2f}x   (vLLM {report['vllm_version']}, engine start "
-          f"{report['vllm']['start_s']}s not counted)")
+    print(
+        f"  vllm / hf = {report['speedup']:.2f}x   (vLLM {report['vllm_version']}, engine start "
+        f"{report['vllm']['start_s']}s not counted)"
+    )
     for name, r in report.get("lora_sync", {}).items():
         print(f"  lora {name:8s} sync {r['sync_s'] * 1000:8.1f} ms/step   rollout {r['tok_s']:10.1f} tok/s")

@@ -54,23 +54,25 @@ from dataclasses import asdict, dataclass
 @dataclass
 class Workload:
     """What one `grpo-studio bench step` measures (its flags)."""
-    model: str          # preset id, local folder, or random:LxH[xI]
-    prompts: int        # prompts per optimizer step
-    generations: int    # completions per prompt (G)
-    max_tokens: int     # completion length cap
-    mean_len: int       # random models: target mean completion length via the EOS bias (0: no bias)
-    steps: int          # timed steps per side
-    warmup: int         # untimed steps per side first
-    lora_rank: int      # 0 = full fine-tune
+
+    model: str  # preset id, local folder, or random:LxH[xI]
+    prompts: int  # prompts per optimizer step
+    generations: int  # completions per prompt (G)
+    max_tokens: int  # completion length cap
+    mean_len: int  # random models: target mean completion length via the EOS bias (0: no bias)
+    steps: int  # timed steps per side
+    warmup: int  # untimed steps per side first
+    lora_rank: int  # 0 = full fine-tune
     lr: float
     seed: int
-    backends: tuple     # our rollout backends, from hf, vllm
-    vs: str             # trl | none
+    backends: tuple  # our rollout backends, from hf, vllm
+    vs: str  # trl | none
     micro_batch_tokens: int = 0  # ours: train.micro_batch_tokens (TRL pads every row to the longest)
-    profile: int = 0    # > 0: torch.profiler over one more step of ours per backend, its top ops by self time
+    profile: int = 0  # > 0: torch.profiler over one more step of ours per backend, its top ops by self time
 
 
 # ---- the model ------------------------------------------------------------------------------
+
 
 def _model_path(w: Workload) -> str:
     from grpo_studio.benchmarks.rollout_bench import _random_model
@@ -109,6 +111,7 @@ def _add_eos_bias(path: str, mean_len: int) -> float:
 
 
 # ---- measuring a side -----------------------------------------------------------------------
+
 
 class PeakMemory:
     """Peak RSS (and CUDA peak allocated) over a `with` block, sampled every 20 ms on a thread."""
@@ -150,32 +153,51 @@ def _summary(steps: list[dict], w: Workload, n_params: int, prompt_len: float, p
     tokens = B * prompt_len + completion
     flop = flops.step_flop(n_params, generated=tokens, trained=tokens, lora=bool(w.lora_rank))
     return {
-        "step_s": round(step_s, 4), "rollout_s": round(rollout_s, 4), "train_s": round(step_s - rollout_s, 4),
+        "step_s": round(step_s, 4),
+        "rollout_s": round(rollout_s, 4),
+        "train_s": round(step_s - rollout_s, 4),
         "completion_len_mean": round(completion / B, 2),
         "gen_tok_s": float(f"{completion / rollout_s:.4g}"),
         "train_tok_s": float(f"{tokens / (step_s - rollout_s):.4g}"),
-        "flop_per_step": flop, "achieved_gflop_s": float(f"{flop / step_s / 1e9:.4g}"),
+        "flop_per_step": flop,
+        "achieved_gflop_s": float(f"{flop / step_s / 1e9:.4g}"),
         "mfu": float(f"{flop / step_s / peak:.4g}"),
-        "peak_rss_gib": round(mem.peak / 2**30, 3), "rss_growth_gib": round((mem.peak - mem.start) / 2**30, 3),
+        "peak_rss_gib": round(mem.peak / 2**30, 3),
+        "rss_growth_gib": round((mem.peak - mem.start) / 2**30, 3),
         **({"cuda_peak_gib": round(mem.cuda_peak / 2**30, 3)} if mem.cuda_peak is not None else {}),
         "reward_last": round(steps[-1]["reward"], 4),
         "reward_mean": round(statistics.mean(s["reward"] for s in steps), 4),
         "steps_s": [round(s["step_s"], 4) for s in steps],
         # ours: the trainer's own split and MFU (its rows' perf/sync_s, perf/idle_s, perf/mfu)
-        **{k: round(statistics.median(s[k] for s in steps), 4) for k in ("sync_s", "idle_s", "run_mfu")
-           if k in steps[0]},
+        **{
+            k: round(statistics.median(s[k] for s in steps), 4)
+            for k in ("sync_s", "idle_s", "run_mfu")
+            if k in steps[0]
+        },
     }
 
 
 def _config(w: Workload, model_path: str, backend: str):
     from grpo_studio.contract import config
 
-    return config.load("tiny-arith", [
-        f"model.name={model_path}", f"model.lora_rank={w.lora_rank}", f"rollout.backend={backend}",
-        f"rollout.num_generations={w.generations}", f"rollout.max_completion_len={w.max_tokens}",
-        f"train.prompts_per_step={w.prompts}", f"train.lr={w.lr}", f"train.seed={w.seed}",
-        f"train.steps={w.warmup + w.steps}", f"train.micro_batch_tokens={w.micro_batch_tokens}",
-        "train.save_every=0", "train.eval_every=0", "algo.is_level=none"])
+    return config.load(
+        "tiny-arith",
+        [
+            f"model.name={model_path}",
+            f"model.lora_rank={w.lora_rank}",
+            f"rollout.backend={backend}",
+            f"rollout.num_generations={w.generations}",
+            f"rollout.max_completion_len={w.max_tokens}",
+            f"train.prompts_per_step={w.prompts}",
+            f"train.lr={w.lr}",
+            f"train.seed={w.seed}",
+            f"train.steps={w.warmup + w.steps}",
+            f"train.micro_batch_tokens={w.micro_batch_tokens}",
+            "train.save_every=0",
+            "train.eval_every=0",
+            "algo.is_level=none",
+        ],
+    )
 
 
 def run_ours(w: Workload, model_path: str, backend: str, report_side) -> None:
@@ -188,18 +210,25 @@ def run_ours(w: Workload, model_path: str, backend: str, report_side) -> None:
         trainer = Trainer(cfg, f"{tmp}/run")
         trainer.rundir.acquire()
         try:
-            rows = [trainer.step() for _ in range(w.warmup + w.steps)][w.warmup:]
+            rows = [trainer.step() for _ in range(w.warmup + w.steps)][w.warmup :]
             top = profile_step(trainer, w.profile) if w.profile else None
         finally:
             trainer.rundir.release()
             trainer.close()
         n_params = flops.matmul_params(trainer.policy)
     B = w.prompts * w.generations
-    steps = [{"step_s": r["perf/step_s"], "rollout_s": r["perf/rollout_s"],
-              "completion_tokens": r["completion/len_mean"] * B,
-              "reward": sum(v for k, v in r.items() if k.startswith("rewards/") and k.endswith("/mean")),
-              "sync_s": r["perf/sync_s"], "idle_s": r["perf/idle_s"], "run_mfu": r["perf/mfu"]}
-             for r in rows]
+    steps = [
+        {
+            "step_s": r["perf/step_s"],
+            "rollout_s": r["perf/rollout_s"],
+            "completion_tokens": r["completion/len_mean"] * B,
+            "reward": sum(v for k, v in r.items() if k.startswith("rewards/") and k.endswith("/mean")),
+            "sync_s": r["perf/sync_s"],
+            "idle_s": r["perf/idle_s"],
+            "run_mfu": r["perf/mfu"],
+        }
+        for r in rows
+    ]
     report_side(n_params, steps, mem, top)
 
 
@@ -214,8 +243,10 @@ def profile_step(trainer, rows: int) -> list[dict]:
     events = prof.key_averages()
     key = (lambda e: e.self_device_time_total) if cuda else (lambda e: e.self_cpu_time_total)
     total = sum(map(key, events)) or 1
-    return [{"op": e.key, "self_s": round(key(e) / 1e6, 4), "share": round(key(e) / total, 4), "calls": e.count}
-            for e in sorted(events, key=key, reverse=True)[:rows]]
+    return [
+        {"op": e.key, "self_s": round(key(e) / 1e6, 4), "share": round(key(e) / total, 4), "calls": e.count}
+        for e in sorted(events, key=key, reverse=True)[:rows]
+    ]
 
 
 def run_trl(w: Workload, model_path: str, report_side) -> None:
@@ -231,8 +262,17 @@ def run_trl(w: Workload, model_path: str, report_side) -> None:
     rows = data.load_rows(cfg.data, "train")
     funcs = [fn for _, fn in rewards.build(cfg.rewards)]
     B = w.prompts * w.generations
-    lora = (LoraConfig(r=w.lora_rank, lora_alpha=cfg.model.lora_alpha, lora_dropout=0.0, target_modules="all-linear",
-                       task_type="CAUSAL_LM") if w.lora_rank else None)
+    lora = (
+        LoraConfig(
+            r=w.lora_rank,
+            lora_alpha=cfg.model.lora_alpha,
+            lora_dropout=0.0,
+            target_modules="all-linear",
+            task_type="CAUSAL_LM",
+        )
+        if w.lora_rank
+        else None
+    )
     steps, marks = [], {}
 
     class Timer(transformers.TrainerCallback):
@@ -247,16 +287,39 @@ def run_trl(w: Workload, model_path: str, report_side) -> None:
                 steps[-1].update(reward=logs["reward"], completion_tokens=logs["completions/mean_length"] * B)
 
     with tempfile.TemporaryDirectory() as tmp, PeakMemory() as mem:
-        args = GRPOConfig(output_dir=tmp, use_cpu=not _cuda(), per_device_train_batch_size=B,
-                          num_generations=w.generations, max_completion_length=w.max_tokens,
-                          temperature=cfg.rollout.temperature, learning_rate=w.lr, lr_scheduler_type="constant",
-                          warmup_steps=0, weight_decay=0.0, max_grad_norm=cfg.train.grad_clip, beta=0.0,
-                          loss_type=cfg.algo.loss_type, epsilon=cfg.algo.epsilon, scale_rewards="group",
-                          max_steps=w.warmup + w.steps, seed=w.seed, logging_steps=1, save_strategy="no",
-                          report_to="none", disable_tqdm=True, bf16=False, fp16=False,
-                          gradient_checkpointing=cfg.model.gradient_checkpointing)  # TRL's default is on
-        trainer = GRPOTrainer(model=model_path, reward_funcs=funcs, args=args, peft_config=lora,
-                              train_dataset=datasets.Dataset.from_list(rows))
+        args = GRPOConfig(
+            output_dir=tmp,
+            use_cpu=not _cuda(),
+            per_device_train_batch_size=B,
+            num_generations=w.generations,
+            max_completion_length=w.max_tokens,
+            temperature=cfg.rollout.temperature,
+            learning_rate=w.lr,
+            lr_scheduler_type="constant",
+            warmup_steps=0,
+            weight_decay=0.0,
+            max_grad_norm=cfg.train.grad_clip,
+            beta=0.0,
+            loss_type=cfg.algo.loss_type,
+            epsilon=cfg.algo.epsilon,
+            scale_rewards="group",
+            max_steps=w.warmup + w.steps,
+            seed=w.seed,
+            logging_steps=1,
+            save_strategy="no",
+            report_to="none",
+            disable_tqdm=True,
+            bf16=False,
+            fp16=False,
+            gradient_checkpointing=cfg.model.gradient_checkpointing,
+        )  # TRL's default is on
+        trainer = GRPOTrainer(
+            model=model_path,
+            reward_funcs=funcs,
+            args=args,
+            peft_config=lora,
+            train_dataset=datasets.Dataset.from_list(rows),
+        )
         generate = trainer._generate_single_turn
 
         def timed(*a, **k):  # the sampler's share of the step, as ours reports perf/rollout_s
@@ -270,7 +333,7 @@ def run_trl(w: Workload, model_path: str, report_side) -> None:
         trainer.add_callback(Timer())
         trainer.train()
         n_params = flops.matmul_params(trainer.model)
-    report_side(n_params, steps[w.warmup:], mem, None)
+    report_side(n_params, steps[w.warmup :], mem, None)
 
 
 def _cuda() -> bool:
@@ -297,8 +360,12 @@ def run(w: Workload, progress=None) -> dict:
     from grpo_studio.engine.sampler import vllm_backend
 
     if "vllm" in w.backends and vllm_backend.unavailable_reason():
-        raise UserError(f"needs vLLM: {vllm_backend.unavailable_reason()}", kind="bench", key="--backends",
-                        value=",".join(w.backends))
+        raise UserError(
+            f"needs vLLM: {vllm_backend.unavailable_reason()}",
+            kind="bench",
+            key="--backends",
+            value=",".join(w.backends),
+        )
     say = progress or (lambda _: None)
     model_path = _model_path(w)
     try:
@@ -324,6 +391,7 @@ def _run(w: Workload, model_path: str, say) -> dict:
             sides[name]["matmul_params"] = n_params
             if top:
                 sides[name]["profile"] = top
+
         return report
 
     if w.vs == "trl":
@@ -332,29 +400,43 @@ def _run(w: Workload, model_path: str, say) -> dict:
     for backend in w.backends:
         say(f"ours ({backend})")
         run_ours(w, model_path, backend, side(f"ours_{backend}"))
-    report = {"workload": {**asdict(w), "backends": list(w.backends), "torch_threads": torch.get_num_threads(),
-                           "prompt_len_mean": round(prompt_len, 2)},
-              "matmul_peak_gflop_s": round(peak / 1e9, 2), "sides": sides}
+    report = {
+        "workload": {
+            **asdict(w),
+            "backends": list(w.backends),
+            "torch_threads": torch.get_num_threads(),
+            "prompt_len_mean": round(prompt_len, 2),
+        },
+        "matmul_peak_gflop_s": round(peak / 1e9, 2),
+        "sides": sides,
+    }
     if "trl" in sides:
-        report["speedup_vs_trl"] = {name: round(sides["trl"]["step_s"] / s["step_s"], 3)
-                                    for name, s in sides.items() if name != "trl"}
+        report["speedup_vs_trl"] = {
+            name: round(sides["trl"]["step_s"] / s["step_s"], 3) for name, s in sides.items() if name != "trl"
+        }
     return report
 
 
 def print_report(report: dict) -> None:
     w = report["workload"]
     lora = f"LoRA r{w['lora_rank']}" if w["lora_rank"] else "full fine-tune"
-    print(f"step: {w['model']}, {w['prompts']} prompts × {w['generations']}, ≤{w['max_tokens']} tokens, {lora}, "
-          f"lr {w['lr']:g}, {w['steps']} timed steps after {w['warmup']} warm-up, {w['torch_threads']} threads; "
-          f"matmul peak {report['matmul_peak_gflop_s']:.1f} GFLOP/s")
-    print(f"  {'side':10s} {'s/step':>8s} {'rollout':>8s} {'train':>8s} {'gen tok/s':>10s} {'train tok/s':>11s} "
-          f"{'len':>6s} {'peak GiB':>9s} {'reward':>7s} {'MFU':>6s} {'vs TRL':>7s}")
+    print(
+        f"step: {w['model']}, {w['prompts']} prompts × {w['generations']}, ≤{w['max_tokens']} tokens, {lora}, "
+        f"lr {w['lr']:g}, {w['steps']} timed steps after {w['warmup']} warm-up, {w['torch_threads']} threads; "
+        f"matmul peak {report['matmul_peak_gflop_s']:.1f} GFLOP/s"
+    )
+    print(
+        f"  {'side':10s} {'s/step':>8s} {'rollout':>8s} {'train':>8s} {'gen tok/s':>10s} {'train tok/s':>11s} "
+        f"{'len':>6s} {'peak GiB':>9s} {'reward':>7s} {'MFU':>6s} {'vs TRL':>7s}"
+    )
     speedup = report.get("speedup_vs_trl", {})
     for name, s in report["sides"].items():
         ratio = f"{speedup[name]:.2f}x" if name in speedup else "—"
-        print(f"  {name:10s} {s['step_s']:8.3f} {s['rollout_s']:8.3f} {s['train_s']:8.3f} {s['gen_tok_s']:10.1f} "
-              f"{s['train_tok_s']:11.1f} {s['completion_len_mean']:6.1f} {s['peak_rss_gib']:9.2f} "
-              f"{s['reward_last']:7.3f} {s['mfu']:6.1%} {ratio:>7s}")
+        print(
+            f"  {name:10s} {s['step_s']:8.3f} {s['rollout_s']:8.3f} {s['train_s']:8.3f} {s['gen_tok_s']:10.1f} "
+            f"{s['train_tok_s']:11.1f} {s['completion_len_mean']:6.1f} {s['peak_rss_gib']:9.2f} "
+            f"{s['reward_last']:7.3f} {s['mfu']:6.1%} {ratio:>7s}"
+        )
     for name, s in report["sides"].items():
         if "profile" in s:
             print(f"  profile of one {name} step (self time):")

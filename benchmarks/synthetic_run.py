@@ -27,24 +27,37 @@ def shapes(drift: float, lagged: float | None = None) -> dict[str, tuple[float, 
     u uniform in [0, 1). Names not listed get (0, 1, 0). `lagged`: metrics_rows."""
     frac = 0.0 if lagged is None else 0.3
     return {
-        metrics.REWARD: (0.0, 0.5, 4.0), metrics.reward_key(metrics.FN): (0.0, 0.25, 4.0),
-        metrics.LOSS: (-0.02, 0.02, 0.0), metrics.K3: (0.0, drift ** 2, 2.0),
-        metrics.DP_MAX: (0.0, 8 * drift, 0.0), "mismatch/abs_dp_mean": (0.0, 0.3 * drift, 0.0),
-        "mismatch/is_min": (1.0, -8 * drift, 0.0), "mismatch/is_mean": (1.0, 0.0, 0.0),
-        "mismatch/is_max": (1.0, 8 * drift, 0.0), "mismatch/masked_frac": (0.0, 0.0, 0.0),
+        metrics.REWARD: (0.0, 0.5, 4.0),
+        metrics.reward_key(metrics.FN): (0.0, 0.25, 4.0),
+        metrics.LOSS: (-0.02, 0.02, 0.0),
+        metrics.K3: (0.0, drift**2, 2.0),
+        metrics.DP_MAX: (0.0, 8 * drift, 0.0),
+        "mismatch/abs_dp_mean": (0.0, 0.3 * drift, 0.0),
+        "mismatch/is_min": (1.0, -8 * drift, 0.0),
+        "mismatch/is_mean": (1.0, 0.0, 0.0),
+        "mismatch/is_max": (1.0, 8 * drift, 0.0),
+        "mismatch/masked_frac": (0.0, 0.0, 0.0),
         "precision/loss_scale": (65536.0, 0.0, 0.0),
-        "mismatch/lag0/k3": (0.0, drift ** 2, 2.0), "mismatch/lag0/abs_dlogp_mean": (0.0, drift, 0.0),
-        "mismatch/lagged/k3": (0.0, (lagged or 0.0) * drift ** 2, 2.0),
+        "mismatch/lag0/k3": (0.0, drift**2, 2.0),
+        "mismatch/lag0/abs_dlogp_mean": (0.0, drift, 0.0),
+        "mismatch/lagged/k3": (0.0, (lagged or 0.0) * drift**2, 2.0),
         "mismatch/lagged/abs_dlogp_mean": (0.0, (lagged or 0.0) * drift, 0.0),
-        "mismatch/lagged_frac": (frac, 0.0, 0.0), "policy/token_lag_mean": (frac, 0.0, 0.0),
-        "policy/token_lag_max": (frac and 1.0, 0.0, 0.0), "policy/dropped_tokens": (0.0, 0.0, 0.0),
-        "perf/mfu": (0.0, 0.5, 0.0), "perf/rollout_s": (0.0, 0.4, 0.0), "perf/train_s": (0.0, 0.5, 0.0),
-        "perf/sync_s": (0.0, 0.03, 0.0), "perf/trainer_wait_s": (0.0, 0.05, 0.0), "perf/idle_s": (0.0, 0.05, 0.0),
+        "mismatch/lagged_frac": (frac, 0.0, 0.0),
+        "policy/token_lag_mean": (frac, 0.0, 0.0),
+        "policy/token_lag_max": (frac and 1.0, 0.0, 0.0),
+        "policy/dropped_tokens": (0.0, 0.0, 0.0),
+        "perf/mfu": (0.0, 0.5, 0.0),
+        "perf/rollout_s": (0.0, 0.4, 0.0),
+        "perf/train_s": (0.0, 0.5, 0.0),
+        "perf/sync_s": (0.0, 0.03, 0.0),
+        "perf/trainer_wait_s": (0.0, 0.05, 0.0),
+        "perf/idle_s": (0.0, 0.05, 0.0),
     }
 
 
-def metrics_rows(steps: int, total: int, dtype: str, seed: int, t0: float, lagged: float | None = None,
-                 world_size: int = 1) -> list[dict]:
+def metrics_rows(
+    steps: int, total: int, dtype: str, seed: int, t0: float, lagged: float | None = None, world_size: int = 1
+) -> list[dict]:
     """`lagged`: an asynchronous run whose lagged tokens' k3 is this many times the lag-0 k3."""
     shape = shapes(DRIFT[dtype], lagged)
     names = metrics.names(FUNCS)
@@ -69,8 +82,17 @@ def histogram_row(step: int, dtype: str, lagged: float | None = None) -> dict:
     center = math.log10(DRIFT[dtype])
     edges = metrics.HIST_EDGES
     counts = [int(400 * math.exp(-((math.log10(edges[i]) - center) ** 2))) for i in range(len(edges) - 1)]
-    row = {"step": step, "edges": edges, "counts": counts, "counts_pos": [c // 2 for c in counts],
-           "counts_neg": [c - c // 2 for c in counts], "zero": 50, "under": 0, "over": 0, "n": sum(counts) + 50}
+    row = {
+        "step": step,
+        "edges": edges,
+        "counts": counts,
+        "counts_pos": [c // 2 for c in counts],
+        "counts_neg": [c - c // 2 for c in counts],
+        "zero": 50,
+        "under": 0,
+        "over": 0,
+        "n": sum(counts) + 50,
+    }
     lag0 = row["n"] if lagged is None else round(0.7 * row["n"])  # async: 30% of the tokens one version behind
     row["lag"] = {"0": lag0, **({"1": row["n"] - lag0} if lagged is not None else {})}
     return row
@@ -80,9 +102,17 @@ def write_jsonl(path: Path, rows: list[dict]) -> None:
     path.write_text("".join(json.dumps(row) + "\n" for row in rows))
 
 
-def write_run(run_dir: Path, steps: int, total: int | None = None, dtype: str = "bf16", seed: int = 0,
-              state: str = "finished", t0: float = 1_750_000_000.0, lagged: float | None = None,
-              world_size: int = 1) -> Path:
+def write_run(
+    run_dir: Path,
+    steps: int,
+    total: int | None = None,
+    dtype: str = "bf16",
+    seed: int = 0,
+    state: str = "finished",
+    t0: float = 1_750_000_000.0,
+    lagged: float | None = None,
+    world_size: int = 1,
+) -> Path:
     """A run directory with `steps` rows of a `total`-step run, ending in `state` (`lagged`, `world_size`:
     metrics_rows)."""
     run_dir = Path(run_dir)
@@ -96,8 +126,15 @@ def write_run(run_dir: Path, steps: int, total: int | None = None, dtype: str = 
         for a, b in ((12, 30), (7, 41)):
             ok = (step + a) % 3 != 0
             answer = a + b if ok else a + b + 1
-            samples.append({"step": step, "prompt": f"{a}+{b}=", "completion": f"<answer>{answer}</answer>",
-                            "advantage": 0.7 if ok else -1.2, "rewards": {"correctness": 2.0 if ok else 0.0, "format": 0.5}})
+            samples.append(
+                {
+                    "step": step,
+                    "prompt": f"{a}+{b}=",
+                    "completion": f"<answer>{answer}</answer>",
+                    "advantage": 0.7 if ok else -1.2,
+                    "rewards": {"correctness": 2.0 if ok else 0.0, "format": 0.5},
+                }
+            )
     write_jsonl(run_dir / rundir.SAMPLES, samples)
     events = [{"time": t0, "event": "started", "message": "starting step 0", "total_steps": total}]
     if steps >= 20:

@@ -20,6 +20,7 @@ class LiveBytes:
                 out = func(*args, **(kwargs or {}))
                 tracker._sweep()
                 import torch
+
                 for t in tree_flatten(out)[0]:
                     # plain tensors only: a DTensor (fsdp) has no storage of its own; its local part is one
                     if type(t) in (torch.Tensor, torch.nn.Parameter) and t.device.type == "cpu":

@@ -1,10 +1,10 @@
 """`grpo-studio bench ui`: studio responsiveness.
 
-  first frame   process start -> the setup screen's first frame (python start-up and imports
-                included), median of N fresh processes; target < 1.5 s
-  chart refresh one new metrics row appended -> tail read, the overview's charts rebuilt from
-                10,000 steps of history and rendered; target < 50 ms. Baseline: the same with
-                100 steps, so the ratio shows how refresh cost scales with history.
+first frame   process start -> the setup screen's first frame (python start-up and imports
+              included), median of N fresh processes; target < 1.5 s
+chart refresh one new metrics row appended -> tail read, the overview's charts rebuilt from
+              10,000 steps of history and rendered; target < 50 ms. Baseline: the same with
+              100 steps, so the ratio shows how refresh cost scales with history.
 """
 
 from __future__ import annotations
@@ -56,8 +56,11 @@ def first_frame_s(repeats: int) -> list[float]:
 
 def metrics_row(step: int, rng: random.Random) -> dict:
     """A row as wide as the trainer's: every schema metric (tiny-arith's rewards), values in [0, 1)."""
-    return {**{name: rng.random() for name in metrics.names(["correctness", "format"])},
-            metrics.STEP: step, metrics.TIME: float(step)}
+    return {
+        **{name: rng.random() for name in metrics.names(["correctness", "format"])},
+        metrics.STEP: step,
+        metrics.TIME: float(step),
+    }
 
 
 def write_metrics(path: Path, steps: range, rng: random.Random) -> None:
@@ -103,11 +106,20 @@ def run(repeats: int, history: int) -> dict:
     base = refresh_ms(100, repeats * 4)
     big = refresh_ms(history, repeats * 4)
     return {
-        "first_frame_s": {"median": statistics.median(frames), "min": min(frames), "max": max(frames),
-                          "target": FIRST_FRAME_TARGET_S},
-        "chart_refresh_ms": {"history": history, "median": statistics.median(big), "max": max(big),
-                             "baseline_100_steps_median": statistics.median(base), "target": REFRESH_TARGET_MS,
-                             "ratio_vs_100_steps": statistics.median(big) / max(statistics.median(base), 1e-9)},
+        "first_frame_s": {
+            "median": statistics.median(frames),
+            "min": min(frames),
+            "max": max(frames),
+            "target": FIRST_FRAME_TARGET_S,
+        },
+        "chart_refresh_ms": {
+            "history": history,
+            "median": statistics.median(big),
+            "max": max(big),
+            "baseline_100_steps_median": statistics.median(base),
+            "target": REFRESH_TARGET_MS,
+            "ratio_vs_100_steps": statistics.median(big) / max(statistics.median(base), 1e-9),
+        },
     }
 
 
@@ -117,9 +129,13 @@ def print_report(result: dict) -> None:
     import os
 
     print(f"machine load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs (figures scale with it)")
-    print(f"first frame      median {ff['median']:.2f} s (min {ff['min']:.2f}, max {ff['max']:.2f}); "
-          f"target < {FIRST_FRAME_TARGET_S} s: {ok(ff['median'], FIRST_FRAME_TARGET_S)}")
-    print(f"chart refresh    {cr['history']:,} steps: median {cr['median']:.1f} ms (max {cr['max']:.1f}); "
-          f"100 steps: {cr['baseline_100_steps_median']:.1f} ms; ratio {cr['ratio_vs_100_steps']:.2f}x; "
-          f"target < {REFRESH_TARGET_MS:.0f} ms: {ok(cr['median'], REFRESH_TARGET_MS)}  "
-          f"(2 charts, 5 lines, at 120x40)")
+    print(
+        f"first frame      median {ff['median']:.2f} s (min {ff['min']:.2f}, max {ff['max']:.2f}); "
+        f"target < {FIRST_FRAME_TARGET_S} s: {ok(ff['median'], FIRST_FRAME_TARGET_S)}"
+    )
+    print(
+        f"chart refresh    {cr['history']:,} steps: median {cr['median']:.1f} ms (max {cr['max']:.1f}); "
+        f"100 steps: {cr['baseline_100_steps_median']:.1f} ms; ratio {cr['ratio_vs_100_steps']:.2f}x; "
+        f"target < {REFRESH_TARGET_MS:.0f} ms: {ok(cr['median'], REFRESH_TARGET_MS)}  "
+        f"(2 charts, 5 lines, at 120x40)"
+    )

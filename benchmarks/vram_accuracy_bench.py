@@ -52,8 +52,8 @@ class Case:
     generations: int = 4
     checkpointing: bool = False
     load_in_4bit: bool = False
-    world: int = 1          # data-parallel processes
-    parallel: str = "ddp"   # with world > 1: ddp | fsdp
+    world: int = 1  # data-parallel processes
+    parallel: str = "ddp"  # with world > 1: ddp | fsdp
 
 
 CASES = [
@@ -77,9 +77,16 @@ CASES = [
     Case("smollm2-135m lora r16", "smollm2-135m-instruct", lora_rank=16),  # the real packaged model
     Case("smollm2-135m full FT", "smollm2-135m-instruct", lora_rank=0),
 ]
-PROMPT, PROMPTS_PER_STEP = 29, 2      # odd lengths keep activation shapes apart from weight shapes
-ARCH = dict(hidden_size=256, intermediate_size=704, num_hidden_layers=4, num_attention_heads=4,
-            num_key_value_heads=2, head_dim=64, vocab_size=4096)
+PROMPT, PROMPTS_PER_STEP = 29, 2  # odd lengths keep activation shapes apart from weight shapes
+ARCH = dict(
+    hidden_size=256,
+    intermediate_size=704,
+    num_hidden_layers=4,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=64,
+    vocab_size=4096,
+)
 
 
 def _folder(family: str) -> str:
@@ -106,8 +113,11 @@ def _build(family: str, folder: str) -> None:
         Qwen3ForCausalLM,
     )
 
-    cls = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen3": (Qwen3Config, Qwen3ForCausalLM),
-           "gemma3": (Gemma3TextConfig, Gemma3ForCausalLM)}[family]
+    cls = {
+        "llama": (LlamaConfig, LlamaForCausalLM),
+        "qwen3": (Qwen3Config, Qwen3ForCausalLM),
+        "gemma3": (Gemma3TextConfig, Gemma3ForCausalLM),
+    }[family]
     torch.manual_seed(0)
     extra = {"tie_word_embeddings": family == "gemma3"}
     cls[1](cls[0](**ARCH, **extra)).save_pretrained(folder)
@@ -127,7 +137,7 @@ def measure(case: Case, folder: str, group=None) -> dict:
     policy = policy_loader.load_policy(cfg, folder, precision_plan.resolve(cfg))
     dev = policy_loader.device()
     policy.to(dev)
-    policy.train()   # HF checkpoints layers only in train mode (the engine's trainer does not call .train())
+    policy.train()  # HF checkpoints layers only in train mode (the engine's trainer does not call .train())
     params = [p for p in policy.parameters()]
     trainable = [p for p in params if p.requires_grad]
     optimizer = torch.optim.AdamW(trainable, lr=1e-4)
@@ -140,7 +150,7 @@ def measure(case: Case, folder: str, group=None) -> dict:
     gen = torch.Generator().manual_seed(0)
     ids = torch.randint(0, ARCH["vocab_size"], (B, T), generator=gen).to(dev)
     attention = torch.ones_like(ids)
-    attention[::2, : PROMPT // 3] = 0                     # left padding, as the trainer's batches have
+    attention[::2, : PROMPT // 3] = 0  # left padding, as the trainer's batches have
     adv = torch.randn(B, 1, generator=gen).to(dev)
 
     def step(hooks=None):
@@ -157,7 +167,7 @@ def measure(case: Case, folder: str, group=None) -> dict:
             group.reduce_gradients(trainable, loss.item(), torch.ones(B, case.completion), "grpo")
         optimizer.step()
 
-    step()                                                # AdamW state exists from here on
+    step()  # AdamW state exists from here on
 
     # saved tensors, tagged by where they were saved
     tag, saved = ["outside"], {}
@@ -176,6 +186,7 @@ def measure(case: Case, folder: str, group=None) -> dict:
 
     def _reset_tag(*_):
         tag[0] = "outside"
+
     policy.get_decoder().register_forward_pre_hook(_reset_tag)
 
     if dev.type == "cuda":  # UNTESTED: no GPU in the session that wrote this
@@ -195,8 +206,7 @@ def measure(case: Case, folder: str, group=None) -> dict:
     layer_bytes = [v for k, v in by_tag.items() if k.startswith("L")]
     activations = sum(layer_bytes) + by_tag.get("outside", 0)
     if case.checkpointing:  # the layer recomputed in backward: its saved bytes from a plain forward
-        policy.base_model.model.gradient_checkpointing_disable() if case.lora_rank else \
-            policy.gradient_checkpointing_disable()
+        policy.base_model.model.gradient_checkpointing_disable() if case.lora_rank else policy.gradient_checkpointing_disable()
         saved.clear()
         with policy_loader.autocast(cfg), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
             token_logprobs(policy, ids, attention, case.completion)
@@ -205,10 +215,15 @@ def measure(case: Case, folder: str, group=None) -> dict:
     logits = _logits_peak(policy, cfg, ids, attention, case.completion, adv)
     state = sum(t.untyped_storage().nbytes() for t in persistent_tensors(trainable, optimizer, grads=True))
     if case.lora_rank == 0:
-        state -= sum(p.untyped_storage().nbytes() for p in trainable)   # the fp32 master is the weights row
+        state -= sum(p.untyped_storage().nbytes() for p in trainable)  # the fp32 master is the weights row
     state += by_tag.get("autocast", 0)
-    return {"base weights": weights, "train state": state, "activations": activations,
-            "logits + log-softmax": logits, "peak": peak}
+    return {
+        "base weights": weights,
+        "train state": state,
+        "activations": activations,
+        "logits + log-softmax": logits,
+        "peak": peak,
+    }
 
 
 def _logits_peak(policy, cfg, ids, attention, completion: int, adv) -> int:
@@ -315,12 +330,14 @@ def measure_sharded(case: Case, folder: str, group) -> dict:
         optimizer.step()
 
     def local(tensors) -> int:
-        return sum(t.untyped_storage().nbytes() for t in unique_storages([getattr(t, "_local_tensor", t) for t in tensors]))
+        return sum(
+            t.untyped_storage().nbytes() for t in unique_storages([getattr(t, "_local_tensor", t) for t in tensors])
+        )
 
     step()
     adam = [v for st in optimizer.state.values() for v in st.values() if v.dim() > 0]
     weights, state = local(params), local(adam + [p.grad for p in trainable if p.grad is not None])
-    if case.lora_rank:   # the adapters' fp32 weights are part of the LoRA state row
+    if case.lora_rank:  # the adapters' fp32 weights are part of the LoRA state row
         weights, state = weights - local(trainable), state + local(trainable)
     before = local(params) + local(adam)  # step() sets the grads to None first: they are counted live
     tracker = LiveBytes()
@@ -338,8 +355,9 @@ def _rank(rank: int, case: Case, folder: str, port: int, out: str) -> None:
     from grpo_studio.engine import distributed
 
     torch.set_num_threads(1)
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
-                      WORLD_SIZE=str(case.world))
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(case.world)
+    )
     cfg = _config(case)
     cfg.train.parallel = case.parallel
     group = (distributed.Sharded if case.parallel == "fsdp" else distributed.Group)(cfg)
@@ -365,20 +383,25 @@ def run(cases=CASES) -> list[dict]:
             folders[case.family] = _folder(case.family)
         meas = (measure_ranks if case.world > 1 else measure)(case, folders[case.family])
         est = estimate(case, folders[case.family], device)
-        rows = [k for k in ROWS if k in meas]   # fsdp measures weights and state, not activations or logits
+        rows = [k for k in ROWS if k in meas]  # fsdp measures weights and state, not activations or logits
         meas["sum"] = sum(meas[k] for k in rows)
         est["sum"] = sum(est[k] for k in rows)
-        results.append({"config": case.name, "device": device, "estimate": est, "measured": meas,
-                        "error": {k: None if k not in meas else (est[k] - meas[k]) / meas[k] if meas[k] else 0.0
-                                  for k in est}})
+        results.append(
+            {
+                "config": case.name,
+                "device": device,
+                "estimate": est,
+                "measured": meas,
+                "error": {k: None if k not in meas else (est[k] - meas[k]) / meas[k] if meas[k] else 0.0 for k in est},
+            }
+        )
     return results
 
 
 def report(results: list[dict]) -> dict:
     """The JSON report: ok when the sum of measured components is within TOLERANCE of the estimate for every
     config (the issue's criterion; the peak is reported)."""
-    return {"tolerance": TOLERANCE, "ok": all(abs(r["error"]["sum"]) <= TOLERANCE for r in results),
-            "results": results}
+    return {"tolerance": TOLERANCE, "ok": all(abs(r["error"]["sum"]) <= TOLERANCE for r in results), "results": results}
 
 
 def print_report(report: dict) -> None:
@@ -391,10 +414,15 @@ def print_report(report: dict) -> None:
     for k in ROWS + ["sum", "peak"]:
         table.add_column(k, justify="right")
     for r in results:
-        cells = [f"{r['estimate'][k] / 2**20:.2f} / {r['measured'][k] / 2**20:.2f}  {r['error'][k]:+.1%}"
-                 if r["error"][k] is not None else f"{r['estimate'][k] / 2**20:.2f} / —"
-                 for k in ROWS + ["sum", "peak"]]
+        cells = [
+            f"{r['estimate'][k] / 2**20:.2f} / {r['measured'][k] / 2**20:.2f}  {r['error'][k]:+.1%}"
+            if r["error"][k] is not None
+            else f"{r['estimate'][k] / 2**20:.2f} / —"
+            for k in ROWS + ["sum", "peak"]
+        ]
         table.add_row(r["config"], *cells)
     Console().print(table)
-    print(f"{'PASS' if ok else 'FAIL'}: sum of measured components within ±{TOLERANCE:.0%} of the estimate for "
-          f"every config (peak: live-tensor peak, informational; AdamW step temporaries are not modelled)")
+    print(
+        f"{'PASS' if ok else 'FAIL'}: sum of measured components within ±{TOLERANCE:.0%} of the estimate for "
+        f"every config (peak: live-tensor peak, informational; AdamW step temporaries are not modelled)"
+    )

@@ -37,6 +37,9 @@ def run(args: argparse.Namespace) -> int:
     for line in warn:
         print(f"warning: {run_dir}/{line}", file=sys.stderr)
     if state.skipped_rows:  # as `grpo-studio runs` says it
-        print(f"warning: {run_dir}: skipped {state.skipped_rows} malformed lines (not a JSON object with the fields "
-              f"its file needs)", file=sys.stderr)
+        print(
+            f"warning: {run_dir}: skipped {state.skipped_rows} malformed lines (not a JSON object with the fields "
+            f"its file needs)",
+            file=sys.stderr,
+        )
     return app._run(app.StudioApp(cfg, str(run_dir), args.runs_dir, attach=run_dir, watch_tty=app._watch_tty()))

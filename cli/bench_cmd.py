@@ -32,6 +32,7 @@ def _report(args: argparse.Namespace, measure, show, indent: int = 2) -> dict:
 
 # ---- logprobs ----------------------------------------------------------------------------
 
+
 def _logprobs_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tokens", type=int, default=512, help="completion tokens (rows of hidden states, default 512)")
     p.add_argument("--hidden", type=int, default=896, help="hidden size (default 896, Qwen2.5-0.5B)")
@@ -46,8 +47,13 @@ def _logprobs_arguments(p: argparse.ArgumentParser) -> None:
 def _logprobs(args: argparse.Namespace) -> int:
     from grpo_studio.benchmarks import logprobs_bench as logprobs
 
-    for opt, value in (("--tokens", args.tokens), ("--hidden", args.hidden), ("--vocab", args.vocab),
-                       ("--chunk", args.chunk), ("--repeats", args.repeats)):
+    for opt, value in (
+        ("--tokens", args.tokens),
+        ("--hidden", args.hidden),
+        ("--vocab", args.vocab),
+        ("--chunk", args.chunk),
+        ("--repeats", args.repeats),
+    ):
         if value < 1:
             raise UserError("must be >= 1", kind="bench", key=opt, value=value)
     if args.temperature <= 0:
@@ -59,14 +65,23 @@ def _logprobs(args: argparse.Namespace) -> int:
         if device == "cuda" and not torch.cuda.is_available():
             raise UserError("no CUDA device here; use cpu or auto", kind="bench", key="--device", value=device)
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    workload = logprobs.Workload(tokens=args.tokens, hidden=args.hidden, vocab=args.vocab, chunk=args.chunk,
-                                 temperature=args.temperature, repeats=args.repeats, device=device, seed=args.seed)
+    workload = logprobs.Workload(
+        tokens=args.tokens,
+        hidden=args.hidden,
+        vocab=args.vocab,
+        chunk=args.chunk,
+        temperature=args.temperature,
+        repeats=args.repeats,
+        device=device,
+        seed=args.seed,
+    )
     progress = None if args.json else (lambda n: print(f"measuring {n} ...", file=sys.stderr, flush=True))
     _report(args, lambda: logprobs.run(workload, progress), logprobs.print_report)
     return 0
 
 
 # ---- mismatch ----------------------------------------------------------------------------
+
 
 def _mismatch_arguments(p: argparse.ArgumentParser) -> None:
     from grpo_studio.benchmarks.mismatch_bench import PRECISIONS
@@ -78,38 +93,62 @@ def _mismatch_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prompts", type=int, default=64, help="prompts (default 64)")
     p.add_argument("--generations", type=int, default=4, help="completions per prompt (default 4)")
     p.add_argument("--max-tokens", type=int, default=8, help="max completion tokens (default 8)")
-    p.add_argument("--lora-rank", type=int, default=0,
-                   help="trainer LoRA rank (default 0 = full fine-tune: fp32 master weights under autocast)")
+    p.add_argument(
+        "--lora-rank",
+        type=int,
+        default=0,
+        help="trainer LoRA rank (default 0 = full fine-tune: fp32 master weights under autocast)",
+    )
     p.add_argument("--seed", type=int, default=0, help="data and sampling seed (default 0)")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="recipe override, repeatable")
+    p.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="recipe override, repeatable"
+    )
 
 
 def _mismatch(args: argparse.Namespace) -> int:
     from grpo_studio.benchmarks import mismatch_bench as mismatch
 
     names = mismatch.parse_dtypes(args.dtypes)
-    for opt, value in (("--prompts", args.prompts), ("--generations", args.generations),
-                       ("--max-tokens", args.max_tokens)):
+    for opt, value in (
+        ("--prompts", args.prompts),
+        ("--generations", args.generations),
+        ("--max-tokens", args.max_tokens),
+    ):
         if value < 1:
             raise UserError("must be >= 1", kind="bench", key=opt, value=value)
     progress = None if args.json else (lambda n: print(f"measuring {n} ...", file=sys.stderr, flush=True))
-    _report(args, lambda: mismatch.run(names, backend=args.backend, model=args.model, recipe=args.recipe,
-                                       lora_rank=args.lora_rank, prompts=args.prompts, generations=args.generations,
-                                       max_tokens=args.max_tokens, seed=args.seed, overrides=args.overrides,
-                                       progress=progress),
-            mismatch.print_table)
+    _report(
+        args,
+        lambda: mismatch.run(
+            names,
+            backend=args.backend,
+            model=args.model,
+            recipe=args.recipe,
+            lora_rank=args.lora_rank,
+            prompts=args.prompts,
+            generations=args.generations,
+            max_tokens=args.max_tokens,
+            seed=args.seed,
+            overrides=args.overrides,
+            progress=progress,
+        ),
+        mismatch.print_table,
+    )
     return 0
 
 
 # ---- rollout -----------------------------------------------------------------------------
 
+
 def _rollout_arguments(p: argparse.ArgumentParser) -> None:
     from grpo_studio.benchmarks.rollout_bench import ROLLOUT_DTYPES
 
-    p.add_argument("--model", default="random:8x1024",
-                   help="preset id, local folder, or random:LAYERSxHIDDEN (a random Qwen3 with the bundled "
-                        "char tokenizer, e.g. random:8x1024, built in a temp folder)")
+    p.add_argument(
+        "--model",
+        default="random:8x1024",
+        help="preset id, local folder, or random:LAYERSxHIDDEN (a random Qwen3 with the bundled "
+        "char tokenizer, e.g. random:8x1024, built in a temp folder)",
+    )
     p.add_argument("--dtype", default="bf16", choices=ROLLOUT_DTYPES)
     p.add_argument("--prompts", type=int, default=32)
     p.add_argument("--n", type=int, default=8)
@@ -130,10 +169,13 @@ def _rollout(args: argparse.Namespace) -> int:
 
 # ---- scaling -----------------------------------------------------------------------------
 
+
 def _scaling_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--recipe", default=DEFAULT_RECIPE, help=f"recipe preset or TOML file (default {DEFAULT_RECIPE})")
     p.add_argument("--nproc", type=int, default=2, help="processes of the data-parallel side (default 2)")
-    p.add_argument("--parallel", default="ddp", help="train.parallel of the data-parallel side: ddp or fsdp (default ddp)")
+    p.add_argument(
+        "--parallel", default="ddp", help="train.parallel of the data-parallel side: ddp or fsdp (default ddp)"
+    )
     p.add_argument("--prompts", type=int, default=16, help="prompts per step, all processes together (default 16)")
     p.add_argument("--generations", type=int, default=8, help="completions per prompt (default 8)")
     p.add_argument("--steps", type=int, default=8, help="timed steps per side (default 8)")
@@ -143,9 +185,13 @@ def _scaling_arguments(p: argparse.ArgumentParser) -> None:
 def _scaling(args: argparse.Namespace) -> int:
     from grpo_studio.benchmarks import scaling_bench as scaling
 
-    for opt, value, low in (("--nproc", args.nproc, 2), ("--prompts", args.prompts, 1),
-                            ("--generations", args.generations, 2), ("--steps", args.steps, 1),
-                            ("--warmup", args.warmup, 0)):
+    for opt, value, low in (
+        ("--nproc", args.nproc, 2),
+        ("--prompts", args.prompts, 1),
+        ("--generations", args.generations, 2),
+        ("--steps", args.steps, 1),
+        ("--warmup", args.warmup, 0),
+    ):
         if value < low:
             raise UserError(f"must be >= {low}", kind="bench", key=opt, value=value)
     if args.parallel not in ("ddp", "fsdp"):
@@ -153,9 +199,15 @@ def _scaling(args: argparse.Namespace) -> int:
     cfg = config.Config()
     cfg.train.parallel, cfg.train.prompts_per_step = args.parallel, args.prompts
     config.check_processes(cfg, args.nproc, "--nproc", kind="bench", prompts_key="--prompts")
-    workload = scaling.Workload(recipe=args.recipe, nproc=args.nproc, prompts=args.prompts,
-                                generations=args.generations, steps=args.steps, warmup=args.warmup,
-                                parallel=args.parallel)
+    workload = scaling.Workload(
+        recipe=args.recipe,
+        nproc=args.nproc,
+        prompts=args.prompts,
+        generations=args.generations,
+        steps=args.steps,
+        warmup=args.warmup,
+        parallel=args.parallel,
+    )
     progress = None if args.json else (lambda n: print(f"measuring {n} ...", file=sys.stderr, flush=True))
     _report(args, lambda: scaling.run(workload, progress), scaling.print_report)
     return 0
@@ -163,28 +215,49 @@ def _scaling(args: argparse.Namespace) -> int:
 
 # ---- step --------------------------------------------------------------------------------
 
+
 def _step_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--vs", default="trl", choices=["trl", "none"], help="the baseline run first (default trl: "
-                                                                        "TRL's GRPOTrainer; none: ours only)")
-    p.add_argument("--model", default="tiny-arith",
-                   help="preset id, local folder, or random:LAYERSxHIDDEN[xINTERMEDIATE] (a random Qwen3 with the "
-                        "bundled char tokenizer and an EOS bias, e.g. random:8x768x2048, ~50M parameters)")
+    p.add_argument(
+        "--vs",
+        default="trl",
+        choices=["trl", "none"],
+        help="the baseline run first (default trl: TRL's GRPOTrainer; none: ours only)",
+    )
+    p.add_argument(
+        "--model",
+        default="tiny-arith",
+        help="preset id, local folder, or random:LAYERSxHIDDEN[xINTERMEDIATE] (a random Qwen3 with the "
+        "bundled char tokenizer and an EOS bias, e.g. random:8x768x2048, ~50M parameters)",
+    )
     p.add_argument("--prompts", type=int, default=16, help="prompts per step (default 16)")
     p.add_argument("--generations", type=int, default=8, help="completions per prompt (default 8)")
     p.add_argument("--max-tokens", type=int, default=8, help="max completion tokens (default 8)")
-    p.add_argument("--mean-len", type=int, default=0,
-                   help="random models: mean completion length the EOS bias aims at (default 0: max-tokens / 2)")
+    p.add_argument(
+        "--mean-len",
+        type=int,
+        default=0,
+        help="random models: mean completion length the EOS bias aims at (default 0: max-tokens / 2)",
+    )
     p.add_argument("--steps", type=int, default=5, help="timed steps per side (default 5)")
     p.add_argument("--warmup", type=int, default=1, help="untimed steps per side before them (default 1)")
     p.add_argument("--lora-rank", type=int, default=16, help="LoRA rank, 0 = full fine-tune (default 16)")
     p.add_argument("--lr", type=float, default=2e-3, help="learning rate (default 2e-3)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--backends", default="hf", help="our rollout backends, comma list from hf, vllm (default hf)")
-    p.add_argument("--micro-batch-tokens", type=int, default=0,
-                   help="ours: train.micro_batch_tokens, length-sorted micro-batches under this token budget "
-                        "(default 0: one padded batch, as TRL)")
-    p.add_argument("--profile", type=int, default=0, metavar="N",
-                   help="also profile one more step of ours (torch.profiler) and show its top N operators")
+    p.add_argument(
+        "--micro-batch-tokens",
+        type=int,
+        default=0,
+        help="ours: train.micro_batch_tokens, length-sorted micro-batches under this token budget "
+        "(default 0: one padded batch, as TRL)",
+    )
+    p.add_argument(
+        "--profile",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also profile one more step of ours (torch.profiler) and show its top N operators",
+    )
 
 
 def _mean_len(args: argparse.Namespace) -> int:
@@ -204,19 +277,36 @@ def _step(args: argparse.Namespace) -> int:
         if value < 1:
             raise UserError("must be >= 1", kind="bench", key=opt, value=value)
     if args.generations < 2:
-        raise UserError("must be >= 2 (group-relative advantages)", kind="bench", key="--generations",
-                        value=args.generations)
+        raise UserError(
+            "must be >= 2 (group-relative advantages)", kind="bench", key="--generations", value=args.generations
+        )
     if not args.lr > 0:
         raise UserError("must be > 0", kind="bench", key="--lr", value=args.lr)
-    for opt, value in (("--warmup", args.warmup), ("--mean-len", args.mean_len), ("--lora-rank", args.lora_rank),
-                       ("--micro-batch-tokens", args.micro_batch_tokens), ("--profile", args.profile)):
+    for opt, value in (
+        ("--warmup", args.warmup),
+        ("--mean-len", args.mean_len),
+        ("--lora-rank", args.lora_rank),
+        ("--micro-batch-tokens", args.micro_batch_tokens),
+        ("--profile", args.profile),
+    ):
         if value < 0:
             raise UserError("must be >= 0", kind="bench", key=opt, value=value)
-    workload = step.Workload(model=args.model, prompts=args.prompts, generations=args.generations,
-                             max_tokens=args.max_tokens, mean_len=_mean_len(args),
-                             steps=args.steps, warmup=args.warmup, lora_rank=args.lora_rank, lr=args.lr,
-                             seed=args.seed, backends=backends, vs=args.vs, micro_batch_tokens=args.micro_batch_tokens,
-                             profile=args.profile)
+    workload = step.Workload(
+        model=args.model,
+        prompts=args.prompts,
+        generations=args.generations,
+        max_tokens=args.max_tokens,
+        mean_len=_mean_len(args),
+        steps=args.steps,
+        warmup=args.warmup,
+        lora_rank=args.lora_rank,
+        lr=args.lr,
+        seed=args.seed,
+        backends=backends,
+        vs=args.vs,
+        micro_batch_tokens=args.micro_batch_tokens,
+        profile=args.profile,
+    )
     progress = None if args.json else (lambda n: print(f"measuring {n} ...", file=sys.stderr, flush=True))
     _report(args, lambda: step.run(workload, progress), step.print_report)
     return 0
@@ -224,10 +314,12 @@ def _step(args: argparse.Namespace) -> int:
 
 # ---- ui ----------------------------------------------------------------------------------
 
+
 def _ui_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--repeats", type=int, default=5, help="fresh processes timed to the first frame (default 5)")
-    p.add_argument("--history", type=int, default=10_000, help="steps of history behind the chart refresh "
-                                                               "(default 10000)")
+    p.add_argument(
+        "--history", type=int, default=10_000, help="steps of history behind the chart refresh (default 10000)"
+    )
 
 
 def _ui(args: argparse.Namespace) -> int:
@@ -239,9 +331,13 @@ def _ui(args: argparse.Namespace) -> int:
 
 # ---- faults ------------------------------------------------------------------------------
 
+
 def _faults_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--fast", action="store_true", help="the generated cases only, not the slow trials (kill -9, "
-                                                       "a full disk, divergence, two trainers)")
+    p.add_argument(
+        "--fast",
+        action="store_true",
+        help="the generated cases only, not the slow trials (kill -9, a full disk, divergence, two trainers)",
+    )
 
 
 def _faults(args: argparse.Namespace) -> int:
@@ -252,6 +348,7 @@ def _faults(args: argparse.Namespace) -> int:
 
 
 # ---- vram-accuracy -----------------------------------------------------------------------
+
 
 def _vram_accuracy(args: argparse.Namespace) -> int:
     import logging
@@ -267,28 +364,45 @@ def _vram_accuracy(args: argparse.Namespace) -> int:
 
 
 BENCHMARKS = {  # NAME -> (one line for --help, its flags, how it runs); the error message lists them in this order
-    "faults": ("the fault suite as a hostile user: generated bad input, damaged runs, kill -9, full disk, "
-               "divergence, two trainers; tracebacks, hangs, lost and duplicated steps", _faults_arguments, _faults),
-    "logprobs": ("log-probs at a 151,936 vocabulary: materialised logits vs chunked (vs Triton on CUDA), "
-                 "peak memory, time, differences", _logprobs_arguments, _logprobs),
-    "mismatch": ("rollout/train mismatch per precision on the same prompts and seeds", _mismatch_arguments,
-                 _mismatch),
+    "faults": (
+        "the fault suite as a hostile user: generated bad input, damaged runs, kill -9, full disk, "
+        "divergence, two trainers; tracebacks, hangs, lost and duplicated steps",
+        _faults_arguments,
+        _faults,
+    ),
+    "logprobs": (
+        "log-probs at a 151,936 vocabulary: materialised logits vs chunked (vs Triton on CUDA), "
+        "peak memory, time, differences",
+        _logprobs_arguments,
+        _logprobs,
+    ),
+    "mismatch": ("rollout/train mismatch per precision on the same prompts and seeds", _mismatch_arguments, _mismatch),
     "rollout": ("rollout tokens/s, hf vs vLLM, on the same prompts", _rollout_arguments, _rollout),
-    "scaling": ("data-parallel training, 1 vs N processes (torchrun): steps/s, tokens/s, communication per step",
-                _scaling_arguments, _scaling),
-    "step": ("whole optimizer steps: TRL's GRPOTrainer vs ours, s/step, tokens/s, memory, MFU", _step_arguments,
-             _step),
+    "scaling": (
+        "data-parallel training, 1 vs N processes (torchrun): steps/s, tokens/s, communication per step",
+        _scaling_arguments,
+        _scaling,
+    ),
+    "step": ("whole optimizer steps: TRL's GRPOTrainer vs ours, s/step, tokens/s, memory, MFU", _step_arguments, _step),
     "ui": ("studio responsiveness: first frame and chart refresh", _ui_arguments, _ui),
-    "vram-accuracy": ("the VRAM planner's accurate mode against real training steps",
-                      lambda p: None, _vram_accuracy),  # a fixed set of configs: no flags but --json
+    "vram-accuracy": (
+        "the VRAM planner's accurate mode against real training steps",
+        lambda p: None,
+        _vram_accuracy,
+    ),  # a fixed set of configs: no flags but --json
 }
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     names = parser.add_subparsers(dest="bench", metavar="NAME", required=True)
     for name, (about, flags, _) in BENCHMARKS.items():
-        sub = names.add_parser(name, prog=f"grpo-studio bench {name}", help=about, description=_module(name).__doc__,
-                               formatter_class=argparse.RawDescriptionHelpFormatter)
+        sub = names.add_parser(
+            name,
+            prog=f"grpo-studio bench {name}",
+            help=about,
+            description=_module(name).__doc__,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
         flags(sub)
         sub.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
 

@@ -45,16 +45,29 @@ def run(args: argparse.Namespace) -> int:
         print(f"warning: {args.run}/{line}", file=sys.stderr)
     state = run_state(args.run).state
     if args.json:
-        print(json.dumps({"run": str(args.run), "state": state, "steps": len(view.rows),
-                          "findings": [f.as_dict() for f in found],
-                          "summary": None if found else diagnosis.healthy_line(view)}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "run": str(args.run),
+                    "state": state,
+                    "steps": len(view.rows),
+                    "findings": [f.as_dict() for f in found],
+                    "summary": None if found else diagnosis.healthy_line(view),
+                },
+                indent=2,
+            )
+        )
         return 0
     if not found:
         print(diagnosis.healthy_line(view))
         return 0
-    print(f"{args.run}: {state}, {len(view.rows)} steps; {len(found)} finding{'s' * (len(found) > 1)}, most important "
-          "first")
+    print(
+        f"{args.run}: {state}, {len(view.rows)} steps; {len(found)} finding{'s' * (len(found) > 1)}, most important "
+        "first"
+    )
     for i, f in enumerate(found, 1):
-        print(f"{i}. [{f.severity}] {f.title}\n   evidence: {f.evidence}\n   cause:    {f.cause}\n"
-              f"   try:      {f.suggestion}")
+        print(
+            f"{i}. [{f.severity}] {f.title}\n   evidence: {f.evidence}\n   cause:    {f.cause}\n"
+            f"   try:      {f.suggestion}"
+        )
     return 0

@@ -13,8 +13,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run", type=Path, metavar="RUN", help="run directory")
     parser.add_argument("--step", type=int, help="the checkpoint's step (default: the newest complete checkpoint)")
     to = parser.add_mutually_exclusive_group(required=True)
-    to.add_argument("--merged", type=Path, metavar="DIR",
-                    help="write the LoRA-merged model (safetensors, config, tokenizer) to a new or empty folder")
+    to.add_argument(
+        "--merged",
+        type=Path,
+        metavar="DIR",
+        help="write the LoRA-merged model (safetensors, config, tokenizer) to a new or empty folder",
+    )
     to.add_argument("--gguf", type=Path, metavar="FILE", help="write a GGUF file for llama.cpp")
     to.add_argument("--push", metavar="REPO", help="upload the merged model to this Hugging Face Hub repo")
     parser.add_argument("--quant", help="GGUF tensor type: f32, f16 (default), bf16, q8_0")

@@ -30,8 +30,10 @@ COMMANDS = {  # name -> one line for `grpo-studio --help`; the module is grpo_st
     "rollout-serve": "serve rollouts from a vLLM engine in its own process (rollout.colocate = false)",
 }
 STUDIO = "studio"  # the bare form, `grpo-studio [RECIPE|FILE.toml] [--set KEY=VALUE]...`: no command word
-USAGE = ("grpo-studio [RECIPE|FILE.toml] [--set KEY=VALUE]... [--runs-dir DIR]   open the studio\n"
-         "       grpo-studio COMMAND [ARGS]...")
+USAGE = (
+    "grpo-studio [RECIPE|FILE.toml] [--set KEY=VALUE]... [--runs-dir DIR]   open the studio\n"
+    "       grpo-studio COMMAND [ARGS]..."
+)
 
 
 def build_parser() -> OneLineParser:
@@ -41,10 +43,13 @@ def build_parser() -> OneLineParser:
     parser.add_argument("-V", "--version", action="version", version=f"grpo-studio {__version__}")
     commands = parser.add_subparsers(title="commands", metavar="COMMAND")
     for name in (STUDIO, *COMMANDS):
-        module = importlib.import_module(f"grpo_studio.cli.{name.replace('-', '_')}_cmd")  # rollout-serve: rollout_serve_cmd
+        module = importlib.import_module(
+            f"grpo_studio.cli.{name.replace('-', '_')}_cmd"
+        )  # rollout-serve: rollout_serve_cmd
         listed = {"help": COMMANDS[name]} if name in COMMANDS else {}  # the bare form is not a command word
-        sub = commands.add_parser(name, prog="grpo-studio" if name == STUDIO else f"grpo-studio {name}",
-                                  description=module.__doc__, **listed)
+        sub = commands.add_parser(
+            name, prog="grpo-studio" if name == STUDIO else f"grpo-studio {name}", description=module.__doc__, **listed
+        )
         module.add_arguments(sub)
         sub.set_defaults(handler=module.run)
     return parser

@@ -32,7 +32,6 @@ def run(args: argparse.Namespace) -> int:
     except OSError as err:  # a full disk, a read-only or unwritable --out
         where = err.filename or out
         reason = err.strerror.lower() if err.strerror else str(err)
-        raise UserError(f"cannot write {where}: {reason}; the report in {out} is not complete",
-                        kind="report") from None
+        raise UserError(f"cannot write {where}: {reason}; the report in {out} is not complete", kind="report") from None
     print(f"report: {out / 'index.html'} ({len(list(out.glob('*.png')))} charts)")
     return 0

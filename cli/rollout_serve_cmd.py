@@ -19,19 +19,27 @@ LOOPBACK = "127.0.0.1"
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_recipe(parser)
-    parser.add_argument("--host", default=None,
-                        help=f"address to bind (default {LOOPBACK}; any other address only when given here)")
+    parser.add_argument(
+        "--host", default=None, help=f"address to bind (default {LOOPBACK}; any other address only when given here)"
+    )
     parser.add_argument("--port", type=int, default=8000, help="HTTP port (default 8000)")
-    parser.add_argument("--tensor-parallel-size", type=int, default=1,
-                        help="vLLM tensor parallelism; only 1 for now (see docs/rollout_server.md)")
+    parser.add_argument(
+        "--tensor-parallel-size",
+        type=int,
+        default=1,
+        help="vLLM tensor parallelism; only 1 for now (see docs/rollout_server.md)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     cfg = config.load(args.recipe, args.sets)
     if args.tensor_parallel_size != 1:
-        raise UserError("only 1 for now: the weight reload drives vLLM's in-process executor, and tensor "
-                        "parallelism needs its multi-process one", key="--tensor-parallel-size",
-                        value=args.tensor_parallel_size)
+        raise UserError(
+            "only 1 for now: the weight reload drives vLLM's in-process executor, and tensor "
+            "parallelism needs its multi-process one",
+            key="--tensor-parallel-size",
+            value=args.tensor_parallel_size,
+        )
     if not 0 < args.port < 65536:
         raise UserError("a TCP port, 1-65535", key="--port", value=args.port)
     if cfg.rollout.backend == "hf":

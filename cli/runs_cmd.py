@@ -24,8 +24,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"no runs under {args.dir}")
         return 0
     header = ("run", "state", "step", "dtype", "reward", "k3")
-    table = [header] + [(r["name"], r["state"], f"{r['step']}/{r['total'] or '?'}", r["dtype"], fmt(r["reward"]),
-                         fmt(r["k3"])) for r in rows]
+    table = [header] + [
+        (r["name"], r["state"], f"{r['step']}/{r['total'] or '?'}", r["dtype"], fmt(r["reward"]), fmt(r["k3"]))
+        for r in rows
+    ]
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
     for row in table:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
@@ -33,6 +35,9 @@ def run(args: argparse.Namespace) -> int:
         for line in r["warnings"]:  # what could not be read: "FILE: why; what was read instead"
             print(f"warning: {r['name']}/{line}", file=sys.stderr)
         if r["skipped"]:
-            print(f"warning: {r['name']}: skipped {r['skipped']} malformed lines (not a JSON object with the fields "
-                  f"its file needs)", file=sys.stderr)
+            print(
+                f"warning: {r['name']}: skipped {r['skipped']} malformed lines (not a JSON object with the fields "
+                f"its file needs)",
+                file=sys.stderr,
+            )
     return 0

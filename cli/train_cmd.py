@@ -34,8 +34,12 @@ class PlainProgress:
     def update(self, row: dict) -> None:
         step = row[metrics.STEP]
         eta = (time.time() - self.start) / max(step, 1) * (self.total - step)
-        parts = [f"step {step}/{self.total}", f"reward {row.get(metrics.REWARD, float('nan')):.3f}",
-                 f"loss {row.get(metrics.LOSS, float('nan')):.4f}", f"k3 {row.get(metrics.K3, float('nan')):.2e}"]
+        parts = [
+            f"step {step}/{self.total}",
+            f"reward {row.get(metrics.REWARD, float('nan')):.3f}",
+            f"loss {row.get(metrics.LOSS, float('nan')):.4f}",
+            f"k3 {row.get(metrics.K3, float('nan')):.2e}",
+        ]
         if metrics.EVAL_ACCURACY in row:
             parts.append(f"eval_acc {row[metrics.EVAL_ACCURACY]:.3f}")
         print("  ".join(parts) + f"  eta {eta:.0f}s", file=self.stream, flush=True)
@@ -51,8 +55,12 @@ class RichProgress(PlainProgress):
         from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
         super().__init__(total)
-        self.bar = Progress(TextColumn("step {task.completed}/{task.total}"), BarColumn(),
-                            TextColumn("reward {task.fields[reward]}  k3 {task.fields[k3]}"), TimeRemainingColumn())
+        self.bar = Progress(
+            TextColumn("step {task.completed}/{task.total}"),
+            BarColumn(),
+            TextColumn("reward {task.fields[reward]}  k3 {task.fields[k3]}"),
+            TimeRemainingColumn(),
+        )
         self.task = self.bar.add_task("train", total=total, reward="-", k3="-")
         self.bar.start()
 
@@ -63,8 +71,12 @@ class RichProgress(PlainProgress):
         self.bar.console.print(message, markup=False)
 
     def update(self, row: dict) -> None:
-        self.bar.update(self.task, completed=row[metrics.STEP], reward=f"{row.get(metrics.REWARD, float('nan')):.3f}",
-                        k3=f"{row.get(metrics.K3, float('nan')):.1e}")
+        self.bar.update(
+            self.task,
+            completed=row[metrics.STEP],
+            reward=f"{row.get(metrics.REWARD, float('nan')):.3f}",
+            k3=f"{row.get(metrics.K3, float('nan')):.1e}",
+        )
 
     def close(self) -> None:
         self.bar.stop()
@@ -72,14 +84,23 @@ class RichProgress(PlainProgress):
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_recipe(parser)
-    parser.add_argument("--run-dir", metavar="DIR", help="a new or empty directory for the run (default: a new one "
-                                                         f"under {RUNS}/)")
+    parser.add_argument(
+        "--run-dir", metavar="DIR", help=f"a new or empty directory for the run (default: a new one under {RUNS}/)"
+    )
     parser.add_argument("--resume", metavar="DIR", help="continue the run in DIR from its last checkpoint")
-    parser.add_argument("--force", action="store_true",
-                        help="launch even when the pre-flight check says the run will not fit the free memory")
-    parser.add_argument("--nproc", type=int, default=1, metavar="N",
-                        help="data-parallel processes on this machine, launched by torchrun (needs train.parallel "
-                             "= ddp or fsdp); docs/distributed.md")
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="launch even when the pre-flight check says the run will not fit the free memory",
+    )
+    parser.add_argument(
+        "--nproc",
+        type=int,
+        default=1,
+        metavar="N",
+        help="data-parallel processes on this machine, launched by torchrun (needs train.parallel "
+        "= ddp or fsdp); docs/distributed.md",
+    )
     parser.add_argument("--devices", metavar="0,1", help="the GPUs the processes use (CUDA_VISIBLE_DEVICES)")
     parser.add_argument(IN_PROCESS, dest="in_process", action="store_true", help=argparse.SUPPRESS)
 
@@ -128,19 +149,28 @@ def run(args: argparse.Namespace) -> int:
         if not is_run:
             raise UserError(f"--resume {str(resume)!r}: no {CONFIG} there (not a run directory)")
         if empty:  # defaults would not be the run's settings: its checkpoints would not even load
-            raise UserError(f"--resume {str(resume)!r}: its {CONFIG} is empty, so the run's settings are lost; "
-                            f"write them back (the recipe and --set values it was started with), then resume")
+            raise UserError(
+                f"--resume {str(resume)!r}: its {CONFIG} is empty, so the run's settings are lost; "
+                f"write them back (the recipe and --set values it was started with), then resume"
+            )
         cfg = config.load(str(resume / CONFIG), args.sets)
         run_dir = resume
     else:
-        run_dir = None if args.run_dir is None else given_dir(
-            args.run_dir, "--run-dir", f"a new or empty directory, or no --run-dir for a new one under {RUNS}/")
+        run_dir = (
+            None
+            if args.run_dir is None
+            else given_dir(
+                args.run_dir, "--run-dir", f"a new or empty directory, or no --run-dir for a new one under {RUNS}/"
+            )
+        )
         cfg = config.load(args.recipe, args.sets)
         run_dir = run_dir or default_run_dir(args.recipe)
     if not args.in_process:  # the trainer process (each rank under torchrun) checks as it takes the lock
         check_launch(cfg, args.nproc, args.devices)
         check_free(run_dir, args.resume is not None)
-        preflight_check(cfg, args.force, args.nproc)  # before the run directory exists: a refused run leaves nothing behind
+        preflight_check(
+            cfg, args.force, args.nproc
+        )  # before the run directory exists: a refused run leaves nothing behind
     usable_run_dir(run_dir, "--resume" if args.resume is not None else "--run-dir")
     if not args.in_process:
         return supervise(args, run_dir)
@@ -171,8 +201,9 @@ def check_launch(cfg: config.Config, nproc: int, devices: str | None) -> None:
         if not all(i.strip().isdigit() for i in ids):
             raise UserError("a comma-separated list of GPU indices, e.g. 0,1", key="--devices", value=devices)
         if len(ids) < nproc:
-            raise UserError(f"--nproc {nproc} needs one device per process, {len(ids)} given", key="--devices",
-                            value=devices)
+            raise UserError(
+                f"--nproc {nproc} needs one device per process, {len(ids)} given", key="--devices", value=devices
+            )
 
 
 def preflight_check(cfg: config.Config, force: bool, nproc: int = 1) -> None:
@@ -198,8 +229,14 @@ def supervise(args: argparse.Namespace, run_dir: Path) -> int:
     if args.devices is not None:
         env["CUDA_VISIBLE_DEVICES"] = args.devices
     if args.nproc > 1:  # torch's launcher starts the ranks and stops them all when one fails
-        cmd[1:3] = ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={args.nproc}",
-                    "-m", "grpo_studio.cli.main"]
+        cmd[1:3] = [
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            f"--nproc_per_node={args.nproc}",
+            "-m",
+            "grpo_studio.cli.main",
+        ]
     cmd += ["--resume", str(run_dir)] if args.resume is not None else [args.recipe, "--run-dir", str(run_dir)]
     for setting in args.sets:
         cmd += ["--set", setting]

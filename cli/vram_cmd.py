@@ -13,8 +13,18 @@ from grpo_studio.contract import model_card
 from grpo_studio.contract.errors import UserError
 from grpo_studio.contract.planner import vram
 
-UNITS = {"": 1.0, "g": 1.0, "gib": 1.0, "gb": 1e9 / 2 ** 30, "m": 1 / 1024, "mib": 1 / 1024,
-         "mb": 1e6 / 2 ** 30, "t": 1024.0, "tib": 1024.0, "tb": 1e12 / 2 ** 30}
+UNITS = {
+    "": 1.0,
+    "g": 1.0,
+    "gib": 1.0,
+    "gb": 1e9 / 2**30,
+    "m": 1 / 1024,
+    "mib": 1 / 1024,
+    "mb": 1e6 / 2**30,
+    "t": 1024.0,
+    "tib": 1024.0,
+    "tb": 1e12 / 2**30,
+}
 
 
 def parse_gpu_mem(text: str) -> float:
@@ -22,8 +32,9 @@ def parse_gpu_mem(text: str) -> float:
     match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", text or "")
     unit = match.group(2).lower() if match else ""
     if not match or unit not in UNITS or float(match.group(1)) <= 0:
-        raise UserError("expected a positive size like 24GiB, 80GB or 16384MiB", kind="vram", key="--gpu-mem",
-                        value=text)
+        raise UserError(
+            "expected a positive size like 24GiB, 80GB or 16384MiB", kind="vram", key="--gpu-mem", value=text
+        )
     return float(match.group(1)) * UNITS[unit]
 
 
@@ -41,12 +52,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="K=V")
     parser.add_argument("--gpu-mem", help="GPU budget, e.g. 24GiB (default: detected GPU)")
     parser.add_argument("--mode", default="accurate", choices=vram.MODES, metavar="MODE", help=" | ".join(vram.MODES))
-    parser.add_argument("--variant", default="efficient", choices=vram.VARIANTS, metavar="VARIANT",
-                        help=f"documented mode: {' | '.join(vram.VARIANTS)}")
-    parser.add_argument("--solve", choices=vram.SOLVE_KEYS, metavar="KEY",
-                        help=f"largest value that fits: {' | '.join(vram.SOLVE_KEYS)}")
-    parser.add_argument("--nproc", type=int, default=1, metavar="N",
-                        help="training processes, one device each (train --nproc N with train.parallel ddp or fsdp)")
+    parser.add_argument(
+        "--variant",
+        default="efficient",
+        choices=vram.VARIANTS,
+        metavar="VARIANT",
+        help=f"documented mode: {' | '.join(vram.VARIANTS)}",
+    )
+    parser.add_argument(
+        "--solve",
+        choices=vram.SOLVE_KEYS,
+        metavar="KEY",
+        help=f"largest value that fits: {' | '.join(vram.SOLVE_KEYS)}",
+    )
+    parser.add_argument(
+        "--nproc",
+        type=int,
+        default=1,
+        metavar="N",
+        help="training processes, one device each (train --nproc N with train.parallel ddp or fsdp)",
+    )
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.set_defaults(error_kind="vram")  # a config mistake here reads "vram error: ..."
 
@@ -81,11 +106,19 @@ def plan(args: argparse.Namespace) -> tuple[vram.Breakdown, str, vram.Solution |
     sol = vram.solve(card, cfg, args.solve, gpu_gib, args.mode, args.variant, world_size=args.nproc)
     key = f"--solve {sol.key}"
     if sol.status == "never_fits":
-        raise UserError(f"does not fit {gpu_gib:g} GiB even at {sol.key} = {sol.value} ({sol.total_gib:.1f} GiB; "
-                        f"largest row: {sol.limiting_row})", kind="vram", key=key)
+        raise UserError(
+            f"does not fit {gpu_gib:g} GiB even at {sol.key} = {sol.value} ({sol.total_gib:.1f} GiB; "
+            f"largest row: {sol.limiting_row})",
+            kind="vram",
+            key=key,
+        )
     if sol.status == "never_outgrows":
-        raise UserError(f"fits {gpu_gib:g} GiB up to the cap {sol.key} = {sol.value} (in {args.mode} mode "
-                        f"{sol.key} barely changes the total)", kind="vram", key=key)
+        raise UserError(
+            f"fits {gpu_gib:g} GiB up to the cap {sol.key} = {sol.value} (in {args.mode} mode "
+            f"{sol.key} barely changes the total)",
+            kind="vram",
+            key=key,
+        )
     return est, gpu_name, sol
 
 
@@ -105,8 +138,9 @@ def _render(est: vram.Breakdown, gpu_name: str, solution) -> None:
             table.add_row(row.name + ("" if row.in_total else " *"), f"{row.gib:.2f}", row.formula, style=style)
         table.add_section()
         rule = est.peak_rule if dev.kind == "train" else "vLLM's memory on its own device"
-        table.add_row("total (phase peak)" if dev.kind == "train" else "total", f"{dev.total_gib:.2f}", rule,
-                      style="bold")
+        table.add_row(
+            "total (phase peak)" if dev.kind == "train" else "total", f"{dev.total_gib:.2f}", rule, style="bold"
+        )
         console.print(table)
     if any(not r.in_total for d in est.devices for r in d.rows):
         console.print("[dim]* shown, not in the GPU total[/dim]")
@@ -119,13 +153,18 @@ def _render(est: vram.Breakdown, gpu_name: str, solution) -> None:
     elif est.fits:
         console.print(f"[green]fits[/green]: {est.total_gib:.2f} of {est.gpu_gib:.2f} GiB ({gpu_name})")
     else:
-        console.print(f"[red]does not fit[/red]: {est.largest().name} {est.total_gib:.2f} GiB of "
-                      f"{est.gpu_gib:.2f} GiB ({gpu_name})" if len(est.devices) > 1 else
-                      f"[red]does not fit[/red]: {est.total_gib:.2f} > {est.gpu_gib:.2f} GiB ({gpu_name})")
+        console.print(
+            f"[red]does not fit[/red]: {est.largest().name} {est.total_gib:.2f} GiB of "
+            f"{est.gpu_gib:.2f} GiB ({gpu_name})"
+            if len(est.devices) > 1
+            else f"[red]does not fit[/red]: {est.total_gib:.2f} > {est.gpu_gib:.2f} GiB ({gpu_name})"
+        )
     if solution:
-        console.print(f"--solve {solution.key}: {solution.value} fits ({solution.total_gib:.2f} GiB); "
-                      f"{solution.value + solution.step} needs {solution.next_total_gib:.2f} GiB; "
-                      f"limiting row: {solution.limiting_row}")
+        console.print(
+            f"--solve {solution.key}: {solution.value} fits ({solution.total_gib:.2f} GiB); "
+            f"{solution.value + solution.step} needs {solution.next_total_gib:.2f} GiB; "
+            f"limiting row: {solution.limiting_row}"
+        )
 
 
 def _alike(devices: list[vram.Device]) -> list[tuple[list[str], vram.Device]]:

@@ -23,32 +23,36 @@ from dataclasses import dataclass
 from grpo_studio.contract import metrics
 from grpo_studio.contract.errors import UserError, did_you_mean
 
-GRAMMAR = ("'<metric> <op> <number> [for <N> steps]' (op: >, >=, <, <=), '<metric> is nan [for <N> steps]', "
-           "or 'defaults'")
+GRAMMAR = (
+    "'<metric> <op> <number> [for <N> steps]' (op: >, >=, <, <=), '<metric> is nan [for <N> steps]', or 'defaults'"
+)
 DEFAULTS = "defaults"
 # The seeds' failure modes (docs/alerts.md says why each threshold).
 DEFAULT_RULES = (
-    "mismatch/k3 > 1e-3",                           # rollout/trainer drift: BF16 vs FP16 (arXiv 2510.26788)
-    "entropy < 0.05 for 5 steps",                   # entropy collapse: the policy stops exploring
+    "mismatch/k3 > 1e-3",  # rollout/trainer drift: BF16 vs FP16 (arXiv 2510.26788)
+    "entropy < 0.05 for 5 steps",  # entropy collapse: the policy stops exploring
     "completion/truncated_frac > 0.5 for 5 steps",  # completions keep hitting rollout.max_completion_len
-    "loss is nan for 3 steps",                      # a NaN streak, before train.max_bad_steps ends the run
+    "loss is nan for 3 steps",  # a NaN streak, before train.max_bad_steps ends the run
 )
 EVENTS = ("finished", "crashed", "stopped", "diverged")  # the run events `alerts.on` may name
 OPS = {">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le}
 MAX_FOR = 1_000_000
 
 _NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
-_RULE = re.compile(rf"^\s*(?P<metric>\S+?)\s*(?:(?P<op>>=|<=|>|<)\s*(?P<value>{_NUMBER})|\s+is\s+(?P<nan>nan))"
-                   rf"(?:\s+for\s+(?P<n>\d+)\s+steps?)?\s*$", re.IGNORECASE)
+_RULE = re.compile(
+    rf"^\s*(?P<metric>\S+?)\s*(?:(?P<op>>=|<=|>|<)\s*(?P<value>{_NUMBER})|\s+is\s+(?P<nan>nan))"
+    rf"(?:\s+for\s+(?P<n>\d+)\s+steps?)?\s*$",
+    re.IGNORECASE,
+)
 
 
 @dataclass(frozen=True)
 class Rule:
-    text: str              # as the user wrote it: alerts name their rule by it
+    text: str  # as the user wrote it: alerts name their rule by it
     metric: str
-    op: str                # one of OPS, or "is nan"
+    op: str  # one of OPS, or "is nan"
     threshold: float | None
-    steps: int = 1         # rows in a row the condition must hold
+    steps: int = 1  # rows in a row the condition must hold
 
     def holds(self, value: float) -> bool:
         if self.op == "is nan":

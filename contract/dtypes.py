@@ -10,13 +10,13 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Dtype:
-    torch: str           # torch dtype of the stored weights, also vLLM's dtype= (fp8 keeps bf16 master weights)
-    train_bytes: int     # bytes per trainer weight (fp8: the bf16 master weights, engine/fp8.py)
-    rollout_bytes: int   # bytes per rollout weight and KV element (fp8 quantises the rollout)
-    mantissa_bits: int   # explicit mantissa bits: orders precisions in the mismatch warning
-    loss_scaling: bool   # the trainer needs the dynamic loss scaler (fp16's 5 exponent bits underflow)
-    ab_partner: str      # the dtype the studio's one-click precision A/B compares it against
-    hint: str            # one line under the setup form's dtype select
+    torch: str  # torch dtype of the stored weights, also vLLM's dtype= (fp8 keeps bf16 master weights)
+    train_bytes: int  # bytes per trainer weight (fp8: the bf16 master weights, engine/fp8.py)
+    rollout_bytes: int  # bytes per rollout weight and KV element (fp8 quantises the rollout)
+    mantissa_bits: int  # explicit mantissa bits: orders precisions in the mismatch warning
+    loss_scaling: bool  # the trainer needs the dynamic loss scaler (fp16's 5 exponent bits underflow)
+    ab_partner: str  # the dtype the studio's one-click precision A/B compares it against
+    hint: str  # one line under the setup form's dtype select
 
 
 DTYPES: dict[str, Dtype] = {

@@ -53,8 +53,16 @@ class UserError(ValueError):
     "report"); `key` the flag or config key, `value` what was given, `why` what is wrong, `allowed` the
     values that would be accepted (shown, with a "did you mean" for `near`, by default the value)."""
 
-    def __init__(self, why: str = "", *, kind: str = "config", key: str | None = None, value: Any = NO_VALUE,
-                 allowed: Iterable[str] | None = None, near: str | None = None):
+    def __init__(
+        self,
+        why: str = "",
+        *,
+        kind: str = "config",
+        key: str | None = None,
+        value: Any = NO_VALUE,
+        allowed: Iterable[str] | None = None,
+        near: str | None = None,
+    ):
         self.why, self.kind, self.key, self.value = why, kind, key, value
         self.allowed = None if allowed is None else tuple(allowed)
         self.near = near if near is not None or value is NO_VALUE else str(value)

@@ -31,115 +31,204 @@ STEP, TIME = "step", "time"
 REWARD, K3, LOSS = "reward/mean", "mismatch/k3", "loss"
 DP_MAX, PEAK_GIB, STEP_S, EVAL_ACCURACY = "mismatch/abs_dp_max", "mem/peak_gib", "perf/step_s", "eval/accuracy"
 
-SCHEMA = {m.name: m for m in [
-    Metric(STEP, "optimizer steps done", "steps", combine="max"),
-    Metric(TIME, "when the row was written", "unix s", combine="max"),
-    Metric("epoch", "passes over the training prompts", "epochs"),
-    Metric(REWARD, "mean weighted reward of the step's completions"),
-    Metric("reward/std", "std of the weighted reward of the step's completions"),
-    Metric("reward/frac_zero_std", "share of completions in groups whose rewards are all equal (no signal)",
-           "fraction"),
-    Metric(f"rewards/{FN}/mean", "mean score of one reward function (unscored completions left out)"),
-    Metric(f"rewards/{FN}/std", "std of one reward function's scores"),
-    Metric(LOSS, "policy loss of the step"),
-    Metric("grad_norm", "global gradient L2 norm before clipping (inf on a skipped step)"),
-    Metric("lr", "learning rate after the step"),
-    Metric("entropy", "mean token entropy of the policy over completions", "nats"),
-    Metric("kl_ref", "mean token k3 KL to the reference policy (algo.beta > 0)", "nats"),
-    Metric("clip/low", "share of tokens clipped below 1 − ε (negative advantage)", "fraction"),
-    Metric("clip/high", "share of tokens clipped above 1 + ε_high (positive advantage)", "fraction"),
-    Metric("clip/region", "share of tokens clipped on either side", "fraction"),
-    Metric("policy/ratio_mean", "mean ratio π/π_old over the step's tokens (sequences at GSPO's sequence level); "
-                                "exactly 1 on a rollout's first update", "ratio"),
-    Metric("policy/ratio_max", "largest ratio π/π_old", "ratio", combine="max"),
-    Metric("policy/lag", "optimizer steps between the weights that sampled the step's batch and the weights "
-                         "it trains", "steps", combine="max"),
-    Metric("policy/version", "weight syncs to the sampler before it sampled the step's batch (a rollout server "
-                             "reports the version it generated with)", "syncs", combine="min"),
-    Metric("policy/token_lag_mean", "mean per-token policy lag: weight versions between the one that sampled a "
-                                    "token and the one it trains (in_flight: a completion may span several)", "versions"),
-    Metric("policy/token_lag_max", "largest per-token policy lag", "versions", combine="max"),
-    Metric("policy/dropped_tokens", "tokens dropped for lagging more than train.max_staleness", "tokens",
-           combine="sum"),
-    Metric("mismatch/k1", "k1 estimate of KL(μ‖π), rollout vs trainer: mean(log μ − log π)", "nats"),
-    Metric("mismatch/k2", "k2 estimate of KL(μ‖π): ½·mean(Δlogp²)", "nats", log=True),
-    Metric(K3, "k3 estimate of KL(μ‖π): mean(r − 1 − log r), unbiased and ≥ 0", "nats", log=True),
-    Metric("mismatch/abs_dlogp_mean", "mean token |log π − log μ|", "nats", log=True),
-    Metric("mismatch/abs_dlogp_max", "largest token |log π − log μ|", "nats", log=True, combine="max"),
-    Metric("mismatch/abs_dp_mean", "mean token |π − μ| in probability", "probability"),
-    Metric(DP_MAX, "largest token |π − μ| in probability", "probability", combine="max"),
-    Metric("mismatch/seq_logratio_mean", "mean sequence log π(y)/μ(y)", "nats"),
-    Metric("mismatch/seq_logratio_std", "std of the sequence log-ratio", "nats"),
-    Metric("mismatch/seq_logratio_slope_per_1k", "growth of the sequence log-ratio per 1k completion tokens",
-           "nats/1k tokens"),
-    Metric("mismatch/prob_pearson", "Pearson correlation of the token probabilities π and μ"),
-    Metric("mismatch/is_min", "smallest importance ratio π/μ", "ratio", combine="min"),
-    Metric("mismatch/is_mean", "mean importance ratio π/μ", "ratio"),
-    Metric("mismatch/is_max", "largest importance ratio π/μ", "ratio", combine="max"),
-    Metric("mismatch/ess", "normalised effective sample size of the importance weights", "fraction"),
-    Metric("mismatch/masked_frac", "share of ratios above algo.is_cap (rollout correction on)", "fraction"),
-    Metric("mismatch/tokens", "completion tokens the mismatch metrics cover", "tokens", combine="sum"),
-    Metric("mismatch/nonfinite_tokens", "tokens left out because μ or π was not finite", "tokens", combine="sum"),
-    Metric("mismatch/lagged_frac", "share of the step's tokens sampled by older weights (policy lag > 0)",
-           "fraction"),
-    Metric("mismatch/lag0/k3", "k3 of KL(μ‖π) over lag-0 tokens only: the precision/kernel gap", "nats", log=True),
-    Metric("mismatch/lag0/abs_dlogp_mean", "mean |log π − log μ| over lag-0 tokens", "nats", log=True),
-    Metric("mismatch/lagged/k3", "k3 of KL(μ‖π) over lagged tokens: precision gap plus policy lag", "nats",
-           log=True),
-    Metric("mismatch/lagged/abs_dlogp_mean", "mean |log π − log μ| over lagged tokens", "nats", log=True),
-    Metric("completion/len_mean", "mean completion length", "tokens"),
-    Metric("completion/len_max", "longest completion", "tokens", combine="max"),
-    Metric("completion/truncated_frac", "share of completions cut at rollout.max_completion_len", "fraction"),
-    Metric(STEP_S, "wall time of the step", "s", combine="max"),
-    Metric("perf/rollout_s", "time spent sampling", "s", combine="max"),
-    Metric("perf/train_s", "time after the rewards: log-probs, loss, backward, optimizer, weight sync", "s",
-           combine="max"),
-    Metric("perf/sync_s", "weight sync to the sampler after the step (0 between a rollout's updates)", "s",
-           combine="max"),
-    Metric("perf/trainer_wait_s", "time the trainer waited for the step's rollout (on its first step)", "s",
-           combine="max"),
-    Metric("perf/overlap_frac", "share of the rollout's sampling hidden behind training (rollout.async_mode = "
-                                "one_step; 0 when the trainer waits for all of it)", "fraction", combine="min"),
-    Metric("perf/idle_s", "time of the step outside waiting for the rollout (perf/trainer_wait_s), training "
-                          "(π_old, log-probs, loss, backward, AdamW) and the weight sync (perf/sync_s): rewards, "
-                          "decoding, advantages, metrics", "s", combine="max"),
-    Metric("perf/mfu", "model FLOP/s of the step (perf/flop / perf/step_s) as a share of the matmul peak measured "
-                       "on this device at start (perf/peak_flop_s)", "fraction", combine="mean"),
-    Metric("perf/flop", "model FLOPs of the step (engine/flops.py: 2N per generated or forwarded token, 4N LoRA / "
-                        "6N full per trained token)", "FLOP", log=True),
-    Metric("perf/peak_flop_s", "matmul peak of this device in the run dtype, measured once at start", "FLOP/s",
-           log=True),
-    Metric("perf/rollout_tok_s", "sampled completion tokens per second", "tokens/s", combine="sum"),
-    Metric("perf/comm_s", "time in data-parallel collectives before the metrics row (gradient all-reduce, "
-                          "global token count; waiting for the slowest rank included)", "s", combine="max"),
-    Metric(PEAK_GIB, "peak GPU memory allocated (CPU: peak resident memory)", "GiB", combine="max"),
-    Metric("mem/rss_gib", "resident memory of the trainer process", "GiB", combine="max"),
-    Metric("precision/loss_scale", "fp16 dynamic loss scale", log=True, combine="min"),
-    Metric("precision/skipped_steps", "steps skipped for non-finite gradients so far", "steps", combine="max"),
-    Metric("precision/bad_steps", "steps skipped so far for non-finite sampler probabilities, loss or gradients",
-           "steps", combine="max"),
-    Metric("precision/bad_streak", "steps skipped in a row; at train.max_bad_steps the run stops as diverged",
-           "steps", combine="max"),
-    Metric(EVAL_ACCURACY, "share of eval prompts the first reward function scores above 0", "fraction"),
-]}
+SCHEMA = {
+    m.name: m
+    for m in [
+        Metric(STEP, "optimizer steps done", "steps", combine="max"),
+        Metric(TIME, "when the row was written", "unix s", combine="max"),
+        Metric("epoch", "passes over the training prompts", "epochs"),
+        Metric(REWARD, "mean weighted reward of the step's completions"),
+        Metric("reward/std", "std of the weighted reward of the step's completions"),
+        Metric(
+            "reward/frac_zero_std", "share of completions in groups whose rewards are all equal (no signal)", "fraction"
+        ),
+        Metric(f"rewards/{FN}/mean", "mean score of one reward function (unscored completions left out)"),
+        Metric(f"rewards/{FN}/std", "std of one reward function's scores"),
+        Metric(LOSS, "policy loss of the step"),
+        Metric("grad_norm", "global gradient L2 norm before clipping (inf on a skipped step)"),
+        Metric("lr", "learning rate after the step"),
+        Metric("entropy", "mean token entropy of the policy over completions", "nats"),
+        Metric("kl_ref", "mean token k3 KL to the reference policy (algo.beta > 0)", "nats"),
+        Metric("clip/low", "share of tokens clipped below 1 − ε (negative advantage)", "fraction"),
+        Metric("clip/high", "share of tokens clipped above 1 + ε_high (positive advantage)", "fraction"),
+        Metric("clip/region", "share of tokens clipped on either side", "fraction"),
+        Metric(
+            "policy/ratio_mean",
+            "mean ratio π/π_old over the step's tokens (sequences at GSPO's sequence level); "
+            "exactly 1 on a rollout's first update",
+            "ratio",
+        ),
+        Metric("policy/ratio_max", "largest ratio π/π_old", "ratio", combine="max"),
+        Metric(
+            "policy/lag",
+            "optimizer steps between the weights that sampled the step's batch and the weights it trains",
+            "steps",
+            combine="max",
+        ),
+        Metric(
+            "policy/version",
+            "weight syncs to the sampler before it sampled the step's batch (a rollout server "
+            "reports the version it generated with)",
+            "syncs",
+            combine="min",
+        ),
+        Metric(
+            "policy/token_lag_mean",
+            "mean per-token policy lag: weight versions between the one that sampled a "
+            "token and the one it trains (in_flight: a completion may span several)",
+            "versions",
+        ),
+        Metric("policy/token_lag_max", "largest per-token policy lag", "versions", combine="max"),
+        Metric(
+            "policy/dropped_tokens", "tokens dropped for lagging more than train.max_staleness", "tokens", combine="sum"
+        ),
+        Metric("mismatch/k1", "k1 estimate of KL(μ‖π), rollout vs trainer: mean(log μ − log π)", "nats"),
+        Metric("mismatch/k2", "k2 estimate of KL(μ‖π): ½·mean(Δlogp²)", "nats", log=True),
+        Metric(K3, "k3 estimate of KL(μ‖π): mean(r − 1 − log r), unbiased and ≥ 0", "nats", log=True),
+        Metric("mismatch/abs_dlogp_mean", "mean token |log π − log μ|", "nats", log=True),
+        Metric("mismatch/abs_dlogp_max", "largest token |log π − log μ|", "nats", log=True, combine="max"),
+        Metric("mismatch/abs_dp_mean", "mean token |π − μ| in probability", "probability"),
+        Metric(DP_MAX, "largest token |π − μ| in probability", "probability", combine="max"),
+        Metric("mismatch/seq_logratio_mean", "mean sequence log π(y)/μ(y)", "nats"),
+        Metric("mismatch/seq_logratio_std", "std of the sequence log-ratio", "nats"),
+        Metric(
+            "mismatch/seq_logratio_slope_per_1k",
+            "growth of the sequence log-ratio per 1k completion tokens",
+            "nats/1k tokens",
+        ),
+        Metric("mismatch/prob_pearson", "Pearson correlation of the token probabilities π and μ"),
+        Metric("mismatch/is_min", "smallest importance ratio π/μ", "ratio", combine="min"),
+        Metric("mismatch/is_mean", "mean importance ratio π/μ", "ratio"),
+        Metric("mismatch/is_max", "largest importance ratio π/μ", "ratio", combine="max"),
+        Metric("mismatch/ess", "normalised effective sample size of the importance weights", "fraction"),
+        Metric("mismatch/masked_frac", "share of ratios above algo.is_cap (rollout correction on)", "fraction"),
+        Metric("mismatch/tokens", "completion tokens the mismatch metrics cover", "tokens", combine="sum"),
+        Metric("mismatch/nonfinite_tokens", "tokens left out because μ or π was not finite", "tokens", combine="sum"),
+        Metric(
+            "mismatch/lagged_frac", "share of the step's tokens sampled by older weights (policy lag > 0)", "fraction"
+        ),
+        Metric("mismatch/lag0/k3", "k3 of KL(μ‖π) over lag-0 tokens only: the precision/kernel gap", "nats", log=True),
+        Metric("mismatch/lag0/abs_dlogp_mean", "mean |log π − log μ| over lag-0 tokens", "nats", log=True),
+        Metric(
+            "mismatch/lagged/k3", "k3 of KL(μ‖π) over lagged tokens: precision gap plus policy lag", "nats", log=True
+        ),
+        Metric("mismatch/lagged/abs_dlogp_mean", "mean |log π − log μ| over lagged tokens", "nats", log=True),
+        Metric("completion/len_mean", "mean completion length", "tokens"),
+        Metric("completion/len_max", "longest completion", "tokens", combine="max"),
+        Metric("completion/truncated_frac", "share of completions cut at rollout.max_completion_len", "fraction"),
+        Metric(STEP_S, "wall time of the step", "s", combine="max"),
+        Metric("perf/rollout_s", "time spent sampling", "s", combine="max"),
+        Metric(
+            "perf/train_s",
+            "time after the rewards: log-probs, loss, backward, optimizer, weight sync",
+            "s",
+            combine="max",
+        ),
+        Metric(
+            "perf/sync_s",
+            "weight sync to the sampler after the step (0 between a rollout's updates)",
+            "s",
+            combine="max",
+        ),
+        Metric(
+            "perf/trainer_wait_s",
+            "time the trainer waited for the step's rollout (on its first step)",
+            "s",
+            combine="max",
+        ),
+        Metric(
+            "perf/overlap_frac",
+            "share of the rollout's sampling hidden behind training (rollout.async_mode = "
+            "one_step; 0 when the trainer waits for all of it)",
+            "fraction",
+            combine="min",
+        ),
+        Metric(
+            "perf/idle_s",
+            "time of the step outside waiting for the rollout (perf/trainer_wait_s), training "
+            "(π_old, log-probs, loss, backward, AdamW) and the weight sync (perf/sync_s): rewards, "
+            "decoding, advantages, metrics",
+            "s",
+            combine="max",
+        ),
+        Metric(
+            "perf/mfu",
+            "model FLOP/s of the step (perf/flop / perf/step_s) as a share of the matmul peak measured "
+            "on this device at start (perf/peak_flop_s)",
+            "fraction",
+            combine="mean",
+        ),
+        Metric(
+            "perf/flop",
+            "model FLOPs of the step (engine/flops.py: 2N per generated or forwarded token, 4N LoRA / "
+            "6N full per trained token)",
+            "FLOP",
+            log=True,
+        ),
+        Metric(
+            "perf/peak_flop_s",
+            "matmul peak of this device in the run dtype, measured once at start",
+            "FLOP/s",
+            log=True,
+        ),
+        Metric("perf/rollout_tok_s", "sampled completion tokens per second", "tokens/s", combine="sum"),
+        Metric(
+            "perf/comm_s",
+            "time in data-parallel collectives before the metrics row (gradient all-reduce, "
+            "global token count; waiting for the slowest rank included)",
+            "s",
+            combine="max",
+        ),
+        Metric(PEAK_GIB, "peak GPU memory allocated (CPU: peak resident memory)", "GiB", combine="max"),
+        Metric("mem/rss_gib", "resident memory of the trainer process", "GiB", combine="max"),
+        Metric("precision/loss_scale", "fp16 dynamic loss scale", log=True, combine="min"),
+        Metric("precision/skipped_steps", "steps skipped for non-finite gradients so far", "steps", combine="max"),
+        Metric(
+            "precision/bad_steps",
+            "steps skipped so far for non-finite sampler probabilities, loss or gradients",
+            "steps",
+            combine="max",
+        ),
+        Metric(
+            "precision/bad_streak",
+            "steps skipped in a row; at train.max_bad_steps the run stops as diverged",
+            "steps",
+            combine="max",
+        ),
+        Metric(EVAL_ACCURACY, "share of eval prompts the first reward function scores above 0", "fraction"),
+    ]
+}
 
 # The token |Δlogp| histogram (histograms.jsonl): 4 log-spaced bins per decade from 1e-8 to 10
 # (36 bins), plus exact-zero, underflow and overflow counts. Fixed edges, so steps stack into a
 # heat map without rebinning.
 HIST_DECADE_LO, HIST_DECADE_HI, HIST_PER_DECADE = -8, 1, 4
-HIST_EDGES = [10.0 ** (HIST_DECADE_LO + i / HIST_PER_DECADE)
-              for i in range((HIST_DECADE_HI - HIST_DECADE_LO) * HIST_PER_DECADE + 1)]
+HIST_EDGES = [
+    10.0 ** (HIST_DECADE_LO + i / HIST_PER_DECADE)
+    for i in range((HIST_DECADE_HI - HIST_DECADE_LO) * HIST_PER_DECADE + 1)
+]
 
 
 # One rank's own numbers next to the combined ones, in data-parallel runs only (not in `names`: a
 # one-process run never writes them).
-PER_RANK = {m.name: m for m in [
-    Metric(f"perf/rank{RANK}/step_s", "wall time of the step on this rank", "s", combine="max"),
-    Metric(f"perf/rank{RANK}/comm_s", "this rank's time in data-parallel collectives (waiting for the others "
-                                      "included)", "s", combine="max"),
-    Metric(f"mem/rank{RANK}/peak_gib", "this rank's peak GPU memory allocated (CPU: peak resident memory)", "GiB",
-           combine="max"),
-]}
+PER_RANK = {
+    m.name: m
+    for m in [
+        Metric(f"perf/rank{RANK}/step_s", "wall time of the step on this rank", "s", combine="max"),
+        Metric(
+            f"perf/rank{RANK}/comm_s",
+            "this rank's time in data-parallel collectives (waiting for the others included)",
+            "s",
+            combine="max",
+        ),
+        Metric(
+            f"mem/rank{RANK}/peak_gib",
+            "this rank's peak GPU memory allocated (CPU: peak resident memory)",
+            "GiB",
+            combine="max",
+        ),
+    ]
+}
 
 
 def rank_key(rank: int, name: str) -> str:
@@ -158,7 +247,7 @@ def reward_key(fn: str, stat: str = "mean") -> str:
 def reward_fn(name: str) -> str | None:
     """The <fn> of a rewards/<fn>/mean name, else None."""
     head, tail = "rewards/", "/mean"
-    return name[len(head):-len(tail)] if name.startswith(head) and name.endswith(tail) else None
+    return name[len(head) : -len(tail)] if name.startswith(head) and name.endswith(tail) else None
 
 
 def lookup(name: str) -> Metric | None:
@@ -180,8 +269,9 @@ def names(reward_funcs: list[str]) -> list[str]:
 def check_row(row: dict) -> None:
     unknown = [name for name in row if lookup(name) is None]
     if unknown:
-        raise UnknownMetric(f"metrics row names {', '.join(unknown)}: not in the metric schema; "
-                            "add it to contract/metrics.py")
+        raise UnknownMetric(
+            f"metrics row names {', '.join(unknown)}: not in the metric schema; add it to contract/metrics.py"
+        )
 
 
 def fmt(value: float | None) -> str:

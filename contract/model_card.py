@@ -18,8 +18,16 @@ from grpo_studio.contract.errors import UserError, close_matches, describe
 
 FAMILIES = ("llama", "qwen2", "qwen3", "gemma3", "phi3", "gpt_oss")
 # config.json model_type -> family (Mistral's dense blocks are Llama blocks)
-MODEL_TYPES = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "gemma3": "gemma3",
-               "gemma3_text": "gemma3", "phi3": "phi3", "gpt_oss": "gpt_oss"}
+MODEL_TYPES = {
+    "llama": "llama",
+    "mistral": "llama",
+    "qwen2": "qwen2",
+    "qwen3": "qwen3",
+    "gemma3": "gemma3",
+    "gemma3_text": "gemma3",
+    "phi3": "phi3",
+    "gpt_oss": "gpt_oss",
+}
 
 
 @dataclass
@@ -34,14 +42,14 @@ class Card:
     head_dim: int
     vocab: int
     tied_embeddings: bool
-    params: int = 0                  # published total (0 = unknown); computed value is total_params()
-    nominal_b: float = 0.0           # the size in the model's name, in billions (Unsloth's rule of thumb)
+    params: int = 0  # published total (0 = unknown); computed value is total_params()
+    nominal_b: float = 0.0  # the size in the model's name, in billions (Unsloth's rule of thumb)
     hf_id: str = ""
-    num_experts: int = 0             # MoE (gpt-oss): experts per layer, and how many are active per token
+    num_experts: int = 0  # MoE (gpt-oss): experts per layer, and how many are active per token
     experts_per_token: int = 0
-    extra_params: int = 0            # weights outside the text stack (e.g. Gemma-3-4B's vision tower)
+    extra_params: int = 0  # weights outside the text stack (e.g. Gemma-3-4B's vision tower)
     sliding_window: int = 0
-    sliding_pattern: int = 0         # every Nth layer is global (full attention); 0 = all global
+    sliding_pattern: int = 0  # every Nth layer is global (full attention); 0 = all global
     active_params: int = 0
     source: str = ""
     extra_params_note: str = ""
@@ -77,8 +85,12 @@ class Card:
         h, q, kv, i = self.hidden, self.q_dim, self.kv_dim, self.intermediate
         attn = [("q_proj", h, q, 1), ("k_proj", h, kv, 1), ("v_proj", h, kv, 1), ("o_proj", q, h, 1)]
         if self.family == "phi3":
-            return [("qkv_proj", h, q + 2 * kv, 1), ("o_proj", q, h, 1), ("gate_up_proj", h, 2 * i, 1),
-                    ("down_proj", i, h, 1)]
+            return [
+                ("qkv_proj", h, q + 2 * kv, 1),
+                ("o_proj", q, h, 1),
+                ("gate_up_proj", h, 2 * i, 1),
+                ("down_proj", i, h, 1),
+            ]
         if self.family == "gpt_oss":
             return attn
         return attn + [("gate_proj", h, i, 1), ("up_proj", h, i, 1), ("down_proj", i, h, 1)]
@@ -123,12 +135,14 @@ class Card:
     def lora_params(self, rank: int, targets: list[str]) -> int:
         """Σ r·(d_in + d_out) over the targeted per-layer linears (peft LoRA A: r×d_in, B: d_out×r)."""
         wanted = None if targets in ([], ["all-linear"], "all-linear") else set(targets)
-        per_layer = sum(rank * (din + dout) * n for name, din, dout, n in self.linears()
-                        if wanted is None or name in wanted)
+        per_layer = sum(
+            rank * (din + dout) * n for name, din, dout, n in self.linears() if wanted is None or name in wanted
+        )
         return self.layers * per_layer
 
 
 # ---- loading -----------------------------------------------------------------------------
+
 
 def card_names() -> list[str]:
     return sorted(p.stem for p in bundled.CARDS.glob("*.json"))
@@ -155,8 +169,7 @@ def _read_config_json(path: Path, name: str) -> dict:
     except (OSError, ValueError) as err:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         raise UserError(f"cannot read {path}: {describe(err)}", kind="vram", key="model.name", value=name) from None
     if not isinstance(data, dict):
-        raise UserError(f"{path} is not a JSON object of model settings", kind="vram", key="model.name",
-                        value=name)
+        raise UserError(f"{path} is not a JSON object of model settings", kind="vram", key="model.name", value=name)
     return data
 
 
@@ -167,17 +180,26 @@ def from_config_json(data: dict, name: str) -> Card:
     model_type = data.get("model_type", "")
     family = MODEL_TYPES.get(model_type)
     if family is None:
-        raise UserError(f"model_type {model_type!r} has no VRAM formulas (supported: {', '.join(sorted(MODEL_TYPES))})",
-                        kind="vram", key="model.name", value=name)
+        raise UserError(
+            f"model_type {model_type!r} has no VRAM formulas (supported: {', '.join(sorted(MODEL_TYPES))})",
+            kind="vram",
+            key="model.name",
+            value=name,
+        )
     try:
         heads = data["num_attention_heads"]
         hidden = data["hidden_size"]
         sliding = data.get("sliding_window") or 0
         return Card(
-            name=name, family=family, layers=data["num_hidden_layers"], hidden=hidden,
-            intermediate=data["intermediate_size"], heads=heads,
+            name=name,
+            family=family,
+            layers=data["num_hidden_layers"],
+            hidden=hidden,
+            intermediate=data["intermediate_size"],
+            heads=heads,
             kv_heads=data.get("num_key_value_heads") or heads,
-            head_dim=data.get("head_dim") or hidden // heads, vocab=data["vocab_size"],
+            head_dim=data.get("head_dim") or hidden // heads,
+            vocab=data["vocab_size"],
             tied_embeddings=bool(data.get("tie_word_embeddings", family == "gemma3")),
             num_experts=data.get("num_local_experts", 0) or 0,
             experts_per_token=data.get("num_experts_per_tok", data.get("experts_per_token", 0)) or 0,
@@ -206,8 +228,9 @@ def load(name: str) -> Card:
 
 def _load(name: str) -> Card:
     if not name or not name.strip():
-        raise UserError("give a card name, a local folder or a hub id", kind="vram", key="model.name",
-                        value=(name or "").strip())
+        raise UserError(
+            "give a card name, a local folder or a hub id", kind="vram", key="model.name", value=(name or "").strip()
+        )
     card_file = bundled.CARDS / f"{name}.json"
     if card_file.is_file():
         return _from_card_file(card_file)
@@ -226,5 +249,9 @@ def _load(name: str) -> Card:
         return from_config_json(_read_config_json(cached, name), name)
     close = close_matches(wanted, card_names(), n=3, cutoff=0.4)
     hint = f"closest cards: {', '.join(close)}" if close else f"cards: {', '.join(card_names())}"
-    raise UserError(f"no model card, local folder or cached config.json (offline); {hint}", kind="vram",
-                    key="model.name", value=name)
+    raise UserError(
+        f"no model card, local folder or cached config.json (offline); {hint}",
+        kind="vram",
+        key="model.name",
+        value=name,
+    )

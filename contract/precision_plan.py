@@ -23,14 +23,14 @@ from grpo_studio.contract.dtypes import DTYPES
 @dataclass(frozen=True)
 class PrecisionPlan:
     model_dtype: str
-    rollout_dtype: str          # rollout.dtype, or model.dtype when empty
-    train_fp8: bool             # the trainer forward uses FP8 GEMMs
-    rollout_fp8: bool           # the rollout uses FP8 GEMMs
-    flow: str | None            # "unified" | "rollout_only" | None (no FP8 on the rollout side)
-    train_compute: str          # the GEMM precision each side really computes in, e.g. "bf16", "fp8"
+    rollout_dtype: str  # rollout.dtype, or model.dtype when empty
+    train_fp8: bool  # the trainer forward uses FP8 GEMMs
+    rollout_fp8: bool  # the rollout uses FP8 GEMMs
+    flow: str | None  # "unified" | "rollout_only" | None (no FP8 on the rollout side)
+    train_compute: str  # the GEMM precision each side really computes in, e.g. "bf16", "fp8"
     rollout_compute: str
-    loss_scaling: bool          # the fp16 dynamic loss scaler is on
-    warning: str | None         # one line when the two sides compute differently, else None
+    loss_scaling: bool  # the fp16 dynamic loss scaler is on
+    warning: str | None  # one line when the two sides compute differently, else None
 
 
 def fp8_sides(model_dtype: str, rollout_dtype: str | None, flow: str | None = "auto") -> tuple[bool, bool]:
@@ -61,9 +61,17 @@ def plan(model_dtype: str, rollout_dtype: str | None, flow: str | None = "auto")
     train_fp8, rollout_fp8 = fp8_sides(model_dtype, rollout_dtype, flow)
     train = "fp8" if train_fp8 else ("bf16" if model_dtype == "fp8" else model_dtype)
     rollout = "fp8" if rollout_fp8 else ("bf16" if rollout_dtype == "fp8" else rollout_dtype)
-    return PrecisionPlan(model_dtype, rollout_dtype, train_fp8, rollout_fp8,
-                         ("unified" if train_fp8 else "rollout_only") if rollout_fp8 else None,
-                         train, rollout, DTYPES[model_dtype].loss_scaling, _warning(train, rollout))
+    return PrecisionPlan(
+        model_dtype,
+        rollout_dtype,
+        train_fp8,
+        rollout_fp8,
+        ("unified" if train_fp8 else "rollout_only") if rollout_fp8 else None,
+        train,
+        rollout,
+        DTYPES[model_dtype].loss_scaling,
+        _warning(train, rollout),
+    )
 
 
 def resolve(cfg) -> PrecisionPlan:
@@ -81,16 +89,21 @@ def _warning(train: str, rollout: str) -> str | None:
         return None
     head = f"precision warning: rollout runs in {rollout} but the trainer in {train}"
     if rollout == "fp8" and train != "fp8":
-        return (f"{head} (fp8_flow rollout_only): Jet-RL reports BF16-train + FP8-rollout drifts off-policy "
-                f"and can collapse on long rollouts; expect mismatch/k3 well above the bf16 level; "
-                f"set precision.fp8_flow = 'unified' to quantise both sides identically")
+        return (
+            f"{head} (fp8_flow rollout_only): Jet-RL reports BF16-train + FP8-rollout drifts off-policy "
+            f"and can collapse on long rollouts; expect mismatch/k3 well above the bf16 level; "
+            f"set precision.fp8_flow = 'unified' to quantise both sides identically"
+        )
     if train == "fp8":
-        return (f"{head}: the trainer's FP8 GEMMs are not what the rollout sampled with; expect mismatch/k3 "
-                f"well above the bf16 level; set rollout.dtype = 'fp8' (unified flow) for on-policy sampling")
+        return (
+            f"{head}: the trainer's FP8 GEMMs are not what the rollout sampled with; expect mismatch/k3 "
+            f"well above the bf16 level; set rollout.dtype = 'fp8' (unified flow) for on-policy sampling"
+        )
     weakest = min(train, rollout, key=lambda name: DTYPES[name].mantissa_bits)
     if weakest == "bf16":
-        cost = ("expect bf16-level mismatch (mean |Δlogp| ~1e-3, ~8x an fp16 pair, so mismatch/k3 ~60x; "
-                "arXiv 2510.26788)")
+        cost = (
+            "expect bf16-level mismatch (mean |Δlogp| ~1e-3, ~8x an fp16 pair, so mismatch/k3 ~60x; arXiv 2510.26788)"
+        )
     else:  # fp16 against fp32
         cost = "expect fp16-level mismatch (mean |Δlogp| ~2e-4)"
     return f"{head}: {cost}; set rollout.dtype = model.dtype for on-policy sampling"

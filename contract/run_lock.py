@@ -28,6 +28,7 @@ class RunLock(RuntimeError):
 @dataclass(frozen=True)
 class Lock:
     """trainer.pid: who holds a run directory. The start time tells a reused pid from the trainer."""
+
     pid: int
     start_time: float
     host: str
@@ -92,8 +93,10 @@ def stale_reason(lock: Lock) -> str | None:
     if zombie:
         return "the process is gone"
     if abs(started - lock.start_time) > START_TIME_SLACK_S:
-        return (f"pid {lock.pid} now belongs to another process (started {_clock(started)}, "
-                f"the trainer started {_clock(lock.start_time)})")
+        return (
+            f"pid {lock.pid} now belongs to another process (started {_clock(started)}, "
+            f"the trainer started {_clock(lock.start_time)})"
+        )
     return None
 
 
@@ -110,5 +113,6 @@ def lock_holder(run_dir: Path) -> Lock | None:
 def in_use(run_dir: Path, holder: Lock) -> RunLock:
     """The refusal of a trainer that finds `run_dir` held by the live trainer `holder`."""
     where = "" if holder.host == socket.gethostname() else f" on host {holder.host}"
-    return RunLock(f"run error: {Path(run_dir)} is in use by trainer pid {holder.pid}{where}; "
-                   f"stop it or pick another --run-dir")
+    return RunLock(
+        f"run error: {Path(run_dir)} is in use by trainer pid {holder.pid}{where}; stop it or pick another --run-dir"
+    )

@@ -55,6 +55,7 @@ def _ignore(line: str) -> None:
 
 # ---- rows: what a reader accepts ----------------------------------------------------------------
 
+
 def _is_step(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
@@ -62,10 +63,10 @@ def _is_step(value) -> bool:
 ROW_CHECKS = {  # file -> the fields its readers rely on
     METRICS: lambda row: _is_step(row.get(schema.STEP)),
     SAMPLES: lambda row: _is_step(row.get(schema.STEP)) and isinstance(row.get("rewards", {}), dict),
-    HISTOGRAMS: lambda row: (_is_step(row.get(schema.STEP)) and isinstance(row.get("edges"), list)
-                             and isinstance(row.get("counts"), list)),
-    EVENTS: lambda row: (isinstance(row.get("event"), str)
-                         and as_number(row.get("time", 0.0)) is not None),
+    HISTOGRAMS: lambda row: (
+        _is_step(row.get(schema.STEP)) and isinstance(row.get("edges"), list) and isinstance(row.get("counts"), list)
+    ),
+    EVENTS: lambda row: isinstance(row.get("event"), str) and as_number(row.get("time", 0.0)) is not None,
 }
 
 
@@ -130,6 +131,7 @@ def as_number(value) -> float | None:
 
 
 # ---- files --------------------------------------------------------------------------------------
+
 
 def _why(err: OSError) -> str:
     if isinstance(err, IsADirectoryError):
@@ -291,6 +293,7 @@ def last_state(run_dir: Path, warn: Warn | None = None) -> tuple[str, int | None
 
 # ---- config -------------------------------------------------------------------------------------
 
+
 def read_toml(path: Path, warn: Warn | None = None) -> dict | None:
     """A run directory's TOML file as a dict of tables, or None when it is absent or unreadable. A
     top-level key that is not a table is left out, and said."""
@@ -339,6 +342,7 @@ def setting(cfg: dict, section: str, key: str, kind: type | tuple[type, ...], de
 
 # ---- following a file as it grows ---------------------------------------------------------------
 
+
 class JsonlTail:
     """Incrementally reads complete lines appended to a run directory's JSONL file (partial last lines
     wait; one over MAX_LINE_BYTES is skipped). Lines that `parse_row` refuses are skipped and counted in
@@ -384,7 +388,7 @@ class JsonlTail:
         if len(self._partial) > MAX_LINE_BYTES:
             self._partial, self._oversized = b"", True
         rows = []
-        for line in lines[-self.max_rows:] if len(lines) > self.max_rows else lines:
+        for line in lines[-self.max_rows :] if len(lines) > self.max_rows else lines:
             if line.strip():
                 row, odd = parse_line(self.path.name, line)
                 self.odd += odd

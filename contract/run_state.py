@@ -61,8 +61,16 @@ def run_state(run_dir: Path) -> RunState:
     last, total, skipped_events = last_state(run_dir, warn)
     row, skipped = last_row(run_dir / METRICS, warn)
     _odd_entries(run_dir, warn)
-    return RunState(run_dir.name, run_dir, state_of(run_dir, last), row[schema.STEP] if row else 0, total, last,
-                    skipped_events + skipped, warnings=list(warn))
+    return RunState(
+        run_dir.name,
+        run_dir,
+        state_of(run_dir, last),
+        row[schema.STEP] if row else 0,
+        total,
+        last,
+        skipped_events + skipped,
+        warnings=list(warn),
+    )
 
 
 def _is_run(path: Path) -> bool:
@@ -97,10 +105,21 @@ def run_summaries(root: Path) -> list[dict]:
         warn.extend(st.warnings)
         last = last_row(st.path / METRICS)[0] or {}
         cfg = read_toml(st.path / CONFIG, warn) or {}
-        rows.append({"path": st.path, "name": st.name, "state": st.state, "step": st.step, "total": st.total_steps,
-                     "dtype": setting(cfg, "model", "dtype", str, "?"), "model": setting(cfg, "model", "name", str, "?"),
-                     "reward": as_number(last.get(schema.REWARD)), "k3": as_number(last.get(schema.K3)),
-                     "skipped": st.skipped_rows, "warnings": list(warn)})
+        rows.append(
+            {
+                "path": st.path,
+                "name": st.name,
+                "state": st.state,
+                "step": st.step,
+                "total": st.total_steps,
+                "dtype": setting(cfg, "model", "dtype", str, "?"),
+                "model": setting(cfg, "model", "name", str, "?"),
+                "reward": as_number(last.get(schema.REWARD)),
+                "k3": as_number(last.get(schema.K3)),
+                "skipped": st.skipped_rows,
+                "warnings": list(warn),
+            }
+        )
     return rows
 
 
@@ -115,8 +134,12 @@ def held_run(run_dir: Path) -> str | None:
         return None
     last = last_state(run_dir)[0]
     checkpoints = run_dir / CHECKPOINTS
-    if not ((run_dir / CONFIG).exists() or last or any(_size(run_dir / name) for name in STREAMS)
-            or _has_entries(checkpoints)):
+    if not (
+        (run_dir / CONFIG).exists()
+        or last
+        or any(_size(run_dir / name) for name in STREAMS)
+        or _has_entries(checkpoints)
+    ):
         return None
     state = "crashed" if last == "started" else last or "created"  # started, and nobody holds it: it died
     row = last_row(run_dir / METRICS)[0]
@@ -142,5 +165,9 @@ def refuse_held_run(run_dir: Path) -> None:
     """A new run (no --resume) into a directory that already holds one: one UserError line."""
     held = held_run(run_dir)
     if held is not None:
-        raise UserError(f"already holds a run ({held}); allowed: --resume {shlex.quote(str(Path(run_dir)))} to "
-                        f"continue it, or a new or empty directory", key="--run-dir", value=str(Path(run_dir)))
+        raise UserError(
+            f"already holds a run ({held}); allowed: --resume {shlex.quote(str(Path(run_dir)))} to "
+            f"continue it, or a new or empty directory",
+            key="--run-dir",
+            value=str(Path(run_dir)),
+        )

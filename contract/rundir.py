@@ -80,12 +80,13 @@ def _clean(value):
 def _refuse_odd_entries(run_dir: Path) -> None:
     """A trainer.pid that is a folder cannot be taken over, nor a checkpoints entry that is a file written
     into: one UserError line naming it, before anything is written."""
-    odd_entries = [(PIDFILE, Path.is_dir, "a folder, not a trainer's lock"),
-                   (CHECKPOINTS, lambda p: p.exists() and not p.is_dir(), "a file, not a folder")]
+    odd_entries = [
+        (PIDFILE, Path.is_dir, "a folder, not a trainer's lock"),
+        (CHECKPOINTS, lambda p: p.exists() and not p.is_dir(), "a file, not a folder"),
+    ]
     for name, odd, what in odd_entries + [(name, Path.is_dir, "a folder, not a file") for name in (*STREAMS, EVENTS)]:
         if odd(run_dir / name):
-            raise UserError(f"{run_dir / name}: {what}; move it away, then start the trainer again",
-                            kind="run")
+            raise UserError(f"{run_dir / name}: {what}; move it away, then start the trainer again", kind="run")
 
 
 class RunWriter:
@@ -132,8 +133,9 @@ class RunWriter:
         if stale and old is None:
             self.event("stale_lock", "took over an unreadable trainer.pid", pid=None)
         elif stale:
-            self.event("stale_lock", f"took over the stale lock of trainer pid {old.pid}: {stale_reason(old)}",
-                       pid=old.pid)
+            self.event(
+                "stale_lock", f"took over the stale lock of trainer pid {old.pid}: {stale_reason(old)}", pid=old.pid
+            )
 
     def release(self) -> None:
         if read_pid(self.dir) == os.getpid():
@@ -200,7 +202,9 @@ class RunWriter:
             try:
                 src = open(path, "rb")
             except PermissionError:  # a resume must read every stream whole: one line, nothing written
-                raise UserError(f"{path}: cannot be read (permission denied); a resume rewrites it", kind="run") from None
+                raise UserError(
+                    f"{path}: cannot be read (permission denied); a resume rewrites it", kind="run"
+                ) from None
             with src, open(tmp, "wb") as kept:  # line by line: samples can be large
                 for line in src:
                     row = parse_row(name, line)

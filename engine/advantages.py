@@ -22,8 +22,9 @@ def nanstd(x: torch.Tensor, dim: int | None = None) -> torch.Tensor:
     return std.squeeze(dim) if dim is not None else std.reshape(())
 
 
-def compute_advantages(rewards: torch.Tensor, weights: torch.Tensor, group_size: int, scale: str
-                       ) -> tuple[torch.Tensor, dict]:
+def compute_advantages(
+    rewards: torch.Tensor, weights: torch.Tensor, group_size: int, scale: str
+) -> tuple[torch.Tensor, dict]:
     """Advantages [N] from per-function rewards [N, F] (NaN = function not applicable).
 
     Rows are grouped in consecutive blocks of `group_size` completions of the same prompt.

@@ -32,13 +32,21 @@ class Alerts:
         self.on, self.webhook, self.writer = set(cfg.alerts.on), cfg.alerts.webhook, writer
         self.desktop = shutil.which("notify-send") if cfg.alerts.desktop else None
         if cfg.alerts.desktop and self.desktop is None:
-            raise UserError("notify-send is not on PATH (Debian: apt install libnotify-bin); set it to false",
-                            key="alerts.desktop", value=True)
+            raise UserError(
+                "notify-send is not on PATH (Debian: apt install libnotify-bin); set it to false",
+                key="alerts.desktop",
+                value=True,
+            )
 
     def row(self, row: dict) -> None:
         for rule, value in self.crossings.update(row):
-            self.fire(f"{rule.text}: {rule.metric} = {fmt(value)} at step {row[STEP]}", rule=rule.text,
-                      metric=rule.metric, value=value if math.isfinite(value) else None, step=row[STEP])
+            self.fire(
+                f"{rule.text}: {rule.metric} = {fmt(value)} at step {row[STEP]}",
+                rule=rule.text,
+                metric=rule.metric,
+                value=value if math.isfinite(value) else None,
+                step=row[STEP],
+            )
 
     def event(self, kind: str, message: str, step: int) -> None:
         if kind in self.on:
@@ -51,16 +59,33 @@ class Alerts:
             sys.stderr.flush()
         run = self.writer.dir.name
         if self.desktop:
-            self._try("desktop notification", lambda: subprocess.run(
-                [self.desktop, f"grpo-studio: {run}", message], check=True, capture_output=True,
-                timeout=NOTIFY_TIMEOUT_S))
+            self._try(
+                "desktop notification",
+                lambda: subprocess.run(
+                    [self.desktop, f"grpo-studio: {run}", message],
+                    check=True,
+                    capture_output=True,
+                    timeout=NOTIFY_TIMEOUT_S,
+                ),
+            )
         if self.webhook:
-            payload = {"event": "alert", "run": run, "run_dir": str(self.writer.dir.resolve()), "message": message,
-                       "time": time.time(), **fields}
-            request = urllib.request.Request(self.webhook, data=json.dumps(payload).encode(),
-                                             headers={"Content-Type": "application/json"}, method="POST")
-            self._try(f"webhook {self.webhook}",
-                      lambda: urllib.request.urlopen(request, timeout=NOTIFY_TIMEOUT_S).close())
+            payload = {
+                "event": "alert",
+                "run": run,
+                "run_dir": str(self.writer.dir.resolve()),
+                "message": message,
+                "time": time.time(),
+                **fields,
+            }
+            request = urllib.request.Request(
+                self.webhook,
+                data=json.dumps(payload).encode(),
+                headers={"Content-Type": "application/json"},
+                method="POST",
+            )
+            self._try(
+                f"webhook {self.webhook}", lambda: urllib.request.urlopen(request, timeout=NOTIFY_TIMEOUT_S).close()
+            )
 
     def _try(self, what: str, send) -> None:
         try:

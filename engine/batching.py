@@ -5,8 +5,9 @@ from __future__ import annotations
 import torch
 
 
-def join_prompt_completion(prompt_ids: list[list[int]], completion_ids: torch.Tensor, n: int, pad_id: int,
-                           device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+def join_prompt_completion(
+    prompt_ids: list[list[int]], completion_ids: torch.Tensor, n: int, pad_id: int, device: torch.device | str = "cpu"
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(input_ids, attention_mask): left-padded prompts, each repeated n times (rows grouped per
     prompt like Rollout), followed by the right-padded completions, as one batch for the trainer
     forward. Completion padding sits after EOS and never influences the tokens scored, so it
@@ -37,8 +38,13 @@ def token_budget_groups(prompt_lens: torch.Tensor, completion_lens: torch.Tensor
     return groups
 
 
-def trim(input_ids: torch.Tensor, attention: torch.Tensor, completion_len: int, prompt_lens: torch.Tensor,
-         completion_lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:
+def trim(
+    input_ids: torch.Tensor,
+    attention: torch.Tensor,
+    completion_len: int,
+    prompt_lens: torch.Tensor,
+    completion_lens: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, int]:
     """The rows cut to their own widths: the left prompt padding none of them needs and the completion
     columns after the longest one's last token (kept >= 2 so a [B, T] stays per-token). Both are masked
     out of every scored position (left padding by the attention mask, positions skip it; the tail by
@@ -49,11 +55,13 @@ def trim(input_ids: torch.Tensor, attention: torch.Tensor, completion_len: int, 
     return input_ids[:, cols], attention[:, cols], keep_c
 
 
-def token_budget_batches(input_ids: torch.Tensor, attention: torch.Tensor, completion_len: int,
-                         completion_lens: torch.Tensor, budget: int) -> list[tuple[torch.Tensor, torch.Tensor,
-                                                                                  torch.Tensor, int]]:
+def token_budget_batches(
+    input_ids: torch.Tensor, attention: torch.Tensor, completion_len: int, completion_lens: torch.Tensor, budget: int
+) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]]:
     """(rows, input_ids, attention, completion width) of each micro-batch under a token budget: the rows of
     token_budget_groups, cut by trim. `completion_lens` are the rows' completion tokens."""
     prompt_lens, completion_lens = attention[:, :-completion_len].sum(1).cpu(), completion_lens.cpu()
-    return [(rows, *trim(input_ids[rows], attention[rows], completion_len, prompt_lens[rows], completion_lens[rows]))
-            for rows in token_budget_groups(prompt_lens, completion_lens, budget)]
+    return [
+        (rows, *trim(input_ids[rows], attention[rows], completion_len, prompt_lens[rows], completion_lens[rows]))
+        for rows in token_budget_groups(prompt_lens, completion_lens, budget)
+    ]

@@ -85,8 +85,17 @@ def _fsync(path: Path) -> None:
         os.close(fd)
 
 
-def save(run_dir: Path, step: int, policy, optimizer, schedule, scaler, data_cursor: dict,
-         counters: dict, full: tuple[dict, dict] | None = None) -> Path | None:
+def save(
+    run_dir: Path,
+    step: int,
+    policy,
+    optimizer,
+    schedule,
+    scaler,
+    data_cursor: dict,
+    counters: dict,
+    full: tuple[dict, dict] | None = None,
+) -> Path | None:
     """Write checkpoints/step-N (None if it exists). `counters`: the trainer's own running counts. `full`:
     the (model, optimizer) state dicts gathered from a sharded policy (FSDP, engine/fsdp.py full_state),
     saved in the same layout as the policy's own: a consolidated adapter or HF folder."""
@@ -97,16 +106,19 @@ def save(run_dir: Path, step: int, policy, optimizer, schedule, scaler, data_cur
     shutil.rmtree(tmp, ignore_errors=True)
     policy.save_pretrained(tmp, safe_serialization=True, **({"state_dict": full[0]} if full else {}))
     time.sleep(float(os.environ.get(TEST_PAUSE_ENV, 0)))
-    torch.save({
-        "step": step,
-        "optimizer": full[1] if full else optimizer.state_dict(),
-        "schedule": schedule.state_dict(),
-        "scaler": scaler.state_dict(),
-        "rng": torch.get_rng_state(),
-        "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-        "data_cursor": data_cursor,
-        "counters": counters,
-    }, tmp / STATE)
+    torch.save(
+        {
+            "step": step,
+            "optimizer": full[1] if full else optimizer.state_dict(),
+            "schedule": schedule.state_dict(),
+            "scaler": scaler.state_dict(),
+            "rng": torch.get_rng_state(),
+            "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+            "data_cursor": data_cursor,
+            "counters": counters,
+        },
+        tmp / STATE,
+    )
     files = {}
     for f in sorted(p for p in tmp.rglob("*") if p.is_file()):
         _fsync(f)
@@ -139,8 +151,9 @@ def prune(run_dir: Path, keep: int, just_saved: int, scores: dict[int, float]) -
     return removed
 
 
-def restore(run_dir: Path, policy, optimizer, schedule, scaler, on_skip, into=None,
-            at_most: int | None = None) -> dict | None:
+def restore(
+    run_dir: Path, policy, optimizer, schedule, scaler, on_skip, into=None, at_most: int | None = None
+) -> dict | None:
     """Load the newest trustworthy checkpoint (saved at a step <= at_most, when given) into the trainer's objects
     and return its trainer state; None when there is none. Leftover .step-N.tmp folders (writes cut short) are
     removed. `into(policy, optimizer, weights, optimizer_state)` loads the weights and optimizer state instead

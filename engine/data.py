@@ -80,15 +80,22 @@ def _read_hub(data: DataConfig, split: str) -> list[dict]:
     try:
         import datasets
     except ImportError:
-        raise _err("source", data.source, "the 'datasets' package is not installed; pip install datasets, "
-                                          "or give a local .jsonl/.csv/.parquet file") from None
+        raise _err(
+            "source",
+            data.source,
+            "the 'datasets' package is not installed; pip install datasets, or give a local .jsonl/.csv/.parquet file",
+        ) from None
     try:
         ds = datasets.load_dataset(data.source, data.subset or None, split=split)
     except Exception as err:
         reason = (str(err).strip().splitlines() or [type(err).__name__])[0][:160]
-        raise _err("source", data.source, f"could not load this Hugging Face dataset (split {split!r}): {reason}; "
-                                          f"offline? save it as a local .jsonl/.csv/.parquet file and set "
-                                          f"data.source to that path") from None
+        raise _err(
+            "source",
+            data.source,
+            f"could not load this Hugging Face dataset (split {split!r}): {reason}; "
+            f"offline? save it as a local .jsonl/.csv/.parquet file and set "
+            f"data.source to that path",
+        ) from None
     return [dict(r) for r in ds]
 
 
@@ -104,11 +111,16 @@ def _source_rows(data: DataConfig, split_name: str) -> list[dict]:
         path = Path(data.source).expanduser()
         if _is_file(data.source):
             if not path.is_file():
-                raise _err("source", data.source, "file not found; allowed: builtin:arith, a .jsonl/.json/.csv/"
-                                                  ".parquet file, or a Hugging Face dataset id like 'openai/gsm8k'")
+                raise _err(
+                    "source",
+                    data.source,
+                    "file not found; allowed: builtin:arith, a .jsonl/.json/.csv/"
+                    ".parquet file, or a Hugging Face dataset id like 'openai/gsm8k'",
+                )
             if path.suffix.lower() not in FILE_SUFFIXES:
-                raise _err("source", data.source, f"unsupported file type {path.suffix!r}; allowed: "
-                                                  f"{', '.join(FILE_SUFFIXES)}")
+                raise _err(
+                    "source", data.source, f"unsupported file type {path.suffix!r}; allowed: {', '.join(FILE_SUFFIXES)}"
+                )
             key = (str(path.resolve()), path.stat().st_mtime_ns)
             if key not in _cache:
                 _cache[key] = _read_file(path, data.source)
@@ -118,8 +130,11 @@ def _source_rows(data: DataConfig, split_name: str) -> list[dict]:
             _cache[data.source] = tasks.TASKS[data.source]()
         return _cache[data.source]
     if data.source.startswith("builtin:"):
-        raise _err("source", data.source, f"unknown built-in task; allowed: {', '.join(BUILTIN)}"
-                                          f"{did_you_mean(data.source, BUILTIN)}")
+        raise _err(
+            "source",
+            data.source,
+            f"unknown built-in task; allowed: {', '.join(BUILTIN)}{did_you_mean(data.source, BUILTIN)}",
+        )
     key = (data.source, data.subset, split_name)
     if key not in _cache:
         _cache[key] = _read_hub(data, split_name)
@@ -135,8 +150,11 @@ class BuiltMessages(list):
 
 
 def is_conversational(prompt) -> bool:
-    return isinstance(prompt, (list, tuple)) and all(isinstance(m, dict) and "content" in m for m in prompt) \
+    return (
+        isinstance(prompt, (list, tuple))
+        and all(isinstance(m, dict) and "content" in m for m in prompt)
         and len(prompt) > 0
+    )
 
 
 def is_gsm8k(rows: list[dict]) -> bool:
@@ -236,7 +254,7 @@ def load_rows(data: DataConfig, split: str) -> list[dict]:
     _check_eval_size(data, len(rows))
     order = list(range(len(rows)))
     random.Random(EVAL_SEED).shuffle(order)
-    held = set(order[:eval_size(data)])
+    held = set(order[: eval_size(data)])
     if split == "eval":
         return [rows[i] for i in sorted(held)]
     return [r for i, r in enumerate(rows) if i not in held]
@@ -248,19 +266,30 @@ def _refuse_hub_only_keys(data: DataConfig) -> None:
     if not data.source.startswith("builtin:") and not _is_file(data.source):
         return
     what = "a built-in task" if data.source.startswith("builtin:") else "a file"
-    for key, value, unset in (("split", data.split, "train"), ("subset", data.subset, ""),
-                              ("eval_split", data.eval_split, "")):
+    for key, value, unset in (
+        ("split", data.split, "train"),
+        ("subset", data.subset, ""),
+        ("eval_split", data.eval_split, ""),
+    ):
         if value != unset:
-            raise _err(key, value, f"picks a part of a Hugging Face dataset and data.source = {data.source!r} is "
-                                   f"{what}; allowed: {unset!r} (hold rows out with data.eval_size)")
+            raise _err(
+                key,
+                value,
+                f"picks a part of a Hugging Face dataset and data.source = {data.source!r} is "
+                f"{what}; allowed: {unset!r} (hold rows out with data.eval_size)",
+            )
 
 
 def _check_eval_size(data: DataConfig, n_rows: int) -> None:
     size = eval_size(data)
     if size and size >= n_rows:
         hub = not data.source.startswith("builtin:") and not _is_file(data.source)
-        raise _err("eval_size", data.eval_size, f"{data.source} has {n_rows} rows; allowed: 0 to {n_rows - 1} "
-                                                f"(rows held out for evaluation){', or set data.eval_split' * hub}")
+        raise _err(
+            "eval_size",
+            data.eval_size,
+            f"{data.source} has {n_rows} rows; allowed: 0 to {n_rows - 1} "
+            f"(rows held out for evaluation){', or set data.eval_split' * hub}",
+        )
 
 
 # ---- rendering prompts --------------------------------------------------------------------------
@@ -275,8 +304,11 @@ def _template(data: DataConfig) -> str | None:
         with user_path("data.chat_template", value):
             path = Path(value).expanduser()
             if not path.is_file():
-                raise _err("chat_template", value, "file not found; allowed: auto, plain, none, a Jinja template "
-                                                   "string or a .jinja file")
+                raise _err(
+                    "chat_template",
+                    value,
+                    "file not found; allowed: auto, plain, none, a Jinja template string or a .jinja file",
+                )
             return path.read_bytes().decode("utf-8")
     if "{" not in value:
         raise _err("chat_template", value, "allowed: auto, plain, none, a Jinja template string or a .jinja file")
@@ -313,19 +345,26 @@ def prompt_text(row: dict, data: DataConfig, tokenizer=None) -> str:
             return str(prompt)
         prompt = [{"role": "user", "content": str(prompt)}]
     if data.chat_template == "none":
-        raise _err("chat_template", "none", f"{data.source} is conversational (column {data.prompt_column!r} holds "
-                                            f"messages) and 'none' sends text prompts as they are; allowed: auto, "
-                                            f"plain, a Jinja template string or a .jinja file")
+        raise _err(
+            "chat_template",
+            "none",
+            f"{data.source} is conversational (column {data.prompt_column!r} holds "
+            f"messages) and 'none' sends text prompts as they are; allowed: auto, "
+            f"plain, a Jinja template string or a .jinja file",
+        )
     template = _template(data)
     if data.chat_template == "plain":
         return plain(prompt)
     if template is None and not has_own:
         if not isinstance(prompt, BuiltMessages):
             name = getattr(tokenizer, "name_or_path", None) or "the model"
-            raise _err("chat_template", data.chat_template,
-                       f"{name} has no chat template but {data.source} is conversational (column "
-                       f"{data.prompt_column!r} holds messages); set data.chat_template to a Jinja template, "
-                       f"a .jinja file, or 'plain'")
+            raise _err(
+                "chat_template",
+                data.chat_template,
+                f"{name} has no chat template but {data.source} is conversational (column "
+                f"{data.prompt_column!r} holds messages); set data.chat_template to a Jinja template, "
+                f"a .jinja file, or 'plain'",
+            )
         return plain(prompt)  # prompts we built from text (GSM8K + system prompt): plain is fine
     kwargs = {"chat_template": template} if template else {}
     try:
@@ -356,8 +395,11 @@ def check_prompt_lengths(rows: list[dict], data: DataConfig, tokenizer, max_len:
 def _refuse_longer(longest: int, max_len: int, what: str) -> None:
     """The one wording of the rollout.max_prompt_len rule."""
     if longest > max_len:
-        raise UserError(f"{what} renders to {longest} tokens; allowed: at least {longest}, or shorter prompts",
-                        key="rollout.max_prompt_len", value=max_len)
+        raise UserError(
+            f"{what} renders to {longest} tokens; allowed: at least {longest}, or shorter prompts",
+            key="rollout.max_prompt_len",
+            value=max_len,
+        )
 
 
 def mix_seed(seed: int, k: int) -> int:

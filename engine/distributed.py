@@ -38,6 +38,7 @@ from grpo_studio.engine.sampler.base import NonFiniteSampling
 
 class Single:
     """One process: every rank call is the identity."""
+
     rank, world, main = 0, 1, True
 
     def writer(self, run_dir) -> RunWriter:
@@ -157,6 +158,7 @@ class RankLost(RuntimeError):
 
 class Group(Single):
     """This process's place in the torchrun job: rank, world size, and the collectives the trainer needs."""
+
     _writer: RunWriter | None = None
 
     def __init__(self, cfg: Config):
@@ -165,8 +167,9 @@ class Group(Single):
         if cuda:  # one GPU per rank: the rank's LOCAL_RANK among the visible devices
             torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
         if not dist.is_initialized():  # a second Trainer in the same process joins the same group
-            dist.init_process_group("nccl" if cuda else "gloo",
-                                    timeout=datetime.timedelta(seconds=cfg.train.dist_timeout_s))
+            dist.init_process_group(
+                "nccl" if cuda else "gloo", timeout=datetime.timedelta(seconds=cfg.train.dist_timeout_s)
+            )
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
         self.main = self.rank == 0
         self.device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
@@ -183,7 +186,7 @@ class Group(Single):
         """This rank's contiguous share of `rows`: of a step's prompts (the world size divides their number), or
         of the eval rows (the first ranks then take one fewer where it does not)."""
         n = len(rows)
-        return rows[self.rank * n // self.world:(self.rank + 1) * n // self.world]
+        return rows[self.rank * n // self.world : (self.rank + 1) * n // self.world]
 
     def total(self, value: torch.Tensor) -> torch.Tensor:
         """The sum over ranks of a scalar tensor."""
@@ -206,12 +209,14 @@ class Group(Single):
         its share of the global normaliser. Returns the global loss Σ_r w_r·L_r."""
         weight = self.share(mask, loss_type)
         grads = [p.grad for p in params if p.grad is not None]
-        flat = torch.cat([torch.full((1,), loss * weight, device=self.device, dtype=torch.float32)]
-                         + [g.reshape(-1).float() * weight for g in grads])
+        flat = torch.cat(
+            [torch.full((1,), loss * weight, device=self.device, dtype=torch.float32)]
+            + [g.reshape(-1).float() * weight for g in grads]
+        )
         self._collective(dist.all_reduce, flat)  # one bucket; fp16 grads are summed in fp32
         offset = 1
         for g in grads:
-            g.copy_(flat[offset:offset + g.numel()].view_as(g))
+            g.copy_(flat[offset : offset + g.numel()].view_as(g))
             offset += g.numel()
         return float(flat[0])
 
@@ -261,9 +266,14 @@ class Group(Single):
     def merge_histogram(self, hist: dict) -> dict:
         """The Δlogp histogram of all ranks' tokens: counts summed bin by bin, on the same fixed edges."""
         parts = self._gather_objects(hist)
-        return {k: v if k == "edges" else
-                [sum(col) for col in zip(*(p[k] for p in parts))] if isinstance(v, list) else sum(p[k] for p in parts)
-                for k, v in hist.items()}
+        return {
+            k: v
+            if k == "edges"
+            else [sum(col) for col in zip(*(p[k] for p in parts))]
+            if isinstance(v, list)
+            else sum(p[k] for p in parts)
+            for k, v in hist.items()
+        }
 
     def gather(self, rows: list) -> list:
         """Every rank's rows, in rank order (samples.jsonl lists the whole step)."""
@@ -289,8 +299,10 @@ class Group(Single):
         try:
             return fn(*args)
         except (RuntimeError, dist.DistError) as err:
-            raise RankLost(f"{self._who_is_gone()}: {str(err).splitlines()[0] if str(err) else type(err).__name__}; "
-                           f"every rank stops (train.dist_timeout_s = {self.timeout_s:g})") from err
+            raise RankLost(
+                f"{self._who_is_gone()}: {str(err).splitlines()[0] if str(err) else type(err).__name__}; "
+                f"every rank stops (train.dist_timeout_s = {self.timeout_s:g})"
+            ) from err
         finally:
             self.comm_s += time.perf_counter() - start
 
@@ -298,7 +310,9 @@ class Group(Single):
         """Name the peers on this host whose process is gone. When none is, the collective timed out on live
         ones: they are hung, and are killed here so that none outlives the run (torchrun would wait for a hung
         rank before killing it). Peers on other hosts cannot be checked."""
-        local = [(r, pid) for r, (host, pid) in enumerate(self.peers) if r != self.rank and host == socket.gethostname()]
+        local = [
+            (r, pid) for r, (host, pid) in enumerate(self.peers) if r != self.rank and host == socket.gethostname()
+        ]
         gone = [f"rank {r} (pid {pid})" for r, pid in local if not _alive(pid)]
         if gone:
             return f"{', '.join(gone)} died"
@@ -313,6 +327,7 @@ class Group(Single):
 class Sharded(Group):
     """train.parallel = fsdp: the policy sharded by FSDP2 (engine/fsdp.py), the gradients reduce-scattered in
     its backward."""
+
     _weight = 1.0  # this step's share (backward_weight)
 
     def wrap(self, policy, cfg: Config):

@@ -36,6 +36,7 @@ GGUF_ARCHS = {"Qwen2ForCausalLM": "QWEN2", "Qwen3ForCausalLM": "QWEN3"}
 
 # ---- which checkpoint -------------------------------------------------------------------------
 
+
 def find_checkpoint(run: Path, step: int | None) -> Path:
     """checkpoints/step-N of `run` (the newest complete one when `step` is None); every miss one line."""
     if not (run / CONFIG).is_file():
@@ -43,14 +44,25 @@ def find_checkpoint(run: Path, step: int | None) -> Path:
         raise UserError(why, kind=KIND, key="RUN", value=str(run))
     complete = [path for step, path in checkpoint.folders(run) if _complete(path, step)]  # oldest first
     if not complete:
-        raise UserError(f"no complete checkpoint under {CHECKPOINTS}/ (a run writes one at its end and every "
-                        f"train.save_every steps)", kind=KIND, key="RUN", value=str(run))
+        raise UserError(
+            f"no complete checkpoint under {CHECKPOINTS}/ (a run writes one at its end and every "
+            f"train.save_every steps)",
+            kind=KIND,
+            key="RUN",
+            value=str(run),
+        )
     if step is None:
         return complete[-1]
     found = next((path for path in complete if path.name == f"step-{step}"), None)
     if found is None:
-        raise UserError(f"no complete checkpoint at that step in {run}", kind=KIND, key="--step", value=step,
-                        allowed=[path.name.removeprefix("step-") for path in complete], near="")
+        raise UserError(
+            f"no complete checkpoint at that step in {run}",
+            kind=KIND,
+            key="--step",
+            value=step,
+            allowed=[path.name.removeprefix("step-") for path in complete],
+            near="",
+        )
     return found
 
 
@@ -65,6 +77,7 @@ def _complete(path: Path, step: int) -> bool:
 
 
 # ---- the merged model -------------------------------------------------------------------------
+
 
 def merged_model(run: Path, ckpt: Path):
     """(model, base folder, note): the checkpoint merged into its base, in the base's training dtype."""
@@ -122,19 +135,23 @@ def _dtype_name(model) -> str:
 
 # ---- GGUF -------------------------------------------------------------------------------------
 
+
 def export_gguf(run: Path, step: int | None, dest: Path, quant: str) -> str:
     if quant not in QUANTS:
-        raise UserError("not a GGUF type this converter writes", kind=KIND, key="--quant", value=quant,
-                        allowed=QUANTS)
+        raise UserError("not a GGUF type this converter writes", kind=KIND, key="--quant", value=quant, allowed=QUANTS)
     if dest.exists():
         raise UserError("exists; choose a new file name", kind=KIND, key="--gguf", value=str(dest))
     ckpt = find_checkpoint(run, step)
     model, base_path, note = merged_model(run, ckpt)
     hf_arch = (model.config.architectures or ["?"])[0]
     if hf_arch not in GGUF_ARCHS:
-        raise UserError(f"GGUF export writes {', '.join(GGUF_ARCHS)} models, not {hf_arch}; export --merged "
-                        f"and convert it with llama.cpp's convert_hf_to_gguf.py", kind=KIND, key="--gguf",
-                        value=str(dest))
+        raise UserError(
+            f"GGUF export writes {', '.join(GGUF_ARCHS)} models, not {hf_arch}; export --merged "
+            f"and convert it with llama.cpp's convert_hf_to_gguf.py",
+            kind=KIND,
+            key="--gguf",
+            value=str(dest),
+        )
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_name(f".{dest.name}.tmp")
     try:
@@ -160,8 +177,9 @@ def write_gguf(model, tokenizer_dir: Path, path: Path, quant: str, name: str) ->
             continue  # llama.cpp reads a tied output matrix from token_embd (convert_hf_to_gguf skips it too)
         gguf_name = names.get_name(hf_name, try_suffixes=(".weight", ".bias"))
         if gguf_name is None:
-            raise UserError(f"llama.cpp's tensor map has no name for {hf_name}", kind=KIND, key="--gguf",
-                            value=str(path))
+            raise UserError(
+                f"llama.cpp's tensor map has no name for {hf_name}", kind=KIND, key="--gguf", value=str(path)
+            )
         data, qtype = _quantize(gguf_name, tensor.float().numpy(), quant)
         writer.add_tensor(gguf_name, data, raw_dtype=qtype)
     writer.write_header_to_file()
@@ -201,12 +219,23 @@ def _write_hparams(writer, cfg, quant: str, name: str) -> None:
     writer.add_value_length(head_dim)
     rope = getattr(cfg, "rope_parameters", None) or {"rope_theta": getattr(cfg, "rope_theta", 10000.0)}
     if rope.get("rope_type", "default") != "default":
-        raise UserError(f"RoPE scaling {rope['rope_type']!r} is not written by this converter; export --merged "
-                        f"and use llama.cpp's convert_hf_to_gguf.py", kind=KIND, key="--gguf", value=name)
+        raise UserError(
+            f"RoPE scaling {rope['rope_type']!r} is not written by this converter; export --merged "
+            f"and use llama.cpp's convert_hf_to_gguf.py",
+            kind=KIND,
+            key="--gguf",
+            value=name,
+        )
     writer.add_rope_freq_base(rope["rope_theta"])
     writer.add_layer_norm_rms_eps(cfg.rms_norm_eps)
-    writer.add_file_type({"f32": gguf.LlamaFileType.ALL_F32, "f16": gguf.LlamaFileType.MOSTLY_F16,
-                          "bf16": gguf.LlamaFileType.MOSTLY_BF16, "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0}[quant])
+    writer.add_file_type(
+        {
+            "f32": gguf.LlamaFileType.ALL_F32,
+            "f16": gguf.LlamaFileType.MOSTLY_F16,
+            "bf16": gguf.LlamaFileType.MOSTLY_BF16,
+            "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0,
+        }[quant]
+    )
     writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
 
 
@@ -234,15 +263,25 @@ def _write_vocab(writer, folder: Path, n_vocab: int) -> None:
         tokens = [("\u2581" if t == " " else t).encode() for t in by_id]
         # added tokens match whole (control ones only as special text); other multi-character tokens cannot
         # come out of a character split, so llama.cpp never produces them either
-        types = [(gguf.TokenType.CONTROL if added[t] else gguf.TokenType.USER_DEFINED) if t in added else
-                 gguf.TokenType.NORMAL if len(t) == 1 else gguf.TokenType.UNUSED for t in by_id]
+        types = [
+            (gguf.TokenType.CONTROL if added[t] else gguf.TokenType.USER_DEFINED)
+            if t in added
+            else gguf.TokenType.NORMAL
+            if len(t) == 1
+            else gguf.TokenType.UNUSED
+            for t in by_id
+        ]
         scores = [0.0] * len(tokens)
         writer.add_tokenizer_model("llama")
         writer.add_tokenizer_pre("default")
         writer.add_add_space_prefix(False)
     else:
-        raise UserError(f"its {kind} tokenizer has no llama.cpp tokenizer type here; export --merged instead",
-                        kind=KIND, key="--gguf", value=str(folder))
+        raise UserError(
+            f"its {kind} tokenizer has no llama.cpp tokenizer type here; export --merged instead",
+            kind=KIND,
+            key="--gguf",
+            value=str(folder),
+        )
     for i in range(len(tokens), n_vocab):  # rows of the embedding no token uses (convert_hf_to_gguf's [PAD{i}])
         tokens.append(f"[PAD{i}]".encode())
         types.append(gguf.TokenType.UNUSED)
@@ -260,13 +299,15 @@ def _write_vocab(writer, folder: Path, n_vocab: int) -> None:
 
 # ---- the Hub ----------------------------------------------------------------------------------
 
+
 def push(run: Path, step: int | None, repo: str) -> str:
     """The merged folder uploaded to the Hub model repo `repo` (created private if it does not exist)."""
     from huggingface_hub import HfApi, is_offline_mode
 
     if is_offline_mode():
-        raise UserError("cannot push: the Hugging Face Hub is offline here (HF_HUB_OFFLINE=1)", kind=KIND,
-                        key="--push", value=repo)
+        raise UserError(
+            "cannot push: the Hugging Face Hub is offline here (HF_HUB_OFFLINE=1)", kind=KIND, key="--push", value=repo
+        )
     ckpt = find_checkpoint(run, step)
     model, base_path, note = merged_model(run, ckpt)
     api = HfApi()
@@ -275,9 +316,11 @@ def push(run: Path, step: int | None, repo: str) -> str:
         _write_folder(model, base_path, folder)
         try:
             api.create_repo(repo, private=True, exist_ok=True)
-            commit = api.upload_folder(repo_id=repo, folder_path=folder,
-                                       commit_message=f"grpo-studio export of {run.name}/{ckpt.name}")
+            commit = api.upload_folder(
+                repo_id=repo, folder_path=folder, commit_message=f"grpo-studio export of {run.name}/{ckpt.name}"
+            )
         except Exception as err:  # no network, no token, no right to the repo: all one line naming it
-            raise UserError(f"cannot push to the Hugging Face Hub ({describe(err)})", kind=KIND, key="--push",
-                            value=repo) from None
+            raise UserError(
+                f"cannot push to the Hugging Face Hub ({describe(err)})", kind=KIND, key="--push", value=repo
+            ) from None
     return f"pushed {run.name}/{ckpt.name} merged to {commit.repo_url}{note}"

@@ -35,7 +35,8 @@ NEARLY_FULL_BYTES = 1 << 20  # a write that failed with less than this free was 
 def is_out_of_memory(err: BaseException) -> bool:
     """CUDA's OutOfMemoryError, Python's MemoryError, or the CPU allocator's RuntimeError."""
     return isinstance(err, (MemoryError, torch.OutOfMemoryError)) or (
-        isinstance(err, RuntimeError) and "can't allocate memory" in str(err))
+        isinstance(err, RuntimeError) and "can't allocate memory" in str(err)
+    )
 
 
 @contextlib.contextmanager
@@ -46,8 +47,11 @@ def out_of_memory(phase: str, step: int, run_dir: Path):
     except Exception as err:
         if not is_out_of_memory(err):
             raise
-        raise UserError(f"out of memory in the {phase} of step {step} ({describe(err)}); {LOWER[phase]}; "
-                        f"`grpo-studio vram {Path(run_dir) / CONFIG}` shows what fits", kind="run") from None
+        raise UserError(
+            f"out of memory in the {phase} of step {step} ({describe(err)}); {LOWER[phase]}; "
+            f"`grpo-studio vram {Path(run_dir) / CONFIG}` shows what fits",
+            kind="run",
+        ) from None
 
 
 def disk_full(err: BaseException, path: Path) -> bool:
@@ -66,6 +70,9 @@ def disk_full(err: BaseException, path: Path) -> bool:
 def disk_full_error(path: Path, done: int, last_checkpoint: str | None) -> UserError:
     """The run in `path` stopped for a full disk after `done` steps; its checkpoints were written whole or not
     at all (a temporary folder, then a rename), so `last_checkpoint` is intact."""
-    return UserError(f"{path}: no space left on device; the run stopped after step {done} (last checkpoint: "
-                     f"{last_checkpoint or 'none'}); free some space, then `grpo-studio train --resume {path}` "
-                     f"continues from the last checkpoint", kind="run")
+    return UserError(
+        f"{path}: no space left on device; the run stopped after step {done} (last checkpoint: "
+        f"{last_checkpoint or 'none'}); free some space, then `grpo-studio train --resume {path}` "
+        f"continues from the last checkpoint",
+        kind="run",
+    )

@@ -28,12 +28,14 @@ def matmul_params(model: torch.nn.Module) -> int:
     """N: the weights of every nn.Linear of `model` (lm_head included: a tied lm_head is still a matmul;
     LoRA's lora_A / lora_B left out, they are a rounding error of the frozen layer they adapt)."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return sum(m.weight.numel() for name, m in base.named_modules()
-               if isinstance(m, torch.nn.Linear) and "lora_" not in name)
+    return sum(
+        m.weight.numel() for name, m in base.named_modules() if isinstance(m, torch.nn.Linear) and "lora_" not in name
+    )
 
 
-def step_flop(n_params: int, *, generated: float = 0.0, forward: float = 0.0, trained: float = 0.0,
-              lora: bool = False) -> float:
+def step_flop(
+    n_params: int, *, generated: float = 0.0, forward: float = 0.0, trained: float = 0.0, lora: bool = False
+) -> float:
     """Model FLOPs of a step that generated (prompt + completion) tokens, ran `forward` tokens through
     no-grad forwards and trained on `trained` tokens (with LoRA or the full model)."""
     train = TRAIN_LORA if lora else TRAIN_FULL
@@ -47,22 +49,35 @@ def real_tokens(attention: torch.Tensor, completion_mask: torch.Tensor) -> torch
     return attention[:, :prompt_cols].sum(1).cpu().float() + completion_mask.sum(1).cpu().float()
 
 
-def grpo_step_flop(n_params: int, tokens: torch.Tensor, rows: torch.Tensor, *, sampled_here: bool,
-                   old_logps: bool, reference: bool, lora: bool) -> float:
+def grpo_step_flop(
+    n_params: int,
+    tokens: torch.Tensor,
+    rows: torch.Tensor,
+    *,
+    sampled_here: bool,
+    old_logps: bool,
+    reference: bool,
+    lora: bool,
+) -> float:
     """Model FLOPs of one trainer step on a rollout whose rows hold `tokens` real tokens each ([B]): its
     generation when this process sampled it on this step (an in-process sampler, the rollout's first
     step), π_old over the whole rollout when computed on this step, and this step's `rows` trained on
     (plus their reference forward when algo.beta > 0)."""
     mine = float(tokens[rows].sum())
     everything = float(tokens.sum())
-    return step_flop(n_params, generated=everything if sampled_here else 0.0,
-                     forward=(everything if old_logps else 0.0) + (mine if reference else 0.0),
-                     trained=mine, lora=lora)
+    return step_flop(
+        n_params,
+        generated=everything if sampled_here else 0.0,
+        forward=(everything if old_logps else 0.0) + (mine if reference else 0.0),
+        trained=mine,
+        lora=lora,
+    )
 
 
 @functools.cache
-def matmul_peak(device: str = "cpu", dtype: torch.dtype = torch.float32, size: int = 1024, repeats: int = 5,
-                burst_s: float = 0.1) -> float:
+def matmul_peak(
+    device: str = "cpu", dtype: torch.dtype = torch.float32, size: int = 1024, repeats: int = 5, burst_s: float = 0.1
+) -> float:
     """FLOP/s of the best of `repeats` bursts (≈ burst_s each) of size×size torch.mm on `device` in `dtype`:
     the peak MFU divides by. Measured once per process and device/dtype (≈ repeats × burst_s seconds)."""
     dev = torch.device(device)
@@ -77,5 +92,5 @@ def matmul_peak(device: str = "cpu", dtype: torch.dtype = torch.float32, size: i
             a @ b
             n += 1
         sync()
-        best = max(best, n * 2 * size ** 3 / (time.perf_counter() - t0))
+        best = max(best, n * 2 * size**3 / (time.perf_counter() - t0))
     return best

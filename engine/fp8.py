@@ -177,8 +177,15 @@ def scaled_mm_blockwise(xq: Tensor, xs: Tensor, wq: Tensor, ws: Tensor) -> Tenso
     l4 = -(-kb // 4) * 4
     scale_a = torch.empty_strided((M, kb), (1, M), dtype=xs.dtype, device=xs.device).copy_(xs)
     scale_b = F.pad(ws, (0, l4 - kb)).t()  # [Nb, L4] row-major → [L4, Nb] with stride [1, L4]
-    return F.scaled_mm(xq, wq.t(), scale_a, F.ScalingType.BlockWise1x128, scale_b, F.ScalingType.BlockWise128x128,
-                       output_dtype=torch.float32)
+    return F.scaled_mm(
+        xq,
+        wq.t(),
+        scale_a,
+        F.ScalingType.BlockWise1x128,
+        scale_b,
+        F.ScalingType.BlockWise128x128,
+        output_dtype=torch.float32,
+    )
 
 
 class _Fp8MatmulCuda(torch.autograd.Function):

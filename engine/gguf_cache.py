@@ -60,16 +60,20 @@ def hf_folder(gguf: Path, name: str) -> Path:
         for stale in [final, *root.glob(f".tmp-{key}-*")]:  # damaged, or left by a killed conversion
             shutil.rmtree(stale, ignore_errors=True)
         tmp = root / f".tmp-{key}-{os.getpid()}"
-        print(f"model.name = {name!r}: converting {gguf.name} to a Hugging Face folder in {final} "
-              f"(first use only)", file=sys.stderr, flush=True)
+        print(
+            f"model.name = {name!r}: converting {gguf.name} to a Hugging Face folder in {final} (first use only)",
+            file=sys.stderr,
+            flush=True,
+        )
         try:
             _convert(gguf, tmp)
         except Exception as err:
             shutil.rmtree(tmp, ignore_errors=True)
             if isinstance(err, OSError) and not isinstance(err, FileNotFoundError):
                 raise  # disk full, permissions: the run's own handling names them
-            raise UserError(f"could not convert the GGUF file ({describe(err)})", key="model.name",
-                            value=name) from None
+            raise UserError(
+                f"could not convert the GGUF file ({describe(err)})", key="model.name", value=name
+            ) from None
         os.replace(tmp, final)
     return final
 

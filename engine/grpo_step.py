@@ -43,26 +43,29 @@ from grpo_studio.engine.weights import export_weights
 @dataclasses.dataclass
 class LossPass:
     """Phase 4's forward and backward over the step's rows, one micro-batch at a time."""
-    logps: torch.Tensor      # π of the rows [B, T], detached; 0 past a micro-batch's cut (no completion token there)
-    loss: float              # the rows' loss value (micro-batches weighted as their gradients)
-    metrics: dict            # the loss's metrics (engine/losses.py), row-weighted over the micro-batches
+
+    logps: torch.Tensor  # π of the rows [B, T], detached; 0 past a micro-batch's cut (no completion token there)
+    loss: float  # the rows' loss value (micro-batches weighted as their gradients)
+    metrics: dict  # the loss's metrics (engine/losses.py), row-weighted over the micro-batches
 
 
 @dataclasses.dataclass
 class Update:
     """Phase 4's optimizer step on the step's loss."""
-    loss: float              # the step's loss (data-parallel: reduced over the ranks)
-    grad_norm: float         # before clipping; inf for a non-finite loss
-    skipped: str | None      # why the step was skipped (non-finite loss or gradients); None: it was taken
+
+    loss: float  # the step's loss (data-parallel: reduced over the ranks)
+    grad_norm: float  # before clipping; inf for a non-finite loss
+    skipped: str | None  # why the step was skipped (non-finite loss or gradients); None: it was taken
 
 
 @dataclasses.dataclass
 class StepTimes:
     """Wall-clock of a step's phases (perf/*)."""
-    start: float             # time.perf_counter() at the step's start
-    rollout_s: float = 0.0   # getting the rollout (its first step only)
-    train_s: float = 0.0     # π_old, π, loss, backward, AdamW
-    sync_s: float = 0.0      # the weight sync (a rollout's last step only)
+
+    start: float  # time.perf_counter() at the step's start
+    rollout_s: float = 0.0  # getting the rollout (its first step only)
+    train_s: float = 0.0  # π_old, π, loss, backward, AdamW
+    sync_s: float = 0.0  # the weight sync (a rollout's last step only)
 
 
 class GRPOStep:
@@ -70,8 +73,20 @@ class GRPOStep:
     the rollout engine and its rollouts; and where the run is: the rollout being trained on, the updates still
     to take on it, the steps and weight syncs so far."""
 
-    def __init__(self, cfg: Config, dist, rundir, outlets, policy, precision, model_path, tokenizer,
-                 prompts: data.PromptStream, reward_fns, device):
+    def __init__(
+        self,
+        cfg: Config,
+        dist,
+        rundir,
+        outlets,
+        policy,
+        precision,
+        model_path,
+        tokenizer,
+        prompts: data.PromptStream,
+        reward_fns,
+        device,
+    ):
         self.cfg, self.dist, self.rundir, self.prompts, self.policy = cfg, dist, rundir, prompts, policy
         self.precision, self.model_path, self.device = precision, model_path, device
         self.params = [p for p in policy.parameters() if p.requires_grad]
@@ -82,19 +97,23 @@ class GRPOStep:
         self.optimizer = torch.optim.AdamW(self.params, lr=cfg.train.lr, weight_decay=cfg.train.weight_decay)
         self.schedule = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_factor)
         self.scaler = LossScaler.from_config(cfg, precision)  # fp16; elsewhere it only skips NaN steps
-        self.sampler = make_sampler(cfg, model_path, tokenizer, precision, emit_event=rundir.event,
-                                    log_dir=rundir.dir)
-        self.rollouts = Rollouts(cfg, dist, prompts, tokenizer, dist.agreeing(self.sampler), reward_fns, device,
-                                 rundir)
+        self.sampler = make_sampler(cfg, model_path, tokenizer, precision, emit_event=rundir.event, log_dir=rundir.dir)
+        self.rollouts = Rollouts(cfg, dist, prompts, tokenizer, dist.agreeing(self.sampler), reward_fns, device, rundir)
         if not cfg.rollout.colocate:  # a rollout server may hold another run's weights: this policy is version 0
             self.sampler.load_weights(export_weights(policy), version=0)
-        truncation = [f"rollout.{k} = {v:g}" for k, v, off in (("top_k", cfg.rollout.top_k, 0),
-                                                                  ("top_p", cfg.rollout.top_p, 1)) if v != off]
+        truncation = [
+            f"rollout.{k} = {v:g}"
+            for k, v, off in (("top_k", cfg.rollout.top_k, 0), ("top_p", cfg.rollout.top_p, 1))
+            if v != off
+        ]
         if truncation:  # config.validate refuses it with rollout correction
-            rundir.event("warning", f"{', '.join(truncation)}: the sampler's μ is the truncated distribution and "
-                                    f"π is not, so mismatch/* also measure the truncation (docs/mismatch.md)")
+            rundir.event(
+                "warning",
+                f"{', '.join(truncation)}: the sampler's μ is the truncated distribution and "
+                f"π is not, so mismatch/* also measure the truncation (docs/mismatch.md)",
+            )
         self.batch: GenerationBatch | None = None  # the rollout being trained on
-        self.updates: list[torch.Tensor] = []      # the rows of each optimizer step still to take on it
+        self.updates: list[torch.Tensor] = []  # the rows of each optimizer step still to take on it
         self.step_no = 0
         self.skips = SkippedSteps(rundir, outlets, self.scaler)  # steps skipped for non-finite numbers
         self.rank_weight = 1.0  # this rank's loss weight in the step's backward (fsdp: its share of the normaliser)
@@ -145,15 +164,22 @@ class GRPOStep:
             # 4. π on this step's rows at the sampler's temperature, loss and backward, one micro-batch at
             #    a time (gradient accumulation); then clip, one AdamW step and the LR schedule.
             self.rank_weight = self.dist.backward_weight(batch.inputs.mask[rows], self.cfg.algo.loss_type)
-            passed = self._accumulate(batch.input_ids[rows], batch.attention[rows], _take(batch.inputs, rows),
-                                      batch.num_items, batch.rollout.mask[rows].sum(1))
-            update = self._optimize(self.dist.reduce_gradients(self.params, passed.loss, batch.inputs.mask[rows],
-                                                               self.cfg.algo.loss_type))
+            passed = self._accumulate(
+                batch.input_ids[rows],
+                batch.attention[rows],
+                _take(batch.inputs, rows),
+                batch.num_items,
+                batch.rollout.mask[rows].sum(1),
+            )
+            update = self._optimize(
+                self.dist.reduce_gradients(self.params, passed.loss, batch.inputs.mask[rows], self.cfg.algo.loss_type)
+            )
         times.train_s = time.perf_counter() - t_train
         self.skips.judge(self.step_no + 1, update.skipped, self.cfg.train)
         if update.skipped is None:
-            self.skips.judge_collapse(self.step_no + 1, batch.metrics.get(schema.REWARD), update.grad_norm,
-                                      self.cfg.train)
+            self.skips.judge_collapse(
+                self.step_no + 1, batch.metrics.get(schema.REWARD), update.grad_norm, self.cfg.train
+            )
 
         # 5. Rollout/train mismatch: μ against π under the weights that sampled (π_old, or with one update
         #    per rollout this step's π, whose rows are then the whole batch), on the first pass only.
@@ -163,9 +189,13 @@ class GRPOStep:
             out = batch.rollout
             batch.metrics.update(mismatch_metrics(out.logprobs, pi, out.mask))
             batch.metrics.update(lag_metrics(out.logprobs, pi, out.mask, batch.lags))
-            self.rundir.histogram({"step": self.step_no + 1,
-                                   **self.dist.merge_histogram(dlogp_histogram(out.logprobs, pi, out.mask)),
-                                   "lag": merge_lag_counts(self.dist.gather([lag_counts(out.mask, batch.lags)]))})
+            self.rundir.histogram(
+                {
+                    "step": self.step_no + 1,
+                    **self.dist.merge_histogram(dlogp_histogram(out.logprobs, pi, out.mask)),
+                    "lag": merge_lag_counts(self.dist.gather([lag_counts(out.mask, batch.lags)])),
+                }
+            )
 
         # 6. After the batch's last update the rollout engine takes the new weights for the next rollout.
         if not self.updates:
@@ -199,9 +229,16 @@ class GRPOStep:
         """Per-token log-probs (and entropies) of the completion tokens at the sampler's temperature."""
         mode = "off" if self.cfg.train.parallel == "fsdp" else self.cfg.train.shared_prefix  # fsdp: config refuses on
         shared = use_shared_prefix(mode, model, input_ids, attention, completion_len)
-        return token_logprobs(model, input_ids, attention, completion_len, self.cfg.rollout.temperature,
-                              with_entropy=with_entropy, logits_chunk=self.cfg.model.logits_chunk,
-                              shared_prefix=shared)
+        return token_logprobs(
+            model,
+            input_ids,
+            attention,
+            completion_len,
+            self.cfg.rollout.temperature,
+            with_entropy=with_entropy,
+            logits_chunk=self.cfg.model.logits_chunk,
+            shared_prefix=shared,
+        )
 
     @torch.no_grad()
     def _old_logps(self, batch: GenerationBatch) -> torch.Tensor:
@@ -210,12 +247,15 @@ class GRPOStep:
         cut, where no completion token is), else in chunks of one step's micro-batch rows."""
         cfg, B, T = self.cfg, batch.input_ids.shape[0], batch.inputs.mask.shape[1]
         if cfg.train.micro_batch_tokens:
-            parts = token_budget_batches(batch.input_ids, batch.attention, T, batch.rollout.mask.sum(1),
-                                         cfg.train.micro_batch_tokens)
+            parts = token_budget_batches(
+                batch.input_ids, batch.attention, T, batch.rollout.mask.sum(1), cfg.train.micro_batch_tokens
+            )
         else:
             size = cfg.train.micro_batch_size or B // cfg.train.steps_per_generation
-            parts = [(torch.arange(i, min(i + size, B)), batch.input_ids[i:i + size], batch.attention[i:i + size], T)
-                     for i in range(0, B, size)]
+            parts = [
+                (torch.arange(i, min(i + size, B)), batch.input_ids[i : i + size], batch.attention[i : i + size], T)
+                for i in range(0, B, size)
+            ]
         old = torch.zeros(B, T, device=batch.input_ids.device)
         with policy_loader.autocast(cfg):
             for rows, ids, attention, width in parts:
@@ -231,8 +271,11 @@ class GRPOStep:
             with self.policy.disable_adapter():
                 return self._logps(self.policy, input_ids, attention, completion_len)[0]
         if self.reference is None:  # full fine-tune: a frozen copy of the starting weights
-            self.reference = policy_loader.load_policy(self.cfg, self.model_path,  # same numerics
-                                                       self.precision).to(self.device)
+            self.reference = policy_loader.load_policy(
+                self.cfg,
+                self.model_path,  # same numerics
+                self.precision,
+            ).to(self.device)
             self.reference.requires_grad_(False)
         return self._logps(self.reference, input_ids, attention, completion_len)[0]
 
@@ -267,10 +310,14 @@ class GRPOStep:
                 ref_logps = self._reference_logps(ids, att, width)
             old_logps = logps.detach() if batch.old_logps is None else part_inputs.old_logps  # TRL _compute_loss
             loss, part = policy_loss(
-                dataclasses.replace(part_inputs, logps=logps, old_logps=old_logps, ref_logps=ref_logps,
-                                    entropy=entropy),
-                cfg.algo, max_completion_len=cfg.rollout.max_completion_len, num_items_in_batch=num_items,
-                rollout_backend=self.sampler.name)
+                dataclasses.replace(
+                    part_inputs, logps=logps, old_logps=old_logps, ref_logps=ref_logps, entropy=entropy
+                ),
+                cfg.algo,
+                max_completion_len=cfg.rollout.max_completion_len,
+                num_items_in_batch=num_items,
+                rollout_backend=self.sampler.name,
+            )
             share = len(rows) / B
             weight = share  # means over rows (GRPO arXiv 2402.03300, Dr. GRPO arXiv 2503.20783): by their share
             if cfg.algo.loss_type == "dapo":  # token sum over the rollout's active tokens (DAPO, arXiv 2503.14476)
@@ -292,8 +339,9 @@ class GRPOStep:
             self.optimizer.zero_grad(set_to_none=True)
             self.scaler.update(found_inf=True)
             return Update(loss, math.inf, "non-finite loss")
-        stepped, grad_norm = self.scaler.step(self.optimizer, self.params, self.cfg.train.grad_clip,
-                                              self.dist.shard_sum)
+        stepped, grad_norm = self.scaler.step(
+            self.optimizer, self.params, self.cfg.train.grad_clip, self.dist.shard_sum
+        )
         if not stepped:
             return Update(loss, grad_norm, "non-finite gradients")
         self.schedule.step()
@@ -310,40 +358,61 @@ class GRPOStep:
         self.sampler.load_weights(export_weights(self.policy), **version)
 
     # ---- telemetry ----------------------------------------------------------------------------
-    def _row(self, batch: GenerationBatch, rows, sampled: bool, lag: int, passed: LossPass, update: Update,
-             times: StepTimes) -> dict:
+    def _row(
+        self, batch: GenerationBatch, rows, sampled: bool, lag: int, passed: LossPass, update: Update, times: StepTimes
+    ) -> dict:
         """A taken step's metrics row (call after step_no += 1)."""
         # the loss's mismatch/is_* override the rollout's: as applied
         metrics = {**batch.metrics, **passed.metrics, **self._common_metrics(times.start)}
-        metrics.update({"loss": update.loss, "grad_norm": update.grad_norm, "policy/lag": float(lag),
-                        "perf/rollout_s": batch.rollout.seconds if sampled else 0.0,
-                        "perf/train_s": metrics["perf/step_s"] - times.rollout_s, "perf/sync_s": times.sync_s})
+        metrics.update(
+            {
+                "loss": update.loss,
+                "grad_norm": update.grad_norm,
+                "policy/lag": float(lag),
+                "perf/rollout_s": batch.rollout.seconds if sampled else 0.0,
+                "perf/train_s": metrics["perf/step_s"] - times.rollout_s,
+                "perf/sync_s": times.sync_s,
+            }
+        )
         if not sampled:  # the waiting happened on the rollout's first step
             metrics.update({"perf/trainer_wait_s": 0.0, "perf/overlap_frac": 0.0})
-        metrics.update(self._perf(batch, rows, sampled, metrics["perf/step_s"], metrics["perf/trainer_wait_s"],
-                                  times))
+        metrics.update(self._perf(batch, rows, sampled, metrics["perf/step_s"], metrics["perf/trainer_wait_s"], times))
         return metrics
 
-    def _perf(self, batch: GenerationBatch, rows, sampled: bool, step_s: float, wait_s: float,
-              times: StepTimes) -> dict:
+    def _perf(
+        self, batch: GenerationBatch, rows, sampled: bool, step_s: float, wait_s: float, times: StepTimes
+    ) -> dict:
         """perf/flop, perf/peak_flop_s, perf/mfu and perf/idle_s of a step: its model FLOPs (engine/flops.py)
         over its wall time and the peak measured at start; idle = the step less waiting for the rollout,
         training (π_old, log-probs, loss, backward, AdamW) and the weight sync."""
-        flop = flops.grpo_step_flop(self.matmul_params, flops.real_tokens(batch.attention, batch.rollout.mask),
-                                    rows, sampled_here=sampled and self.cfg.rollout.colocate,
-                                    old_logps=sampled and batch.inputs.old_logps is not None,
-                                    reference=self.cfg.algo.beta > 0, lora=self.cfg.model.lora_rank > 0)
-        return {"perf/flop": flop, "perf/peak_flop_s": self.peak_flop_s, "perf/mfu": flop / step_s / self.peak_flop_s,
-                "perf/idle_s": max(0.0, step_s - wait_s - times.train_s - times.sync_s)}
+        flop = flops.grpo_step_flop(
+            self.matmul_params,
+            flops.real_tokens(batch.attention, batch.rollout.mask),
+            rows,
+            sampled_here=sampled and self.cfg.rollout.colocate,
+            old_logps=sampled and batch.inputs.old_logps is not None,
+            reference=self.cfg.algo.beta > 0,
+            lora=self.cfg.model.lora_rank > 0,
+        )
+        return {
+            "perf/flop": flop,
+            "perf/peak_flop_s": self.peak_flop_s,
+            "perf/mfu": flop / step_s / self.peak_flop_s,
+            "perf/idle_s": max(0.0, step_s - wait_s - times.train_s - times.sync_s),
+        }
 
     def _common_metrics(self, start: float) -> dict:
         """The part of a metrics row every step has, taken or skipped (call after step_no += 1)."""
         row = {
-            "step": self.step_no, "time": time.time(),
+            "step": self.step_no,
+            "time": time.time(),
             "epoch": self.prompts.epoch + self.prompts.index / max(1, len(self.prompts.rows)),
-            "lr": self.schedule.get_last_lr()[0], "perf/step_s": time.perf_counter() - start,
-            "mem/peak_gib": _peak_gib(), "mem/rss_gib": _rss_gib(),
-            "precision/bad_steps": float(self.skips.bad_steps), "precision/bad_streak": float(self.skips.bad_streak),
+            "lr": self.schedule.get_last_lr()[0],
+            "perf/step_s": time.perf_counter() - start,
+            "mem/peak_gib": _peak_gib(),
+            "mem/rss_gib": _rss_gib(),
+            "precision/bad_steps": float(self.skips.bad_steps),
+            "precision/bad_streak": float(self.skips.bad_streak),
         }
         if self.precision.loss_scaling:
             row.update(self.scaler.metrics())
@@ -352,8 +421,9 @@ class GRPOStep:
 
 def _take(inputs: LossInputs, rows, width: int | None = None) -> LossInputs:
     """The rows `rows` of every tensor in `inputs`, per-token ones cut to their first `width` tokens."""
-    return LossInputs(**{k: None if v is None else v[rows] if v.dim() == 1 else v[rows, :width]
-                         for k, v in vars(inputs).items()})
+    return LossInputs(
+        **{k: None if v is None else v[rows] if v.dim() == 1 else v[rows, :width] for k, v in vars(inputs).items()}
+    )
 
 
 def _merge_metrics(into: dict, part: dict, share: float) -> None:

@@ -30,34 +30,58 @@ def position_ids(attention_mask: torch.Tensor) -> torch.Tensor:
     return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
 
 
-def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, completion_len: int,
-                   temperature: float = 1.0, chunk_rows: int = 8, with_entropy: bool = False,
-                   logits_chunk: int = 0, shared_prefix: bool = False):
+def token_logprobs(
+    model,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    completion_len: int,
+    temperature: float = 1.0,
+    chunk_rows: int = 8,
+    with_entropy: bool = False,
+    logits_chunk: int = 0,
+    shared_prefix: bool = False,
+):
     """Return (logps [B, T], entropy [B, T] or None) for the last `completion_len` tokens."""
     targets = input_ids[:, -completion_len:]
     if logits_chunk == 0 and not shared_prefix:
-        out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids(attention_mask),
-                    logits_to_keep=completion_len + 1, use_cache=False)
+        out = model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids(attention_mask),
+            logits_to_keep=completion_len + 1,
+            use_cache=False,
+        )
         return materialised_logps(out.logits[:, :-1, :], targets, temperature, chunk_rows, with_entropy)  # t → t+1
-    hidden = (_shared_prefix_hidden if shared_prefix else _completion_hidden)(model, input_ids, attention_mask,
-                                                                              completion_len)
+    hidden = (_shared_prefix_hidden if shared_prefix else _completion_hidden)(
+        model, input_ids, attention_mask, completion_len
+    )
     head = model.get_output_embeddings()
     scale, softcap = head_transform(model)
     _check_head_transform(model, input_ids[:1], attention_mask[:1], hidden[0], head.weight, scale, softcap)
     if logits_chunk == 0:
-        return materialised_logps(_final_logits(head(hidden), scale, softcap), targets, temperature, chunk_rows,
-                                  with_entropy)
+        return materialised_logps(
+            _final_logits(head(hidden), scale, softcap), targets, temperature, chunk_rows, with_entropy
+        )
     B, T = targets.shape
-    logps, entropy = fused_logps(hidden.reshape(B * T, -1), head.weight, targets.reshape(-1), temperature,
-                                 logits_chunk, scale, softcap, with_entropy)
+    logps, entropy = fused_logps(
+        hidden.reshape(B * T, -1),
+        head.weight,
+        targets.reshape(-1),
+        temperature,
+        logits_chunk,
+        scale,
+        softcap,
+        with_entropy,
+    )
     return logps.view(B, T), (entropy.view(B, T) if with_entropy else None)
 
 
 def _completion_hidden(model, input_ids, attention_mask, T):
     """Final hidden states [B, T, H] of the positions that predict the T completion tokens (t predicts t+1)."""
-    hidden = model.get_decoder()(input_ids=input_ids, attention_mask=attention_mask,
-                                 position_ids=position_ids(attention_mask), use_cache=False).last_hidden_state
-    return hidden[:, -(T + 1):-1, :]
+    hidden = model.get_decoder()(
+        input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids(attention_mask), use_cache=False
+    ).last_hidden_state
+    return hidden[:, -(T + 1) : -1, :]
 
 
 def prefix_groups(input_ids, attention_mask, T) -> tuple[torch.Tensor, torch.Tensor]:
@@ -78,11 +102,17 @@ def _shared_prefix_hidden(model, input_ids, attention_mask, T):
     ids, mask = unique[:, :width], unique[:, width:]
     decoder = model.get_decoder()
     cache = DynamicCache(config=model.config.get_text_config())
-    prompt = decoder(input_ids=ids, attention_mask=mask, position_ids=position_ids(mask), past_key_values=cache,
-                     use_cache=True).last_hidden_state
+    prompt = decoder(
+        input_ids=ids, attention_mask=mask, position_ids=position_ids(mask), past_key_values=cache, use_cache=True
+    ).last_hidden_state
     cache.batch_select_indices(rows)
-    completion = decoder(input_ids=input_ids[:, -T:], attention_mask=attention_mask, past_key_values=cache,
-                         position_ids=position_ids(attention_mask)[:, -T:], use_cache=True).last_hidden_state
+    completion = decoder(
+        input_ids=input_ids[:, -T:],
+        attention_mask=attention_mask,
+        past_key_values=cache,
+        position_ids=position_ids(attention_mask)[:, -T:],
+        use_cache=True,
+    ).last_hidden_state
     # the last prompt position predicts the first completion token
     return torch.cat([prompt[rows, -1:, :], completion[:, :-1, :]], dim=1)
 
@@ -100,11 +130,17 @@ def use_shared_prefix(mode: str, model, input_ids, attention_mask, T) -> bool:
         if why:
             from grpo_studio.contract.errors import UserError
 
-            raise UserError(f"{type(model).__name__} has {why}; set train.shared_prefix = auto or off",
-                            key="train.shared_prefix", value=mode)
+            raise UserError(
+                f"{type(model).__name__} has {why}; set train.shared_prefix = auto or off",
+                key="train.shared_prefix",
+                value=mode,
+            )
         return True
-    return (why is None and input_ids.shape[1] - T >= SHARED_PREFIX_MIN_TOKENS
-            and prefix_groups(input_ids, attention_mask, T)[0].shape[0] < input_ids.shape[0])
+    return (
+        why is None
+        and input_ids.shape[1] - T >= SHARED_PREFIX_MIN_TOKENS
+        and prefix_groups(input_ids, attention_mask, T)[0].shape[0] < input_ids.shape[0]
+    )
 
 
 def shared_prefix_refusal(model) -> str | None:
@@ -130,9 +166,9 @@ def materialised_logps(logits, targets, temperature, chunk_rows=8, with_entropy=
     rows at a time, autograd keeping each chunk's log-softmax for the backward."""
     logps, entropies = [], []
     for rows in range(0, logits.shape[0], chunk_rows):
-        chunk = logits[rows:rows + chunk_rows].float() / temperature
+        chunk = logits[rows : rows + chunk_rows].float() / temperature
         logsm = torch.log_softmax(chunk, dim=-1)
-        logps.append(logsm.gather(-1, targets[rows:rows + chunk_rows].unsqueeze(-1)).squeeze(-1))
+        logps.append(logsm.gather(-1, targets[rows : rows + chunk_rows].unsqueeze(-1)).squeeze(-1))
         if with_entropy:
             with torch.no_grad():
                 entropies.append(-(logsm.exp() * logsm).sum(-1))
@@ -145,8 +181,7 @@ def fused_logps(hidden, weight, targets, temperature, chunk, scale=1.0, softcap=
     if hidden.is_cuda and triton_kernels_available():
         return triton_logps(hidden, weight, targets, temperature, chunk, scale, softcap, with_entropy)
     jacobian = torch.is_grad_enabled() and hidden.requires_grad
-    return ChunkedLogSoftmax.apply(hidden, weight, targets, temperature, chunk, scale, softcap, jacobian,
-                                   with_entropy)
+    return ChunkedLogSoftmax.apply(hidden, weight, targets, temperature, chunk, scale, softcap, jacobian, with_entropy)
 
 
 def triton_kernels_available() -> bool:
@@ -166,7 +201,8 @@ def triton_logps(hidden, weight, targets, temperature, chunk, scale=1.0, softcap
     rows, vocab = min(hidden.shape[0], chunked_logprob.TOKEN_CHUNK_SIZE), weight.shape[0]
     columns = max(1, min(vocab, chunk * vocab // max(rows, 1)))
     logps, entropy, *_ = chunked_logprob.ChunkedLogProbFunction.apply(
-        hidden, weight, None, targets, temperature, columns, softcap, scale, ("entropy",) if with_entropy else ())
+        hidden, weight, None, targets, temperature, columns, softcap, scale, ("entropy",) if with_entropy else ()
+    )
     return logps, (entropy.detach() if with_entropy else None)
 
 
@@ -189,15 +225,24 @@ def _check_head_transform(model, ids, attention, hidden_row, weight, scale, soft
     from grpo_studio.contract.errors import UserError
 
     T = hidden_row.shape[0]
-    own = model(input_ids=ids, attention_mask=attention, position_ids=position_ids(attention),
-                logits_to_keep=T + 1, use_cache=False).logits[0, :-1]
+    own = model(
+        input_ids=ids,
+        attention_mask=attention,
+        position_ids=position_ids(attention),
+        logits_to_keep=T + 1,
+        use_cache=False,
+    ).logits[0, :-1]
     # a wrong transform is off by its scale; rounding is off by the logits' dtype (bf16: 2^-7 relative)
     tol = max(1e-3, 2 * torch.finfo(own.dtype).eps)
     own = own.float()
     ours = _final_logits(torch.nn.functional.linear(hidden_row, weight).float(), scale, softcap)
     if not torch.allclose(ours, own, rtol=tol, atol=tol * max(1.0, own.abs().max().item())):
-        raise UserError(f"{type(model).__name__} transforms its logits in a way the chunked path does not "
-                        f"reproduce; set model.logits_chunk = 0", key="model.logits_chunk", value=T)
+        raise UserError(
+            f"{type(model).__name__} transforms its logits in a way the chunked path does not "
+            f"reproduce; set model.logits_chunk = 0",
+            key="model.logits_chunk",
+            value=T,
+        )
     model._grpo_head_checked = True
 
 
@@ -233,19 +278,34 @@ class ChunkedLogSoftmax(torch.autograd.Function):
     fine-tune), whose gradient sums rows weighted by their incoming gradients, recomputes the tiles."""
 
     @staticmethod
-    def forward(ctx, hidden, weight, targets, temperature, chunk, scale=1.0, softcap=None, jacobian=False,
-                with_entropy=True, columns=COLUMNS):
+    def forward(
+        ctx,
+        hidden,
+        weight,
+        targets,
+        temperature,
+        chunk,
+        scale=1.0,
+        softcap=None,
+        jacobian=False,
+        with_entropy=True,
+        columns=COLUMNS,
+    ):
         n, vocab = hidden.shape[0], weight.shape[0]
         rows, cols = tile_shape(n, vocab, chunk, columns)
-        out = {"logps": hidden.new_empty(n, dtype=torch.float32), "lse": hidden.new_empty(n, dtype=torch.float32),
-               "entropy": hidden.new_empty(n, dtype=torch.float32) if with_entropy else None,
-               "dcap_y": hidden.new_empty(n, dtype=torch.float32) if softcap else None,
-               "dlogp_dh": hidden.new_zeros(hidden.shape, dtype=torch.float32) if jacobian else None}
+        out = {
+            "logps": hidden.new_empty(n, dtype=torch.float32),
+            "lse": hidden.new_empty(n, dtype=torch.float32),
+            "entropy": hidden.new_empty(n, dtype=torch.float32) if with_entropy else None,
+            "dcap_y": hidden.new_empty(n, dtype=torch.float32) if softcap else None,
+            "dlogp_dh": hidden.new_zeros(hidden.shape, dtype=torch.float32) if jacobian else None,
+        }
         buffers = _TileBuffers(rows * cols, hidden.device, two=bool(softcap) or (with_entropy and not jacobian))
         for r in range(0, n, rows):
-            block = {k: (v[r:r + rows] if v is not None else None) for k, v in out.items()}
-            _forward_block(hidden[r:r + rows], weight, targets[r:r + rows], temperature, scale, softcap, cols,
-                           buffers, block)
+            block = {k: (v[r : r + rows] if v is not None else None) for k, v in out.items()}
+            _forward_block(
+                hidden[r : r + rows], weight, targets[r : r + rows], temperature, scale, softcap, cols, buffers, block
+            )
         ctx.save_for_backward(hidden, weight, targets, out["dlogp_dh"], out["lse"], out["dcap_y"])
         ctx.temperature, ctx.scale, ctx.softcap, ctx.rows, ctx.cols = temperature, scale, softcap, rows, cols
         if with_entropy:
@@ -263,17 +323,17 @@ class ChunkedLogSoftmax(torch.autograd.Function):
             grad_weight = torch.zeros_like(weight, dtype=torch.float32)
             buffers = _TileBuffers(ctx.rows * ctx.cols, hidden.device, two=bool(ctx.softcap))
             for r in range(0, hidden.shape[0], ctx.rows):
-                h, y = hidden[r:r + ctx.rows], targets[r:r + ctx.rows]
-                hg = h.float() * grad_logps[r:r + ctx.rows, None]
+                h, y = hidden[r : r + ctx.rows], targets[r : r + ctx.rows]
+                hg = h.float() * grad_logps[r : r + ctx.rows, None]
                 h, hk = _prescale(h, weight, ctx.temperature, ctx.scale, ctx.softcap)
                 for v0 in range(0, weight.shape[0], ctx.cols):
-                    w = weight[v0:v0 + ctx.cols]
+                    w = weight[v0 : v0 + ctx.cols]
                     z, th = _logit_tile(h, hk, w, buffers, ctx.temperature, ctx.softcap)
-                    p = z.sub_(lse[r:r + ctx.rows, None]).exp_()
+                    p = z.sub_(lse[r : r + ctx.rows, None]).exp_()
                     if ctx.softcap:
                         p.mul_(th.mul_(th).neg_().add_(1))
-                    grad_weight[v0:v0 + w.shape[0]].addmm_(p.t(), hg, alpha=-k)
-                dcap = dcap_y[r:r + ctx.rows, None] if ctx.softcap else 1.0
+                    grad_weight[v0 : v0 + w.shape[0]].addmm_(p.t(), hg, alpha=-k)
+                dcap = dcap_y[r : r + ctx.rows, None] if ctx.softcap else 1.0
                 grad_weight.index_add_(0, y, hg.mul_(dcap), alpha=k)  # the onehot(y) term
             grad_weight = grad_weight.to(weight.dtype)
         return grad_hidden, grad_weight, None, None, None, None, None, None, None, None
@@ -286,7 +346,7 @@ class _TileBuffers:
         self.flat = [torch.empty(size, dtype=torch.float32, device=device) for _ in range(1 + two)]
 
     def views(self, rows: int, cols: int) -> list[torch.Tensor]:
-        return [b[:rows * cols].view(rows, cols) for b in self.flat]
+        return [b[: rows * cols].view(rows, cols) for b in self.flat]
 
 
 def _prescale(h, weight, temperature, scale, softcap) -> tuple[torch.Tensor, float]:
@@ -324,7 +384,7 @@ def _forward_block(h, weight, y, temperature, scale, softcap, cols, buffers, out
     acc = out["dlogp_dh"]  # [n, H] fp32 zeros, or None
     entropy_from_acc = acc is not None and not softcap
     for v0 in range(0, weight.shape[0], cols):
-        w = weight[v0:v0 + cols]
+        w = weight[v0 : v0 + cols]
         z, th = _logit_tile(h, k, w, buffers, temperature, softcap)
         hit = ((y >= v0) & (y < v0 + w.shape[0])).nonzero().squeeze(1)  # rows whose target is in this tile
         if hit.numel():
@@ -350,8 +410,9 @@ def _forward_block(h, weight, y, temperature, scale, softcap, cols, buffers, out
         if softcap and out["entropy"] is not None:
             t.add_(torch.bmm(e[:, None, :], th[:, :, None]).view(-1), alpha=softcap / temperature)  # no temporary
         if acc is not None:
-            acc.addmm_(e.mul_(th.mul_(th).neg_().add_(1)) if softcap else e, w.float() if w.dtype != torch.float32
-                       else w)
+            acc.addmm_(
+                e.mul_(th.mul_(th).neg_().add_(1)) if softcap else e, w.float() if w.dtype != torch.float32 else w
+            )
     lse = out["lse"].copy_(m + s.log())
     out["logps"].copy_(zy - lse)
     if out["entropy"] is not None:  # H = lse − Σ p·z

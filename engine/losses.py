@@ -34,13 +34,13 @@ SEQ_LOG_RATIO_MAX = 20.0  # sequence-level log ρ is capped here (ρ ≤ 4.9e8) 
 
 @dataclass
 class LossInputs:
-    logps: Tensor            # [B, T] π_θ per-token log-probs (requires grad)
-    old_logps: Tensor        # [B, T] π_old: the weights that sampled the batch (logps.detach() with one update)
-    advantages: Tensor       # [B]
-    mask: Tensor             # [B, T] completion mask (1 = real token), already zeroed for truncated seqs
-    rollout_logps: Tensor | None = None   # [B, T] μ from the sampler
-    ref_logps: Tensor | None = None       # [B, T] reference policy, when beta > 0
-    entropy: Tensor | None = None         # [B, T] per-token entropy (for the metric only)
+    logps: Tensor  # [B, T] π_θ per-token log-probs (requires grad)
+    old_logps: Tensor  # [B, T] π_old: the weights that sampled the batch (logps.detach() with one update)
+    advantages: Tensor  # [B]
+    mask: Tensor  # [B, T] completion mask (1 = real token), already zeroed for truncated seqs
+    rollout_logps: Tensor | None = None  # [B, T] μ from the sampler
+    ref_logps: Tensor | None = None  # [B, T] reference policy, when beta > 0
+    entropy: Tensor | None = None  # [B, T] per-token entropy (for the metric only)
 
 
 def masked_mean(x: Tensor, mask: Tensor) -> float:
@@ -58,8 +58,9 @@ def masked_max(x: Tensor, mask: Tensor) -> float:
     return active.max().item() if active.numel() else 0.0
 
 
-def rollout_correction(behaviour_logps: Tensor, rollout_logps: Tensor, mask: Tensor, level: str, mode: str,
-                       cap: float) -> tuple[Tensor, dict[str, float]]:
+def rollout_correction(
+    behaviour_logps: Tensor, rollout_logps: Tensor, mask: Tensor, level: str, mode: str, cap: float
+) -> tuple[Tensor, dict[str, float]]:
     """IS weights w ([B, T] or [B, 1], no grad) correcting samples from μ towards the behaviour policy.
 
     token:    ρ_t = π_b(y_t)/μ(y_t)              sequence: ρ = Π_t π_b(y_t)/μ(y_t)
@@ -97,8 +98,13 @@ def rollout_correction(behaviour_logps: Tensor, rollout_logps: Tensor, mask: Ten
     return weights, metrics
 
 
-def aggregate(per_token_loss: Tensor, mask: Tensor, loss_type: str, max_completion_len: int | None,
-              num_items_in_batch: int | Tensor | None) -> Tensor:
+def aggregate(
+    per_token_loss: Tensor,
+    mask: Tensor,
+    loss_type: str,
+    max_completion_len: int | None,
+    num_items_in_batch: int | Tensor | None,
+) -> Tensor:
     """Reduce the per-token loss to a scalar with TRL 1.16's normalisation for `loss_type`."""
     masked = per_token_loss * mask
     if loss_type == "grpo":  # mean over tokens of each sequence, then over sequences
@@ -115,9 +121,13 @@ def aggregate(per_token_loss: Tensor, mask: Tensor, loss_type: str, max_completi
     raise UserError(key="algo.loss_type", value=loss_type, allowed=("grpo", "bnpo", "dr_grpo", "dapo"))
 
 
-def policy_loss(inp: LossInputs, algo: AlgoConfig, max_completion_len: int,
-                num_items_in_batch: int | float | Tensor | None = None,
-                rollout_backend: str = "hf") -> tuple[Tensor, dict[str, float]]:
+def policy_loss(
+    inp: LossInputs,
+    algo: AlgoConfig,
+    max_completion_len: int,
+    num_items_in_batch: int | float | Tensor | None = None,
+    rollout_backend: str = "hf",
+) -> tuple[Tensor, dict[str, float]]:
     """Scalar loss to minimise and its metrics (clip/*, policy/ratio_*, kl_ref, entropy, mismatch/is_*, ...).
     `rollout_backend` (hf | vllm) resolves algo.is_level = 'auto'."""
     logps, old_logps = inp.logps, inp.old_logps.detach()
@@ -132,8 +142,9 @@ def policy_loss(inp: LossInputs, algo: AlgoConfig, max_completion_len: int,
         if inp.rollout_logps is None:
             raise ValueError(f"algo.is_level = {is_level!r} needs rollout_logps (μ) from the sampler")
         behaviour = logps.detach() if algo.objective == "pg" else old_logps
-        is_weights, is_metrics = rollout_correction(behaviour, inp.rollout_logps, mask, is_level,
-                                                    algo.is_mode, algo.is_cap)
+        is_weights, is_metrics = rollout_correction(
+            behaviour, inp.rollout_logps, mask, is_level, algo.is_mode, algo.is_cap
+        )
         metrics.update(is_metrics)
 
     # 2. The ratio r = π_θ/π_old: per token, or GSPO's exp(mean_t log r_t) per sequence (arXiv 2507.18071 eq. 7).

@@ -34,13 +34,23 @@ from grpo_studio.contract.metrics import HIST_EDGES  # the histogram's fixed bin
 LOG_RATIO_CLAMP = 20.0
 
 METRIC_NAMES = (
-    "mismatch/k1", "mismatch/k2", "mismatch/k3",
-    "mismatch/abs_dlogp_mean", "mismatch/abs_dlogp_max",
-    "mismatch/abs_dp_mean", "mismatch/abs_dp_max",
-    "mismatch/seq_logratio_mean", "mismatch/seq_logratio_std", "mismatch/seq_logratio_slope_per_1k",
+    "mismatch/k1",
+    "mismatch/k2",
+    "mismatch/k3",
+    "mismatch/abs_dlogp_mean",
+    "mismatch/abs_dlogp_max",
+    "mismatch/abs_dp_mean",
+    "mismatch/abs_dp_max",
+    "mismatch/seq_logratio_mean",
+    "mismatch/seq_logratio_std",
+    "mismatch/seq_logratio_slope_per_1k",
     "mismatch/prob_pearson",
-    "mismatch/is_min", "mismatch/is_mean", "mismatch/is_max", "mismatch/ess",
-    "mismatch/tokens", "mismatch/nonfinite_tokens",
+    "mismatch/is_min",
+    "mismatch/is_mean",
+    "mismatch/is_max",
+    "mismatch/ess",
+    "mismatch/tokens",
+    "mismatch/nonfinite_tokens",
 )
 
 
@@ -190,8 +200,13 @@ def dlogp_histogram(rollout_logps: Tensor, train_logps: Tensor, mask: Tensor | N
 
 
 LAG_NAMES = (
-    "policy/token_lag_mean", "policy/token_lag_max", "mismatch/lagged_frac",
-    "mismatch/lag0/k3", "mismatch/lag0/abs_dlogp_mean", "mismatch/lagged/k3", "mismatch/lagged/abs_dlogp_mean",
+    "policy/token_lag_mean",
+    "policy/token_lag_max",
+    "mismatch/lagged_frac",
+    "mismatch/lag0/k3",
+    "mismatch/lag0/abs_dlogp_mean",
+    "mismatch/lagged/k3",
+    "mismatch/lagged/abs_dlogp_mean",
 )
 
 
@@ -218,8 +233,11 @@ def lag_metrics(rollout_logps: Tensor, train_logps: Tensor, mask: Tensor, lags: 
     if n == 0:
         return {}
     token_lags = lags[m].to(torch.float64)
-    out = {"policy/token_lag_mean": float(token_lags.mean()), "policy/token_lag_max": float(token_lags.max()),
-           "mismatch/lagged_frac": float((token_lags > 0).sum()) / n}
+    out = {
+        "policy/token_lag_mean": float(token_lags.mean()),
+        "policy/token_lag_max": float(token_lags.max()),
+        "mismatch/lagged_frac": float((token_lags > 0).sum()) / n,
+    }
     for part, where in (("lag0", lags == 0), ("lagged", lags > 0)):
         selected = m & where
         if selected.any():

@@ -55,13 +55,20 @@ def resolve_model_path(name: str) -> str:
             return snapshot_download(name, local_files_only=True)
         except Exception:
             if os.environ.get("HF_HUB_OFFLINE") == "1" or not _online():
-                raise UserError("not in the local Hugging Face cache and this machine is offline; download it "
-                                "first or give a local folder", key="model.name", value=name) from None
+                raise UserError(
+                    "not in the local Hugging Face cache and this machine is offline; download it "
+                    "first or give a local folder",
+                    key="model.name",
+                    value=name,
+                ) from None
             return name
     named = [p.name for p in bundled.MODELS.iterdir() if (p / "config.json").is_file()] + list(packaged.PACKAGED)
-    raise UserError(f"not a bundled or packaged model ({', '.join(named)}), a local folder with config.json, a "
-                    f".gguf file, or a hub id like 'Qwen/Qwen3-0.6B'{did_you_mean(name, named)}", key="model.name",
-                    value=name)
+    raise UserError(
+        f"not a bundled or packaged model ({', '.join(named)}), a local folder with config.json, a "
+        f".gguf file, or a hub id like 'Qwen/Qwen3-0.6B'{did_you_mean(name, named)}",
+        key="model.name",
+        value=name,
+    )
 
 
 def _online() -> bool:
@@ -120,12 +127,17 @@ def quantization(m, compute: torch.dtype):
     if not m.load_in_4bit:
         return None
     if importlib.util.find_spec("bitsandbytes") is None:
-        raise UserError("bitsandbytes is not installed: pip install 'grpo-studio[qlora]'", key="model.load_in_4bit",
-                        value=True)
+        raise UserError(
+            "bitsandbytes is not installed: pip install 'grpo-studio[qlora]'", key="model.load_in_4bit", value=True
+        )
     from transformers import BitsAndBytesConfig
 
-    return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=compute,
-                              bnb_4bit_use_double_quant=m.double_quant)
+    return BitsAndBytesConfig(
+        load_in_4bit=True,
+        bnb_4bit_quant_type="nf4",
+        bnb_4bit_compute_dtype=compute,
+        bnb_4bit_use_double_quant=m.double_quant,
+    )
 
 
 def add_lora(model, m):
@@ -133,16 +145,22 @@ def add_lora(model, m):
     from peft import LoraConfig, get_peft_model
 
     targets = m.lora_target_modules
-    lora = LoraConfig(r=m.lora_rank, lora_alpha=m.lora_alpha, lora_dropout=m.lora_dropout,
-                      target_modules=targets[0] if targets == ["all-linear"] else targets,
-                      task_type="CAUSAL_LM")
+    lora = LoraConfig(
+        r=m.lora_rank,
+        lora_alpha=m.lora_alpha,
+        lora_dropout=m.lora_dropout,
+        target_modules=targets[0] if targets == ["all-linear"] else targets,
+        task_type="CAUSAL_LM",
+    )
     try:
         return get_peft_model(model, lora)
     except ValueError:  # peft's NoMatchingPeftModuleError: a name the model does not have
-        linear = sorted({n.rpartition(".")[2] for n, mod in model.named_modules()
-                         if isinstance(mod, torch.nn.Linear)})
-        raise UserError(f"matches no module of the model; allowed: all-linear, or its linear layers "
-                        f"{', '.join(linear)}", key="model.lora_target_modules", value=targets) from None
+        linear = sorted({n.rpartition(".")[2] for n, mod in model.named_modules() if isinstance(mod, torch.nn.Linear)})
+        raise UserError(
+            f"matches no module of the model; allowed: all-linear, or its linear layers {', '.join(linear)}",
+            key="model.lora_target_modules",
+            value=targets,
+        ) from None
 
 
 def load_policy(cfg: Config, path: str, plan):

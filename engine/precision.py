@@ -44,8 +44,16 @@ class LossScaler:
     unscale_and_check only checks finiteness, so NaN steps are still skipped and counted.
     """
 
-    def __init__(self, init_scale: float = 2.0 ** 16, growth_factor: float = 2.0, backoff_factor: float = 0.5,
-                 growth_interval: int = 2000, *, enabled: bool = True, min_scale: float = 1.0):
+    def __init__(
+        self,
+        init_scale: float = 2.0**16,
+        growth_factor: float = 2.0,
+        backoff_factor: float = 0.5,
+        growth_interval: int = 2000,
+        *,
+        enabled: bool = True,
+        min_scale: float = 1.0,
+    ):
         if not growth_factor > 1.0:
             raise ValueError(f"growth_factor = {growth_factor}: must be > 1")
         if not 0.0 < backoff_factor < 1.0:
@@ -66,8 +74,13 @@ class LossScaler:
     def from_config(cls, cfg, plan) -> LossScaler:
         """cfg.precision's knobs; enabled as the PrecisionPlan says (fp16; bf16 needs no scaler)."""
         p = cfg.precision
-        return cls(p.loss_scale_init, p.loss_scale_growth, p.loss_scale_backoff, p.loss_scale_growth_interval,
-                   enabled=plan.loss_scaling)
+        return cls(
+            p.loss_scale_init,
+            p.loss_scale_growth,
+            p.loss_scale_backoff,
+            p.loss_scale_growth_interval,
+            enabled=plan.loss_scaling,
+        )
 
     def get_scale(self) -> float:
         return self._scale
@@ -76,8 +89,9 @@ class LossScaler:
         # 2510.26788 §3: multiply the loss so small fp16 gradients do not flush to zero.
         return loss * self._scale if self.enabled else loss
 
-    def unscale_and_check(self, params: Iterable[torch.nn.Parameter], shard_sum: Callable[[float], float] = float
-                          ) -> bool:
+    def unscale_and_check(
+        self, params: Iterable[torch.nn.Parameter], shard_sum: Callable[[float], float] = float
+    ) -> bool:
         """Divide every .grad by the scale in place; True when all grads are finite.
 
         On False the grads are garbage: skip the optimizer step and zero them. The scale is a
@@ -107,8 +121,13 @@ class LossScaler:
             self._scale *= self.growth_factor
             self._growth_tracker = 0
 
-    def step(self, optimizer: torch.optim.Optimizer, params: Iterable[torch.nn.Parameter],
-             max_norm: float | None = None, shard_sum: Callable[[float], float] = float) -> tuple[bool, float]:
+    def step(
+        self,
+        optimizer: torch.optim.Optimizer,
+        params: Iterable[torch.nn.Parameter],
+        max_norm: float | None = None,
+        shard_sum: Callable[[float], float] = float,
+    ) -> tuple[bool, float]:
         """unscale → check → clip → optimizer.step() → update. Returns (stepped, grad_norm).
 
         grad_norm is the unscaled pre-clip norm, or inf on a skipped step. On a skipped step the
@@ -130,10 +149,17 @@ class LossScaler:
         return {"precision/loss_scale": self._scale, "precision/skipped_steps": float(self.skipped_steps)}
 
     def state_dict(self) -> dict:
-        return {"scale": self._scale, "growth_tracker": self._growth_tracker, "skipped_steps": self.skipped_steps,
-                "init_scale": self.init_scale, "growth_factor": self.growth_factor,
-                "backoff_factor": self.backoff_factor, "growth_interval": self.growth_interval,
-                "min_scale": self.min_scale, "enabled": self.enabled}
+        return {
+            "scale": self._scale,
+            "growth_tracker": self._growth_tracker,
+            "skipped_steps": self.skipped_steps,
+            "init_scale": self.init_scale,
+            "growth_factor": self.growth_factor,
+            "backoff_factor": self.backoff_factor,
+            "growth_interval": self.growth_interval,
+            "min_scale": self.min_scale,
+            "enabled": self.enabled,
+        }
 
     def load_state_dict(self, state: dict) -> None:
         self._scale = float(state["scale"])
@@ -148,8 +174,9 @@ class LossScaler:
             self.enabled = bool(state["enabled"])
 
 
-def clip_grad_norm(params: Iterable[torch.nn.Parameter], max_norm: float | None,
-                   shard_sum: Callable[[float], float] = float) -> float:
+def clip_grad_norm(
+    params: Iterable[torch.nn.Parameter], max_norm: float | None, shard_sum: Callable[[float], float] = float
+) -> float:
     """Global L2 grad norm computed in fp32 (an fp16 norm overflows past 65504); scales grads down
     in place to max_norm when it is exceeded (max_norm None or <= 0: measure only). Returns the
     pre-clip norm, like torch.nn.utils.clip_grad_norm_. Sharded grads (FSDP DTensors): each rank

@@ -26,15 +26,16 @@ from grpo_studio.engine.sampler.base import Rollout
 @dataclasses.dataclass
 class GenerationBatch:
     """One rollout and what the optimizer steps that train on it read (TRL's buffered generation batch)."""
-    step: int                    # optimizer steps done when it was sampled
-    rollout: Rollout             # completions, μ, completion mask, truncation (CPU)
-    lags: torch.Tensor           # [B, T] policy versions between each token's sampler and the trained weights
-    input_ids: torch.Tensor      # [B, P + T] prompts + completions
+
+    step: int  # optimizer steps done when it was sampled
+    rollout: Rollout  # completions, μ, completion mask, truncation (CPU)
+    lags: torch.Tensor  # [B, T] policy versions between each token's sampler and the trained weights
+    input_ids: torch.Tensor  # [B, P + T] prompts + completions
     attention: torch.Tensor
-    inputs: LossInputs           # advantages, loss mask, μ, π_old (None with one update per rollout)
-    num_items: torch.Tensor      # dapo's normaliser of one optimizer step
-    metrics: dict                # rewards, completions and (from its first step) mismatch: on each of its rows
-    samples: list | None         # its samples.jsonl rows, until written
+    inputs: LossInputs  # advantages, loss mask, μ, π_old (None with one update per rollout)
+    num_items: torch.Tensor  # dapo's normaliser of one optimizer step
+    metrics: dict  # rewards, completions and (from its first step) mismatch: on each of its rows
+    samples: list | None  # its samples.jsonl rows, until written
 
 
 class Rollouts:
@@ -76,25 +77,41 @@ class Rollouts:
         mask = mask * (~stale).float().to(self.device)  # tokens too stale leave the loss (PipelineRL's max lag)
         metrics["policy/dropped_tokens"] = float(stale.sum())
 
-        input_ids, attention = join_prompt_completion(prompt_ids, out.completion_ids, G,
-                                                      self.tokenizer.pad_token_id, self.device)
+        input_ids, attention = join_prompt_completion(
+            prompt_ids, out.completion_ids, G, self.tokenizer.pad_token_id, self.device
+        )
         lengths = out.mask.sum(1)
         metrics.update(self._reward_metrics(rewards))
-        metrics.update({
-            "completion/len_mean": lengths.mean().item(), "completion/len_max": lengths.max().item(),
-            "completion/truncated_frac": out.truncated.float().mean().item(),
-            "perf/rollout_tok_s": lengths.sum().item() / max(out.seconds, 1e-9),
-            "policy/version": float(sampled_by),
-            # the trainer's idle time waiting for the rollout, and the share of its sampling that was hidden
-            "perf/trainer_wait_s": waited, "perf/overlap_frac": min(1.0, max(0.0, 1.0 - waited / max(out.seconds, 1e-9))),
-        })
+        metrics.update(
+            {
+                "completion/len_mean": lengths.mean().item(),
+                "completion/len_max": lengths.max().item(),
+                "completion/truncated_frac": out.truncated.float().mean().item(),
+                "perf/rollout_tok_s": lengths.sum().item() / max(out.seconds, 1e-9),
+                "policy/version": float(sampled_by),
+                # the trainer's idle time waiting for the rollout, and the share of its sampling that was hidden
+                "perf/trainer_wait_s": waited,
+                "perf/overlap_frac": min(1.0, max(0.0, 1.0 - waited / max(out.seconds, 1e-9))),
+            }
+        )
         return GenerationBatch(
-            step=request["step"], rollout=out, lags=lags, input_ids=input_ids, attention=attention,
-            inputs=LossInputs(logps=None, old_logps=None, advantages=advantages.to(self.device), mask=mask,
-                              rollout_logps=out.logprobs.to(self.device)),
+            step=request["step"],
+            rollout=out,
+            lags=lags,
+            input_ids=input_ids,
+            attention=attention,
+            inputs=LossInputs(
+                logps=None,
+                old_logps=None,
+                advantages=advantages.to(self.device),
+                mask=mask,
+                rollout_logps=out.logprobs.to(self.device),
+            ),
             # dapo's normaliser, TRL's: the rollout's active tokens, spread over its steps_per_generation steps
             num_items=self.dist.total(mask.sum()) / t.steps_per_generation,
-            metrics=metrics, samples=self._samples([p for p in prompts for _ in range(G)], texts, table, advantages))
+            metrics=metrics,
+            samples=self._samples([p for p in prompts for _ in range(G)], texts, table, advantages),
+        )
 
     def _request(self, at_step: int) -> dict:
         """The prompts and sampling settings of the rollout whose first update is optimizer step at_step + 1,
@@ -102,11 +119,22 @@ class Rollouts:
         cfg, r, t = self.cfg, self.cfg.rollout, self.cfg.train
         rows = self.dist.shard(self.prompts.take(t.prompts_per_step * t.steps_per_generation))  # this rank's share
         prompts = [data.prompt_text(row, cfg.data, self.tokenizer) for row in rows]
-        sampling = Sampling(n=r.num_generations, max_tokens=r.max_completion_len, temperature=r.temperature,
-                            top_p=r.top_p, top_k=r.top_k, seed=data.mix_seed(t.seed, at_step))
-        return {"rows": rows, "prompts": prompts, "prompt_ids": data.encode_prompts(self.tokenizer, prompts,
-                                                                                    r.max_prompt_len),
-                "sampling": sampling, "step": self.step_no, "version": self.version}
+        sampling = Sampling(
+            n=r.num_generations,
+            max_tokens=r.max_completion_len,
+            temperature=r.temperature,
+            top_p=r.top_p,
+            top_k=r.top_k,
+            seed=data.mix_seed(t.seed, at_step),
+        )
+        return {
+            "rows": rows,
+            "prompts": prompts,
+            "prompt_ids": data.encode_prompts(self.tokenizer, prompts, r.max_prompt_len),
+            "sampling": sampling,
+            "step": self.step_no,
+            "version": self.version,
+        }
 
     def _sample(self) -> tuple[dict, Rollout, float]:
         """This rollout's request, its completions and the seconds the trainer waited for them. With
@@ -145,8 +173,9 @@ class Rollouts:
         dataset column as a keyword argument."""
         repeat = lambda values: [v for v in values for _ in range(n)]  # noqa: E731
         columns = {k: repeat(row[k] for row in rows) for k in rows[0] if k != "prompt"}
-        return reward_lib.score(funcs, repeat(row["prompt"] for row in rows), completions, columns,
-                                on_error=self._reward_error)
+        return reward_lib.score(
+            funcs, repeat(row["prompt"] for row in rows), completions, columns, on_error=self._reward_error
+        )
 
     def _reward_metrics(self, rewards: torch.Tensor) -> dict:
         out = {}
@@ -158,12 +187,24 @@ class Rollouts:
         return out
 
     def _reward_error(self, name: str, message: str, index, **fields) -> None:
-        self.rundir.event("reward_error", f"reward {name!r} failed: {message}", function=name, sample=index,
-                       step=self.step_no + 1, **fields)
+        self.rundir.event(
+            "reward_error",
+            f"reward {name!r} failed: {message}",
+            function=name,
+            sample=index,
+            step=self.step_no + 1,
+            **fields,
+        )
 
     def _samples(self, prompts, texts, table, advantages) -> list[dict]:
         """samples.jsonl rows of one rollout, less their step (the step that writes them)."""
         names = [n for n, _ in self.reward_fns]
-        return [{"prompt": p, "completion": c, "advantage": a,
-                 "rewards": {n: (None if math.isnan(v) else v) for n, v in zip(names, row)}}
-                for p, c, row, a in zip(prompts, texts, table, advantages.tolist())]
+        return [
+            {
+                "prompt": p,
+                "completion": c,
+                "advantage": a,
+                "rewards": {n: (None if math.isnan(v) else v) for n, v in zip(names, row)},
+            }
+            for p, c, row, a in zip(prompts, texts, table, advantages.tolist())
+        ]

@@ -35,8 +35,12 @@ class SkippedSteps:
         self.stop: UserError | None = None
 
     def counters(self) -> dict[str, int]:
-        return {"bad_steps": self.bad_steps, "bad_streak": self.bad_streak, "collapse_streak": self.collapse_streak,
-                "signal_seen": int(self.signal_seen)}
+        return {
+            "bad_steps": self.bad_steps,
+            "bad_streak": self.bad_streak,
+            "collapse_streak": self.collapse_streak,
+            "signal_seen": int(self.signal_seen),
+        }
 
     def restore(self, counters: dict[str, int]) -> None:
         self.bad_steps, self.bad_streak = counters["bad_steps"], counters["bad_streak"]
@@ -51,11 +55,21 @@ class SkippedSteps:
             return
         self.bad_steps += 1
         self.bad_streak += 1
-        self.rundir.event("skipped_step", f"{skipped} at step {step}: step skipped, loss scale now "
-                                          f"{self.scaler.get_scale():g}", step=step, cause=skipped)
+        self.rundir.event(
+            "skipped_step",
+            f"{skipped} at step {step}: step skipped, loss scale now {self.scaler.get_scale():g}",
+            step=step,
+            cause=skipped,
+        )
         if train.max_bad_steps and self.bad_streak >= train.max_bad_steps:
-            self._end("diverged", step, self.bad_streak, f"all skipped (train.max_bad_steps = {train.max_bad_steps}), "
-                                                        f"the last for {skipped}", train, cause=skipped)
+            self._end(
+                "diverged",
+                step,
+                self.bad_streak,
+                f"all skipped (train.max_bad_steps = {train.max_bad_steps}), the last for {skipped}",
+                train,
+                cause=skipped,
+            )
 
     def judge_collapse(self, step: int, reward: float | None, grad_norm: float, train: TrainConfig) -> None:
         """Count taken step `step` as collapsed when its mean reward and its gradient norm are both exactly 0 after
@@ -68,9 +82,15 @@ class SkippedSteps:
             return
         self.collapse_streak += 1
         if train.max_bad_steps and self.collapse_streak >= train.max_bad_steps:
-            self._end("collapsed", step, self.collapse_streak, f"reward and gradient exactly 0 after earlier steps "
-                                                               f"had a signal (train.max_bad_steps = "
-                                                               f"{train.max_bad_steps})", train)
+            self._end(
+                "collapsed",
+                step,
+                self.collapse_streak,
+                f"reward and gradient exactly 0 after earlier steps "
+                f"had a signal (train.max_bad_steps = "
+                f"{train.max_bad_steps})",
+                train,
+            )
 
     def _end(self, kind: str, step: int, streak: int, what: str, train: TrainConfig, **extra) -> None:
         """The `diverged` / `collapsed` event and the error that ends the run. The last good checkpoint is the newest
@@ -78,9 +98,18 @@ class SkippedSteps:
         first = step - streak + 1
         last_good = last_checkpoint(self.rundir.dir, first - 2)
         steps = f"step {step}" if first == step else f"steps {first}-{step}"
-        why = (f"{kind}: {steps} {what}; last good checkpoint: {last_good or 'none'}; try a lower train.lr "
-               f"(now {train.lr:g}); --resume starts from the last good checkpoint")
-        self.rundir.event(kind, why, step=step, bad_steps=streak, last_good_checkpoint=last_good,
-                          last_good_step=checkpoint.step_of(last_good) if last_good else 0, **extra)
+        why = (
+            f"{kind}: {steps} {what}; last good checkpoint: {last_good or 'none'}; try a lower train.lr "
+            f"(now {train.lr:g}); --resume starts from the last good checkpoint"
+        )
+        self.rundir.event(
+            kind,
+            why,
+            step=step,
+            bad_steps=streak,
+            last_good_checkpoint=last_good,
+            last_good_step=checkpoint.step_of(last_good) if last_good else 0,
+            **extra,
+        )
         self.outlets.event(kind, why, step)
         self.stop = UserError(why, kind="run")

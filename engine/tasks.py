@@ -15,14 +15,33 @@ from __future__ import annotations
 import random
 
 SEED = 20_261_125
-NAMES = ["Ava", "Ben", "Chloe", "Dan", "Emma", "Finn", "Grace", "Hugo", "Isla", "Jack", "Lena", "Omar", "Priya",
-         "Sam", "Tara", "Yusuf"]
+NAMES = [
+    "Ava",
+    "Ben",
+    "Chloe",
+    "Dan",
+    "Emma",
+    "Finn",
+    "Grace",
+    "Hugo",
+    "Isla",
+    "Jack",
+    "Lena",
+    "Omar",
+    "Priya",
+    "Sam",
+    "Tara",
+    "Yusuf",
+]
 THINGS = ["apples", "pencils", "stickers", "marbles", "books", "cookies", "stamps", "shells", "cards", "coins"]
 
 
 def chat_arith() -> list[dict]:
-    return [{"prompt": f"What is {a} + {b}? Reply with only the number.", "answer": str(a + b)}
-            for a in range(21) for b in range(21)]
+    return [
+        {"prompt": f"What is {a} + {b}? Reply with only the number.", "answer": str(a + b)}
+        for a in range(21)
+        for b in range(21)
+    ]
 
 
 def _problem(rng: random.Random) -> tuple[str, str, int]:
@@ -32,26 +51,40 @@ def _problem(rng: random.Random) -> tuple[str, str, int]:
     kind = rng.randrange(5)
     if kind == 0:
         a, b = rng.randint(2, 60), rng.randint(2, 40)
-        return (f"{name} has {a} {thing}. {other} gives {name} {b} more. How many {thing} does {name} have now?",
-                f"{name} starts with {a} {thing} and gets {b} more, so {a} + {b} = {a + b}.", a + b)
+        return (
+            f"{name} has {a} {thing}. {other} gives {name} {b} more. How many {thing} does {name} have now?",
+            f"{name} starts with {a} {thing} and gets {b} more, so {a} + {b} = {a + b}.",
+            a + b,
+        )
     if kind == 1:
         a = rng.randint(10, 90)
         b = rng.randint(1, a - 1)
-        return (f"{name} had {a} {thing} and gave {b} of them to {other}. How many {thing} does {name} have left?",
-                f"{name} gives away {b} of {a} {thing}, so {a} - {b} = {a - b}.", a - b)
+        return (
+            f"{name} had {a} {thing} and gave {b} of them to {other}. How many {thing} does {name} have left?",
+            f"{name} gives away {b} of {a} {thing}, so {a} - {b} = {a - b}.",
+            a - b,
+        )
     if kind == 2:
         a, b = rng.randint(2, 12), rng.randint(2, 12)
-        return (f"{name} fills {a} bags with {b} {thing} each. How many {thing} are in the bags altogether?",
-                f"{a} bags of {b} {thing} hold {a} * {b} = {a * b}.", a * b)
+        return (
+            f"{name} fills {a} bags with {b} {thing} each. How many {thing} are in the bags altogether?",
+            f"{a} bags of {b} {thing} hold {a} * {b} = {a * b}.",
+            a * b,
+        )
     if kind == 3:
         b, q = rng.randint(2, 9), rng.randint(2, 12)
-        return (f"{name} shares {b * q} {thing} equally among {b} friends. How many {thing} does each friend get?",
-                f"{b * q} {thing} shared by {b} friends is {b * q} / {b} = {q} each.", q)
+        return (
+            f"{name} shares {b * q} {thing} equally among {b} friends. How many {thing} does each friend get?",
+            f"{b * q} {thing} shared by {b} friends is {b * q} / {b} = {q} each.",
+            q,
+        )
     a, b, c = rng.randint(5, 40), rng.randint(2, 30), rng.randint(1, 20)
     c = min(c, a + b - 1)
-    return (f"{name} has {a} {thing}, buys {b} more, then gives {c} to {other}. How many {thing} does {name} "
-            f"have now?", f"After buying, {name} has {a} + {b} = {a + b}. After giving {c} away, "
-                          f"{a + b} - {c} = {a + b - c}.", a + b - c)
+    return (
+        f"{name} has {a} {thing}, buys {b} more, then gives {c} to {other}. How many {thing} does {name} have now?",
+        f"After buying, {name} has {a} + {b} = {a + b}. After giving {c} away, {a + b} - {c} = {a + b - c}.",
+        a + b - c,
+    )
 
 
 def word_problems(count: int = 2000) -> list[dict]:

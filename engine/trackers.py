@@ -28,6 +28,7 @@ IDS = "trackers.json"  # what a resumed run needs to continue the same tracker r
 class TensorBoard:
     """torch.utils.tensorboard's SummaryWriter (what transformers' TensorBoardCallback uses). TensorBoard has
     no tables: the samples are left out."""
+
     module = "tensorboard"
 
     def start(self, name: str, project: str, config: dict, run_dir: Path, before: dict | None) -> dict:
@@ -53,14 +54,16 @@ class TensorBoard:
 
 class Trackio:
     """trackio, local by default (TRACKIO_DIR; a Space with its own settings)."""
+
     module = "trackio"
 
     def start(self, name: str, project: str, config: dict, run_dir: Path, before: dict | None) -> dict:
         import trackio
 
         self.lib = trackio
-        self.run = trackio.init(project=project, name=name, config=config,
-                                resume="never" if before is None else "allow")  # trackio resumes by name
+        self.run = trackio.init(
+            project=project, name=name, config=config, resume="never" if before is None else "allow"
+        )  # trackio resumes by name
         return {}
 
     def log(self, values: dict, step: int) -> None:
@@ -75,14 +78,20 @@ class Trackio:
 
 class Wandb:
     """W&B, online or offline as WANDB_MODE says; its files in WANDB_DIR, else in the run directory."""
+
     module = "wandb"
 
     def start(self, name: str, project: str, config: dict, run_dir: Path, before: dict | None) -> dict:
         import wandb
 
         self.lib = wandb
-        self.run = wandb.init(project=project, name=name, config=config, dir=os.environ.get("WANDB_DIR", str(run_dir)),
-                              **({"id": before["id"], "resume": "allow"} if before else {}))  # W&B resumes by id
+        self.run = wandb.init(
+            project=project,
+            name=name,
+            config=config,
+            dir=os.environ.get("WANDB_DIR", str(run_dir)),
+            **({"id": before["id"], "resume": "allow"} if before else {}),
+        )  # W&B resumes by id
         return {"id": self.run.id}
 
     def log(self, values: dict, step: int) -> None:
@@ -104,8 +113,11 @@ def check_installed(names: list[str]) -> None:
         try:
             importlib.import_module(KINDS[name].module)
         except ImportError:
-            raise UserError(f"the {name} package is not installed; pip install 'grpo-studio[{name}]'",
-                            key=f"report.to[{i}]", value=name) from None
+            raise UserError(
+                f"the {name} package is not installed; pip install 'grpo-studio[{name}]'",
+                key=f"report.to[{i}]",
+                value=name,
+            ) from None
 
 
 class Trackers:
@@ -134,8 +146,16 @@ class Trackers:
         if samples:
             funcs = list(samples[0].get("rewards", {}))
             columns = ["step", "prompt", "completion", "advantage", *funcs]
-            rows = [[s["step"], s.get("prompt"), s.get("completion"), s.get("advantage"),
-                     *[s.get("rewards", {}).get(f) for f in funcs]] for s in samples]
+            rows = [
+                [
+                    s["step"],
+                    s.get("prompt"),
+                    s.get("completion"),
+                    s.get("advantage"),
+                    *[s.get("rewards", {}).get(f) for f in funcs],
+                ]
+                for s in samples
+            ]
             self._each("table", columns, rows, step)
 
     def _start(self) -> None:
@@ -143,9 +163,19 @@ class Trackers:
         the same tracker runs."""
         path = self.writer.dir / IDS
         before = json.loads(path.read_text()) if path.exists() else {}
-        started = {name: self._call(name, tracker, "start", self.writer.dir.name, self.cfg.report.project,
-                                    self.cfg.to_dict(), self.writer.dir, before.get(name))
-                   for name, tracker in list(self.live.items())}
+        started = {
+            name: self._call(
+                name,
+                tracker,
+                "start",
+                self.writer.dir.name,
+                self.cfg.report.project,
+                self.cfg.to_dict(),
+                self.writer.dir,
+                before.get(name),
+            )
+            for name, tracker in list(self.live.items())
+        }
         atomic_write_text(path, json.dumps({**before, **{k: v for k, v in started.items() if k in self.live}}))
 
     def close(self) -> None:
@@ -162,8 +192,11 @@ class Trackers:
             return getattr(tracker, method)(*args)
         except Exception as err:  # a tracker's failure (network, disk, its own bug) never stops training
             del self.live[name]
-            self.writer.event("warning", f"report.to {name}: {method} failed: {describe(err)}; it no longer "
-                                         f"receives this run's metrics", tracker=name)
+            self.writer.event(
+                "warning",
+                f"report.to {name}: {method} failed: {describe(err)}; it no longer receives this run's metrics",
+                tracker=name,
+            )
 
 
 def _number(value) -> float:

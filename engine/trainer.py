@@ -1,11 +1,11 @@
 """The run's life around the GRPO step (engine/grpo_step.py): one `Trainer` per run directory.
 
-    Trainer(cfg, run_dir)   lock the directory → rewards, data, tokenizer, prompt lengths → policy → GRPOStep
-    run()                   [resume: the newest trustworthy checkpoint, the streams cut back to its step]
-                            `started` → (eval before training) → step → (eval) → metrics row → (checkpoint) …
-                            → last checkpoint → `finished` | `stopped` (SIGTERM / SIGINT) | UserError
-                            (diverged, rollout server lost, full disk: a `crashed` event first)
-    close()                 the rollout engine, the data-parallel group, the trackers, the lock
+Trainer(cfg, run_dir)   lock the directory → rewards, data, tokenizer, prompt lengths → policy → GRPOStep
+run()                   [resume: the newest trustworthy checkpoint, the streams cut back to its step]
+                        `started` → (eval before training) → step → (eval) → metrics row → (checkpoint) …
+                        → last checkpoint → `finished` | `stopped` (SIGTERM / SIGINT) | UserError
+                        (diverged, rollout server lost, full disk: a `crashed` event first)
+close()                 the rollout engine, the data-parallel group, the trackers, the lock
 """
 
 from __future__ import annotations
@@ -66,22 +66,38 @@ class Trainer:
         self.eval_rows = data.load_rows(cfg.data, "eval")
         self.rundir.event("info", data.split_summary(cfg.data, self.prompts.rows, self.eval_rows))
         if cfg.train.eval_every and not self.eval_rows:
-            self.rundir.event("warning", f"train.eval_every = {cfg.train.eval_every}: no rows to evaluate on, so no "
-                                         f"eval/accuracy; set data.eval_size (rows held out), or data.eval_split "
-                                         f"for a Hugging Face dataset")
+            self.rundir.event(
+                "warning",
+                f"train.eval_every = {cfg.train.eval_every}: no rows to evaluate on, so no "
+                f"eval/accuracy; set data.eval_size (rows held out), or data.eval_split "
+                f"for a Hugging Face dataset",
+            )
         self.model_path = policy_loader.resolve_model_path(cfg.model.name)
         self.tokenizer = policy_loader.load_tokenizer(self.model_path)
         # every prompt rendered and measured before weights load: a broken template or a too-short
         # rollout.max_prompt_len fails here, in one line
-        data.check_prompt_lengths(self.prompts.rows + self.eval_rows, cfg.data, self.tokenizer,
-                                  cfg.rollout.max_prompt_len)
+        data.check_prompt_lengths(
+            self.prompts.rows + self.eval_rows, cfg.data, self.tokenizer, cfg.rollout.max_prompt_len
+        )
         self.device = policy_loader.device()
         self.precision = precision_plan.resolve(cfg)  # the one precision decision, handed to every consumer
-        self.policy = self.dist.wrap(policy_loader.load_policy(cfg, self.model_path, self.precision).to(self.device),
-                                     cfg)  # fsdp: sharded
+        self.policy = self.dist.wrap(
+            policy_loader.load_policy(cfg, self.model_path, self.precision).to(self.device), cfg
+        )  # fsdp: sharded
         self.policy.train()  # transformers only checkpoints activations in train mode
-        self.grpo = GRPOStep(cfg, self.dist, self.rundir, self.outlets, self.policy, self.precision, self.model_path,
-                             self.tokenizer, self.prompts, reward_fns, self.device)
+        self.grpo = GRPOStep(
+            cfg,
+            self.dist,
+            self.rundir,
+            self.outlets,
+            self.policy,
+            self.precision,
+            self.model_path,
+            self.tokenizer,
+            self.prompts,
+            reward_fns,
+            self.device,
+        )
 
     @property
     def step_no(self) -> int:
@@ -104,8 +120,15 @@ class Trainer:
         if rows:
             texts = [data.prompt_text(row, self.cfg.data, self.tokenizer) for row in rows]
             ids = data.encode_prompts(self.tokenizer, texts, self.cfg.rollout.max_prompt_len)
-            out = sampler.generate(ids, Sampling(n=1, max_tokens=self.cfg.rollout.max_completion_len,
-                                                 temperature=self.cfg.rollout.temperature, seed=10_007))
+            out = sampler.generate(
+                ids,
+                Sampling(
+                    n=1,
+                    max_tokens=self.cfg.rollout.max_completion_len,
+                    temperature=self.cfg.rollout.temperature,
+                    seed=10_007,
+                ),
+            )
             completions = self.tokenizer.batch_decode(out.completion_ids, skip_special_tokens=True)
             table = rollouts.score(rollouts.reward_fns[:1], rows, 1, completions)
             correct = sum(1 for (score,) in table if score > 0)
@@ -140,8 +163,12 @@ class Trainer:
             self.rundir.event("warning", warning)
             if progress:
                 progress.warn(warning)
-        self.rundir.event("started", f"{'resumed at' if self.resume else 'starting'} step {self.step_no}",
-                       total_steps=cfg.train.steps, pid=os.getpid())
+        self.rundir.event(
+            "started",
+            f"{'resumed at' if self.resume else 'starting'} step {self.step_no}",
+            total_steps=cfg.train.steps,
+            pid=os.getpid(),
+        )
         # verl's val_before_train. Off by default: the extra sampling shifts later steps' μ at fp32 rounding, so
         # a run resumed past it no longer equals the uninterrupted one bit for bit (tests/test_crash_consistency.py)
         if cfg.train.eval_before and cfg.train.eval_every and self.eval_rows and not self.resume:
@@ -157,8 +184,12 @@ class Trainer:
                 grpo.lost = err
                 break
             stop = grpo.skips.stop  # diverged or collapsed: this step's row is written, its weights are not saved
-            if cfg.train.eval_every and self.eval_rows and self.step_no % cfg.train.eval_every == 0 and not (
-                    grpo.lost or stop):
+            if (
+                cfg.train.eval_every
+                and self.eval_rows
+                and self.step_no % cfg.train.eval_every == 0
+                and not (grpo.lost or stop)
+            ):
                 row["eval/accuracy"] = self.evaluate()
             row = self.dist.reduce_metrics(row)  # one row for all ranks, written by rank 0
             self.rundir.metrics(row)
@@ -171,10 +202,16 @@ class Trainer:
                 self._save()
         self._save()
         if grpo.lost:
-            self.rundir.event("rollout_server_lost", f"{grpo.lost}; stopped at step {self.step_no} with a checkpoint",
-                              step=self.step_no)
-            raise UserError(f"{grpo.lost}; stopped at step {self.step_no} with a checkpoint (resume with "
-                            f"--resume once the server is back)", kind="run")
+            self.rundir.event(
+                "rollout_server_lost",
+                f"{grpo.lost}; stopped at step {self.step_no} with a checkpoint",
+                step=self.step_no,
+            )
+            raise UserError(
+                f"{grpo.lost}; stopped at step {self.step_no} with a checkpoint (resume with "
+                f"--resume once the server is back)",
+                kind="run",
+            )
         state = "stopped" if self.stop_requested and self.step_no < cfg.train.steps else "finished"
         self.rundir.event(state, f"{state} at step {self.step_no}", step=self.step_no)
         self.outlets.event(state, f"{state} at step {self.step_no}", self.step_no)
@@ -198,8 +235,17 @@ class Trainer:
         full = self.dist.full_state(self.policy, grpo.optimizer)  # fsdp: gathered from the shards (all ranks)
         if not self.dist.main:  # rank 0 saves the weights for all
             return
-        path = checkpoint.save(self.rundir.dir, self.step_no, self.policy, grpo.optimizer, grpo.schedule, grpo.scaler,
-                               self.prompts.state(), grpo.skips.counters(), full)
+        path = checkpoint.save(
+            self.rundir.dir,
+            self.step_no,
+            self.policy,
+            grpo.optimizer,
+            grpo.schedule,
+            grpo.scaler,
+            self.prompts.state(),
+            grpo.skips.counters(),
+            full,
+        )
         if path is None:
             return
         self.rundir.event("checkpoint", f"saved {path.name}", step=self.step_no, path=str(path))
@@ -207,8 +253,11 @@ class Trainer:
         if keep:
             removed = checkpoint.prune(self.rundir.dir, keep, self.step_no, self._best_metric_scores())
             if removed:
-                self.rundir.event("checkpoints_deleted", f"deleted {', '.join(f'step-{s}' for s in removed)} "
-                                                         f"(train.keep_checkpoints = {keep})", steps=removed)
+                self.rundir.event(
+                    "checkpoints_deleted",
+                    f"deleted {', '.join(f'step-{s}' for s in removed)} (train.keep_checkpoints = {keep})",
+                    steps=removed,
+                )
 
     def _best_metric_scores(self) -> dict[int, float]:
         """step -> train.best_metric from the metrics rows that have a finite one (none without a best_metric)."""
@@ -225,28 +274,52 @@ class Trainer:
         Checkpoints after it are moved aside, since the steps after it are trained again."""
         grpo = self.grpo
         at_most, why = self._resume_limit()
-        state = checkpoint.restore(self.rundir.dir, self.policy, grpo.optimizer, grpo.schedule, grpo.scaler,
-                                   on_skip=self._checkpoint_skipped, into=self.dist.load_state, at_most=at_most)
+        state = checkpoint.restore(
+            self.rundir.dir,
+            self.policy,
+            grpo.optimizer,
+            grpo.schedule,
+            grpo.scaler,
+            on_skip=self._checkpoint_skipped,
+            into=self.dist.load_state,
+            at_most=at_most,
+        )
         if state is not None:
             self.prompts.restore(state["data_cursor"])
             grpo.resume_at(state["step"], state["counters"])
         superseded = checkpoint.supersede(self.rundir.dir, self.step_no)
         if state is None:
             limit = f" at or before step {at_most} ({why})" if superseded else ""
-            self.rundir.event("no_checkpoint", f"no complete checkpoint to resume from{limit}: restarting at step 0 "
-                                               f"from the base weights", step=0)
+            self.rundir.event(
+                "no_checkpoint",
+                f"no complete checkpoint to resume from{limit}: restarting at step 0 from the base weights",
+                step=0,
+            )
         if superseded:
-            self.rundir.event("checkpoints_superseded", f"resuming at step {self.step_no} ({why}): moved aside "
-                              + ", ".join(f"step-{s}" for s in superseded), step=self.step_no, steps=superseded)
+            self.rundir.event(
+                "checkpoints_superseded",
+                f"resuming at step {self.step_no} ({why}): moved aside " + ", ".join(f"step-{s}" for s in superseded),
+                step=self.step_no,
+                steps=superseded,
+            )
         dropped = self.rundir.cut_streams(self.step_no)
         if dropped:
-            what = "; ".join(f"{name}: " + " and ".join(
-                part for part, n in ((f"{n['past']} rows past step {self.step_no}", n["past"]),
-                                     (f"{n['malformed']} malformed lines", n["malformed"]),
-                                     (f"{n.get('repeated', 0)} repeated steps", n.get("repeated", 0))) if n)
-                for name, n in dropped.items())
-            self.rundir.event("rows_dropped", f"resuming at step {self.step_no}: dropped {what}", step=self.step_no,
-                              files=dropped)
+            what = "; ".join(
+                f"{name}: "
+                + " and ".join(
+                    part
+                    for part, n in (
+                        (f"{n['past']} rows past step {self.step_no}", n["past"]),
+                        (f"{n['malformed']} malformed lines", n["malformed"]),
+                        (f"{n.get('repeated', 0)} repeated steps", n.get("repeated", 0)),
+                    )
+                    if n
+                )
+                for name, n in dropped.items()
+            )
+            self.rundir.event(
+                "rows_dropped", f"resuming at step {self.step_no}: dropped {what}", step=self.step_no, files=dropped
+            )
 
     def _resume_limit(self) -> tuple[int, str]:
         """The newest step a resume may start from, and why: no later than the last good checkpoint
@@ -265,13 +338,15 @@ class Trainer:
         return min(limits)
 
     def _checkpoint_skipped(self, step: int, path, why: str) -> None:
-        self.rundir.event("checkpoint_skipped", f"skipped checkpoint {path.name}: {why}", step=step, path=str(path),
-                          reason=why)
+        self.rundir.event(
+            "checkpoint_skipped", f"skipped checkpoint {path.name}: {why}", step=step, path=str(path), reason=why
+        )
 
 
 @contextlib.contextmanager
 def _stop_on_signals(trainer: Trainer):
     """SIGTERM / SIGINT: finish the current step, checkpoint, log `stopped`, exit 0."""
+
     def ask(signum, frame):
         trainer.stop_requested = True
 

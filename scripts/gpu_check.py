@@ -75,22 +75,43 @@ def main() -> int:
         vllm_sets = ["model.dtype=bf16", "rollout.backend=vllm", "model.logits_chunk=1024"]
         metrics, error = train(Path(tmp) / "vllm", *vllm_sets)
         k3 = max((r.get("mismatch/k3", float("nan")) for r in metrics), default=float("nan"))
-        rows.append(_row("vLLM CUDA + Triton", not error and len(metrics) == 2 and k3 < 1e-2,
-                         error or f"bf16 k3 {k3:.2e}, {metrics[-1].get('perf/rollout_tok_s', 0):.0f} rollout tok/s"))
+        rows.append(
+            _row(
+                "vLLM CUDA + Triton",
+                not error and len(metrics) == 2 and k3 < 1e-2,
+                error or f"bf16 k3 {k3:.2e}, {metrics[-1].get('perf/rollout_tok_s', 0):.0f} rollout tok/s",
+            )
+        )
         rows.append(triton_check())
         fp8, error = train(Path(tmp) / "fp8", "model.dtype=fp8", "precision.fp8_flow=unified")
-        rows.append(_row("fp8 unified", not error and len(fp8) == 2,
-                         error or f"reward {fp8[-1].get('reward/mean')}, k3 {fp8[-1].get('mismatch/k3', 0):.2e}"))
+        rows.append(
+            _row(
+                "fp8 unified",
+                not error and len(fp8) == 2,
+                error or f"reward {fp8[-1].get('reward/mean')}, k3 {fp8[-1].get('mismatch/k3', 0):.2e}",
+            )
+        )
         fp16, error = train(Path(tmp) / "fp16", "model.dtype=fp16")
         scales = [r.get("precision/loss_scale") for r in fp16]
-        rows.append(_row("fp16 scaler", not error and len(fp16) == 2 and all(s and s > 0 for s in scales),
-                         error or f"loss scale {scales}, skipped {fp16[-1].get('precision/skipped_steps')}"))
+        rows.append(
+            _row(
+                "fp16 scaler",
+                not error and len(fp16) == 2 and all(s and s > 0 for s in scales),
+                error or f"loss scale {scales}, skipped {fp16[-1].get('precision/skipped_steps')}",
+            )
+        )
         plan = cli("vram", RECIPE, *[a for s in [*SHORT, *vllm_sets] for a in ("--set", s)], "--json")
         estimate = json.loads(plan.stdout)["total_gib"] if plan.returncode == 0 else float("nan")
         peak = max((r.get("mem/peak_gib", 0.0) for r in metrics), default=float("nan"))
         ratio = estimate / peak if peak else float("nan")
-        rows.append(_row("VRAM estimate", 0.85 <= ratio, f"estimate {estimate:.2f} GiB / measured peak {peak:.2f} GiB"
-                                                         f" = {ratio:.2f} (vLLM's reservation in the estimate)"))
+        rows.append(
+            _row(
+                "VRAM estimate",
+                0.85 <= ratio,
+                f"estimate {estimate:.2f} GiB / measured peak {peak:.2f} GiB"
+                f" = {ratio:.2f} (vLLM's reservation in the estimate)",
+            )
+        )
     width = [max(len(r[i]) for r in rows) for i in range(3)]
     for r in rows:
         print("  ".join(c.ljust(w) for c, w in zip(r, width)))

@@ -51,10 +51,20 @@ def build_tokenizer() -> PreTrainedTokenizerFast:
 
 def build_model(tokenizer) -> Qwen3ForCausalLM:
     config = Qwen3Config(
-        vocab_size=VOCAB_SIZE, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, head_dim=64, max_position_embeddings=128,
-        tie_word_embeddings=True, rope_theta=10000.0, rms_norm_eps=1e-6,
-        bos_token_id=None, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+        vocab_size=VOCAB_SIZE,
+        hidden_size=256,
+        intermediate_size=512,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=64,
+        max_position_embeddings=128,
+        tie_word_embeddings=True,
+        rope_theta=10000.0,
+        rms_norm_eps=1e-6,
+        bos_token_id=None,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
     )
     torch.manual_seed(SEED)
     return Qwen3ForCausalLM(config)
@@ -88,9 +98,16 @@ def accuracy(model, tokenizer, rows: list[dict], temperature: float, seed: int =
     torch.manual_seed(seed)
     tokenizer.padding_side = "left"
     enc = tokenizer([r["prompt"] for r in rows], return_tensors="pt", padding=True)
-    out = model.generate(**enc, max_new_tokens=12, do_sample=temperature > 0, temperature=temperature or None,
-                         top_k=0, top_p=1.0, pad_token_id=tokenizer.pad_token_id)
-    texts = tokenizer.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+    out = model.generate(
+        **enc,
+        max_new_tokens=12,
+        do_sample=temperature > 0,
+        temperature=temperature or None,
+        top_k=0,
+        top_p=1.0,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    texts = tokenizer.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
     return sum(arith.extract_answer(t) == r["answer"] for t, r in zip(texts, rows)) / len(rows)
 
 
@@ -120,14 +137,26 @@ def main(steps: int = 3000, batch_size: int = 64) -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(OUT, safe_serialization=True)
     tokenizer.save_pretrained(OUT)
-    (OUT / "base_accuracy.json").write_text(json.dumps(
-        {"eval_prompts": len(evals), "temperature_1.0": acc_t1, "greedy": acc_greedy,
-         "pretrain_steps": steps, "batch_size": batch_size, "seed": SEED,
-         "train_seconds": round(time.time() - start, 1)}, indent=2) + "\n")
+    (OUT / "base_accuracy.json").write_text(
+        json.dumps(
+            {
+                "eval_prompts": len(evals),
+                "temperature_1.0": acc_t1,
+                "greedy": acc_greedy,
+                "pretrain_steps": steps,
+                "batch_size": batch_size,
+                "seed": SEED,
+                "train_seconds": round(time.time() - start, 1),
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     (OUT / "README.md").write_text(
         "# tiny-arith\n\nMade by `python scripts/make_tiny_model.py` (see its docstring).\n"
         f"2-layer Qwen3, {sum(p.numel() for p in model.parameters()):,} parameters, char tokenizer (vocab 64).\n"
-        f"Base accuracy on {len(evals)} held-out prompts: {acc_t1:.1%} at T=1.0, {acc_greedy:.1%} greedy.\n")
+        f"Base accuracy on {len(evals)} held-out prompts: {acc_t1:.1%} at T=1.0, {acc_greedy:.1%} greedy.\n"
+    )
 
 
 if __name__ == "__main__":

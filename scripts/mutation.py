@@ -42,8 +42,10 @@ SCOPE = [
     "grpo_studio.engine.precision.*",
     "grpo_studio.engine.checkpoint.*",
     "grpo_studio.engine.grpo_step.xǁGRPOStepǁ_lr_factor__mutmut_*",  # the LR schedule
-    *[f"grpo_studio.contract.config.x_{name}__mutmut_*"  # validation
-      for name in ("validate", "_check", "_coerce", "set_key", "_lower", "_upper", "parse_override")],
+    *[
+        f"grpo_studio.contract.config.x_{name}__mutmut_*"  # validation
+        for name in ("validate", "_check", "_coerce", "set_key", "_lower", "_upper", "parse_override")
+    ],
 ]
 # Not scored: a developer's shell helper (`python -m grpo_studio.engine.mismatch`), no behaviour.
 EXCLUDE = ["grpo_studio.engine.mismatch.x__self_check__mutmut_*"]
@@ -55,9 +57,12 @@ def stage(keep: bool) -> None:
         shutil.rmtree(STAGE, ignore_errors=True)
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
     (STAGE / "grpo_studio").mkdir(parents=True, exist_ok=True)
-    for src, dst in ((ROOT / "engine", STAGE / "grpo_studio" / "engine"),
-                     (ROOT / "contract", STAGE / "grpo_studio" / "contract"), (ROOT / "tests", STAGE / "tests"),
-                     (ROOT / "scripts", STAGE / "scripts")):
+    for src, dst in (
+        (ROOT / "engine", STAGE / "grpo_studio" / "engine"),
+        (ROOT / "contract", STAGE / "grpo_studio" / "contract"),
+        (ROOT / "tests", STAGE / "tests"),
+        (ROOT / "scripts", STAGE / "scripts"),
+    ):
         shutil.rmtree(dst, ignore_errors=True)
         shutil.copytree(src, dst, ignore=ignore)
     shutil.copy2(ROOT / "pyproject.toml", STAGE / "pyproject.toml")
@@ -70,15 +75,21 @@ def stage(keep: bool) -> None:
 
 
 def env() -> dict:
-    out = dict(os.environ, PYTHONPATH=str(STAGE / "mutants"), HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
-               OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
+    out = dict(
+        os.environ,
+        PYTHONPATH=str(STAGE / "mutants"),
+        HF_HUB_OFFLINE="1",
+        TOKENIZERS_PARALLELISM="false",
+        OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"),
+    )
     out.pop("MUTANT_UNDER_TEST", None)
     return out
 
 
 def results() -> dict[str, str]:
-    out = subprocess.run([str(MUTMUT), "results", "--all", "true"], cwd=STAGE, env=env(), capture_output=True,
-                         text=True, check=True).stdout
+    out = subprocess.run(
+        [str(MUTMUT), "results", "--all", "true"], cwd=STAGE, env=env(), capture_output=True, text=True, check=True
+    ).stdout
     found = {}
     for line in out.splitlines():
         match = re.fullmatch(r"\s*(\S+): (.+)", line)
@@ -89,7 +100,8 @@ def results() -> dict[str, str]:
 
 def selected(name: str, patterns: list[str]) -> bool:
     return any(fnmatch.fnmatchcase(name, p) for p in patterns) and not any(
-        fnmatch.fnmatchcase(name, p) for p in EXCLUDE)
+        fnmatch.fnmatchcase(name, p) for p in EXCLUDE
+    )
 
 
 def module_of(name: str) -> str:
@@ -101,8 +113,12 @@ def report(patterns: list[str], seconds: float) -> int:
     by_module: dict[str, Counter] = defaultdict(Counter)
     for name, state in status.items():
         by_module[module_of(name)][state] += 1
-    lines = [f"# mutation score ({time.strftime('%Y-%m-%d %H:%M')}, {seconds / 60:.1f} min)", "",
-             "| module | mutants | detected | survived | no tests | other | score |", "|---|---|---|---|---|---|---|"]
+    lines = [
+        f"# mutation score ({time.strftime('%Y-%m-%d %H:%M')}, {seconds / 60:.1f} min)",
+        "",
+        "| module | mutants | detected | survived | no tests | other | score |",
+        "|---|---|---|---|---|---|---|",
+    ]
     total = Counter()
     for module in sorted(by_module):
         c = by_module[module]
@@ -111,19 +127,20 @@ def report(patterns: list[str], seconds: float) -> int:
         total.update({"n": n, "det": det, "surv": c["survived"], "none": c["no tests"], "other": other})
         lines.append(f"| {module} | {n} | {det} | {c['survived']} | {c['no tests']} | {other} | {det / n:.1%} |")
     n = total["n"] or 1
-    lines.append(f"| **all** | {total['n']} | {total['det']} | {total['surv']} | {total['none']} | {total['other']} "
-                 f"| **{total['det'] / n:.1%}** |")
+    lines.append(
+        f"| **all** | {total['n']} | {total['det']} | {total['surv']} | {total['none']} | {total['other']} "
+        f"| **{total['det'] / n:.1%}** |"
+    )
     lines += ["", "'no tests' and 'not checked' count as survivors: code the selected tests never reach.", ""]
     survivors = sorted(k for k, v in status.items() if v not in DETECTED)
     if survivors:
         lines += ["## surviving mutants", ""]
     for name in survivors:
-        diff = subprocess.run([str(MUTMUT), "show", name], cwd=STAGE, env=env(), capture_output=True,
-                              text=True).stdout
+        diff = subprocess.run([str(MUTMUT), "show", name], cwd=STAGE, env=env(), capture_output=True, text=True).stdout
         lines += [f"### {name} ({status[name]})", "", "```diff", diff.strip(), "```", ""]
     text = "\n".join(lines) + "\n"
     (STAGE / "report.md").write_text(text)
-    print("\n".join(lines[:len(by_module) + 5]))
+    print("\n".join(lines[: len(by_module) + 5]))
     print(f"\n{len(survivors)} survivors; diffs in {STAGE / 'report.md'}")
     return 0
 
@@ -142,8 +159,9 @@ def main(argv: list[str] | None = None) -> int:
     start = time.monotonic()
     if not args.report_only:
         stage(args.keep)
-        run = subprocess.run([str(MUTMUT), "run", "--max-children", str(args.max_children), *patterns], cwd=STAGE,
-                             env=env())
+        run = subprocess.run(
+            [str(MUTMUT), "run", "--max-children", str(args.max_children), *patterns], cwd=STAGE, env=env()
+        )
         if run.returncode not in (0, 1):
             print(f"mutation: mutmut run exited {run.returncode}", file=sys.stderr)
             return run.returncode

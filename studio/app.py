@@ -36,9 +36,16 @@ class StudioApp(App):
         Binding("ctrl+q", "quit", "Quit", id="app.quit", priority=True, show=False),
     ]
 
-    def __init__(self, cfg: Config | None = None, source: str = DEFAULT_RECIPE, runs_root: Path = rundir.RUNS,
-                 attach: Path | None = None, watch_tty: bool = False, poll_s: float = 1.0,
-                 live_hardware: bool = True):
+    def __init__(
+        self,
+        cfg: Config | None = None,
+        source: str = DEFAULT_RECIPE,
+        runs_root: Path = rundir.RUNS,
+        attach: Path | None = None,
+        watch_tty: bool = False,
+        poll_s: float = 1.0,
+        live_hardware: bool = True,
+    ):
         super().__init__()
         self.cfg = cfg if cfg is not None else cfgmod.load(source)
         self.source = source
@@ -152,8 +159,13 @@ class StudioApp(App):
             if dest:
                 self.run_worker(lambda: work(dest), thread=True, exit_on_error=False, name="export")
 
-        self.push_screen(PathPrompt(f"Export {run_dir.name}'s newest checkpoint to a folder (merged safetensors) "
-                                    f"or a FILE.gguf (f16)", str(run_dir / "merged")), chosen)
+        self.push_screen(
+            PathPrompt(
+                f"Export {run_dir.name}'s newest checkpoint to a folder (merged safetensors) or a FILE.gguf (f16)",
+                str(run_dir / "merged"),
+            ),
+            chosen,
+        )
 
     def export_report(self, run_dir: Path) -> None:
         def work() -> None:
@@ -240,8 +252,7 @@ def _terminal_ok() -> bool:
 
 def _run(app: StudioApp) -> int:
     if not _terminal_ok():
-        print("grpo-studio: stdin/stdout is not a terminal; use `grpo-studio train` for headless runs",
-              file=sys.stderr)
+        print("grpo-studio: stdin/stdout is not a terminal; use `grpo-studio train` for headless runs", file=sys.stderr)
         return 2
     app.run()
     return int(app.return_code or 0)
@@ -259,8 +270,11 @@ def resolve_run(run: str, runs_root: Path) -> Path:
         if candidate.is_dir():
             return candidate
     names = [r.name for r in rundir.list_runs(runs_root)][:8]
-    raise UserError(f"run {run!r} not found (not a folder, not under {runs_root}/)"
-                    + (f"; runs: {', '.join(names)}" if names else ""), kind="attach")
+    raise UserError(
+        f"run {run!r} not found (not a folder, not under {runs_root}/)"
+        + (f"; runs: {', '.join(names)}" if names else ""),
+        kind="attach",
+    )
 
 
 def attach(run: str, runs_dir: Path) -> int:

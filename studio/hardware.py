@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-GIB = 1024 ** 3
+GIB = 1024**3
 
 
 @dataclass
@@ -70,5 +70,9 @@ def host() -> dict:
     import psutil
 
     vm = psutil.virtual_memory()
-    return {"cpu_percent": psutil.cpu_percent(interval=None), "cpus": psutil.cpu_count() or 1,
-            "ram_used_gib": (vm.total - vm.available) / GIB, "ram_total_gib": vm.total / GIB}
+    return {
+        "cpu_percent": psutil.cpu_percent(interval=None),
+        "cpus": psutil.cpu_count() or 1,
+        "ram_used_gib": (vm.total - vm.available) / GIB,
+        "ram_total_gib": vm.total / GIB,
+    }

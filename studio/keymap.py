@@ -33,5 +33,5 @@ def load_keymap(path: Path | None = None) -> tuple[dict[str, str], str]:
     keys = data.get("keys", data)
     bad = [k for k, v in keys.items() if not isinstance(v, str)]
     if bad:
-        return {}, f"keymap error: {path}: {bad[0]} must be a string like \"ctrl+x\""
+        return {}, f'keymap error: {path}: {bad[0]} must be a string like "ctrl+x"'
     return dict(keys), ""

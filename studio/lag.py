@@ -14,7 +14,7 @@ from grpo_studio.contract.metrics import fmt
 
 LAG0_K3, LAGGED_K3, LAGGED_FRAC = "mismatch/lag0/k3", "mismatch/lagged/k3", "mismatch/lagged_frac"
 LAG_KEYS = (LAG0_K3, LAGGED_K3, LAGGED_FRAC, "policy/token_lag_mean", "policy/token_lag_max")
-LAG_DOMINATES = 4.0   # lagged k3 this many times the lag-0 k3: policy lag is the larger cause
+LAG_DOMINATES = 4.0  # lagged k3 this many times the lag-0 k3: policy lag is the larger cause
 NEGLIGIBLE_K3 = 1e-8  # below this (fp32 vs fp32 sits near 1e-14) neither cause matters
 
 LAG_FIX = "set rollout.async_mode = off or lower train.max_staleness"
@@ -36,8 +36,9 @@ def precision_fix(dtype: str) -> str:
     return f"{dtype} already drifts less than {DTYPES[dtype].ab_partner}; model.dtype = fp32 narrows it further"
 
 
-def verdict(lag0_k3: float | None, lagged_k3: float | None, lagged_frac: float | None,
-            dtype: str = "") -> Verdict | None:
+def verdict(
+    lag0_k3: float | None, lagged_k3: float | None, lagged_frac: float | None, dtype: str = ""
+) -> Verdict | None:
     """The dominant cause from a step's lag-split k3; None when the run has no lag split."""
     if lag0_k3 is None and lagged_k3 is None:
         return None
@@ -45,15 +46,21 @@ def verdict(lag0_k3: float | None, lagged_k3: float | None, lagged_frac: float |
     if not lagged_frac or lagged_k3 is None:
         if lag0 < NEGLIGIBLE_K3:
             return Verdict("none", f"no lagged tokens; lag-0 k3 {fmt(lag0)}: mismatch negligible")
-        return Verdict("precision", f"precision/kernel gap (no lagged tokens, lag-0 k3 {fmt(lag0)}): "
-                                    f"{precision_fix(dtype)}")
+        return Verdict(
+            "precision", f"precision/kernel gap (no lagged tokens, lag-0 k3 {fmt(lag0)}): {precision_fix(dtype)}"
+        )
     if max(lag0, lagged_k3) < NEGLIGIBLE_K3:
         return Verdict("none", f"lag-0 k3 {fmt(lag0)}, lagged k3 {fmt(lagged_k3)}: mismatch negligible")
     if lagged_k3 > LAG_DOMINATES * lag0:
-        return Verdict("lag", f"policy lag dominates (lagged k3 {fmt(lagged_k3)} ≫ lag-0 k3 {fmt(lag0)}, "
-                              f"{lagged_frac:.0%} of tokens lagged): {LAG_FIX}")
-    return Verdict("precision", f"precision/kernel gap dominates (lag-0 k3 {fmt(lag0)}, lagged k3 "
-                                f"{fmt(lagged_k3)}): {precision_fix(dtype)}")
+        return Verdict(
+            "lag",
+            f"policy lag dominates (lagged k3 {fmt(lagged_k3)} ≫ lag-0 k3 {fmt(lag0)}, "
+            f"{lagged_frac:.0%} of tokens lagged): {LAG_FIX}",
+        )
+    return Verdict(
+        "precision",
+        f"precision/kernel gap dominates (lag-0 k3 {fmt(lag0)}, lagged k3 {fmt(lagged_k3)}): {precision_fix(dtype)}",
+    )
 
 
 def lag_shares(hist: dict | None) -> str:

@@ -50,8 +50,16 @@ def launch(cfg: Config, run_dir: Path, force: bool = False, nproc: int = 1) -> s
     cmd += ["--nproc", str(nproc)] if nproc > 1 else []
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     try:
-        return subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True, close_fds=True, env=env, cwd=os.getcwd())
+        return subprocess.Popen(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            close_fds=True,
+            env=env,
+            cwd=os.getcwd(),
+        )
     finally:
         log.close()
 
@@ -89,8 +97,9 @@ def trainer_process(run_dir: Path) -> psutil.Process:
     run_dir = Path(run_dir)
     lock = rundir.read_lock(run_dir)
     if lock is None:
-        raise UserError(f"no trainer holds it ({rundir.PIDFILE} is missing or unreadable)", kind="run",
-                        key=str(run_dir))
+        raise UserError(
+            f"no trainer holds it ({rundir.PIDFILE} is missing or unreadable)", kind="run", key=str(run_dir)
+        )
     if lock.host != socket.gethostname():
         why = f"it runs on host {lock.host}; stop it there"
     else:
@@ -114,7 +123,7 @@ def _trains(argv: list[str], cwd: Path, run_dir: Path) -> bool:
     if not any(a == "grpo_studio.cli.main" or Path(a).name == "grpo-studio" for a in argv[:at]):
         return False
     target = run_dir.resolve()
-    values = (a.partition("=")[2] if a.startswith("--") else a for a in argv[at + 1:])
+    values = (a.partition("=")[2] if a.startswith("--") else a for a in argv[at + 1 :])
     return any(v and (cwd / v).resolve() == target for v in values)
 
 

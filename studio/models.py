@@ -24,7 +24,7 @@ def cached_models() -> list[str]:
     found = []
     for entry in sorted(root.glob("models--*")):
         if any(entry.glob("snapshots/*/config.json")):
-            found.append(entry.name[len("models--"):].replace("--", "/"))
+            found.append(entry.name[len("models--") :].replace("--", "/"))
     return found
 
 

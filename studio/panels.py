@@ -18,10 +18,10 @@ class Panel:
     id: str
     title: str
     keys: list[str] = field(default_factory=list)  # metric keys, one line each
-    rewards: bool = False                           # add rewards/<fn>/mean + a smoothed line
+    rewards: bool = False  # add rewards/<fn>/mean + a smoothed line
     needs_beta: bool = False
-    gate: str = ""                                  # shown only once this metric has been > 0 in the run
-    note: str = ""                                  # one line under the chart: why it looks as it does
+    gate: str = ""  # shown only once this metric has been > 0 in the run
+    note: str = ""  # one line under the chart: why it looks as it does
 
     @property
     def log(self) -> bool:
@@ -54,37 +54,40 @@ class Panel:
 def short(key: str) -> str:
     for prefix in ("mismatch/", "completion/", "perf/", "precision/", "mem/", "policy/"):
         if key.startswith(prefix):
-            return key[len(prefix):]
+            return key[len(prefix) :]
     return metrics.reward_fn(key) or key
 
 
 # With one update per batch π_old = π, so the ratio is 1 and the zero-mean advantages cancel.
 LOSS_NOTE = "≈0 by design: ratio 1, zero-mean advantages; gradient ≠ 0"
 
-PANELS = {p.id: p for p in [
-    Panel("reward", "reward", [metrics.REWARD], rewards=True),
-    Panel("eval", "held-out accuracy (step 0: before training)", [metrics.EVAL_ACCURACY]),
-    Panel("k3", "KL k3", [metrics.K3]),
-    Panel("loss", "loss", [metrics.LOSS], note=LOSS_NOTE),
-    Panel("grad_norm", "grad norm", ["grad_norm"]),
-    Panel("lr", "lr", ["lr"]),
-    Panel("entropy", "entropy", ["entropy"]),
-    Panel("kl_ref", "KL to ref", ["kl_ref"], needs_beta=True),
-    Panel("clip", "clip fraction", ["clip/region", "clip/low", "clip/high"]),
-    Panel("dp_max", "|Δp| max", [metrics.DP_MAX, "mismatch/abs_dp_mean"]),
-    Panel("is", "IS ratio range", ["mismatch/is_max", "mismatch/is_mean", "mismatch/is_min"]),
-    Panel("masked", "masked fraction", ["mismatch/masked_frac"]),
-    Panel("length", "completion length", ["completion/len_mean", "completion/len_max"]),
-    Panel("truncated", "truncated share", ["completion/truncated_frac"]),
-    Panel("step_time", "step time s", ["perf/step_s", "perf/rollout_s", "perf/train_s"]),
-    Panel("tok_s", "rollout tokens/s", ["perf/rollout_tok_s"]),
-    Panel("loss_scale", "fp16 loss scale", ["precision/loss_scale"]),
-    Panel("skipped", "skipped steps", ["precision/skipped_steps"]),
-    Panel("memory", "memory GiB", [metrics.PEAK_GIB, "mem/rss_gib"]),
-    Panel("lag_k3", "k3 lag 0 vs lagged", [LAG0_K3, LAGGED_K3], gate=LAGGED_FRAC),  # runs with policy lag only
-    Panel("token_lag", "token policy lag", ["policy/token_lag_mean", "policy/token_lag_max"], gate=LAGGED_FRAC),
-    Panel("mfu", "MFU (share of measured matmul peak)", [MFU], gate=MFU),
-]}
+PANELS = {
+    p.id: p
+    for p in [
+        Panel("reward", "reward", [metrics.REWARD], rewards=True),
+        Panel("eval", "held-out accuracy (step 0: before training)", [metrics.EVAL_ACCURACY]),
+        Panel("k3", "KL k3", [metrics.K3]),
+        Panel("loss", "loss", [metrics.LOSS], note=LOSS_NOTE),
+        Panel("grad_norm", "grad norm", ["grad_norm"]),
+        Panel("lr", "lr", ["lr"]),
+        Panel("entropy", "entropy", ["entropy"]),
+        Panel("kl_ref", "KL to ref", ["kl_ref"], needs_beta=True),
+        Panel("clip", "clip fraction", ["clip/region", "clip/low", "clip/high"]),
+        Panel("dp_max", "|Δp| max", [metrics.DP_MAX, "mismatch/abs_dp_mean"]),
+        Panel("is", "IS ratio range", ["mismatch/is_max", "mismatch/is_mean", "mismatch/is_min"]),
+        Panel("masked", "masked fraction", ["mismatch/masked_frac"]),
+        Panel("length", "completion length", ["completion/len_mean", "completion/len_max"]),
+        Panel("truncated", "truncated share", ["completion/truncated_frac"]),
+        Panel("step_time", "step time s", ["perf/step_s", "perf/rollout_s", "perf/train_s"]),
+        Panel("tok_s", "rollout tokens/s", ["perf/rollout_tok_s"]),
+        Panel("loss_scale", "fp16 loss scale", ["precision/loss_scale"]),
+        Panel("skipped", "skipped steps", ["precision/skipped_steps"]),
+        Panel("memory", "memory GiB", [metrics.PEAK_GIB, "mem/rss_gib"]),
+        Panel("lag_k3", "k3 lag 0 vs lagged", [LAG0_K3, LAGGED_K3], gate=LAGGED_FRAC),  # runs with policy lag only
+        Panel("token_lag", "token policy lag", ["policy/token_lag_mean", "policy/token_lag_max"], gate=LAGGED_FRAC),
+        Panel("mfu", "MFU (share of measured matmul peak)", [MFU], gate=MFU),
+    ]
+}
 
 TABS = [
     ("overview", "Overview", ["reward", "k3"]),

@@ -11,8 +11,22 @@ from grpo_studio.studio.panels import PANELS, histogram_bars, histogram_title
 from grpo_studio.studio.rundata import RunData
 from grpo_studio.studio.widgets.metric_chart import ema
 
-REPORT_PANELS = ["reward", "eval", "k3", "loss", "grad_norm", "entropy", "dp_max", "is", "length", "step_time", "tok_s",
-                 "memory", "loss_scale", "kl_ref"]
+REPORT_PANELS = [
+    "reward",
+    "eval",
+    "k3",
+    "loss",
+    "grad_norm",
+    "entropy",
+    "dp_max",
+    "is",
+    "length",
+    "step_time",
+    "tok_s",
+    "memory",
+    "loss_scale",
+    "kl_ref",
+]
 
 
 def _figure(run: RunData, pid: str, out: Path) -> Path | None:
@@ -27,8 +41,13 @@ def _figure(run: RunData, pid: str, out: Path) -> Path | None:
         return None
     fig, ax = plt.subplots(figsize=(6.4, 3.6), dpi=100)
     for line in lines:
-        ax.plot(line.xs, line.ys, label=line.label, linewidth=1.6 if line.label == "smoothed" else 1.0,
-                marker="o" if len(line.xs) <= 12 else None)  # a sparse series (eval every N steps) shows its points
+        ax.plot(
+            line.xs,
+            line.ys,
+            label=line.label,
+            linewidth=1.6 if line.label == "smoothed" else 1.0,
+            marker="o" if len(line.xs) <= 12 else None,
+        )  # a sparse series (eval every N steps) shows its points
     if panel.log:
         ax.set_yscale("log")
     ax.set_title(panel.title)
@@ -73,19 +92,27 @@ def export(run_dir: Path, out: Path | None = None) -> Path:
 
 
 def _html(run: RunData, images: list[Path]) -> str:
-    rows = [("state", run.state()), ("steps", f"{run.step}/{run.total_steps or '?'}"), ("dtype (train/rollout)", run.dtype()),
-            ("model", run.config.get("model", {}).get("name", "?")),
-            ("algorithm", run.config.get("algo", {}).get("name", "?")),
-            ("final reward", fmt(run.last(metrics.REWARD))),
-            ("smoothed reward", fmt(ema(run.series(metrics.REWARD)[1])[-1] if run.series(metrics.REWARD)[1] else None)),
-            ("final k3", fmt(run.last(metrics.K3))), ("peak memory GiB", fmt(run.last(metrics.PEAK_GIB)))]
+    rows = [
+        ("state", run.state()),
+        ("steps", f"{run.step}/{run.total_steps or '?'}"),
+        ("dtype (train/rollout)", run.dtype()),
+        ("model", run.config.get("model", {}).get("name", "?")),
+        ("algorithm", run.config.get("algo", {}).get("name", "?")),
+        ("final reward", fmt(run.last(metrics.REWARD))),
+        ("smoothed reward", fmt(ema(run.series(metrics.REWARD)[1])[-1] if run.series(metrics.REWARD)[1] else None)),
+        ("final k3", fmt(run.last(metrics.K3))),
+        ("peak memory GiB", fmt(run.last(metrics.PEAK_GIB))),
+    ]
     warnings = [e for e in run.events if e.get("event") in ("warning", "skipped_step", "reward_error", "crashed")]
     esc = html.escape
     table = "".join(f"<tr><th>{esc(k)}</th><td>{esc(str(v))}</td></tr>" for k, v in rows)
     warn = "".join(f"<li>{esc(e.get('event', ''))}: {esc(str(e.get('message', '')))}</li>" for e in warnings[-20:])
     figs = "".join(f'<img src="{esc(p.name)}" alt="{esc(p.stem)}">' for p in images)
-    return (f"<!doctype html><meta charset='utf-8'><title>{esc(run.name)}</title>"
-            "<style>body{font-family:sans-serif;margin:1.5em}img{width:48%;margin:.5%}th{text-align:left;padding-right:1em}"
-            "</style>"
-            f"<h1>{esc(run.name)}</h1><table>{table}</table>"
-            + (f"<h2>Warnings</h2><ul>{warn}</ul>" if warn else "") + f"<h2>Charts</h2>{figs}\n")
+    return (
+        f"<!doctype html><meta charset='utf-8'><title>{esc(run.name)}</title>"
+        "<style>body{font-family:sans-serif;margin:1.5em}img{width:48%;margin:.5%}th{text-align:left;padding-right:1em}"
+        "</style>"
+        f"<h1>{esc(run.name)}</h1><table>{table}</table>"
+        + (f"<h2>Warnings</h2><ul>{warn}</ul>" if warn else "")
+        + f"<h2>Charts</h2>{figs}\n"
+    )

@@ -24,7 +24,9 @@ class RunData:
     def __init__(self, run_dir: Path, max_samples: int = 200, max_events: int = 500):
         self.dir = Path(run_dir)
         self.name = self.dir.name
-        self._tails = {name: JsonlTail(self.dir / name, max_rows=10**9) for name in (METRICS, EVENTS, SAMPLES, HISTOGRAMS)}
+        self._tails = {
+            name: JsonlTail(self.dir / name, max_rows=10**9) for name in (METRICS, EVENTS, SAMPLES, HISTOGRAMS)
+        }
         self.steps: list[int] = []
         self.columns: dict[str, list[float | None]] = {}
         self.times: list[float] = []
@@ -98,8 +100,9 @@ class RunData:
                 self.eval_before = as_number(event.get("accuracy"))
             if kind == "started":
                 total = event.get("total_steps")
-                self.total_steps = (total if isinstance(total, int) and not isinstance(total, bool) and total > 0
-                                    else self.total_steps)
+                self.total_steps = (
+                    total if isinstance(total, int) and not isinstance(total, bool) and total > 0 else self.total_steps
+                )
                 self.start_time = as_number(event.get("time"))
             changed = True
         samples = tails[SAMPLES].read_new()
@@ -134,9 +137,13 @@ class RunData:
             return False
         self._reported.update({name: self._tails[name].skipped for name in new})
         where = ", ".join(f"{n} in {name}" for name, n in new.items())
-        self.events.append({"time": time.time(), "event": "warning",
-                            "message": f"skipped malformed lines ({where}): not a JSON object with the fields "
-                                       f"the file needs"})
+        self.events.append(
+            {
+                "time": time.time(),
+                "event": "warning",
+                "message": f"skipped malformed lines ({where}): not a JSON object with the fields the file needs",
+            }
+        )
         return True
 
     def _report_notes(self) -> bool:
@@ -150,7 +157,7 @@ class RunData:
             if new > 0:
                 self._reported_odd[tail.path.name] = tail.odd
                 self._notes(odd_numbers(tail.path.name, new))
-        lines, self._noted = self._notes[self._noted:], len(self._notes)
+        lines, self._noted = self._notes[self._noted :], len(self._notes)
         for line in lines:
             self.events.append({"time": time.time(), "event": "warning", "message": line})
         return bool(lines)
@@ -178,7 +185,9 @@ class RunData:
         col = self.columns.get(key)
         if not col:
             return [], []
-        xs, ys = ([0], [self.eval_before]) if key == metrics.EVAL_ACCURACY and self.eval_before is not None else ([], [])
+        xs, ys = (
+            ([0], [self.eval_before]) if key == metrics.EVAL_ACCURACY and self.eval_before is not None else ([], [])
+        )
         for s, v in zip(self.steps, col):
             if v is not None:
                 xs.append(s)

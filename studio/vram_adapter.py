@@ -26,8 +26,7 @@ class Plan:
 
 
 # What the panel solves for, in order: the first one the planner can answer is shown.
-SOLVE = [("max_completion_len", "max completion length that fits"),
-         ("num_generations", "max generations that fit")]
+SOLVE = [("max_completion_len", "max completion length that fits"), ("num_generations", "max generations that fit")]
 
 
 @functools.lru_cache(maxsize=64)
@@ -36,8 +35,9 @@ def _card(name: str):
     return model_card.load(name)
 
 
-def plan(cfg: Config, mode: str = "documented", gpu_gib: float | None = None, solve: bool = True,
-         world_size: int = 1) -> Plan:
+def plan(
+    cfg: Config, mode: str = "documented", gpu_gib: float | None = None, solve: bool = True, world_size: int = 1
+) -> Plan:
     try:
         card = _card(cfg.model.name)
         result = vram.estimate(card, cfg, mode=mode, gpu_gib=gpu_gib, **_ranks(mode, world_size))
@@ -45,8 +45,15 @@ def plan(cfg: Config, mode: str = "documented", gpu_gib: float | None = None, so
         return Plan(mode=mode, gpu_gib=gpu_gib, error=str(err))
     except Exception as err:  # the panel must never take the studio down
         return Plan(mode=mode, gpu_gib=gpu_gib, error=f"vram error: {type(err).__name__}: {err}")
-    out = Plan(result.rows, result.total_gib, mode, gpu_gib, result.fits, peak_rule=result.peak_rule,
-               devices=list(getattr(result, "devices", None) or []))
+    out = Plan(
+        result.rows,
+        result.total_gib,
+        mode,
+        gpu_gib,
+        result.fits,
+        peak_rule=result.peak_rule,
+        devices=list(getattr(result, "devices", None) or []),
+    )
     if gpu_gib and solve:
         out.suggestion = suggest(card, cfg, mode, gpu_gib, world_size)
     return out

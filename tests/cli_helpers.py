@@ -14,5 +14,11 @@ ENV = {**os.environ, "HF_HUB_OFFLINE": "1"}
 
 
 def run_cli(*args: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "grpo_studio.cli.main", *args], capture_output=True, text=True,
-                          cwd=cwd, env=ENV, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "grpo_studio.cli.main", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=ENV,
+        timeout=timeout,
+    )

@@ -36,21 +36,38 @@ def trl_advantages():
     import trl.trainer.grpo_trainer as grpo  # the oracle: in the dev extra; missing TRL fails, never skips
 
     method = grpo.GRPOTrainer._generate_and_score_completions
-    adv_block = _trl_block(method, "# A completion for which every reward function returned None",
-                           "# Slice to keep only the local part of the data")
+    adv_block = _trl_block(
+        method,
+        "# A completion for which every reward function returned None",
+        "# Slice to keep only the local part of the data",
+    )
     metric_block = _trl_block(method, "# Calculate mean reward per function", "# Log prompts and completions")
 
     def run(rewards_per_func, weights, group_size, scale):
         metrics = defaultdict(list)
-        trainer = SimpleNamespace(multi_objective_aggregation="sum_then_normalize", reward_weights=weights,
-                                  scale_rewards=scale,
-                                  reward_func_names=[f"f{i}" for i in range(rewards_per_func.shape[1])],
-                                  _metrics={"train": metrics})
-        scope = {"self": trainer, "torch": torch, "math": math, "nanstd": grpo.nanstd, "device": "cpu",
-                 "rewards_per_func": rewards_per_func, "num_generations": group_size, "mode": "train"}
+        trainer = SimpleNamespace(
+            multi_objective_aggregation="sum_then_normalize",
+            reward_weights=weights,
+            scale_rewards=scale,
+            reward_func_names=[f"f{i}" for i in range(rewards_per_func.shape[1])],
+            _metrics={"train": metrics},
+        )
+        scope = {
+            "self": trainer,
+            "torch": torch,
+            "math": math,
+            "nanstd": grpo.nanstd,
+            "device": "cpu",
+            "rewards_per_func": rewards_per_func,
+            "num_generations": group_size,
+            "mode": "train",
+        }
         exec(adv_block + metric_block, scope)
-        return scope["advantages"], {"reward/mean": metrics["reward"][-1], "reward/std": metrics["reward_std"][-1],
-                                     "reward/frac_zero_std": metrics["frac_reward_zero_std"][-1]}
+        return scope["advantages"], {
+            "reward/mean": metrics["reward"][-1],
+            "reward/std": metrics["reward_std"][-1],
+            "reward/frac_zero_std": metrics["frac_reward_zero_std"][-1],
+        }
 
     return run
 
@@ -59,10 +76,10 @@ def _rewards():
     """3 groups of 4 completions, 3 reward functions; None (NaN) per function and for whole rows."""
     g = torch.Generator().manual_seed(7)
     r = torch.randint(0, 3, (12, 3), generator=g).float() + 0.25 * torch.rand(12, 3, generator=g)
-    r[1, 2] = NAN                     # one function not applicable to one completion
-    r[5] = NAN                        # unscorable completion: every function returned None
+    r[1, 2] = NAN  # one function not applicable to one completion
+    r[5] = NAN  # unscorable completion: every function returned None
     r[8:12] = torch.tensor([1.0, 0.5, 2.0])  # a group with identical rewards: zero std
-    r[2, 0] = NAN                     # nansum counts a None as 0 in the weighted sum
+    r[2, 0] = NAN  # nansum counts a None as 0 in the weighted sum
     return r
 
 
@@ -73,7 +90,9 @@ def test_matches_trl(trl_advantages, scale):
     ref_adv, ref_metrics = trl_advantages(rewards, weights, 4, scale)
     torch.testing.assert_close(adv, ref_adv, atol=1e-6, rtol=0)
     assert adv[5] == 0 and adv.abs().sum() > 0
-    assert (scale == "batch") or metrics["reward/frac_zero_std"] == pytest.approx(1 / 3)  # group 3 of 3 (per completion)
+    assert (scale == "batch") or metrics["reward/frac_zero_std"] == pytest.approx(
+        1 / 3
+    )  # group 3 of 3 (per completion)
     for key, value in ref_metrics.items():
         assert metrics[key] == pytest.approx(value, abs=1e-6), key
 

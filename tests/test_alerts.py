@@ -21,21 +21,26 @@ from grpo_studio.contract import alert_rules, config, rundir
 from grpo_studio.contract.errors import UserError
 from grpo_studio.engine.alerts import Alerts
 
-GRAMMAR = ("'<metric> <op> <number> [for <N> steps]' (op: >, >=, <, <=), '<metric> is nan [for <N> steps]', "
-           "or 'defaults'")
+GRAMMAR = (
+    "'<metric> <op> <number> [for <N> steps]' (op: >, >=, <, <=), '<metric> is nan [for <N> steps]', or 'defaults'"
+)
 
 
 # ---- the grammar -------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("text, metric, op, threshold, steps", [
-    ("mismatch/k3 > 1e-3", "mismatch/k3", ">", 1e-3, 1),
-    ("mismatch/k3>1e-3", "mismatch/k3", ">", 1e-3, 1),
-    ("reward/mean < 0.1 for 20 steps", "reward/mean", "<", 0.1, 20),
-    ("grad_norm is nan", "grad_norm", "is nan", None, 1),
-    ("loss IS NaN for 3 steps", "loss", "is nan", None, 3),
-    ("entropy <= -.5 for 1 step", "entropy", "<=", -0.5, 1),
-    ("rewards/correctness/mean >= 1", "rewards/correctness/mean", ">=", 1.0, 1),
-])
+
+@pytest.mark.parametrize(
+    "text, metric, op, threshold, steps",
+    [
+        ("mismatch/k3 > 1e-3", "mismatch/k3", ">", 1e-3, 1),
+        ("mismatch/k3>1e-3", "mismatch/k3", ">", 1e-3, 1),
+        ("reward/mean < 0.1 for 20 steps", "reward/mean", "<", 0.1, 20),
+        ("grad_norm is nan", "grad_norm", "is nan", None, 1),
+        ("loss IS NaN for 3 steps", "loss", "is nan", None, 3),
+        ("entropy <= -.5 for 1 step", "entropy", "<=", -0.5, 1),
+        ("rewards/correctness/mean >= 1", "rewards/correctness/mean", ">=", 1.0, 1),
+    ],
+)
 def test_rules_parse(text, metric, op, threshold, steps):
     rule = alert_rules.parse(text, reward_funcs=["correctness"])
     assert (rule.metric, rule.op, rule.threshold, rule.steps) == (metric, op, threshold, steps)
@@ -46,25 +51,44 @@ def test_defaults_expand_to_the_default_rules():
     assert [r.text for r in rules] == ["loss > 1", *alert_rules.DEFAULT_RULES]
 
 
-@pytest.mark.parametrize("setting, message", [
-    ('alerts.rules=["mismatch/k4 > 1e-3"]', "config error: alerts.rules[0] = 'mismatch/k4 > 1e-3': 'mismatch/k4' is "
-                                            "not a metric the trainer writes (did you mean 'mismatch/k3'?)"),
-    ('alerts.rules=["loss > 1", "k3 >> 1"]', f"config error: alerts.rules[1] = 'k3 >> 1': not an alert rule; write "
-                                             f"{GRAMMAR}"),
-    ('alerts.rules=["loss is finite"]', f"config error: alerts.rules[0] = 'loss is finite': not an alert rule; "
-                                        f"write {GRAMMAR}"),
-    ('alerts.rules=["loss > 1 for 0 steps"]', "config error: alerts.rules[0] = 'loss > 1 for 0 steps': 'for N steps' "
-                                              "needs 1 <= N <= 1000000"),
-    ('alerts.rules=["rewards/corectness/mean < 0.5"]',
-     "config error: alerts.rules[0] = 'rewards/corectness/mean < 0.5': 'rewards/corectness/mean' is not a metric "
-     "the trainer writes (did you mean 'rewards/correctness/mean'?)"),
-    ("alerts.on=finished,exploded", "config error: alerts.on[1] = 'exploded': allowed: finished, crashed, stopped, "
-                                    "diverged"),
-    ("alerts.webhook=ftp://example.org/hook", "config error: alerts.webhook = 'ftp://example.org/hook': an http:// "
-                                              "or https:// URL with a host, e.g. https://hooks.example.com/alerts, or "
-                                              "empty for none"),
-    ("report.to=mlflow", "config error: report.to[0] = 'mlflow': allowed: tensorboard, trackio, wandb"),
-])
+@pytest.mark.parametrize(
+    "setting, message",
+    [
+        (
+            'alerts.rules=["mismatch/k4 > 1e-3"]',
+            "config error: alerts.rules[0] = 'mismatch/k4 > 1e-3': 'mismatch/k4' is "
+            "not a metric the trainer writes (did you mean 'mismatch/k3'?)",
+        ),
+        (
+            'alerts.rules=["loss > 1", "k3 >> 1"]',
+            f"config error: alerts.rules[1] = 'k3 >> 1': not an alert rule; write {GRAMMAR}",
+        ),
+        (
+            'alerts.rules=["loss is finite"]',
+            f"config error: alerts.rules[0] = 'loss is finite': not an alert rule; write {GRAMMAR}",
+        ),
+        (
+            'alerts.rules=["loss > 1 for 0 steps"]',
+            "config error: alerts.rules[0] = 'loss > 1 for 0 steps': 'for N steps' needs 1 <= N <= 1000000",
+        ),
+        (
+            'alerts.rules=["rewards/corectness/mean < 0.5"]',
+            "config error: alerts.rules[0] = 'rewards/corectness/mean < 0.5': 'rewards/corectness/mean' is not a metric "
+            "the trainer writes (did you mean 'rewards/correctness/mean'?)",
+        ),
+        (
+            "alerts.on=finished,exploded",
+            "config error: alerts.on[1] = 'exploded': allowed: finished, crashed, stopped, diverged",
+        ),
+        (
+            "alerts.webhook=ftp://example.org/hook",
+            "config error: alerts.webhook = 'ftp://example.org/hook': an http:// "
+            "or https:// URL with a host, e.g. https://hooks.example.com/alerts, or "
+            "empty for none",
+        ),
+        ("report.to=mlflow", "config error: report.to[0] = 'mlflow': allowed: tensorboard, trackio, wandb"),
+    ],
+)
 def test_bad_alert_and_report_settings_are_one_line_with_exit_2(setting, message, tmp_path):
     proc = run_cli("train", "tiny-arith", "--set", setting, "--run-dir", str(tmp_path / "run"), cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr
@@ -77,14 +101,17 @@ def test_bad_alert_and_report_settings_are_one_line_with_exit_2(setting, message
 NAN, INF = math.nan, math.inf
 
 
-@pytest.mark.parametrize("rule, values, fires_at", [
-    ("loss > 1", [0, 2, 3, 0, 2], [2, 5]),                                   # re-armed by the 0 at step 4
-    ("loss > 1 for 2 steps", [2, 0, 2, 2, 2, 0, 2, 2], [4, 8]),              # two rows in a row, once per run
-    ("loss is nan", [1, NAN, None, 1, INF], [2, 5]),                         # null and inf are not finite
-    ("loss < 0.5", [0.1, NAN, 0.1], [1, 3]),                                 # a NaN row is not below: re-arms
-    ("loss is nan for 2 steps", [NAN, 1, NAN, NAN, NAN], [4]),
-    ("mismatch/k3 > 1e-3", [2e-3, "absent", 3e-3, 0, 5e-3], [1, 5]),         # a row without k3 changes nothing
-])
+@pytest.mark.parametrize(
+    "rule, values, fires_at",
+    [
+        ("loss > 1", [0, 2, 3, 0, 2], [2, 5]),  # re-armed by the 0 at step 4
+        ("loss > 1 for 2 steps", [2, 0, 2, 2, 2, 0, 2, 2], [4, 8]),  # two rows in a row, once per run
+        ("loss is nan", [1, NAN, None, 1, INF], [2, 5]),  # null and inf are not finite
+        ("loss < 0.5", [0.1, NAN, 0.1], [1, 3]),  # a NaN row is not below: re-arms
+        ("loss is nan for 2 steps", [NAN, 1, NAN, NAN, NAN], [4]),
+        ("mismatch/k3 > 1e-3", [2e-3, "absent", 3e-3, 0, 5e-3], [1, 5]),  # a row without k3 changes nothing
+    ],
+)
 def test_a_rule_fires_once_per_crossing(rule, values, fires_at):
     crossings = alert_rules.Crossings([alert_rules.parse(rule)])
     metric = crossings.rules[0].metric
@@ -96,6 +123,7 @@ def test_a_rule_fires_once_per_crossing(rule, values, fires_at):
 
 
 # ---- delivery --------------------------------------------------------------------------------------
+
 
 class Hook(http.server.ThreadingHTTPServer):
     """A webhook receiver on 127.0.0.1: keeps each POSTed JSON body; answers with `status`."""
@@ -133,17 +161,25 @@ def alerts_for(tmp_path, *sets: str) -> tuple[Alerts, rundir.RunWriter]:
 
 
 def test_an_alert_is_an_event_and_a_webhook_post(tmp_path, hook):
-    alerts, writer = alerts_for(tmp_path, 'alerts.rules=["loss is nan"]', "alerts.on=crashed",
-                                f"alerts.webhook={hook.url}")
+    alerts, writer = alerts_for(
+        tmp_path, 'alerts.rules=["loss is nan"]', "alerts.on=crashed", f"alerts.webhook={hook.url}"
+    )
     alerts.row({"step": 1, "loss": 0.5})
     alerts.row({"step": 2, "loss": NAN})
     alerts.event("finished", "finished at step 2", 2)  # not in alerts.on
     alerts.event("crashed", "RuntimeError: boom", 2)
     events = [{k: v for k, v in e.items() if k != "time"} for e in rundir.read_events(writer.dir)]
     assert events == [
-        {"event": "alert", "message": "loss is nan: loss = – at step 2", "rule": "loss is nan", "metric": "loss",
-         "value": None, "step": 2},
-        {"event": "alert", "message": "run crashed: RuntimeError: boom", "rule": "on crashed", "step": 2}]
+        {
+            "event": "alert",
+            "message": "loss is nan: loss = – at step 2",
+            "rule": "loss is nan",
+            "metric": "loss",
+            "value": None,
+            "step": 2,
+        },
+        {"event": "alert", "message": "run crashed: RuntimeError: boom", "rule": "on crashed", "step": 2},
+    ]
     assert [kind for kind, _ in hook.received] == ["application/json"] * 2
     payloads = [{k: v for k, v in body.items() if k != "time"} for _, body in hook.received]
     where = {"event": "alert", "run": "run", "run_dir": str(writer.dir.resolve())}
@@ -182,15 +218,19 @@ def test_desktop_notification_runs_notify_send(tmp_path, monkeypatch):
     alerts, _ = alerts_for(tmp_path, 'alerts.rules=["entropy < 0.05"]', "alerts.desktop=true")
     alerts.row({"step": 3, "entropy": 0.01})
     assert (tmp_path / "calls").read_text().splitlines() == [
-        "grpo-studio: run", "entropy < 0.05: entropy = 0.01 at step 3"]
+        "grpo-studio: run",
+        "entropy < 0.05: entropy = 0.01 at step 3",
+    ]
 
 
 def test_desktop_without_notify_send_is_one_line(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(UserError) as err:
         alerts_for(tmp_path, "alerts.desktop=true")
-    assert str(err.value) == ("config error: alerts.desktop = true: notify-send is not on PATH (Debian: apt install "
-                              "libnotify-bin); set it to false")
+    assert str(err.value) == (
+        "config error: alerts.desktop = true: notify-send is not on PATH (Debian: apt install "
+        "libnotify-bin); set it to false"
+    )
 
 
 # ---- a real run ------------------------------------------------------------------------------------
@@ -207,10 +247,20 @@ def bf16_run(tmp_path_factory):
 
     server = Hook()
     rules = [f"mismatch/k3 > {t}" for t in THRESHOLDS] + [f"mismatch/k3 > {t} for 2 steps" for t in THRESHOLDS]
-    cfg = config.load("tiny-arith", [f"train.steps={STEPS}", "train.prompts_per_step=2", "rollout.num_generations=2",
-                                     "train.save_every=0", "rollout.backend=hf", "rollout.dtype=bf16",
-                                     f"alerts.rules={json.dumps(rules)}", "alerts.on=finished",
-                                     f"alerts.webhook={server.url}"])
+    cfg = config.load(
+        "tiny-arith",
+        [
+            f"train.steps={STEPS}",
+            "train.prompts_per_step=2",
+            "rollout.num_generations=2",
+            "train.save_every=0",
+            "rollout.backend=hf",
+            "rollout.dtype=bf16",
+            f"alerts.rules={json.dumps(rules)}",
+            "alerts.on=finished",
+            f"alerts.webhook={server.url}",
+        ],
+    )
     run_dir = tmp_path_factory.mktemp("alerts") / "bf16"
     trainer = Trainer(cfg, run_dir)
     try:
@@ -255,11 +305,13 @@ def test_the_webhook_received_every_alert_of_the_run(bf16_run):
     assert len(received) == len(alerts) > 0
     for body, event in zip(received, alerts):
         assert (body["event"], body["run"], body["run_dir"]) == ("alert", "bf16", str(run_dir.resolve()))
-        assert {k: body[k] for k in event if k not in ("event", "time")} == \
-               {k: v for k, v in event.items() if k not in ("event", "time")}
+        assert {k: body[k] for k in event if k not in ("event", "time")} == {
+            k: v for k, v in event.items() if k not in ("event", "time")
+        }
 
 
 # ---- the studio ------------------------------------------------------------------------------------
+
 
 @pytest.mark.anyio
 async def test_the_dashboard_highlights_an_alert_and_rings_the_bell_for_a_live_one(tmp_path):
@@ -296,8 +348,11 @@ async def test_the_dashboard_highlights_an_alert_and_rings_the_bell_for_a_live_o
         log = dash.query_one("#events-log", RichLog)
         alert_lines = [line for line in log.lines if "mismatch/k3 > 1e-3" in line.text]
         assert len(alert_lines) == 1 and Host.bells == 0  # the history: highlighted, silent
-        assert all(str(seg.style) == EVENT_STYLE["alert"] for seg in alert_lines[0] if seg.text.strip()
-                   and not seg.text.strip()[0].isdigit())
+        assert all(
+            str(seg.style) == EVENT_STYLE["alert"]
+            for seg in alert_lines[0]
+            if seg.text.strip() and not seg.text.strip()[0].isdigit()
+        )
         writer.event("alert", "run crashed: RuntimeError: boom", rule="on crashed", step=4)
         writer.event("alert", "loss is nan: loss = – at step 4", rule="loss is nan", step=4)
         dash.run.poll()

@@ -24,21 +24,40 @@ STEPS = 2
 CASES = [(name, 0.0) for name in config.ALGOS] + [("grpo", 0.04)]
 
 
-
 def test_algo_name_accepts_exactly_the_presets():
     """config derives algo.name's choices from algorithms.PRESETS: all eleven, in preset order."""
     (info,) = [k for k in config.key_info() if k.key == "algo.name"]
-    assert info.choices == ("grpo", "dapo", "dr_grpo", "gspo", "ppo", "ppo_token_tis", "ppo_seq_tis", "ppo_seq_mis",
-                            "pg_seq_is", "pg_seq_tis", "pg_seq_mis")
+    assert info.choices == (
+        "grpo",
+        "dapo",
+        "dr_grpo",
+        "gspo",
+        "ppo",
+        "ppo_token_tis",
+        "ppo_seq_tis",
+        "ppo_seq_mis",
+        "pg_seq_is",
+        "pg_seq_tis",
+        "pg_seq_mis",
+    )
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("algo,beta", CASES, ids=[f"{a}-beta{b:g}" for a, b in CASES])
 def test_algorithm_trains_without_nan_and_logs_its_metrics(tmp_path, model_name, algo, beta):
     run = tmp_path / "run"
-    cfg = config.load("tiny-arith", [
-        f"model.name={model_name}", f"algo.name={algo}", f"algo.beta={beta}", f"train.steps={STEPS}",
-        "train.prompts_per_step=2", "rollout.num_generations=4", "train.save_every=0"])
+    cfg = config.load(
+        "tiny-arith",
+        [
+            f"model.name={model_name}",
+            f"algo.name={algo}",
+            f"algo.beta={beta}",
+            f"train.steps={STEPS}",
+            "train.prompts_per_step=2",
+            "rollout.num_generations=4",
+            "train.save_every=0",
+        ],
+    )
     assert cfg.algo.is_level == algorithms.PRESETS[algo]["algo.is_level"]
     trainer = Trainer(cfg, run)
     assert trainer.run() == "finished"
@@ -46,8 +65,20 @@ def test_algorithm_trains_without_nan_and_logs_its_metrics(tmp_path, model_name,
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == list(range(1, STEPS + 1))
 
-    required = ["loss", "grad_norm", "reward/mean", "entropy", "clip/low", "clip/high", "clip/region",
-                "mismatch/is_min", "mismatch/is_mean", "mismatch/is_max", "mismatch/ess", "mismatch/k3"]
+    required = [
+        "loss",
+        "grad_norm",
+        "reward/mean",
+        "entropy",
+        "clip/low",
+        "clip/high",
+        "clip/region",
+        "mismatch/is_min",
+        "mismatch/is_mean",
+        "mismatch/is_max",
+        "mismatch/ess",
+        "mismatch/k3",
+    ]
     if beta > 0:
         required.append("kl_ref")
     if corrected:

@@ -36,8 +36,9 @@ def test_report_has_both_paths_for_both_heads(report):
 @pytest.mark.parametrize("head", ["frozen", "trained"])
 def test_chunked_equals_materialised_and_peaks_lower(report, head):
     chunked = report["heads"][head]["chunked"]
-    keys = {"max_abs_logps", "max_abs_entropy", "max_abs_grad_hidden"} | ({"max_abs_grad_weight"}
-                                                                         if head == "trained" else set())
+    keys = {"max_abs_logps", "max_abs_entropy", "max_abs_grad_hidden"} | (
+        {"max_abs_grad_weight"} if head == "trained" else set()
+    )
     assert keys <= chunked.keys() and ("max_abs_grad_weight" in chunked) == (head == "trained")
     for key in keys:
         assert chunked[key] < 1e-5, (key, chunked)
@@ -47,12 +48,15 @@ def test_chunked_equals_materialised_and_peaks_lower(report, head):
     assert chunked["peak_ratio"] < 0.5, report["heads"][head]
 
 
-@pytest.mark.parametrize("argv, line", [
-    (["--tokens", "0"], "bench error: --tokens = 0: must be >= 1"),
-    (["--chunk", "-3"], "bench error: --chunk = -3: must be >= 1"),
-    (["--temperature", "0"], "bench error: --temperature = 0.0: must be > 0"),
-    (["--device", "cuda"], "bench error: --device = 'cuda': no CUDA device here; use cpu or auto"),
-])
+@pytest.mark.parametrize(
+    "argv, line",
+    [
+        (["--tokens", "0"], "bench error: --tokens = 0: must be >= 1"),
+        (["--chunk", "-3"], "bench error: --chunk = -3: must be >= 1"),
+        (["--temperature", "0"], "bench error: --temperature = 0.0: must be > 0"),
+        (["--device", "cuda"], "bench error: --device = 'cuda': no CUDA device here; use cpu or auto"),
+    ],
+)
 def test_bad_flags_are_refused_in_one_line(argv, line, capsys):
     assert main(["bench", "logprobs", *argv]) == 2
     assert capsys.readouterr().err == line + "\n"

@@ -25,8 +25,25 @@ def model_path() -> str:
 
 @pytest.mark.slow
 def test_bench_orders_precisions_bf16_fp16_fp32_and_fp8_unified_below_rollout_only(model_path, capsys):
-    rc = main(["bench", "mismatch", "--json", "--backend", "hf", "--model", model_path, "--prompts", "12",
-               "--generations", "4", "--max-tokens", "8", "--seed", "0"])
+    rc = main(
+        [
+            "bench",
+            "mismatch",
+            "--json",
+            "--backend",
+            "hf",
+            "--model",
+            model_path,
+            "--prompts",
+            "12",
+            "--generations",
+            "4",
+            "--max-tokens",
+            "8",
+            "--seed",
+            "0",
+        ]
+    )
     assert rc == 0
     report = json.loads(capsys.readouterr().out)
     res = report["results"]
@@ -34,7 +51,12 @@ def test_bench_orders_precisions_bf16_fp16_fp32_and_fp8_unified_below_rollout_on
     tokens = {n: r["mismatch/tokens"] for n, r in res.items()}
     assert all(t > 100 for t in tokens.values()), tokens
     assert [(r["trainer"], r["rollout"]) for r in res.values()] == [
-        ("fp32", "fp32"), ("bf16", "bf16"), ("fp16", "fp16"), ("fp8", "fp8"), ("bf16", "fp8")]
+        ("fp32", "fp32"),
+        ("bf16", "bf16"),
+        ("fp16", "fp16"),
+        ("fp8", "fp8"),
+        ("bf16", "fp8"),
+    ]
     k3 = {n: r["mismatch/k3"] for n, r in res.items()}
     print(f"\nmismatch/k3 per precision: {k3}")
     assert k3["bf16"] > k3["fp16"] > k3["fp32"] >= 0.0
@@ -43,16 +65,17 @@ def test_bench_orders_precisions_bf16_fp16_fp32_and_fp8_unified_below_rollout_on
     # the report's derived fields agree with the raw numbers
     for name in res:
         assert res[name]["k3_vs_fp16"] == pytest.approx(k3[name] / k3["fp16"]), name
-    assert report["checks"] == {"bf16 >= 10x fp16": True, "fp16 >= 10x fp32": True,
-                                "fp8-unified < fp8-rollout": True}
+    assert report["checks"] == {"bf16 >= 10x fp16": True, "fp16 >= 10x fp32": True, "fp8-unified < fp8-rollout": True}
     assert report["workload"] == {"prompts": 12, "generations": 4, "max_tokens": 8, "seed": 0}
 
 
 def test_bad_precision_name_is_one_line_and_exit_2(capsys):
     assert main(["bench", "mismatch", "--dtypes", "fp32,fp61"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == ("bench error: --dtypes: 'fp61' is not a precision; allowed: fp32, bf16, fp16, fp8-unified, "
-                   "fp8-rollout (did you mean 'fp16'?)")
+    assert err == (
+        "bench error: --dtypes: 'fp61' is not a precision; allowed: fp32, bf16, fp16, fp8-unified, "
+        "fp8-rollout (did you mean 'fp16'?)"
+    )
 
 
 def test_fp8_full_finetune_trainer_is_the_rollout_model(model_path):

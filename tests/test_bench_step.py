@@ -19,17 +19,42 @@ TINY_MATMUL_PARAMS = 2 * (256 * (256 + 128 + 128 + 256) + 3 * 256 * 512) + 64 * 
 @pytest.fixture(scope="module")
 def report(tmp_path_factory):
     cwd = tmp_path_factory.mktemp("bench")
-    proc = run_cli("bench", "step", "--vs", "trl", "--json", "--prompts", str(PROMPTS), "--generations", str(G),
-                   "--max-tokens", "4", "--steps", str(STEPS), "--warmup", "0", "--profile", "3",
-                   "--micro-batch-tokens", "16", cwd=cwd, timeout=900)
+    proc = run_cli(
+        "bench",
+        "step",
+        "--vs",
+        "trl",
+        "--json",
+        "--prompts",
+        str(PROMPTS),
+        "--generations",
+        str(G),
+        "--max-tokens",
+        "4",
+        "--steps",
+        str(STEPS),
+        "--warmup",
+        "0",
+        "--profile",
+        "3",
+        "--micro-batch-tokens",
+        "16",
+        cwd=cwd,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout)
 
 
 def test_report_has_both_sides_with_consistent_numbers(report):
     w = report["workload"]
-    assert (w["model"], w["prompts"], w["generations"], w["max_tokens"], w["lora_rank"]) == \
-        ("tiny-arith", PROMPTS, G, 4, 16)
+    assert (w["model"], w["prompts"], w["generations"], w["max_tokens"], w["lora_rank"]) == (
+        "tiny-arith",
+        PROMPTS,
+        G,
+        4,
+        16,
+    )
     assert w["mean_len"] == 0 and w["micro_batch_tokens"] == 16  # no EOS bias on a trained model
     peak = report["matmul_peak_gflop_s"] * 1e9
     assert peak > 0
@@ -38,7 +63,9 @@ def test_report_has_both_sides_with_consistent_numbers(report):
     for name, s in report["sides"].items():
         assert s["matmul_params"] == TINY_MATMUL_PARAMS, name
         assert len(s["steps_s"]) == STEPS and s["step_s"] == pytest.approx(statistics.median(s["steps_s"]), abs=1e-3)
-        assert 0 < s["rollout_s"] < s["step_s"] and s["train_s"] == pytest.approx(s["step_s"] - s["rollout_s"], abs=2e-4)
+        assert 0 < s["rollout_s"] < s["step_s"] and s["train_s"] == pytest.approx(
+            s["step_s"] - s["rollout_s"], abs=2e-4
+        )
         assert 1 <= s["completion_len_mean"] <= 4
         completion = s["completion_len_mean"] * B
         tokens = B * w["prompt_len_mean"] + completion
@@ -60,11 +87,15 @@ def test_report_has_both_sides_with_consistent_numbers(report):
     assert [op["self_s"] for op in top] == sorted((op["self_s"] for op in top), reverse=True)
 
 
-@pytest.mark.parametrize("args,message", [
-    (["--backends", "hf,tpu"], "bench error: --backends = 'hf,tpu': a comma list from hf, vllm"),
-    (["--generations", "1"], "bench error: --generations = 1: must be >= 2 (group-relative advantages)"),
-    (["--micro-batch-tokens", "-1"], "bench error: --micro-batch-tokens = -1: must be >= 0"),
-], ids=["backend", "generations", "budget"])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--backends", "hf,tpu"], "bench error: --backends = 'hf,tpu': a comma list from hf, vllm"),
+        (["--generations", "1"], "bench error: --generations = 1: must be >= 2 (group-relative advantages)"),
+        (["--micro-batch-tokens", "-1"], "bench error: --micro-batch-tokens = -1: must be >= 0"),
+    ],
+    ids=["backend", "generations", "budget"],
+)
 def test_bad_flags_are_one_line_with_exit_2(args, message, tmp_path):
     proc = run_cli("bench", "step", *args, cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr

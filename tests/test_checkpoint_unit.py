@@ -24,8 +24,9 @@ class Objects:
     def __init__(self, lora_rank: int = 16, seed: int = 0, steps: int = 2):
         cfg = config.load("tiny-arith", [f"model.lora_rank={lora_rank}"])
         torch.manual_seed(seed)
-        self.policy = policy_loader.load_policy(cfg, policy_loader.resolve_model_path("tiny-arith"),
-                                                precision_plan.resolve(cfg))
+        self.policy = policy_loader.load_policy(
+            cfg, policy_loader.resolve_model_path("tiny-arith"), precision_plan.resolve(cfg)
+        )
         self.params = [p for p in self.policy.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(self.params, lr=0.01)
         self.schedule = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda done: 1.0 / (done + 1))
@@ -43,13 +44,27 @@ class Objects:
         return {n: p.detach().clone() for n, p in self.policy.named_parameters() if p.requires_grad}
 
     def save(self, run, step: int, cursor=None):
-        return checkpoint.save(run, step, self.policy, self.optimizer, self.schedule, self.scaler,
-                               cursor or {"epoch": 1, "index": step}, {"counted": step * 3})
+        return checkpoint.save(
+            run,
+            step,
+            self.policy,
+            self.optimizer,
+            self.schedule,
+            self.scaler,
+            cursor or {"epoch": 1, "index": step},
+            {"counted": step * 3},
+        )
 
     def restore(self, run):
         skipped = []
-        state = checkpoint.restore(run, self.policy, self.optimizer, self.schedule, self.scaler,
-                                   on_skip=lambda step, path, why: skipped.append((step, path.name, why)))
+        state = checkpoint.restore(
+            run,
+            self.policy,
+            self.optimizer,
+            self.schedule,
+            self.scaler,
+            on_skip=lambda step, path, why: skipped.append((step, path.name, why)),
+        )
         return state, skipped
 
 
@@ -77,9 +92,13 @@ def saved(tmp_path_factory):
     for step, seed in ((9, 1), (10, 2)):
         objs = Objects(seed=seed, steps=seed + 1)
         torch.manual_seed(1000 + step)
-        held[step] = {"weights": objs.trainable(), "optimizer": objs.optimizer.state_dict(),
-                      "schedule": objs.schedule.state_dict(), "scaler": objs.scaler.state_dict(),
-                      "rng": torch.get_rng_state()}
+        held[step] = {
+            "weights": objs.trainable(),
+            "optimizer": objs.optimizer.state_dict(),
+            "schedule": objs.schedule.state_dict(),
+            "scaler": objs.scaler.state_dict(),
+            "rng": torch.get_rng_state(),
+        }
         assert objs.save(run, step) == run / "checkpoints" / f"step-{step}"
     return run, held
 
@@ -96,9 +115,16 @@ def test_save_writes_a_manifest_of_the_files_own_sizes_and_digests(saved):
     manifest = json.loads((folder / "manifest.json").read_text())
     files = sorted(p for p in folder.rglob("*") if p.is_file() and p.name != "manifest.json")
     assert {"adapter_model.safetensors", "adapter_config.json", "trainer_state.pt"} <= {p.name for p in files}
-    assert manifest == {"step": 10, "files": {
-        p.relative_to(folder).as_posix(): {"size": p.stat().st_size, "sha256": hashlib.sha256(p.read_bytes()).hexdigest()}
-        for p in files}}
+    assert manifest == {
+        "step": 10,
+        "files": {
+            p.relative_to(folder).as_posix(): {
+                "size": p.stat().st_size,
+                "sha256": hashlib.sha256(p.read_bytes()).hexdigest(),
+            }
+            for p in files
+        },
+    }
     assert not list((run / "checkpoints").glob(".step-*"))  # no temporary folder left behind
 
 
@@ -160,17 +186,23 @@ def _flip_last_byte(path):
 
 
 DAMAGE = {
-    "no-manifest": (lambda f: (f / "manifest.json").unlink(),
-                    "no manifest.json (written before this version, or cut short)"),
+    "no-manifest": (
+        lambda f: (f / "manifest.json").unlink(),
+        "no manifest.json (written before this version, or cut short)",
+    ),
     "manifest-garbage": (lambda f: (f / "manifest.json").write_text("{not json"), "manifest.json is unreadable"),
     "manifest-no-files": (lambda f: _edit_manifest(f, lambda m: m.pop("files")), "manifest.json is unreadable"),
     "other-step": (lambda f: _edit_manifest(f, lambda m: m.update(step=4)), "manifest.json is for step 4"),
-    "state-unlisted": (lambda f: _edit_manifest(f, lambda m: m["files"].pop("trainer_state.pt")),
-                       "manifest.json does not list trainer_state.pt"),
+    "state-unlisted": (
+        lambda f: _edit_manifest(f, lambda m: m["files"].pop("trainer_state.pt")),
+        "manifest.json does not list trainer_state.pt",
+    ),
     "file-missing": (lambda f: (f / "adapter_config.json").unlink(), "adapter_config.json is missing"),
     "file-grew": (lambda f: open(f / "adapter_model.safetensors", "ab").write(b"x"), None),
-    "file-changed": (lambda f: _flip_last_byte(f / "adapter_model.safetensors"),
-                     "adapter_model.safetensors fails its sha256 check"),
+    "file-changed": (
+        lambda f: _flip_last_byte(f / "adapter_model.safetensors"),
+        "adapter_model.safetensors fails its sha256 check",
+    ),
 }
 
 
@@ -196,12 +228,17 @@ def test_an_unloadable_trainer_state_is_skipped_with_the_readers_error(saved, tm
     run, _ = copy_run(saved, tmp_path)
     newest = run / "checkpoints" / "step-10"
     (newest / "trainer_state.pt").write_bytes(b"not a torch file")
-    _edit_manifest(newest, lambda m: m["files"].update({"trainer_state.pt": {
-        "size": 16, "sha256": hashlib.sha256(b"not a torch file").hexdigest()}}))
+    _edit_manifest(
+        newest,
+        lambda m: m["files"].update(
+            {"trainer_state.pt": {"size": 16, "sha256": hashlib.sha256(b"not a torch file").hexdigest()}}
+        ),
+    )
     state, skipped = Objects(seed=7, steps=1).restore(run)
     # the reader's own error, type and first line: torch.load's pickle reader on b"not a torch file"
-    assert skipped == [(10, "step-10", "cannot be loaded (UnpicklingError: invalid load key, 'n'.) "
-                                       "(moved to step-10.skipped)")]
+    assert skipped == [
+        (10, "step-10", "cannot be loaded (UnpicklingError: invalid load key, 'n'.) (moved to step-10.skipped)")
+    ]
     assert state["step"] == 9
 
 

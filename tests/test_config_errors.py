@@ -15,33 +15,69 @@ from grpo_studio.contract.errors import UserError
 CASES = [
     (["--set", "train.stepz=3"], "config error: unknown key 'train.stepz' (did you mean 'train.steps'?)"),
     (["--set", "modle.dtype=bf16"], "config error: unknown key 'modle.dtype' (did you mean 'model.dtype'?)"),
-    (["--set", "model.dtype=bf17"], "config error: model.dtype = 'bf17': allowed: fp32, bf16, fp16, fp8 (did you mean 'bf16'?)"),
+    (
+        ["--set", "model.dtype=bf17"],
+        "config error: model.dtype = 'bf17': allowed: fp32, bf16, fp16, fp8 (did you mean 'bf16'?)",
+    ),
     (["--set", "train.steps=abc"], "config error: train.steps = 'abc': expected an integer"),
     (["--set", "train.steps=-1"], "config error: train.steps = -1: must be >= 1"),
     (["--set", "model.lora_rank=1.5"], "config error: model.lora_rank = '1.5': expected an integer"),
     (["--set", "rollout.temperature=0"], "config error: rollout.temperature = 0.0: must be > 0"),
     (["--set", "rollout.top_p=1.5"], "config error: rollout.top_p = 1.5: must be <= 1"),
     (["--set", "train.lr=fast"], "config error: train.lr = 'fast': expected a number"),
-    (["--set", "model.gradient_checkpointing=maybe"], "config error: model.gradient_checkpointing = 'maybe': expected true or false"),
-    (["--set", "algo.scale_rewards=grp"], "config error: algo.scale_rewards = 'grp': allowed: group, batch, none (did you mean 'group'?)"),
-    (["--set", "rollout.backend=vlm"], "config error: rollout.backend = 'vlm': allowed: auto, hf, vllm (did you mean 'vllm'?)"),
-    (["--set", "rewards.weights=[1.0]"], "config error: rewards.weights = [1.0]: needs 2 values, one per rewards.funcs entry"),
+    (
+        ["--set", "model.gradient_checkpointing=maybe"],
+        "config error: model.gradient_checkpointing = 'maybe': expected true or false",
+    ),
+    (
+        ["--set", "algo.scale_rewards=grp"],
+        "config error: algo.scale_rewards = 'grp': allowed: group, batch, none (did you mean 'group'?)",
+    ),
+    (
+        ["--set", "rollout.backend=vlm"],
+        "config error: rollout.backend = 'vlm': allowed: auto, hf, vllm (did you mean 'vllm'?)",
+    ),
+    (
+        ["--set", "rewards.weights=[1.0]"],
+        "config error: rewards.weights = [1.0]: needs 2 values, one per rewards.funcs entry",
+    ),
     (["--set", "rewards.funcs=[]"], "config error: rewards.funcs = []: give at least one reward function"),
     (["--set", "x"], "config error: --set 'x': expected section.key=value"),
-    (["nosuch-recipe"], "config error: recipe 'nosuch-recipe' not found: not a .toml file or a preset (presets: "
-                       "chat-arith, tiny-arith, word-problems)"),
+    (
+        ["nosuch-recipe"],
+        "config error: recipe 'nosuch-recipe' not found: not a .toml file or a preset (presets: "
+        "chat-arith, tiny-arith, word-problems)",
+    ),
     (["missing.toml"], "config error: recipe file 'missing.toml' does not exist"),
-    (["--set", "model.name=/nonexistent/model"], "config error: model.name = '/nonexistent/model': not a bundled or packaged model (tiny-arith, smollm2-135m-instruct), a local folder with config.json, a .gguf file, or a hub id like 'Qwen/Qwen3-0.6B'"),
-    (["--set", "model.name=someorg/not-cached-model"], "config error: model.name = 'someorg/not-cached-model': not in the local Hugging Face cache and this machine is offline; download it first or give a local folder"),
-    (["--set", "rollout.dtype=fp8", "--set", "model.dtype=fp32"], "config error: rollout.dtype = 'fp8' with model.dtype = 'fp32': fp8 rollout pairs with model.dtype 'bf16' (rollout_only) or 'fp8' (unified)"),
-    (["--resume", "/nonexistent/run"], "config error: --resume '/nonexistent/run': no config.toml there (not a run directory)"),
+    (
+        ["--set", "model.name=/nonexistent/model"],
+        "config error: model.name = '/nonexistent/model': not a bundled or packaged model (tiny-arith, smollm2-135m-instruct), a local folder with config.json, a .gguf file, or a hub id like 'Qwen/Qwen3-0.6B'",
+    ),
+    (
+        ["--set", "model.name=someorg/not-cached-model"],
+        "config error: model.name = 'someorg/not-cached-model': not in the local Hugging Face cache and this machine is offline; download it first or give a local folder",
+    ),
+    (
+        ["--set", "rollout.dtype=fp8", "--set", "model.dtype=fp32"],
+        "config error: rollout.dtype = 'fp8' with model.dtype = 'fp32': fp8 rollout pairs with model.dtype 'bf16' (rollout_only) or 'fp8' (unified)",
+    ),
+    (
+        ["--resume", "/nonexistent/run"],
+        "config error: --resume '/nonexistent/run': no config.toml there (not a run directory)",
+    ),
 ]
 
 
 def test_children_run_the_tree_under_test(tmp_path):
     """The error-path children import this checkout's front door, not some other installed tree."""
-    probe = subprocess.run([sys.executable, "-c", "import grpo_studio.cli.main as m; print(m.__file__)"],
-                           capture_output=True, text=True, cwd=tmp_path, env=ENV, check=True)
+    probe = subprocess.run(
+        [sys.executable, "-c", "import grpo_studio.cli.main as m; print(m.__file__)"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=ENV,
+        check=True,
+    )
     assert probe.stdout.strip() == grpo_studio.cli.main.__file__ == str(ROOT / "cli" / "main.py")
 
 

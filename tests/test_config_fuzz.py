@@ -40,15 +40,21 @@ SECTIONS = list(config.SECTIONS)
 
 huge_ints = st.sampled_from([2**31, 2**32, 2**63 - 1, 2**63, 10**9, 10**18, 10**30, 10**400, -(10**400)])
 ints = st.one_of(st.integers(-10, 3000), st.integers(), huge_ints)
-floats = st.one_of(st.floats(allow_nan=True, allow_infinity=True),
-                   st.sampled_from([math.nan, math.inf, -math.inf, 1e308, -0.0, 5e-324, 0.5, 2.0]))
-texts = st.one_of(st.text(max_size=12), st.sampled_from(["", "nan", "inf", "-1", "1e999", "fp16", "grpo",
-                                                          "x" * 5000, "a\nb", "\x00", "~nosuchuser/x"]))
+floats = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from([math.nan, math.inf, -math.inf, 1e308, -0.0, 5e-324, 0.5, 2.0]),
+)
+texts = st.one_of(
+    st.text(max_size=12),
+    st.sampled_from(["", "nan", "inf", "-1", "1e999", "fp16", "grpo", "x" * 5000, "a\nb", "\x00", "~nosuchuser/x"]),
+)
 datetimes = st.datetimes(min_value=datetime.datetime(1, 1, 1), max_value=datetime.datetime(9999, 1, 1))
 scalars = st.one_of(st.booleans(), ints, floats, texts, datetimes)
-values = st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_size=4),
-                                                       st.dictionaries(st.text(max_size=6), inner, max_size=3)),
-                      max_leaves=8)
+values = st.recursive(
+    scalars,
+    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=6), inner, max_size=3)),
+    max_leaves=8,
+)
 
 
 def plausible(info: config.KeyInfo):
@@ -70,9 +76,11 @@ def plausible(info: config.KeyInfo):
 
 
 real_entry = st.sampled_from(INFOS).flatmap(
-    lambda info: st.tuples(st.just(info.key), st.one_of(plausible(info), plausible(info), plausible(info), values)))
-random_entry = st.tuples(st.builds("{}.{}".format, st.one_of(st.sampled_from(SECTIONS), st.text(max_size=6)),
-                                   st.text(max_size=8)), values)
+    lambda info: st.tuples(st.just(info.key), st.one_of(plausible(info), plausible(info), plausible(info), values))
+)
+random_entry = st.tuples(
+    st.builds("{}.{}".format, st.one_of(st.sampled_from(SECTIONS), st.text(max_size=6)), st.text(max_size=8)), values
+)
 
 
 @st.composite
@@ -96,18 +104,28 @@ def documents(draw) -> bytes:
 
 
 def set_text(value) -> str:
-    return tomli_w.dumps({"v": value})[4:].strip() if isinstance(value, (list, dict, datetime.datetime)) \
-        else str(value).lower() if isinstance(value, bool) else str(value)
+    return (
+        tomli_w.dumps({"v": value})[4:].strip()
+        if isinstance(value, (list, dict, datetime.datetime))
+        else str(value).lower()
+        if isinstance(value, bool)
+        else str(value)
+    )
 
 
-overrides = st.lists(st.one_of(
-    st.builds(lambda kv: f"{kv[0]}={set_text(kv[1])}", real_entry),
-    st.builds(lambda kv: f"{kv[0]}={set_text(kv[1])}", real_entry),
-    st.builds(lambda kv: f"{kv[0]}={set_text(kv[1])}", random_entry),
-    st.text(max_size=10)), max_size=2)
+overrides = st.lists(
+    st.one_of(
+        st.builds(lambda kv: f"{kv[0]}={set_text(kv[1])}", real_entry),
+        st.builds(lambda kv: f"{kv[0]}={set_text(kv[1])}", real_entry),
+        st.builds(lambda kv: f"{kv[0]}={set_text(kv[1])}", random_entry),
+        st.text(max_size=10),
+    ),
+    max_size=2,
+)
 
 
 # ---- the properties --------------------------------------------------------------------------------
+
 
 def check_accepted(cfg: config.Config, tmp: Path) -> None:
     """Well-typed (each key the type of its default, each list item its declared type), finite, and the
@@ -128,8 +146,9 @@ def test_config_files_and_overrides_are_valid_or_one_line(tmp_path):
     counts = {"cases": 0, "accepted": 0, "refused": 0}
     refused: list[tuple[bytes, list[str], str]] = []
 
-    @settings(max_examples=CASES, deadline=None, derandomize=True, database=None,
-              suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=CASES, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck)
+    )
     @given(doc=documents(), sets=overrides)
     def case(doc: bytes, sets: list[str]) -> None:
         counts["cases"] += 1
@@ -147,8 +166,10 @@ def test_config_files_and_overrides_are_valid_or_one_line(tmp_path):
         check_accepted(cfg, tmp_path)
 
     case()
-    print(f"\nconfig fuzz: {counts['cases']} cases, {counts['accepted']} valid configs, "
-          f"{counts['refused']} one-line errors")
+    print(
+        f"\nconfig fuzz: {counts['cases']} cases, {counts['accepted']} valid configs, "
+        f"{counts['refused']} one-line errors"
+    )
     assert counts["cases"] >= CASES and counts["accepted"] and counts["refused"]
 
     # The same refusals through the real front door: exit 2, the same one line, no traceback.

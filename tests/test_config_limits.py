@@ -20,11 +20,18 @@ LONG_NAME = "m" * 300
 
 def test_every_float_key_is_bounded_on_both_sides():
     """Floats (and the items of float lists) have a finite lower and upper bound, declared in the schema."""
-    floats = [k for k in config.key_info() if k.type == "float"
-              or config._section_fields(k.key.split(".")[0])[k.key.split(".")[1]].metadata.get("item") is float]
+    floats = [
+        k
+        for k in config.key_info()
+        if k.type == "float"
+        or config._section_fields(k.key.split(".")[0])[k.key.split(".")[1]].metadata.get("item") is float
+    ]
     assert len(floats) >= 20
-    unbounded = [k.key for k in floats if k.lo is None or k.hi is None or not math.isfinite(k.lo)
-                 or not math.isfinite(k.hi) or k.hi > 2 ** 32]
+    unbounded = [
+        k.key
+        for k in floats
+        if k.lo is None or k.hi is None or not math.isfinite(k.lo) or not math.isfinite(k.hi) or k.hi > 2**32
+    ]
     assert unbounded == []
 
 
@@ -49,25 +56,37 @@ CASES = [
     (["--set", "rollout.temperature=1e9"], "config error: rollout.temperature = 1000000000.0: must be <= 100"),
     (["--set", "train.grad_clip=1e300"], "config error: train.grad_clip = 1e+300: must be <= 1000000"),
     (["--set", "model.lora_alpha=1e20"], "config error: model.lora_alpha = 1e+20: must be <= 1000000"),
-    (["--set", "precision.loss_scale_growth=1e10"],
-     "config error: precision.loss_scale_growth = 10000000000.0: must be <= 1000"),
+    (
+        ["--set", "precision.loss_scale_growth=1e10"],
+        "config error: precision.loss_scale_growth = 10000000000.0: must be <= 1000",
+    ),
     (["--set", "rewards.weights=[1e308, 1e308]"], "config error: rewards.weights[0] = 1e+308: must be <= 1000000"),
     (["--set", "rewards.weights=[1.0, -2e6]"], "config error: rewards.weights[1] = -2000000.0: must be >= -1000000"),
     (["--set", "rewards.weights=[1.0, nan]"], "config error: rewards.weights[1] = nan: must be a finite number"),
-    (["--set", f"model.name={LONG_NAME}"],
-     f"config error: model.name = '{LONG_NAME}': a preset id, hub id or local folder: at most 255 bytes between "
-     f"slashes and 4096 in all, no control characters"),
-    (["--set", "alerts.webhook=http://[::1"],
-     "config error: alerts.webhook = 'http://[::1': an http:// or https:// URL with a host, e.g. "
-     "https://hooks.example.com/alerts, or empty for none"),
-    (["--set", "alerts.webhook=https://"],
-     "config error: alerts.webhook = 'https://': an http:// or https:// URL with a host, e.g. "
-     "https://hooks.example.com/alerts, or empty for none"),
-    (["--set", "alerts.webhook=http://example.com:99999/x"],
-     "config error: alerts.webhook = 'http://example.com:99999/x': an http:// or https:// URL with a host, e.g. "
-     "https://hooks.example.com/alerts, or empty for none"),
-    (["--set", "rewards.funcs=" + "[" * 3000 + "]" * 3000],
-     "config error: rewards.funcs = '" + "[" * 3000 + "]" * 3000 + "': expected a list like [\"a\", \"b\"]"),
+    (
+        ["--set", f"model.name={LONG_NAME}"],
+        f"config error: model.name = '{LONG_NAME}': a preset id, hub id or local folder: at most 255 bytes between "
+        f"slashes and 4096 in all, no control characters",
+    ),
+    (
+        ["--set", "alerts.webhook=http://[::1"],
+        "config error: alerts.webhook = 'http://[::1': an http:// or https:// URL with a host, e.g. "
+        "https://hooks.example.com/alerts, or empty for none",
+    ),
+    (
+        ["--set", "alerts.webhook=https://"],
+        "config error: alerts.webhook = 'https://': an http:// or https:// URL with a host, e.g. "
+        "https://hooks.example.com/alerts, or empty for none",
+    ),
+    (
+        ["--set", "alerts.webhook=http://example.com:99999/x"],
+        "config error: alerts.webhook = 'http://example.com:99999/x': an http:// or https:// URL with a host, e.g. "
+        "https://hooks.example.com/alerts, or empty for none",
+    ),
+    (
+        ["--set", "rewards.funcs=" + "[" * 3000 + "]" * 3000],
+        "config error: rewards.funcs = '" + "[" * 3000 + "]" * 3000 + '\': expected a list like ["a", "b"]',
+    ),
 ]
 
 
@@ -96,31 +115,67 @@ def test_a_model_folder_whose_config_json_is_not_json(tmp_path):
     folder.mkdir()
     (folder / "config.json").write_text("{not json")
     proc = run_cli("vram", "--set", f"model.name={folder}", cwd=tmp_path)
-    one_line(proc, f"vram error: model.name = '{folder}': cannot read {folder}/config.json: JSONDecodeError: "
-                   f"Expecting property name enclosed in double quotes: line 1 column 2 (char 1)")
+    one_line(
+        proc,
+        f"vram error: model.name = '{folder}': cannot read {folder}/config.json: JSONDecodeError: "
+        f"Expecting property name enclosed in double quotes: line 1 column 2 (char 1)",
+    )
     (folder / "config.json").write_text(json.dumps([1, 2]))
     proc = run_cli("vram", "--set", f"model.name={folder}", cwd=tmp_path)
-    one_line(proc, f"vram error: model.name = '{folder}': {folder}/config.json is not a JSON object of model "
-                   f"settings")
-    proc = run_cli("train", "tiny-arith", "--set", f"model.name={folder}", "--run-dir", str(tmp_path / "run"),
-                   cwd=tmp_path, timeout=300)
+    one_line(proc, f"vram error: model.name = '{folder}': {folder}/config.json is not a JSON object of model settings")
+    proc = run_cli(
+        "train",
+        "tiny-arith",
+        "--set",
+        f"model.name={folder}",
+        "--run-dir",
+        str(tmp_path / "run"),
+        cwd=tmp_path,
+        timeout=300,
+    )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().startswith(f"config error: model.name = '{folder}': ")
 
 
 def test_a_reward_file_that_is_not_python(tmp_path):
     (tmp_path / "score.txt").write_text("def f(completions, **kw):\n    return [0.0] * len(completions)\n")
-    proc = run_cli("train", "tiny-arith", "--set", 'rewards.funcs=["./score.txt:f"]', "--set", "train.steps=1",
-                   "--run-dir", str(tmp_path / "run"), cwd=tmp_path, timeout=300)
-    one_line(proc, "config error: rewards.funcs = './score.txt:f': './score.txt' is not a .py file; give "
-                   "'file.py:function' or 'module:function'")
+    proc = run_cli(
+        "train",
+        "tiny-arith",
+        "--set",
+        'rewards.funcs=["./score.txt:f"]',
+        "--set",
+        "train.steps=1",
+        "--run-dir",
+        str(tmp_path / "run"),
+        cwd=tmp_path,
+        timeout=300,
+    )
+    one_line(
+        proc,
+        "config error: rewards.funcs = './score.txt:f': './score.txt' is not a .py file; give "
+        "'file.py:function' or 'module:function'",
+    )
 
 
 def test_an_empty_prompt_names_its_row(tmp_path):
     rows = [{"prompt": "1+1=", "answer": "2"}, {"prompt": "  ", "answer": "3"}, {"prompt": "2+2=", "answer": "4"}]
     data = tmp_path / "rows.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    proc = run_cli("train", "tiny-arith", "--set", f"data.source={data}", "--set", "data.eval_size=0",
-                   "--set", "train.steps=1", "--set", "train.prompts_per_step=2", "--run-dir", str(tmp_path / "run"),
-                   cwd=tmp_path, timeout=300)
+    proc = run_cli(
+        "train",
+        "tiny-arith",
+        "--set",
+        f"data.source={data}",
+        "--set",
+        "data.eval_size=0",
+        "--set",
+        "train.steps=1",
+        "--set",
+        "train.prompts_per_step=2",
+        "--run-dir",
+        str(tmp_path / "run"),
+        cwd=tmp_path,
+        timeout=300,
+    )
     one_line(proc, f"config error: data.source = '{data}': row 2 has an empty prompt (column 'prompt')")

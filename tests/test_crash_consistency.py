@@ -34,20 +34,33 @@ from grpo_studio.studio.rundata import RunData
 PAUSE_ENV = "GRPO_STUDIO_TEST_CHECKPOINT_PAUSE_S"  # engine/checkpoint.py's test hook
 STEPS = 12
 PACE = Path(__file__).with_name("pace_reward.py")  # 50 ms a step: kills land between the chosen steps
-SETTINGS = ["train.prompts_per_step=4", "rollout.num_generations=4", f"train.steps={STEPS}", "train.save_every=3",
-            "train.eval_every=5", "train.samples_every=2", "data.eval_size=16",
-            f"rewards.funcs=correctness,format,{PACE}:pace"]
+SETTINGS = [
+    "train.prompts_per_step=4",
+    "rollout.num_generations=4",
+    f"train.steps={STEPS}",
+    "train.save_every=3",
+    "train.eval_every=5",
+    "train.samples_every=2",
+    "data.eval_size=16",
+    f"rewards.funcs=correctness,format,{PACE}:pace",
+]
 SAMPLE_ROWS = 16  # prompts_per_step × num_generations
 SAMPLE_STEPS = [s for s in range(2, STEPS + 1, 2) for _ in range(SAMPLE_ROWS)]
 
 
 # ---- helpers ------------------------------------------------------------------------------------
 
+
 def train(*args: str, env: dict | None = None) -> subprocess.Popen:
     """`grpo-studio train ...` in a session of its own (so a kill of its group spares pytest)."""
-    return subprocess.Popen([sys.executable, "-m", "grpo_studio.cli.main", "train", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True,
-                            env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})})
+    return subprocess.Popen(
+        [sys.executable, "-m", "grpo_studio.cli.main", "train", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})},
+    )
 
 
 def sets(*extra: str) -> list[str]:
@@ -69,8 +82,9 @@ def finish(proc: subprocess.Popen, timeout: float = 300) -> str:
 def wait_for(cond, proc: subprocess.Popen | None, what: str, timeout: float = 300) -> None:
     deadline = time.monotonic() + timeout
     while not cond():
-        assert proc is None or proc.poll() is None, \
+        assert proc is None or proc.poll() is None, (
             f"the trainer exited ({proc.returncode}) before {what}: {proc.stdout.read()}"
+        )
         assert time.monotonic() < deadline, f"no {what} in {timeout}s"
         time.sleep(0.02)
 
@@ -123,7 +137,15 @@ def assert_same_run(run: Path, reference: Path) -> None:
 
 def stand_in(run: Path) -> tuple[subprocess.Popen, list[str]]:
     """A live process whose command line is a `grpo-studio train` of `run` (but no trainer)."""
-    argv = [sys.executable, "-c", "import time; time.sleep(300)", "grpo_studio.cli.main", "train", "--run-dir", str(run)]
+    argv = [
+        sys.executable,
+        "-c",
+        "import time; time.sleep(300)",
+        "grpo_studio.cli.main",
+        "train",
+        "--run-dir",
+        str(run),
+    ]
     proc = subprocess.Popen(argv, start_new_session=True)
     deadline = time.monotonic() + 30
     while psutil.Process(proc.pid).cmdline() != argv:  # until the fork has exec'ed
@@ -149,6 +171,7 @@ def copy_of(reference: Path, tmp_path: Path) -> Path:
 
 # ---- SIGKILL at random moments ------------------------------------------------------------------
 
+
 @pytest.mark.slow
 def test_sigkill_at_random_moments_then_resume_gives_each_step_once_and_the_uninterrupted_run(reference, tmp_path):
     """Six kills, seeded: right after `started` (before the first checkpoint), after row 1 or 2, in the
@@ -158,8 +181,14 @@ def test_sigkill_at_random_moments_then_resume_gives_each_step_once_and_the_unin
     complete checkpoint) and continue from that checkpoint."""
     rng = random.Random(20240611)
     run = tmp_path / "run"
-    plan = [("trainer", "started", 0), ("trainer", "row", rng.choice([1, 2])), ("trainer", "checkpoint", 6),
-            ("trainer", "row", rng.choice([7, 8])), ("group", "row", rng.choice([9, 10])), ("trainer", "row", 11)]
+    plan = [
+        ("trainer", "started", 0),
+        ("trainer", "row", rng.choice([1, 2])),
+        ("trainer", "checkpoint", 6),
+        ("trainer", "row", rng.choice([7, 8])),
+        ("group", "row", rng.choice([9, 10])),
+        ("trainer", "row", 11),
+    ]
     expect = None  # what the next --resume must report, from the state each kill left
     for n, (victim, moment, step) in enumerate([*plan, (None, "end", STEPS)]):
         env = {PAUSE_ENV: "1"} if moment == "checkpoint" else None
@@ -168,20 +197,22 @@ def test_sigkill_at_random_moments_then_resume_gives_each_step_once_and_the_unin
         wait_for(lambda: started(run) == n + 1, proc, "started")
         if expect is not None:
             new = events(run)[mark:]
-            new = new[:[e["event"] for e in new].index("started") + 1]
+            new = new[: [e["event"] for e in new].index("started") + 1]
             assert [e["event"] for e in new] == expect["kinds"], (n, new)
             by_kind = {e["event"]: e for e in new}
             assert by_kind["started"]["message"] == f"resumed at step {expect['from']}"
             if "stale_lock" in by_kind:
                 assert by_kind["stale_lock"]["pid"] == expect["dead_pid"]
-                assert by_kind["stale_lock"]["message"] == (f"took over the stale lock of trainer pid "
-                                                            f"{expect['dead_pid']}: the process is gone")
+                assert by_kind["stale_lock"]["message"] == (
+                    f"took over the stale lock of trainer pid {expect['dead_pid']}: the process is gone"
+                )
             if "rows_dropped" in by_kind:
                 assert by_kind["rows_dropped"]["files"] == expect["dropped"]
                 assert by_kind["rows_dropped"]["step"] == expect["from"]
             if "no_checkpoint" in by_kind:
-                assert by_kind["no_checkpoint"]["message"] == ("no complete checkpoint to resume from: restarting "
-                                                               "at step 0 from the base weights")
+                assert by_kind["no_checkpoint"]["message"] == (
+                    "no complete checkpoint to resume from: restarting at step 0 from the base weights"
+                )
         if moment == "end":
             out = finish(proc)
             assert proc.returncode == 0, out
@@ -202,16 +233,21 @@ def test_sigkill_at_random_moments_then_resume_gives_each_step_once_and_the_unin
 
         done = sorted(int(p.name[5:]) for p in (run / "checkpoints").glob("step-*"))
         last = max(done, default=0)
-        metric_steps = [json.loads(line)["step"] for line in (run / METRICS).read_text().splitlines()] \
-            if (run / METRICS).exists() else []
+        metric_steps = (
+            [json.loads(line)["step"] for line in (run / METRICS).read_text().splitlines()]
+            if (run / METRICS).exists()
+            else []
+        )
         if moment == "started":
             assert last == 0, "this kill must land before the first checkpoint"
         if moment == "checkpoint":
             assert last == step - 3 and (run / "checkpoints" / f".step-{step}.tmp").is_dir()
         if victim == "trainer":  # the supervisor saw it die: `crashed`, no lock, exit code 128 + 9
             assert proc.returncode == 128 + signal.SIGKILL, out
-            message = (f"trainer pid {lock.pid} was killed by SIGKILL after step {max(metric_steps, default=0)}, "
-                       f"without saying goodbye")
+            message = (
+                f"trainer pid {lock.pid} was killed by SIGKILL after step {max(metric_steps, default=0)}, "
+                f"without saying goodbye"
+            )
             assert events(run)[-1] == {**events(run)[-1], "event": "crashed", "message": message, "signal": "SIGKILL"}
             assert out.splitlines()[-1] == f"run error: {message}; the run is marked crashed: {run}"
             assert not (run / PIDFILE).exists()
@@ -221,12 +257,19 @@ def test_sigkill_at_random_moments_then_resume_gives_each_step_once_and_the_unin
             assert rundir.read_lock(run) == lock and rundir.run_state(run).state == "crashed"
         dropped = {}
         for name in STREAMS:
-            past = sum(1 for line in (run / name).read_text().splitlines() if json.loads(line)["step"] > last) \
-                if (run / name).exists() else 0
+            past = (
+                sum(1 for line in (run / name).read_text().splitlines() if json.loads(line)["step"] > last)
+                if (run / name).exists()
+                else 0
+            )
             if past:
                 dropped[name] = {"past": past, "malformed": 0, "repeated": 0}
-        kinds = (["stale_lock"] if victim == "group" else []) + (["no_checkpoint"] if not last else []) \
-            + (["rows_dropped"] if dropped else []) + ["started"]
+        kinds = (
+            (["stale_lock"] if victim == "group" else [])
+            + (["no_checkpoint"] if not last else [])
+            + (["rows_dropped"] if dropped else [])
+            + ["started"]
+        )
         expect = {"kinds": kinds, "from": last, "dropped": dropped, "dead_pid": lock.pid}
 
     assert_same_run(run, reference)
@@ -236,6 +279,7 @@ def test_sigkill_at_random_moments_then_resume_gives_each_step_once_and_the_unin
 
 # ---- the lock -----------------------------------------------------------------------------------
 
+
 def test_a_live_lock_is_refused_with_its_line_and_a_dead_one_is_taken_over(tmp_path):
     holder, _ = stand_in(tmp_path)
     try:
@@ -243,8 +287,9 @@ def test_a_live_lock_is_refused_with_its_line_and_a_dead_one_is_taken_over(tmp_p
         assert rundir.run_state(tmp_path).state == "running"
         with pytest.raises(rundir.RunLock) as refused:
             rundir.RunWriter(tmp_path).acquire()
-        assert str(refused.value) == (f"run error: {tmp_path} is in use by trainer pid {holder.pid}; stop it or pick "
-                                      f"another --run-dir")
+        assert str(refused.value) == (
+            f"run error: {tmp_path} is in use by trainer pid {holder.pid}; stop it or pick another --run-dir"
+        )
     finally:
         holder.kill()
         holder.wait(timeout=30)
@@ -253,7 +298,8 @@ def test_a_live_lock_is_refused_with_its_line_and_a_dead_one_is_taken_over(tmp_p
     writer.acquire()
     writer.release()
     assert [(e["event"], e["message"], e["pid"]) for e in events(tmp_path)] == [
-        ("stale_lock", f"took over the stale lock of trainer pid {holder.pid}: the process is gone", holder.pid)]
+        ("stale_lock", f"took over the stale lock of trainer pid {holder.pid}: the process is gone", holder.pid)
+    ]
     assert not (tmp_path / PIDFILE).exists()
 
 
@@ -263,8 +309,9 @@ def test_a_lock_whose_pid_now_names_another_process_is_stale_never_signalled_and
     run = copy_of(reference, tmp_path)
     decoy, _ = stand_in(run)
     try:
-        rundir.write_lock(run, rundir.Lock(decoy.pid, psutil.Process(decoy.pid).create_time() - 3600,
-                                           socket.gethostname()))
+        rundir.write_lock(
+            run, rundir.Lock(decoy.pid, psutil.Process(decoy.pid).create_time() - 3600, socket.gethostname())
+        )
         assert rundir.run_state(run).state == "finished"
         data = RunData(run)
         data.drain()
@@ -272,8 +319,10 @@ def test_a_lock_whose_pid_now_names_another_process_is_stale_never_signalled_and
         for act in (launcher.stop, launcher.kill):
             with pytest.raises(UserError) as refused:
                 act(run)
-            assert str(refused.value).startswith(f"run error: {run}: refusing to signal trainer pid {decoy.pid}: "
-                                                 f"pid {decoy.pid} now belongs to another process (started ")
+            assert str(refused.value).startswith(
+                f"run error: {run}: refusing to signal trainer pid {decoy.pid}: "
+                f"pid {decoy.pid} now belongs to another process (started "
+            )
         assert decoy.poll() is None
 
         mark = len(events(run))
@@ -283,8 +332,10 @@ def test_a_lock_whose_pid_now_names_another_process_is_stale_never_signalled_and
         new = events(run)[mark:]
         assert [e["event"] for e in new] == ["stale_lock", "started", "checkpoint", "finished"]
         assert new[0]["pid"] == decoy.pid
-        assert new[0]["message"].startswith(f"took over the stale lock of trainer pid {decoy.pid}: pid {decoy.pid} "
-                                            f"now belongs to another process (started ")
+        assert new[0]["message"].startswith(
+            f"took over the stale lock of trainer pid {decoy.pid}: pid {decoy.pid} "
+            f"now belongs to another process (started "
+        )
         assert new[1]["message"] == f"resumed at step {STEPS}"
         assert steps(run, METRICS) == list(range(1, STEPS + 2))
         assert decoy.poll() is None and not (run / PIDFILE).exists()
@@ -294,6 +345,7 @@ def test_a_lock_whose_pid_now_names_another_process_is_stale_never_signalled_and
 
 
 # ---- damaged checkpoints ------------------------------------------------------------------------
+
 
 @pytest.mark.slow
 def test_damaged_checkpoints_are_skipped_for_the_previous_good_one(reference, tmp_path):
@@ -306,12 +358,14 @@ def test_damaged_checkpoints_are_skipped_for_the_previous_good_one(reference, tm
     size = adapter.stat().st_size
     os.truncate(adapter, size // 2)
     manifest = (ckpt / "step-9" / "manifest.json").read_text()
-    (ckpt / "step-9" / "manifest.json").write_text(manifest[:len(manifest) // 2])
+    (ckpt / "step-9" / "manifest.json").write_text(manifest[: len(manifest) // 2])
     state = ckpt / "step-6" / "trainer_state.pt"
     state.write_bytes(b"not a torch file" * 64)
     listed = json.loads((ckpt / "step-6" / "manifest.json").read_text())
-    listed["files"]["trainer_state.pt"] = {"size": state.stat().st_size,
-                                           "sha256": hashlib.sha256(state.read_bytes()).hexdigest()}
+    listed["files"]["trainer_state.pt"] = {
+        "size": state.stat().st_size,
+        "sha256": hashlib.sha256(state.read_bytes()).hexdigest(),
+    }
     (ckpt / "step-6" / "manifest.json").write_text(json.dumps(listed))
 
     mark = len(events(run))
@@ -319,20 +373,33 @@ def test_damaged_checkpoints_are_skipped_for_the_previous_good_one(reference, tm
     out = finish(proc)
     assert proc.returncode == 0, out
     new = events(run)[mark:]
-    assert [e["event"] for e in new] == ["checkpoint_skipped"] * 3 + ["rows_dropped", "started"] \
-        + ["checkpoint"] * 3 + ["finished"]
+    assert [e["event"] for e in new] == ["checkpoint_skipped"] * 3 + ["rows_dropped", "started"] + [
+        "checkpoint"
+    ] * 3 + ["finished"]
     skipped = new[:3]
     assert [(e["step"], e["path"]) for e in skipped] == [(s, str(ckpt / f"step-{s}")) for s in (12, 9, 6)]
-    assert skipped[0]["message"] == (f"skipped checkpoint step-12: adapter_model.safetensors is {size // 2} bytes, "
-                                     f"the manifest says {size} (moved to step-12.skipped)")
+    assert skipped[0]["message"] == (
+        f"skipped checkpoint step-12: adapter_model.safetensors is {size // 2} bytes, "
+        f"the manifest says {size} (moved to step-12.skipped)"
+    )
     assert skipped[1]["message"] == "skipped checkpoint step-9: manifest.json is unreadable (moved to step-9.skipped)"
     assert skipped[2]["message"].startswith("skipped checkpoint step-6: cannot be loaded (")
     assert skipped[2]["message"].endswith(") (moved to step-6.skipped)")
-    assert new[3]["files"] == {METRICS: {"past": 9, "malformed": 0, "repeated": 0}, SAMPLES: {"past": 5 * SAMPLE_ROWS, "malformed": 0, "repeated": 0},
-                               HISTOGRAMS: {"past": 9, "malformed": 0, "repeated": 0}}
+    assert new[3]["files"] == {
+        METRICS: {"past": 9, "malformed": 0, "repeated": 0},
+        SAMPLES: {"past": 5 * SAMPLE_ROWS, "malformed": 0, "repeated": 0},
+        HISTOGRAMS: {"past": 9, "malformed": 0, "repeated": 0},
+    }
     assert new[4]["message"] == "resumed at step 3"
-    assert sorted(p.name for p in ckpt.iterdir()) == ["step-12", "step-12.skipped", "step-3", "step-6",
-                                                       "step-6.skipped", "step-9", "step-9.skipped"]
+    assert sorted(p.name for p in ckpt.iterdir()) == [
+        "step-12",
+        "step-12.skipped",
+        "step-3",
+        "step-6",
+        "step-6.skipped",
+        "step-9",
+        "step-9.skipped",
+    ]
     assert_same_run(run, reference)
 
 
@@ -364,8 +431,10 @@ def test_malformed_lines_crash_no_reader_and_resume_drops_them(reference, tmp_pa
     data.drain()
     assert data.steps == list(range(1, STEPS + 1)) and data.skipped_rows == 4 * n
     assert list(data.samples) == rows(reference, SAMPLES) and data.histogram == rows(reference, HISTOGRAMS)[-1]
-    warning = (f"skipped malformed lines ({n} in {METRICS}, {n} in {EVENTS}, {n} in {SAMPLES}, {n} in {HISTOGRAMS}): "
-               f"not a JSON object with the fields the file needs")
+    warning = (
+        f"skipped malformed lines ({n} in {METRICS}, {n} in {EVENTS}, {n} in {SAMPLES}, {n} in {HISTOGRAMS}): "
+        f"not a JSON object with the fields the file needs"
+    )
     assert [e["message"] for e in data.events if e["event"] == "warning"] == [warning]
 
     assert main(["report", str(run), "--out", str(tmp_path / "report")]) == 0
@@ -379,7 +448,7 @@ def test_malformed_lines_crash_no_reader_and_resume_drops_them(reference, tmp_pa
         assert (run / name).read_text() == (reference / name).read_text()
     text = (run / EVENTS).read_text()
     assert text.startswith(reference_events)
-    new = [e for e in map(json.loads, text[len(reference_events):].splitlines()) if e["event"] != "info"]
+    new = [e for e in map(json.loads, text[len(reference_events) :].splitlines()) if e["event"] != "info"]
     assert [e["event"] for e in new] == ["rows_dropped", "started", "finished"]
     assert new[0]["files"] == {name: {"past": 0, "malformed": n + 1, "repeated": 0} for name in (*STREAMS, EVENTS)}
 
@@ -401,15 +470,20 @@ def test_a_writer_ends_a_torn_last_line_before_appending(tmp_path):
 def test_an_attached_reader_starts_over_when_a_resume_rewrites_the_files(tmp_path):
     """RunData tails the files while --resume cuts them (a new file in place): it re-reads, without
     keeping the dropped rows or counting a sample twice."""
-    for name, rows_ in ((METRICS, [{"step": s, "loss": float(s)} for s in (1, 2, 3)]),
-                        (SAMPLES, [{"step": s, "completion": str(s), "rewards": {}} for s in (1, 2, 3)]),
-                        (EVENTS, [{"time": 1.0, "event": "started", "message": ""}])):
+    for name, rows_ in (
+        (METRICS, [{"step": s, "loss": float(s)} for s in (1, 2, 3)]),
+        (SAMPLES, [{"step": s, "completion": str(s), "rewards": {}} for s in (1, 2, 3)]),
+        (EVENTS, [{"time": 1.0, "event": "started", "message": ""}]),
+    ):
         (tmp_path / name).write_text("".join(json.dumps(r) + "\n" for r in rows_))
     data = RunData(tmp_path)
     data.drain()
     assert data.steps == [1, 2, 3]
     writer = rundir.RunWriter(tmp_path)
-    assert writer.cut_streams(1) == {METRICS: {"past": 2, "malformed": 0, "repeated": 0}, SAMPLES: {"past": 2, "malformed": 0, "repeated": 0}}
+    assert writer.cut_streams(1) == {
+        METRICS: {"past": 2, "malformed": 0, "repeated": 0},
+        SAMPLES: {"past": 2, "malformed": 0, "repeated": 0},
+    }
     writer.metrics({"step": 2, "loss": 20.0})
     writer.close()
     data.drain()
@@ -419,11 +493,14 @@ def test_an_attached_reader_starts_over_when_a_resume_rewrites_the_files(tmp_pat
 
 # ---- a trainer that dies in a reward ------------------------------------------------------------
 
+
 @pytest.mark.slow
 def test_a_reward_that_exits_the_process_ends_the_run_crashed_with_its_exit_status(tmp_path):
-    (tmp_path / "die.py").write_text("import os\n\ncalls = 0\n\n\ndef die(prompts, completions, **kwargs):\n"
-                                     "    global calls\n    calls += 1\n    if calls == 2:\n        os._exit(3)\n"
-                                     "    return [0.0] * len(completions)\n")
+    (tmp_path / "die.py").write_text(
+        "import os\n\ncalls = 0\n\n\ndef die(prompts, completions, **kwargs):\n"
+        "    global calls\n    calls += 1\n    if calls == 2:\n        os._exit(3)\n"
+        "    return [0.0] * len(completions)\n"
+    )
     run = tmp_path / "run"
     funcs = json.dumps(["correctness", f"{tmp_path / 'die.py'}:die"])
     proc = train("tiny-arith", *sets("train.eval_every=0", f"rewards.funcs={funcs}"), "--run-dir", str(run))

@@ -53,8 +53,13 @@ def test_jsonl_csv_parquet_give_the_same_rows(tmp_path):
         writer.writeheader()
         writer.writerows(rows)
     pq.write_table(pa.Table.from_pylist(rows), tmp_path / "d.parquet")
-    loaded = [data.load_rows(cfg_for(tmp_path / f"d.{ext}", "data.prompt_column=q", "data.answer_column=sol",
-                                     "data.eval_size=0"), "train") for ext in ("jsonl", "csv", "parquet")]
+    loaded = [
+        data.load_rows(
+            cfg_for(tmp_path / f"d.{ext}", "data.prompt_column=q", "data.answer_column=sol", "data.eval_size=0"),
+            "train",
+        )
+        for ext in ("jsonl", "csv", "parquet")
+    ]
     assert loaded[0] == loaded[1] == loaded[2]
     assert loaded[0][3] == {"q": "3+3=", "sol": "6", "prompt": "3+3=", "answer": "6"}
 
@@ -63,8 +68,10 @@ def test_gsm8k_format_is_understood(tmp_path):
     path = write_jsonl(tmp_path / "gsm8k.jsonl", GSM8K)
     rows = data.load_rows(cfg_for(path, "data.eval_size=0"), "train")
     assert [r["answer"] for r in rows] == ["13", "1200", "-3", "2.5", "42", "18"]
-    assert rows[0]["prompt"] == [{"role": "system", "content": SYSTEM_PROMPT},
-                                 {"role": "user", "content": GSM8K[0]["question"]}]
+    assert rows[0]["prompt"] == [
+        {"role": "system", "content": SYSTEM_PROMPT},
+        {"role": "user", "content": GSM8K[0]["question"]},
+    ]
     assert rows[0]["question"] == GSM8K[0]["question"]  # every source column stays for the rewards
     no_system = data.load_rows(cfg_for(path, "data.eval_size=0", "data.system_prompt="), "train")
     assert no_system[0]["prompt"] == GSM8K[0]["question"]
@@ -80,20 +87,38 @@ def test_eval_split_is_a_seeded_held_out_slice(tmp_path):
     assert data.load_rows(cfg, "eval") == evals  # same slice every time
 
 
-@pytest.mark.parametrize("extra, message", [
-    (["data.eval_size=6"], "config error: data.eval_size = 6: {p} has 6 rows; allowed: 0 to 5 (rows held out for "
-                           "evaluation)"),
-    (["data.eval_split=test"], "config error: data.eval_split = 'test': picks a part of a Hugging Face dataset and "
-                               "data.source = '{p}' is a file; allowed: '' (hold rows out with data.eval_size)"),
-    (["data.split=test"], "config error: data.split = 'test': picks a part of a Hugging Face dataset and "
-                          "data.source = '{p}' is a file; allowed: 'train' (hold rows out with data.eval_size)"),
-    (["data.subset=main"], "config error: data.subset = 'main': picks a part of a Hugging Face dataset and "
-                           "data.source = '{p}' is a file; allowed: '' (hold rows out with data.eval_size)"),
-    (["data.prompt_column=text"], "config error: data.prompt_column = 'text': no such column in {p}; columns: "
-                                  "question, answer"),
-    (["data.answer_column=solution"], "config error: data.answer_column = 'solution': no such column in {p}; "
-                                      "columns: question, answer"),
-])
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (
+            ["data.eval_size=6"],
+            "config error: data.eval_size = 6: {p} has 6 rows; allowed: 0 to 5 (rows held out for evaluation)",
+        ),
+        (
+            ["data.eval_split=test"],
+            "config error: data.eval_split = 'test': picks a part of a Hugging Face dataset and "
+            "data.source = '{p}' is a file; allowed: '' (hold rows out with data.eval_size)",
+        ),
+        (
+            ["data.split=test"],
+            "config error: data.split = 'test': picks a part of a Hugging Face dataset and "
+            "data.source = '{p}' is a file; allowed: 'train' (hold rows out with data.eval_size)",
+        ),
+        (
+            ["data.subset=main"],
+            "config error: data.subset = 'main': picks a part of a Hugging Face dataset and "
+            "data.source = '{p}' is a file; allowed: '' (hold rows out with data.eval_size)",
+        ),
+        (
+            ["data.prompt_column=text"],
+            "config error: data.prompt_column = 'text': no such column in {p}; columns: question, answer",
+        ),
+        (
+            ["data.answer_column=solution"],
+            "config error: data.answer_column = 'solution': no such column in {p}; columns: question, answer",
+        ),
+    ],
+)
 def test_data_errors_are_one_line(tmp_path, extra, message):
     path = write_jsonl(tmp_path / "g.jsonl", GSM8K)
     with pytest.raises(UserError) as err:
@@ -104,9 +129,11 @@ def test_data_errors_are_one_line(tmp_path, extra, message):
 def test_missing_and_malformed_files(tmp_path):
     with pytest.raises(UserError) as err:
         data.load_rows(cfg_for(tmp_path / "nope.jsonl"), "train")
-    assert str(err.value) == (f"config error: data.source = '{tmp_path}/nope.jsonl': file not found; allowed: "
-                              f"builtin:arith, a .jsonl/.json/.csv/.parquet file, or a Hugging Face dataset id "
-                              f"like 'openai/gsm8k'")
+    assert str(err.value) == (
+        f"config error: data.source = '{tmp_path}/nope.jsonl': file not found; allowed: "
+        f"builtin:arith, a .jsonl/.json/.csv/.parquet file, or a Hugging Face dataset id "
+        f"like 'openai/gsm8k'"
+    )
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"prompt": "1+1=", "answer": "2"}\n{"prompt": oops}\n')
     with pytest.raises(UserError, match=r"^config error: data.source = '.*bad.jsonl': line 2 is not valid JSON"):
@@ -120,8 +147,9 @@ def test_hf_dataset_offline_fails_with_one_line(monkeypatch):
         data.load_rows(cfg_for("openai/gsm8k", "data.subset=main"), "train")
     text = str(err.value)
     assert "\n" not in text
-    assert text.startswith("config error: data.source = 'openai/gsm8k': could not load this Hugging Face dataset "
-                           "(split 'train'): ")
+    assert text.startswith(
+        "config error: data.source = 'openai/gsm8k': could not load this Hugging Face dataset (split 'train'): "
+    )
     assert text.endswith("offline? save it as a local .jsonl/.csv/.parquet file and set data.source to that path")
 
 
@@ -132,8 +160,10 @@ def test_prompt_rendering(tmp_path, tokenizer):
     assert getattr(tokenizer, "chat_template", None) is None
     assert data.prompt_text(row, cfg_for(gsm), tokenizer) == SYSTEM_PROMPT.strip() + "\n\nWhat is 6 * 7?\n"
     # a tokenizer with a template uses it
-    tokenizer.chat_template = ("{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}"
-                               "{% if add_generation_prompt %}<assistant>{% endif %}")
+    tokenizer.chat_template = (
+        "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}"
+        "{% if add_generation_prompt %}<assistant>{% endif %}"
+    )
     assert data.prompt_text(row, cfg_for(gsm), tokenizer) == f"<system>{SYSTEM_PROMPT}<user>What is 6 * 7?<assistant>"
     assert data.prompt_text(row, cfg_for(gsm, "data.chat_template=plain"), tokenizer).startswith("Respond in")
     given = cfg_for(gsm, "data.chat_template={% for m in messages %}{{ m.content | upper }}|{% endfor %}")
@@ -154,9 +184,11 @@ def test_conversational_data_without_a_template_is_a_clear_error(tmp_path, token
     row = data.load_rows(cfg, "train")[0]
     with pytest.raises(UserError) as err:
         data.prompt_text(row, cfg, tokenizer)
-    assert str(err.value) == (f"config error: data.chat_template = 'auto': {tokenizer.name_or_path} has no chat "
-                              f"template but {conv} is conversational (column 'prompt' holds messages); set "
-                              f"data.chat_template to a Jinja template, a .jinja file, or 'plain'")
+    assert str(err.value) == (
+        f"config error: data.chat_template = 'auto': {tokenizer.name_or_path} has no chat "
+        f"template but {conv} is conversational (column 'prompt' holds messages); set "
+        f"data.chat_template to a Jinja template, a .jinja file, or 'plain'"
+    )
     assert data.prompt_text(row, cfg_for(conv, "data.chat_template=plain"), tokenizer) == "2+2=\n"
 
 
@@ -166,10 +198,22 @@ def test_gsm8k_file_trains_with_the_gsm8k_reward_set(tmp_path, request):
     model = "tiny-arith"
     path = write_jsonl(tmp_path / "gsm8k.jsonl", GSM8K * 2)
     funcs = ["xmlcount", "soft_format", "strict_format", "int", "correctness"]
-    cfg = load("tiny-arith", [f"model.name={model}", f"data.source={path}", "data.eval_size=2",
-                              f"rewards.funcs={json.dumps(funcs)}", "rewards.weights=[1, 1, 1, 1, 1]",
-                              "train.steps=3", "train.prompts_per_step=2", "rollout.num_generations=2",
-                              "rollout.max_prompt_len=256", "rollout.max_completion_len=16", "train.save_every=0"])
+    cfg = load(
+        "tiny-arith",
+        [
+            f"model.name={model}",
+            f"data.source={path}",
+            "data.eval_size=2",
+            f"rewards.funcs={json.dumps(funcs)}",
+            "rewards.weights=[1, 1, 1, 1, 1]",
+            "train.steps=3",
+            "train.prompts_per_step=2",
+            "rollout.num_generations=2",
+            "rollout.max_prompt_len=256",
+            "rollout.max_completion_len=16",
+            "train.save_every=0",
+        ],
+    )
     assert Trainer(cfg, tmp_path / "run").run() == "finished"
     rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2, 3]
@@ -192,8 +236,10 @@ def test_encode_prompts_adds_no_special_tokens_and_refuses_a_longer_prompt():
     assert data.encode_prompts(Tok(), ["abcd", "xy"], 4) == [[97, 98, 99, 100], [120, 121]]
     with pytest.raises(UserError) as err:  # cutting either end would lose the template's head or its tail
         data.encode_prompts(Tok(), ["abcd", "xy"], 3)
-    assert str(err.value) == ("config error: rollout.max_prompt_len = 3: a prompt renders to 4 tokens; allowed: "
-                              "at least 4, or shorter prompts")
+    assert str(err.value) == (
+        "config error: rollout.max_prompt_len = 3: a prompt renders to 4 tokens; allowed: "
+        "at least 4, or shorter prompts"
+    )
 
 
 def test_mix_seed_and_the_prompt_stream_order():

@@ -32,8 +32,17 @@ from cli_helpers import ENV, ROOT, run_cli
 from grpo_studio.contract.rundir import read_rows
 
 LOSS_TYPES = ("dapo", "grpo", "bnpo", "dr_grpo")
-STEP_SETS = ["train.steps=1", "train.prompts_per_step=4", "rollout.num_generations=4", "rollout.backend=hf",
-             "train.save_every=0", "train.eval_every=0", "model.dtype=fp32", "train.lr=0.05", "train.grad_clip=0"]
+STEP_SETS = [
+    "train.steps=1",
+    "train.prompts_per_step=4",
+    "rollout.num_generations=4",
+    "rollout.backend=hf",
+    "train.save_every=0",
+    "train.eval_every=0",
+    "model.dtype=fp32",
+    "train.lr=0.05",
+    "train.grad_clip=0",
+]
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
 
 
@@ -52,13 +61,18 @@ class PromptSeeded:
         from grpo_studio.engine.sampler.base import Rollout
 
         self.prompts_seen += len(prompt_ids)
-        parts = [self.inner.generate([ids], dataclasses.replace(sampling, seed=zlib.crc32(str(ids).encode())))
-                 for ids in prompt_ids]
+        parts = [
+            self.inner.generate([ids], dataclasses.replace(sampling, seed=zlib.crc32(str(ids).encode())))
+            for ids in prompt_ids
+        ]
         width = max(p.completion_ids.shape[1] for p in parts)
         pad = lambda t, value: torch.nn.functional.pad(t, (0, width - t.shape[1]), value=value)
-        return Rollout(torch.cat([pad(p.completion_ids, self.pad_id) for p in parts]),
-                       torch.cat([pad(p.mask, 0.0) for p in parts]), torch.cat([pad(p.logprobs, 0.0) for p in parts]),
-                       torch.cat([p.truncated for p in parts]))
+        return Rollout(
+            torch.cat([pad(p.completion_ids, self.pad_id) for p in parts]),
+            torch.cat([pad(p.mask, 0.0) for p in parts]),
+            torch.cat([pad(p.logprobs, 0.0) for p in parts]),
+            torch.cat([p.truncated for p in parts]),
+        )
 
     def __getattr__(self, name):
         return getattr(self.inner, name)
@@ -126,8 +140,10 @@ def leftovers(run_dir: Path, parallel: str) -> dict:
     from grpo_studio.contract import config
     from grpo_studio.engine.trainer import Trainer
 
-    cfg = config.load("tiny-arith", [*STEP_SETS, "train.steps=2", "data.eval_size=7", "train.dist_timeout_s=60",
-                                     f"train.parallel={parallel}"])
+    cfg = config.load(
+        "tiny-arith",
+        [*STEP_SETS, "train.steps=2", "data.eval_size=7", "train.dist_timeout_s=60", f"train.parallel={parallel}"],
+    )
     trainer = Trainer(cfg, run_dir)
     seeded(trainer, FailsOnce if trainer.dist.rank == 1 else PromptSeeded)
     accuracy = trainer.evaluate()
@@ -152,8 +168,15 @@ def leftovers_main(out: Path) -> None:
 
 def torchrun_results(script: str, out: Path, args, name: str):
     """`script`'s __main__ on 2 torchrun ranks with (out, *args); what rank 0 saved as out/name."""
-    proc = subprocess.run([*TORCHRUN, script, str(out), *args], cwd=ROOT, env=ENV, capture_output=True, text=True,
-                          timeout=300, check=False)
+    proc = subprocess.run(
+        [*TORCHRUN, script, str(out), *args],
+        cwd=ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     import torch
 
@@ -185,8 +208,20 @@ def test_ddp_step_equals_one_process(ddp_steps, loss_type, tmp_path):
         assert max(moved.values()) < 1e-6
 
 
-RUN_SETS = ["--set", "train.parallel=ddp", "--set", "train.steps=20", "--set", "train.prompts_per_step=8",
-            "--set", "train.save_every=10", "--set", "train.eval_every=0", "--set", "rollout.backend=hf"]
+RUN_SETS = [
+    "--set",
+    "train.parallel=ddp",
+    "--set",
+    "train.steps=20",
+    "--set",
+    "train.prompts_per_step=8",
+    "--set",
+    "train.save_every=10",
+    "--set",
+    "train.eval_every=0",
+    "--set",
+    "rollout.backend=hf",
+]
 
 
 @pytest.fixture(scope="module")
@@ -218,8 +253,15 @@ def test_leftovers_non_finite_rollout_reward_errors_and_eval_split(tmp_path):
     per-prompt seeded sampler makes a prompt's completion independent of its batch)."""
     import torch
 
-    proc = subprocess.run([*TORCHRUN, str(Path(__file__)), str(tmp_path), "leftovers"], cwd=ROOT, env=ENV,
-                          capture_output=True, text=True, timeout=300, check=False)
+    proc = subprocess.run(
+        [*TORCHRUN, str(Path(__file__)), str(tmp_path), "leftovers"],
+        cwd=ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     res = torch.load(tmp_path / "leftovers.pt")
     (skipped, taken) = res["rows"]
@@ -229,8 +271,7 @@ def test_leftovers_non_finite_rollout_reward_errors_and_eval_split(tmp_path):
     skips = [e for e in events if e["event"] == "skipped_step"]
     assert [(e["step"], e["cause"]) for e in skips] == [(1, "rank 1: the sampler's distribution holds NaN (test)")]
     errors = [e for e in events if e["event"] == "reward_error"]
-    assert errors and all(e["rank"] == 1 and e["step"] == 2 and "rank 1's reward fails" in e["message"]
-                          for e in errors)
+    assert errors and all(e["rank"] == 1 and e["step"] == 2 and "rank 1's reward fails" in e["message"] for e in errors)
     assert res["eval_prompts"] == [3, 4]
     one = leftovers_one_process(tmp_path / "one")
     assert res["accuracy"] == one
@@ -267,8 +308,7 @@ def test_metrics_are_global(ddp_run):
         assert row["completion/len_max"] == min(max(lens) + 1, 8)
         truncated = row["completion/truncated_frac"]
         assert row["completion/len_mean"] == pytest.approx(sum(lens) / len(lens) + 1 - truncated, abs=1e-6)
-        assert row["reward/mean"] == pytest.approx(
-            sum(sum(s["rewards"].values()) for s in mine) / len(mine), abs=1e-5)
+        assert row["reward/mean"] == pytest.approx(sum(sum(s["rewards"].values()) for s in mine) / len(mine), abs=1e-5)
         hist = hists[row["step"]]  # both ranks' tokens, and the global max in its highest non-empty bin
         assert hist["n"] == row["mismatch/tokens"] == sum(lens) + len(lens) * (1 - truncated)
         top = max((i for i, c in enumerate(hist["counts"]) if c), default=None)
@@ -288,9 +328,29 @@ def test_resume_to_thirty(ddp_run):
 def two_ranks_running(run: Path):
     """A 2-process run of 500 steps, once it has written 2 rows: (supervisor, every process under it, rank -> process).
     A test that fails ends what it started."""
-    proc = subprocess.Popen([sys.executable, "-m", "grpo_studio.cli.main", "train", "tiny-arith", "--run-dir", str(run),
-                             "--nproc", "2", *RUN_SETS, "--set", "train.steps=500", "--set", "train.dist_timeout_s=4"],
-                            cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "grpo_studio.cli.main",
+            "train",
+            "tiny-arith",
+            "--run-dir",
+            str(run),
+            "--nproc",
+            "2",
+            *RUN_SETS,
+            "--set",
+            "train.steps=500",
+            "--set",
+            "train.dist_timeout_s=4",
+        ],
+        cwd=ROOT,
+        env=ENV,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.time() + 240
         while len(read_rows(run / "metrics.jsonl")) < 2:
@@ -311,8 +371,7 @@ def two_ranks_running(run: Path):
     assert not (run / "trainer.pid").exists()
 
 
-@pytest.mark.parametrize(("sig", "said"), [(signal.SIGKILL, "died"),
-                                         (signal.SIGSTOP, "did not answer (hung): killed")])
+@pytest.mark.parametrize(("sig", "said"), [(signal.SIGKILL, "died"), (signal.SIGSTOP, "did not answer (hung): killed")])
 def test_a_lost_rank_ends_the_run(sig, said, tmp_path):
     """Rank 1 killed, or stopped (hung: rank 0's collective times out after train.dist_timeout_s)."""
     with two_ranks_running(tmp_path) as (proc, _, ranks):
@@ -335,31 +394,60 @@ def test_sigterm_stops_every_rank_after_the_same_step(tmp_path):
 
 
 REFUSED = [
-    (["--nproc", "2"], ("config error: train.parallel = 'none': 2 processes need train.parallel = 'ddp' or 'fsdp' "
-                        "(each trains on its share of the prompts); add --set train.parallel=ddp")),
+    (
+        ["--nproc", "2"],
+        (
+            "config error: train.parallel = 'none': 2 processes need train.parallel = 'ddp' or 'fsdp' "
+            "(each trains on its share of the prompts); add --set train.parallel=ddp"
+        ),
+    ),
     (["--nproc", "0"], "config error: --nproc = 0: must be a whole number >= 1"),
-    (["--nproc", "2", "--set", "train.parallel=ddp", "--set", "train.prompts_per_step=3"],
-     "config error: train.prompts_per_step = 3: must divide evenly among the 2 processes (each samples its share "
-     "of the prompts)"),
+    (
+        ["--nproc", "2", "--set", "train.parallel=ddp", "--set", "train.prompts_per_step=3"],
+        "config error: train.prompts_per_step = 3: must divide evenly among the 2 processes (each samples its share "
+        "of the prompts)",
+    ),
     (["--devices", "a,b"], "config error: --devices = 'a,b': a comma-separated list of GPU indices, e.g. 0,1"),
-    (["--nproc", "2", "--devices", "0", "--set", "train.parallel=ddp"],
-     "config error: --devices = '0': --nproc 2 needs one device per process, 1 given"),
-    (["--set", "train.parallel=fsdp", "--set", "train.shared_prefix=on"],
-     ("config error: train.shared_prefix = 'on': not with train.parallel = 'fsdp': the shared-prefix pass calls the "
-      "decoder outside the model's forward, where a rank holds only its shard; use 'auto' (off under fsdp) or 'off'")),
-    (["--set", "train.parallel=fsdp", "--set", "model.logits_chunk=16"],
-     ("config error: model.logits_chunk = 16: not with train.parallel = 'fsdp': the chunked lm_head reads its weight "
-      "outside the model's forward, where a rank holds only its shard; use 0")),
-    (["--set", "train.parallel=fsdp", "--set", "train.micro_batch_tokens=64"],
-     ("config error: train.micro_batch_tokens = 64: not with train.parallel = 'fsdp': ranks would run different "
-      "numbers of micro-batches and every sharded forward is a collective; use train.micro_batch_size")),
-    (["--set", "train.parallel=fsdp", "--set", "model.dtype=fp8"],
-     ("config error: model.dtype = 'fp8': not with train.parallel = 'fsdp': the fp8 linears are not sharded; use "
-      "bf16 or train.parallel = 'ddp'")),
+    (
+        ["--nproc", "2", "--devices", "0", "--set", "train.parallel=ddp"],
+        "config error: --devices = '0': --nproc 2 needs one device per process, 1 given",
+    ),
+    (
+        ["--set", "train.parallel=fsdp", "--set", "train.shared_prefix=on"],
+        (
+            "config error: train.shared_prefix = 'on': not with train.parallel = 'fsdp': the shared-prefix pass calls the "
+            "decoder outside the model's forward, where a rank holds only its shard; use 'auto' (off under fsdp) or 'off'"
+        ),
+    ),
+    (
+        ["--set", "train.parallel=fsdp", "--set", "model.logits_chunk=16"],
+        (
+            "config error: model.logits_chunk = 16: not with train.parallel = 'fsdp': the chunked lm_head reads its weight "
+            "outside the model's forward, where a rank holds only its shard; use 0"
+        ),
+    ),
+    (
+        ["--set", "train.parallel=fsdp", "--set", "train.micro_batch_tokens=64"],
+        (
+            "config error: train.micro_batch_tokens = 64: not with train.parallel = 'fsdp': ranks would run different "
+            "numbers of micro-batches and every sharded forward is a collective; use train.micro_batch_size"
+        ),
+    ),
+    (
+        ["--set", "train.parallel=fsdp", "--set", "model.dtype=fp8"],
+        (
+            "config error: model.dtype = 'fp8': not with train.parallel = 'fsdp': the fp8 linears are not sharded; use "
+            "bf16 or train.parallel = 'ddp'"
+        ),
+    ),
     (["--set", "train.parallel=mpi"], "config error: train.parallel = 'mpi': allowed: none, ddp, fsdp"),
-    (["--set", "train.parallel=ddp", "--set", "algo.scale_rewards=batch"],
-     ("config error: algo.scale_rewards = 'batch' with train.parallel = 'ddp': the batch std would be each rank's; "
-      "use 'group' or 'none'")),
+    (
+        ["--set", "train.parallel=ddp", "--set", "algo.scale_rewards=batch"],
+        (
+            "config error: algo.scale_rewards = 'batch' with train.parallel = 'ddp': the batch std would be each rank's; "
+            "use 'group' or 'none'"
+        ),
+    ),
     (["--set", "train.dist_timeout_s=0"], "config error: train.dist_timeout_s = 0.0: must be >= 1"),
 ]
 
@@ -371,12 +459,18 @@ def test_refused_in_one_line(args, line, tmp_path):
     assert not (tmp_path / "run").exists()  # refused before anything starts
 
 
-@pytest.mark.parametrize(("args", "line"), [
-    (["--prompts", "15"], "bench error: --prompts = 15: must divide evenly among the 2 processes (each samples its "
-                          "share of the prompts)"),
-    (["--nproc", "1"], "bench error: --nproc = 1: must be >= 2"),
-    (["--parallel", "zero3"], "bench error: --parallel = 'zero3': allowed: ddp, fsdp"),
-])
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (
+            ["--prompts", "15"],
+            "bench error: --prompts = 15: must divide evenly among the 2 processes (each samples its "
+            "share of the prompts)",
+        ),
+        (["--nproc", "1"], "bench error: --nproc = 1: must be >= 2"),
+        (["--parallel", "zero3"], "bench error: --parallel = 'zero3': allowed: ddp, fsdp"),
+    ],
+)
 def test_bench_scaling_refuses(args, line):
     proc = run_cli("bench", "scaling", *args, cwd=ROOT)
     assert (proc.returncode, proc.stderr.strip()) == (2, line)

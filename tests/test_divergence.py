@@ -1,13 +1,13 @@
 """Divergence and resource faults end a run with one line, an event that says why, and the data intact.
 
-  * fp16 with a far too large learning rate: the sampler's probabilities turn NaN at step 2; steps are
-    skipped and counted, and after train.max_bad_steps in a row the run stops with a `diverged` event,
-    exit code 2 and one line (no torch.multinomial traceback);
-  * a NaN streak injected in-process (parameters set to NaN after step 2): the exact events, the last
-    good checkpoint, the metrics rows (null loss and k3, never 0.0), train.max_bad_steps = 0 never stops;
-  * out of memory names the phase it happened in;
-  * a full disk (a small tmpfs) is one line naming the run directory and "no space left on device",
-    with every checkpoint written before it intact.
+* fp16 with a far too large learning rate: the sampler's probabilities turn NaN at step 2; steps are
+  skipped and counted, and after train.max_bad_steps in a row the run stops with a `diverged` event,
+  exit code 2 and one line (no torch.multinomial traceback);
+* a NaN streak injected in-process (parameters set to NaN after step 2): the exact events, the last
+  good checkpoint, the metrics rows (null loss and k3, never 0.0), train.max_bad_steps = 0 never stops;
+* out of memory names the phase it happened in;
+* a full disk (a small tmpfs) is one line naming the run directory and "no space left on device",
+  with every checkpoint written before it intact.
 """
 
 from __future__ import annotations
@@ -53,13 +53,29 @@ def poisoned_after(trainer: Trainer, step: int) -> None:
 
 # ---- divergence -------------------------------------------------------------------------------------
 
+
 def test_fp16_with_a_huge_lr_ends_diverged_with_one_line(tmp_path):
     run = tmp_path / "run"
-    proc = run_cli("train", "tiny-arith", "--set", "model.dtype=fp16", "--set", "train.lr=1e3", "--set",
-                   "train.steps=30", *SETS, "--run-dir", str(run), cwd=tmp_path, timeout=300)
-    message = ("diverged: steps 2-6 all skipped (train.max_bad_steps = 5), the last for non-finite sampler "
-               "probabilities; last good checkpoint: none; try a lower train.lr (now 1000); --resume starts from the last "
-               "good checkpoint")
+    proc = run_cli(
+        "train",
+        "tiny-arith",
+        "--set",
+        "model.dtype=fp16",
+        "--set",
+        "train.lr=1e3",
+        "--set",
+        "train.steps=30",
+        *SETS,
+        "--run-dir",
+        str(run),
+        cwd=tmp_path,
+        timeout=300,
+    )
+    message = (
+        "diverged: steps 2-6 all skipped (train.max_bad_steps = 5), the last for non-finite sampler "
+        "probabilities; last good checkpoint: none; try a lower train.lr (now 1000); --resume starts from the last "
+        "good checkpoint"
+    )
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.splitlines()[-1] == f"run error: {message}"
     assert "Traceback" not in proc.stdout + proc.stderr
@@ -68,9 +84,15 @@ def test_fp16_with_a_huge_lr_ends_diverged_with_one_line(tmp_path):
     assert [(e["step"], e["cause"]) for e in skipped] == [(s, "non-finite sampler probabilities") for s in range(2, 7)]
     assert skipped[0]["message"] == "non-finite sampler probabilities at step 2: step skipped, loss scale now 65536"
     diverged = [e for e in events if e["event"] == "diverged"]
-    assert [{k: e[k] for k in ("message", "step", "cause", "bad_steps", "last_good_checkpoint")} for e in diverged] \
-        == [{"message": message, "step": 6, "cause": "non-finite sampler probabilities", "bad_steps": 5,
-             "last_good_checkpoint": None}]
+    assert [{k: e[k] for k in ("message", "step", "cause", "bad_steps", "last_good_checkpoint")} for e in diverged] == [
+        {
+            "message": message,
+            "step": 6,
+            "cause": "non-finite sampler probabilities",
+            "bad_steps": 5,
+            "last_good_checkpoint": None,
+        }
+    ]
     assert events[-1]["event"] == "crashed" and events[-1]["message"].endswith(message)
     rows = jsonl(run / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2, 3, 4, 5, 6]  # the step that stopped the run has its row too
@@ -84,18 +106,26 @@ def test_a_nan_streak_stops_the_run_naming_cause_and_last_good_checkpoint(tmp_pa
     cfg = config.load("tiny-arith", [*SMALL, "train.steps=20", "train.save_every=1", "train.max_bad_steps=3"])
     trainer = Trainer(cfg, run)
     poisoned_after(trainer, 2)
-    message = (f"diverged: steps 3-5 all skipped (train.max_bad_steps = 3), the last for non-finite sampler "
-               f"probabilities; last good checkpoint: {run}/checkpoints/step-1; try a lower train.lr (now 0.002); "
-               f"--resume starts from the last good checkpoint")
+    message = (
+        f"diverged: steps 3-5 all skipped (train.max_bad_steps = 3), the last for non-finite sampler "
+        f"probabilities; last good checkpoint: {run}/checkpoints/step-1; try a lower train.lr (now 0.002); "
+        f"--resume starts from the last good checkpoint"
+    )
     with pytest.raises(UserError) as err:
         trainer.run()
     assert str(err.value) == f"run error: {message}"
     events = jsonl(run / "events.jsonl")
     assert [(e["step"], e["cause"]) for e in events if e["event"] == "skipped_step"] == [
-        (3, "non-finite loss"), (4, "non-finite sampler probabilities"), (5, "non-finite sampler probabilities")]
+        (3, "non-finite loss"),
+        (4, "non-finite sampler probabilities"),
+        (5, "non-finite sampler probabilities"),
+    ]
     (diverged,) = [e for e in events if e["event"] == "diverged"]
     assert (diverged["message"], diverged["bad_steps"], diverged["last_good_checkpoint"]) == (
-        message, 3, f"{run}/checkpoints/step-1")
+        message,
+        3,
+        f"{run}/checkpoints/step-1",
+    )
     assert events[-1]["event"] == "crashed" and events[-1]["message"].endswith(message)
     rows = jsonl(run / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2, 3, 4, 5]  # step 5's row too: it ended the run, unsaved
@@ -145,6 +175,7 @@ def test_mismatch_of_a_nan_policy_is_nan_with_the_tokens_counted():
 
 # ---- out of memory ----------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("phase", ["rollout", "training"])
 def test_out_of_memory_names_the_phase(tmp_path, phase):
     """A real out-of-memory cannot be produced safely on a shared CPU machine, so the fault is injected:
@@ -164,26 +195,32 @@ def test_out_of_memory_names_the_phase(tmp_path, phase):
     with pytest.raises(UserError) as err:
         trainer.step()
     text = str(err.value)
-    lower = {"rollout": "lower rollout.num_generations, train.prompts_per_step or rollout.max_completion_len",
-             "training": "set train.micro_batch_size, model.gradient_checkpointing = true or model.logits_chunk"}
+    lower = {
+        "rollout": "lower rollout.num_generations, train.prompts_per_step or rollout.max_completion_len",
+        "training": "set train.micro_batch_size, model.gradient_checkpointing = true or model.logits_chunk",
+    }
     assert text.startswith(f"run error: out of memory in the {phase} of step 1 (")
     assert text.endswith(f"); {lower[phase]}; `grpo-studio vram {tmp_path}/run/config.toml` shows what fits")
     if phase == "training":
-        assert text == (f"run error: out of memory in the training of step 1 (OutOfMemoryError: CUDA out of memory. "
-                        f"Tried to allocate 2.00 GiB); {lower[phase]}; `grpo-studio vram {tmp_path}/run/config.toml` "
-                        f"shows what fits")
+        assert text == (
+            f"run error: out of memory in the training of step 1 (OutOfMemoryError: CUDA out of memory. "
+            f"Tried to allocate 2.00 GiB); {lower[phase]}; `grpo-studio vram {tmp_path}/run/config.toml` "
+            f"shows what fits"
+        )
     assert len(text.splitlines()) == 1
 
 
 # ---- a full disk ------------------------------------------------------------------------------------
+
 
 @pytest.fixture
 def tiny_disk(tmp_path):
     """A 4 MiB tmpfs: room for two checkpoints of the bundled model (1.6 MB each) and the logs."""
     mount = tmp_path / "disk"
     mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)], capture_output=True,
-                          text=True)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)], capture_output=True, text=True
+    )
     if done.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here (needs root): {done.stderr.strip()}")
     yield mount
@@ -192,11 +229,24 @@ def tiny_disk(tmp_path):
 
 def test_a_full_disk_is_one_line_and_the_checkpoints_before_it_are_intact(tiny_disk, tmp_path):
     run = tiny_disk / "run"
-    proc = run_cli("train", "tiny-arith", "--set", "train.steps=6", "--set", "train.save_every=1", *SETS,
-                   "--run-dir", str(run), cwd=tmp_path, timeout=300)
-    message = (f"run error: {run}: no space left on device; the run stopped after step 3 (last checkpoint: "
-               f"{run}/checkpoints/step-2); free some space, then `grpo-studio train --resume {run}` continues "
-               f"from the last checkpoint")
+    proc = run_cli(
+        "train",
+        "tiny-arith",
+        "--set",
+        "train.steps=6",
+        "--set",
+        "train.save_every=1",
+        *SETS,
+        "--run-dir",
+        str(run),
+        cwd=tmp_path,
+        timeout=300,
+    )
+    message = (
+        f"run error: {run}: no space left on device; the run stopped after step 3 (last checkpoint: "
+        f"{run}/checkpoints/step-2); free some space, then `grpo-studio train --resume {run}` continues "
+        f"from the last checkpoint"
+    )
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.splitlines()[-1] == message
     assert "Traceback" not in proc.stdout + proc.stderr
@@ -204,8 +254,9 @@ def test_a_full_disk_is_one_line_and_the_checkpoints_before_it_are_intact(tiny_d
     assert saved == ["step-1", "step-2"]
     for name in saved:  # every file as long as its manifest says
         manifest = json.loads((run / "checkpoints" / name / "manifest.json").read_text())
-        assert manifest["files"] and all((run / "checkpoints" / name / f).stat().st_size == meta["size"]
-                                         for f, meta in manifest["files"].items())
+        assert manifest["files"] and all(
+            (run / "checkpoints" / name / f).stat().st_size == meta["size"] for f, meta in manifest["files"].items()
+        )
     assert [r["step"] for r in jsonl(run / "metrics.jsonl")] == [1, 2, 3]
     events = jsonl(run / "events.jsonl")
     assert events[-1]["event"] == "crashed" and events[-1]["message"].endswith(message)

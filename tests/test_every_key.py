@@ -30,10 +30,16 @@ from grpo_studio.contract.planner import vram
 from grpo_studio.contract.rundir import METRICS, read_rows
 
 ROOT = Path(__file__).resolve().parents[1]
-SHORT = ["train.steps=2", "train.prompts_per_step=4", "rollout.num_generations=4", "train.eval_every=0",
-         "train.save_every=0", "rollout.backend=hf"]
-CLIP = ["train.num_iterations=2", "train.lr=0.05"]   # π_old ≠ π on the second pass: the clip can act
-MISMATCH = ["rollout.dtype=bf16"]                      # μ ≠ π: rollout correction has something to correct
+SHORT = [
+    "train.steps=2",
+    "train.prompts_per_step=4",
+    "rollout.num_generations=4",
+    "train.eval_every=0",
+    "train.save_every=0",
+    "rollout.backend=hf",
+]
+CLIP = ["train.num_iterations=2", "train.lr=0.05"]  # π_old ≠ π on the second pass: the clip can act
+MISMATCH = ["rollout.dtype=bf16"]  # μ ≠ π: rollout correction has something to correct
 FP16 = ["model.dtype=fp16"]
 QLORA = ["model.load_in_4bit=true"]
 CONVERSATION = ["data.system_prompt=Answer briefly."]
@@ -150,11 +156,11 @@ ELSEWHERE = {
     "model.logits_chunk": "tests/test_every_key.py::test_logits_chunk_runs_the_chunked_path_in_the_trainer",
     "rollout.backend": "tests/test_vllm_train.py::test_three_step_grpo_run_with_vllm",
     "rollout.vllm_enforce_eager": "tests/test_vllm_train.py::"
-                                  "test_compiled_vllm_with_the_simulated_fp8_rollout_is_refused_in_one_line",
+    "test_compiled_vllm_with_the_simulated_fp8_rollout_is_refused_in_one_line",
     "rollout.server": "tests/test_rollout_server.py::test_twenty_step_runs_against_the_server_learn_and_carry_versions",
     "rollout.async_mode": "tests/test_rollout_server.py::test_one_step_overlaps_generation_with_training",
     "rollout.server_timeout": "tests/test_rollout_server.py::"
-                              "test_killed_server_stops_the_run_with_a_checkpoint_and_one_event",
+    "test_killed_server_stops_the_run_with_a_checkpoint_and_one_event",
     "precision.fp8_flow": "tests/test_precision.py::test_fp8_flow_resolution",
     "precision.loss_scale_backoff": "tests/test_fp16_run.py::test_fp16_run_loss_scale_grows_after_interval_and_no_nan",
     "train.best_metric": "tests/test_knobs_small.py::test_keep_checkpoints_keeps_the_newest_and_the_best",
@@ -190,7 +196,8 @@ def test_every_key_has_exactly_one_proof():
     named = [key for table in TABLES.values() for key in table]
     assert sorted(named) == sorted(config.all_keys()), (
         f"keys without a proof: {sorted(set(config.all_keys()) - set(named))}; "
-        f"unknown or named twice: {sorted(k for k in set(named) if named.count(k) > 1 or k not in config.all_keys())}")
+        f"unknown or named twice: {sorted(k for k in set(named) if named.count(k) > 1 or k not in config.all_keys())}"
+    )
 
 
 def test_the_user_table_names_every_key_once():
@@ -200,13 +207,22 @@ def test_the_user_table_names_every_key_once():
 
 # ---- RUN and BUILT ------------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def places(tmp_path_factory, random_tiny_model):
     """Values that are paths: another model (same architecture, other weights) and a JSONL dataset."""
     root = tmp_path_factory.mktemp("keys")
     jsonl = root / "data.jsonl"
-    jsonl.write_text("".join(json.dumps({"prompt": f"{a}+{b}=", "answer": str(a + b), "question": f"{b}+{a}=",
-                                         "solution": str(a + b + 1)}) + "\n" for a in range(9) for b in range(9)))
+    jsonl.write_text(
+        "".join(
+            json.dumps(
+                {"prompt": f"{a}+{b}=", "answer": str(a + b), "question": f"{b}+{a}=", "solution": str(a + b + 1)}
+            )
+            + "\n"
+            for a in range(9)
+            for b in range(9)
+        )
+    )
     return {"other_model": str(random_tiny_model), "jsonl": str(jsonl)}
 
 
@@ -237,17 +253,26 @@ def run_of(tmp_path_factory, places):
             trainer.run()
         finally:
             trainer.close()
-        weights = hashlib.sha256(b"".join(p.detach().float().numpy().tobytes()
-                                          for p in trainer.policy.parameters() if p.requires_grad)).hexdigest()
+        weights = hashlib.sha256(
+            b"".join(p.detach().float().numpy().tobytes() for p in trainer.policy.parameters() if p.requires_grad)
+        ).hexdigest()
         volatile = ("time", "perf/", "mem/")
         rows = [{k: v for k, v in row.items() if not k.startswith(volatile)} for row in read_rows(run_dir / METRICS)]
-        events = [(e["event"], re.sub(r"\d+(\.\d+)?s\b", "", e["message"]))
-                  for e in read_rows(run_dir / "events.jsonl")]
+        events = [
+            (e["event"], re.sub(r"\d+(\.\d+)?s\b", "", e["message"])) for e in read_rows(run_dir / "events.jsonl")
+        ]
         samples = read_rows(run_dir / "samples.jsonl") if (run_dir / "samples.jsonl").exists() else []
         files = sorted(str(p.relative_to(run_dir)) for p in run_dir.rglob("*") if "checkpoints" in p.parts)
-        cache[overrides] = {part: json.dumps(value, sort_keys=True) for part, value in
-                            (("weights", weights), ("metrics", rows), ("events", events), ("samples", samples),
-                             ("checkpoint files", files))}
+        cache[overrides] = {
+            part: json.dumps(value, sort_keys=True)
+            for part, value in (
+                ("weights", weights),
+                ("metrics", rows),
+                ("events", events),
+                ("samples", samples),
+                ("checkpoint files", files),
+            )
+        }
         return cache[overrides]
 
     return run
@@ -280,13 +305,18 @@ def test_key_changes_the_built_trainer(tmp_path, key):
 
 # ---- REWARD, DATA, PLANNER ----------------------------------------------------------------------
 
+
 def _scores(overrides: list[str]) -> list[list[float]]:
     from grpo_studio.engine import rewards
 
     cfg = config.load("tiny-arith", overrides)
     n = len(COMPLETIONS)
-    return rewards.score(rewards.build(cfg.rewards), ["6+1="] * n, COMPLETIONS,
-                         {"answer": ["7"] * n, **{k: [v] * n for k, v in CODE_ROW.items()}})
+    return rewards.score(
+        rewards.build(cfg.rewards),
+        ["6+1="] * n,
+        COMPLETIONS,
+        {"answer": ["7"] * n, **{k: [v] * n for k, v in CODE_ROW.items()}},
+    )
 
 
 @pytest.mark.parametrize("key", REWARD)
@@ -315,12 +345,15 @@ def test_key_changes_the_data(key, places):
 def test_key_changes_the_plan(key):
     value, context = PLANNER[key]
     card = model_card.load("qwen3-8b")
-    plans = [vram.estimate(card, config.load("tiny-arith", sets), "accurate", 80.0)
-             for sets in (context, [*context, f"{key}={value}"])]
+    plans = [
+        vram.estimate(card, config.load("tiny-arith", sets), "accurate", 80.0)
+        for sets in (context, [*context, f"{key}={value}"])
+    ]
     assert [(r.name, r.gib) for r in plans[0].rows] != [(r.name, r.gib) for r in plans[1].rows]
 
 
 # ---- ELSEWHERE ----------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("key", ELSEWHERE)
 def test_the_named_proof_exists(key):
@@ -338,8 +371,9 @@ def test_logits_chunk_runs_the_chunked_path_in_the_trainer(tmp_path, monkeypatch
     apply = logprobs.ChunkedLogSoftmax.apply
     monkeypatch.setattr(logprobs.ChunkedLogSoftmax, "apply", lambda *a: calls.append(1) or apply(*a))
     for chunk in (0, 4):
-        trainer = Trainer(config.load("tiny-arith", [*SHORT, "train.steps=1", f"model.logits_chunk={chunk}"]),
-                          tmp_path / str(chunk))
+        trainer = Trainer(
+            config.load("tiny-arith", [*SHORT, "train.steps=1", f"model.logits_chunk={chunk}"]), tmp_path / str(chunk)
+        )
         trainer.run()
         trainer.close()
         if chunk == 0:

@@ -25,8 +25,10 @@ def _train(run_dir, *overrides):
     from grpo_studio.contract import config
     from grpo_studio.engine.trainer import Trainer
 
-    cfg = config.load("tiny-arith", ["rollout.backend=hf", "train.prompts_per_step=2", "rollout.num_generations=4",
-                                     "data.eval_size=0", *overrides])
+    cfg = config.load(
+        "tiny-arith",
+        ["rollout.backend=hf", "train.prompts_per_step=2", "rollout.num_generations=4", "data.eval_size=0", *overrides],
+    )
     trainer = Trainer(cfg, run_dir)
     try:
         assert trainer.run() == "finished"
@@ -38,8 +40,10 @@ def _train(run_dir, *overrides):
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("export")
-    return {"lora": _train(root / "lora", "model.dtype=fp32", "train.steps=2", "train.save_every=1"),
-            "full": _train(root / "full", "model.dtype=bf16", "model.lora_rank=0", "train.steps=1")}
+    return {
+        "lora": _train(root / "lora", "model.dtype=fp32", "train.steps=2", "train.save_every=1"),
+        "full": _train(root / "full", "model.dtype=bf16", "model.lora_rank=0", "train.steps=1"),
+    }
 
 
 @pytest.fixture(scope="module")
@@ -95,8 +99,9 @@ def _greedy(model, prompts) -> list[list[int]]:
     ids = torch.tensor([[0] * (width - len(p)) + p for p in prompts])
     mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
     with torch.no_grad():
-        out = model.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=NEW_TOKENS, eos_token_id=None,
-                             pad_token_id=0)
+        out = model.generate(
+            ids, attention_mask=mask, do_sample=False, max_new_tokens=NEW_TOKENS, eos_token_id=None, pad_token_id=0
+        )
     return out[:, width:].tolist()
 
 
@@ -107,7 +112,12 @@ def test_merged_loads_and_matches_the_trainers_merged_policy(merged_dir, trainer
     from grpo_studio.engine.policy_loader import load_base, resolve_model_path
 
     assert sorted(p.name for p in merged_dir.iterdir()) == [
-        "config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"]
+        "config.json",
+        "generation_config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+    ]
     stored = load_file(merged_dir / "model.safetensors")
     assert not [k for k in stored if "lora" in k] and {t.dtype for t in stored.values()} == {torch.float32}
     oracle, weights = trainer_merged
@@ -150,7 +160,7 @@ def test_merged_serves_in_vllm_with_the_same_greedy_output(merged_dir, trainer_m
     finally:
         backend.close()
     served = [row[mask.bool()].tolist() for row, mask in zip(out.completion_ids, out.mask)]
-    expected = [ids[:ids.index(1) + 1] if 1 in ids else ids for ids in _greedy(trainer_merged[0], prompts)]
+    expected = [ids[: ids.index(1) + 1] if 1 in ids else ids for ids in _greedy(trainer_merged[0], prompts)]
     assert served == expected  # vLLM stops at <eos> (id 1)
 
 
@@ -168,22 +178,46 @@ def test_gguf_reads_back_with_the_expected_tensors_and_metadata(runs, trainer_me
     config = json.loads((ROOT / "presets/models/tiny-arith/config.json").read_text())
     vocab = json.loads((ROOT / "presets/models/tiny-arith/tokenizer.json").read_text())["model"]["vocab"]
     assert {k: v for k, v in meta.items() if not k.startswith("tokenizer.ggml.") or k.endswith("_id")} == {
-        "general.architecture": "qwen3", "general.type": "model", "general.name": "lora-step-2",
-        "qwen3.block_count": 2, "qwen3.context_length": 128, "qwen3.embedding_length": 256,
-        "qwen3.feed_forward_length": 512, "qwen3.attention.head_count": 4, "qwen3.attention.head_count_kv": 2,
-        "qwen3.attention.key_length": 64, "qwen3.attention.value_length": 64, "qwen3.rope.freq_base": 10000.0,
+        "general.architecture": "qwen3",
+        "general.type": "model",
+        "general.name": "lora-step-2",
+        "qwen3.block_count": 2,
+        "qwen3.context_length": 128,
+        "qwen3.embedding_length": 256,
+        "qwen3.feed_forward_length": 512,
+        "qwen3.attention.head_count": 4,
+        "qwen3.attention.head_count_kv": 2,
+        "qwen3.attention.key_length": 64,
+        "qwen3.attention.value_length": 64,
+        "qwen3.rope.freq_base": 10000.0,
         "qwen3.attention.layer_norm_rms_epsilon": pytest.approx(config["rms_norm_eps"]),
-        "general.file_type": {"f32": 0, "q8_0": 7}[quant], "general.quantization_version": 2,
-        "tokenizer.ggml.eos_token_id": 1, "tokenizer.ggml.unknown_token_id": 2, "tokenizer.ggml.padding_token_id": 0}
+        "general.file_type": {"f32": 0, "q8_0": 7}[quant],
+        "general.quantization_version": 2,
+        "tokenizer.ggml.eos_token_id": 1,
+        "tokenizer.ggml.unknown_token_id": 2,
+        "tokenizer.ggml.padding_token_id": 0,
+    }
     assert meta["tokenizer.ggml.model"] == "llama" and meta["tokenizer.ggml.add_bos_token"] is False
     assert meta["tokenizer.ggml.tokens"] == [("\u2581" if t == " " else t) for t in sorted(vocab, key=vocab.get)]
     assert meta["tokenizer.ggml.token_type"][:6] == [3, 3, 3, 4, 4, 1]  # control, control, control, user, user, normal
 
-    layer = ["attn_q", "attn_k", "attn_v", "attn_output", "attn_q_norm", "attn_k_norm", "attn_norm", "ffn_gate",
-             "ffn_up", "ffn_down", "ffn_norm"]
+    layer = [
+        "attn_q",
+        "attn_k",
+        "attn_v",
+        "attn_output",
+        "attn_q_norm",
+        "attn_k_norm",
+        "attn_norm",
+        "ffn_gate",
+        "ffn_up",
+        "ffn_down",
+        "ffn_norm",
+    ]
     tensors = {t.name: t for t in reader.tensors}
     assert set(tensors) == {"token_embd.weight", "output_norm.weight"} | {
-        f"blk.{b}.{n}.weight" for b in range(2) for n in layer}  # tied: no output.weight
+        f"blk.{b}.{n}.weight" for b in range(2) for n in layer
+    }  # tied: no output.weight
     _, weights = trainer_merged
     q = weights["model.layers.1.self_attn.q_proj.weight"].numpy()
     got = tensors["blk.1.attn_q.weight"]
@@ -195,8 +229,9 @@ def test_gguf_reads_back_with_the_expected_tensors_and_metadata(runs, trainer_me
 
 
 @pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is None, reason="llama-cpp-python not installed")
-def test_gguf_tokenizes_and_generates_in_llama_cpp_like_transformers(runs, trainer_merged, texts, prompts, tok,
-                                                                    tmp_path):
+def test_gguf_tokenizes_and_generates_in_llama_cpp_like_transformers(
+    runs, trainer_merged, texts, prompts, tok, tmp_path
+):
     from llama_cpp import Llama
 
     from grpo_studio.engine import export
@@ -219,22 +254,39 @@ def test_gguf_tokenizes_and_generates_in_llama_cpp_like_transformers(runs, train
 ERRORS = [  # (argv after the run, what the run is, the exact line); every one exits 2
     (["--merged", "{tmp}/m"], "missing", "export error: RUN = '{run}': no such folder"),
     (["--merged", "{tmp}/m"], "notrun", "export error: RUN = '{run}': not a run directory (no config.toml)"),
-    (["--merged", "{tmp}/m"], "empty", "export error: RUN = '{run}': no complete checkpoint under checkpoints/ "
-                                      "(a run writes one at its end and every train.save_every steps)"),
-    (["--step", "7", "--merged", "{tmp}/m"], "lora",
-     "export error: --step = 7: no complete checkpoint at that step in {run}; allowed: 1, 2"),
-    (["--merged", "{tmp}/full"], "lora", "export error: --merged = '{tmp}/full': exists and is not empty; choose a new "
-                                         "path or empty it"),
-    (["--gguf", "{tmp}/m.gguf", "--quant", "q4_k"], "lora",
-     "export error: --quant = 'q4_k': not a GGUF type this converter writes; allowed: f32, f16, bf16, q8_0"),
+    (
+        ["--merged", "{tmp}/m"],
+        "empty",
+        "export error: RUN = '{run}': no complete checkpoint under checkpoints/ "
+        "(a run writes one at its end and every train.save_every steps)",
+    ),
+    (
+        ["--step", "7", "--merged", "{tmp}/m"],
+        "lora",
+        "export error: --step = 7: no complete checkpoint at that step in {run}; allowed: 1, 2",
+    ),
+    (
+        ["--merged", "{tmp}/full"],
+        "lora",
+        "export error: --merged = '{tmp}/full': exists and is not empty; choose a new path or empty it",
+    ),
+    (
+        ["--gguf", "{tmp}/m.gguf", "--quant", "q4_k"],
+        "lora",
+        "export error: --quant = 'q4_k': not a GGUF type this converter writes; allowed: f32, f16, bf16, q8_0",
+    ),
     (["--merged", "{tmp}/m", "--quant", "q8_0"], "lora", "export error: --quant = 'q8_0': applies to --gguf only"),
-    (["--push", "me/tiny"], "lora",
-     "export error: --push = 'me/tiny': cannot push: the Hugging Face Hub is offline here (HF_HUB_OFFLINE=1)"),
+    (
+        ["--push", "me/tiny"],
+        "lora",
+        "export error: --push = 'me/tiny': cannot push: the Hugging Face Hub is offline here (HF_HUB_OFFLINE=1)",
+    ),
 ]
 
 
-@pytest.mark.parametrize("argv, which, line", ERRORS, ids=[e[2].split(":")[1].strip() + f"-{i}"
-                                                           for i, e in enumerate(ERRORS)])
+@pytest.mark.parametrize(
+    "argv, which, line", ERRORS, ids=[e[2].split(":")[1].strip() + f"-{i}" for i, e in enumerate(ERRORS)]
+)
 def test_user_errors_are_one_line_with_exit_code_2(runs, tmp_path, capsys, argv, which, line):
     from grpo_studio.cli.main import main
 
@@ -255,15 +307,21 @@ def test_push_offline_from_the_command_line(runs):
     """The real process: HF_HUB_OFFLINE=1 (tests/cli_helpers.py's environment), one line, exit code 2."""
     done = run_cli("export", str(runs["lora"]), "--push", "me/tiny", cwd=ROOT)
     assert (done.returncode, done.stdout) == (2, "")
-    assert done.stderr == ("export error: --push = 'me/tiny': cannot push: the Hugging Face Hub is offline here "
-                           "(HF_HUB_OFFLINE=1)\n")
+    assert done.stderr == (
+        "export error: --push = 'me/tiny': cannot push: the Hugging Face Hub is offline here (HF_HUB_OFFLINE=1)\n"
+    )
 
 
 def test_export_command_picks_the_kind_from_the_destination(tmp_path):
     from grpo_studio.studio.launcher import export_command
 
-    assert export_command(tmp_path, "out/m.GGUF")[-5:] == ["grpo_studio.cli.main", "export", str(tmp_path), "--gguf",
-                                                          "out/m.GGUF"]
+    assert export_command(tmp_path, "out/m.GGUF")[-5:] == [
+        "grpo_studio.cli.main",
+        "export",
+        str(tmp_path),
+        "--gguf",
+        "out/m.GGUF",
+    ]
     assert export_command(tmp_path, "out/merged")[-2:] == ["--merged", "out/merged"]
 
 
@@ -297,8 +355,9 @@ async def test_runs_list_exports_in_a_child_process_and_shows_its_line(runs, tmp
         app.screen.query_one(Input).value = prompt_again
         await pilot.press("enter")
         refused = f"export error: --merged = '{prompt_again}': exists and is not empty; choose a new path or empty it"
-        await wait_until(pilot, lambda: any(n.message == refused and n.severity == "error"
-                                            for n in app._notifications), timeout=300)
+        await wait_until(
+            pilot, lambda: any(n.message == refused and n.severity == "error" for n in app._notifications), timeout=300
+        )
 
 
 def test_push_with_the_hub_unreachable_is_one_line(runs, monkeypatch, capsys):
@@ -316,8 +375,10 @@ def test_push_with_the_hub_unreachable_is_one_line(runs, monkeypatch, capsys):
         monkeypatch.setattr(constants, "ENDPOINT", f"http://127.0.0.1:{closed.getsockname()[1]}")
         monkeypatch.setenv("HF_TOKEN", "hf_not_a_real_token")
         assert main(["export", str(runs["lora"]), "--push", "me/tiny"]) == 2
-    assert capsys.readouterr().err == ("export error: --push = 'me/tiny': cannot push to the Hugging Face Hub "
-                                       "(ConnectError: [Errno 111] Connection refused)\n")
+    assert capsys.readouterr().err == (
+        "export error: --push = 'me/tiny': cannot push to the Hugging Face Hub "
+        "(ConnectError: [Errno 111] Connection refused)\n"
+    )
 
 
 @pytest.mark.anyio

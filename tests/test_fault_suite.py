@@ -22,6 +22,9 @@ def test_the_suite_is_generated_large():
 @pytest.mark.parametrize("case", CASES, ids=[f"{c.category}:{c.name}" for c in CASES])
 def test_case_holds(case):
     verdict, outcome = judge(case, in_process=True)
-    expected = {REFUSED: "one line on stderr, exit 2, no run directory", READ: "exit 0, or one line and exit 2",
-                CRASHED: "one line on stderr, a non-zero exit"}[case.expect]
+    expected = {
+        REFUSED: "one line on stderr, exit 2, no run directory",
+        READ: "exit 0, or one line and exit 2",
+        CRASHED: "one line on stderr, a non-zero exit",
+    }[case.expect]
     assert verdict == "held", f"{verdict} (expected {expected}): exit {outcome.code}\n{outcome.stderr[-1500:]}"

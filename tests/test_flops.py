@@ -21,9 +21,18 @@ HAND_N = LAYERS * PER_LAYER + V * H  # + lm_head (tied to the embedding: still a
 
 def tiny_qwen3() -> Qwen3ForCausalLM:
     torch.manual_seed(0)
-    return Qwen3ForCausalLM(Qwen3Config(hidden_size=H, num_hidden_layers=LAYERS, num_attention_heads=HEADS,
-                                        num_key_value_heads=KV, head_dim=D, intermediate_size=I, vocab_size=V,
-                                        tie_word_embeddings=True))
+    return Qwen3ForCausalLM(
+        Qwen3Config(
+            hidden_size=H,
+            num_hidden_layers=LAYERS,
+            num_attention_heads=HEADS,
+            num_key_value_heads=KV,
+            head_dim=D,
+            intermediate_size=I,
+            vocab_size=V,
+            tie_word_embeddings=True,
+        )
+    )
 
 
 def test_matmul_weights_by_hand_with_and_without_lora():
@@ -42,15 +51,20 @@ def test_real_tokens_count_prompt_attention_and_completion_mask_not_padding():
     assert flops.real_tokens(attention, completion_mask).tolist() == [2 + 4, 3 + 2]
 
 
-@pytest.mark.parametrize("sampled_here,old_logps,reference,lora,per_token", [
-    (True, False, False, True, {"all": 2, "mine": 4}),     # generate all, LoRA-train mine
-    (True, True, True, False, {"all": 2 + 2, "mine": 2 + 6}),  # + π_old of all, reference of mine, full train
-    (False, False, False, True, {"all": 0, "mine": 4}),    # a later step of the rollout, or a rollout server
-], ids=["first-step-lora", "pi-old-ref-full", "later-step"])
+@pytest.mark.parametrize(
+    "sampled_here,old_logps,reference,lora,per_token",
+    [
+        (True, False, False, True, {"all": 2, "mine": 4}),  # generate all, LoRA-train mine
+        (True, True, True, False, {"all": 2 + 2, "mine": 2 + 6}),  # + π_old of all, reference of mine, full train
+        (False, False, False, True, {"all": 0, "mine": 4}),  # a later step of the rollout, or a rollout server
+    ],
+    ids=["first-step-lora", "pi-old-ref-full", "later-step"],
+)
 def test_step_flop_by_hand(sampled_here, old_logps, reference, lora, per_token):
     tokens, rows = torch.tensor([6.0, 5.0, 9.0, 4.0]), torch.tensor([1, 3])
-    got = flops.grpo_step_flop(HAND_N, tokens, rows, sampled_here=sampled_here, old_logps=old_logps,
-                               reference=reference, lora=lora)
+    got = flops.grpo_step_flop(
+        HAND_N, tokens, rows, sampled_here=sampled_here, old_logps=old_logps, reference=reference, lora=lora
+    )
     assert got == HAND_N * (per_token["all"] * 24 + per_token["mine"] * 9)
 
 
@@ -66,8 +80,17 @@ def test_trainer_rows_carry_mfu_from_their_own_numbers(tmp_path):
     from grpo_studio.engine.trainer import Trainer
 
     P, G = 2, 2
-    cfg = config.load("tiny-arith", ["train.steps=2", f"train.prompts_per_step={P}", f"rollout.num_generations={G}",
-                                     "train.steps_per_generation=2", "train.save_every=0", "model.lora_rank=8"])
+    cfg = config.load(
+        "tiny-arith",
+        [
+            "train.steps=2",
+            f"train.prompts_per_step={P}",
+            f"rollout.num_generations={G}",
+            "train.steps_per_generation=2",
+            "train.save_every=0",
+            "model.lora_rank=8",
+        ],
+    )
     trainer = Trainer(cfg, tmp_path)
     assert trainer.run() == "finished"
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]

@@ -17,8 +17,7 @@ import pytest
 from grpo_studio.contract import config
 from grpo_studio.engine.trainer import Trainer
 
-INIT, INTERVAL, STEPS = 2.0 ** 16, 2, 5
-
+INIT, INTERVAL, STEPS = 2.0**16, 2, 5
 
 
 def replay_loss_scale(skipped_counts: list[float], init: float, interval: int) -> list[float]:
@@ -39,10 +38,19 @@ def replay_loss_scale(skipped_counts: list[float], init: float, interval: int) -
 @pytest.mark.slow
 def test_fp16_run_loss_scale_grows_after_interval_and_no_nan(tmp_path, model_name):
     run = tmp_path / "run"
-    cfg = config.load("tiny-arith", [
-        f"model.name={model_name}", "model.dtype=fp16", f"precision.loss_scale_init={INIT}",
-        f"precision.loss_scale_growth_interval={INTERVAL}", f"train.steps={STEPS}", "train.prompts_per_step=2",
-        "rollout.num_generations=4", "train.save_every=0"])
+    cfg = config.load(
+        "tiny-arith",
+        [
+            f"model.name={model_name}",
+            "model.dtype=fp16",
+            f"precision.loss_scale_init={INIT}",
+            f"precision.loss_scale_growth_interval={INTERVAL}",
+            f"train.steps={STEPS}",
+            "train.prompts_per_step=2",
+            "rollout.num_generations=4",
+            "train.save_every=0",
+        ],
+    )
     assert Trainer(cfg, run).run() == "finished"
 
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]

@@ -22,9 +22,9 @@ from grpo_studio.engine.mismatch import mismatch_metrics
 
 # e4m3: 3 mantissa bits → relative rounding error ≤ 2^-4 for normal values (|q| ≥ 2^-6);
 # subnormal spacing 2^-9 → absolute error ≤ 2^-10 in scaled units (i.e. ≤ 2^-10 · scale).
-REL = 2.0 ** -4
-SUB_ABS = 2.0 ** -10
-FP32_SLACK = 1 + 2.0 ** -20  # two extra fp32 roundings (x·448/amax and q·scale)
+REL = 2.0**-4
+SUB_ABS = 2.0**-10
+FP32_SLACK = 1 + 2.0**-20  # two extra fp32 roundings (x·448/amax and q·scale)
 
 # Shapes of the bundled tiny model's GEMMs (hidden 256, intermediate 512/768, 4 heads × 64,
 # 2 KV heads, vocab 64) plus ragged ones that leave partial blocks.
@@ -47,7 +47,7 @@ def block_scales(x, block):
     s = torch.empty_like(x)
     for i in range(0, x.shape[0], br):
         for j in range(0, x.shape[1], bc):
-            s[i:i + br, j:j + bc] = x[i:i + br, j:j + bc].abs().max() / FP8_MAX
+            s[i : i + br, j : j + bc] = x[i : i + br, j : j + bc].abs().max() / FP8_MAX
     return s
 
 
@@ -63,7 +63,7 @@ def test_round_trip_error_within_e4m3_bound_at_every_block(shape, block):
     assert bool((err <= bound).all()), float((err / bound).max())
     # and it really is 3-bit rounding, not something finer: in a 128-wide sample of normal
     # values the worst relative error comes close to 2^-4
-    normal = x.abs() >= s * FP8_MAX * 2.0 ** -6
+    normal = x.abs() >= s * FP8_MAX * 2.0**-6
     worst = float((err[normal] / x.abs()[normal]).max())
     assert worst > 0.8 * REL if normal.sum() > 1000 else worst <= REL * FP32_SLACK
 
@@ -84,7 +84,7 @@ def test_exactly_representable_blocks_round_trip_exactly():
     g = torch.Generator().manual_seed(1)
     grid = (torch.randn(256, 384, generator=g) * 100).clamp(-448, 448).to(torch.float8_e4m3fn).float()
     grid[::128, ::128] = 448.0
-    x = grid * 2.0 ** -3
+    x = grid * 2.0**-3
     assert torch.equal(quantize_dequantize(x, WEIGHT_BLOCK), x)
 
 
@@ -99,7 +99,9 @@ def test_scales_shape_partial_blocks_and_zero_blocks():
     y = quantize_dequantize(z, WEIGHT_BLOCK)
     assert torch.equal(y, z)  # zero blocks stay zero (no 0/0)
     assert torch.equal(dequantize_blocks(*quantize_blocks(z, WEIGHT_BLOCK), WEIGHT_BLOCK), z)
-    assert quantize_dequantize(torch.randn(4, 7, dtype=torch.bfloat16), (1, 128), out_dtype=None).dtype == torch.bfloat16
+    assert (
+        quantize_dequantize(torch.randn(4, 7, dtype=torch.bfloat16), (1, 128), out_dtype=None).dtype == torch.bfloat16
+    )
 
 
 def test_activation_groups_are_per_token():
@@ -107,7 +109,7 @@ def test_activation_groups_are_per_token():
     # rollout's one-token decode steps see the same fp8 activations.
     x = blocky((9, 300), ACT_BLOCK, seed=3)
     full = quantize_dequantize(x, ACT_BLOCK)
-    rows = torch.cat([quantize_dequantize(x[i:i + 1], ACT_BLOCK) for i in range(9)])
+    rows = torch.cat([quantize_dequantize(x[i : i + 1], ACT_BLOCK) for i in range(9)])
     assert torch.equal(full, rows)
 
 
@@ -123,7 +125,7 @@ def test_fp8_linear_error_bound_and_shapes(shape):
     exact = x.double() @ w.double().t() + b.double()
     # |x̂ŵ − xw| ≤ |x||w|·((1 + 2^-4)^2 − 1) (+ subnormal terms, + bf16 output rounding 2^-8)
     mag = x.double().abs() @ w.double().abs().t()
-    bound = mag * ((1 + REL) ** 2 - 1) + 1e-3 * mag + 2.0 ** -8 * exact.abs() + 1e-6
+    bound = mag * ((1 + REL) ** 2 - 1) + 1e-3 * mag + 2.0**-8 * exact.abs() + 1e-6
     assert bool(((y.double() - exact).abs() <= bound).all())
     # and the fp8 path is not the bf16 path
     assert not torch.equal(y, nn.functional.linear(x, w, b))
@@ -159,9 +161,17 @@ def test_straight_through_gradients():
 def tiny_qwen3(dtype=torch.bfloat16, intermediate=768):
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    cfg = Qwen3Config(vocab_size=64, hidden_size=256, intermediate_size=intermediate, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, head_dim=64, max_position_embeddings=128,
-                      tie_word_embeddings=False)
+    cfg = Qwen3Config(
+        vocab_size=64,
+        hidden_size=256,
+        intermediate_size=intermediate,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=64,
+        max_position_embeddings=128,
+        tie_word_embeddings=False,
+    )
     torch.manual_seed(0)
     return Qwen3ForCausalLM(cfg).to(dtype).eval()
 
@@ -180,7 +190,9 @@ def test_apply_fp8_patches_every_linear_but_lm_head(intermediate):
     model = tiny_qwen3(intermediate=intermediate)
     n = apply_fp8(model)
     assert n == 2 * 7  # q, k, v, o, gate, up, down per layer
-    assert all(isinstance(m, Fp8Linear) for m in (model.model.layers[0].self_attn.q_proj, model.model.layers[1].mlp.down_proj))
+    assert all(
+        isinstance(m, Fp8Linear) for m in (model.model.layers[0].self_attn.q_proj, model.model.layers[1].mlp.down_proj)
+    )
     assert type(model.lm_head) is nn.Linear
     before = model.state_dict()
     assert apply_fp8(model) == 0  # idempotent
@@ -252,8 +264,15 @@ def test_torch_shape_checks_do_bite():
     wq, ws = quantize_blocks(torch.randn(768, 256), WEIGHT_BLOCK)
     meta = [t.to("meta") for t in (xq, xs.t().contiguous().t(), wq, ws)]
     with pytest.raises(RuntimeError, match="L4"):
-        F.scaled_mm(meta[0], meta[2].t(), meta[1], F.ScalingType.BlockWise1x128, meta[3].t(),
-                    F.ScalingType.BlockWise128x128, output_dtype=torch.float32)
+        F.scaled_mm(
+            meta[0],
+            meta[2].t(),
+            meta[1],
+            F.ScalingType.BlockWise1x128,
+            meta[3].t(),
+            F.ScalingType.BlockWise128x128,
+            output_dtype=torch.float32,
+        )
 
 
 @pytest.mark.gpu
@@ -269,7 +288,7 @@ def test_cuda_kernel_matches_simulation():
         real = fp8_linear_forward(x, w, None, backend="cuda")
         sim = fp8_linear_forward(x, w, None, backend="sim")
         # same fp8 operands; only fp32 summation order differs, then the bf16 output rounding
-        torch.testing.assert_close(real.float(), sim.float(), rtol=2.0 ** -7, atol=1e-3)
+        torch.testing.assert_close(real.float(), sim.float(), rtol=2.0**-7, atol=1e-3)
         real.float().sum().backward()
         assert torch.isfinite(w.grad).all() and torch.isfinite(x.grad).all()
     from grpo_studio.engine import fp8 as F

@@ -25,8 +25,13 @@ from test_distributed import one_step, torchrun_results
 
 FSDP_SETS = ["train.shared_prefix=off"]  # the one-process oracle on the plain path too (fsdp: auto is off)
 FULL = ["model.lora_rank=0"]
-CASES = {"lora-dapo": ("dapo", []), "lora-grpo": ("grpo", []), "lora-bnpo": ("bnpo", []),
-         "full-grpo": ("grpo", FULL), "full-dapo": ("dapo", FULL)}
+CASES = {
+    "lora-dapo": ("dapo", []),
+    "lora-grpo": ("grpo", []),
+    "lora-bnpo": ("bnpo", []),
+    "full-grpo": ("grpo", FULL),
+    "full-dapo": ("dapo", FULL),
+}
 
 
 def ranks_main(out: Path, cases: list[str]) -> None:
@@ -65,11 +70,19 @@ def test_fsdp_step_equals_one_process(fsdp_steps, case, tmp_path):
     assert moved < (1e-3 if loss_type == "bnpo" else 1e-6)  # bnpo: as in test_distributed (fp32 token share)
 
 
-
-RUN_SETS = ["train.parallel=fsdp", "train.steps=4", "train.save_every=2",
-            "train.prompts_per_step=4", "rollout.num_generations=4", "train.eval_every=0", "rollout.backend=hf"]
-STABLE = lambda rows: [{k: v for k, v in r.items() if k != "time" and not k.startswith(("perf/", "mem/"))}  # noqa: E731
-                       for r in rows]
+RUN_SETS = [
+    "train.parallel=fsdp",
+    "train.steps=4",
+    "train.save_every=2",
+    "train.prompts_per_step=4",
+    "rollout.num_generations=4",
+    "train.eval_every=0",
+    "rollout.backend=hf",
+]
+STABLE = lambda rows: [
+    {k: v for k, v in r.items() if k != "time" and not k.startswith(("perf/", "mem/"))}  # noqa: E731
+    for r in rows
+]
 
 
 def fsdp_cli(*args: str) -> None:
@@ -77,8 +90,10 @@ def fsdp_cli(*args: str) -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
-@pytest.mark.parametrize(("kind", "sets", "weights"), [("lora", [], "adapter_model.safetensors"),
-                                                       ("full", ["--set", "model.lora_rank=0"], "model.safetensors")])
+@pytest.mark.parametrize(
+    ("kind", "sets", "weights"),
+    [("lora", [], "adapter_model.safetensors"), ("full", ["--set", "model.lora_rank=0"], "model.safetensors")],
+)
 def test_fsdp_checkpoint_resumes_into_the_uninterrupted_run(kind, sets, weights, tmp_path):
     """4 fsdp steps checkpointed at 2 and 4; a copy without step-4 resumes from step-2 (weights and AdamW state
     sharded back from the consolidated checkpoint) and must reach the same rows and the same step-4 weights.
@@ -95,8 +110,9 @@ def test_fsdp_checkpoint_resumes_into_the_uninterrupted_run(kind, sets, weights,
     step2 = run / "checkpoints" / "step-2"
     names = load_file(step2 / weights).keys()
     if kind == "lora":
-        assert names and all(n.startswith("base_model.model.") and n.endswith(("lora_A.weight", "lora_B.weight"))
-                             for n in names)
+        assert names and all(
+            n.startswith("base_model.model.") and n.endswith(("lora_A.weight", "lora_B.weight")) for n in names
+        )
     else:
         assert "model.embed_tokens.weight" in names and (step2 / "config.json").is_file()
     moments = torch.load(step2 / "trainer_state.pt", weights_only=False)["optimizer"]["state"]  # AdamW's, gathered
@@ -119,7 +135,6 @@ def test_fsdp_checkpoint_resumes_into_the_uninterrupted_run(kind, sets, weights,
     assert "checkpoint_skipped" not in events and "no_checkpoint" not in events
 
 
-
 def _clip_and_overflow(rank: int, port: int, out: str) -> None:
     """One rank of the clip / overflow check (torch.multiprocessing): a 2-layer net sharded by engine/fsdp.py,
     each rank's loss on its half of a batch; rank 0 writes what both saw."""
@@ -132,14 +147,15 @@ def _clip_and_overflow(rank: int, port: int, out: str) -> None:
     from grpo_studio.engine import distributed, fsdp
     from grpo_studio.engine.precision import LossScaler, clip_grad_norm
 
-    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
-                      MASTER_PORT=str(port))
+    os.environ.update(
+        RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)
+    )
     group = distributed.start(config.load("tiny-arith", ["train.parallel=fsdp"]))
     torch.manual_seed(0)
     net = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 3))
     ref, x = copy.deepcopy(net), torch.randn(10, 6)
     fsdp.shard(net, types.SimpleNamespace(lora_rank=0, dtype="fp32"))
-    net(x[rank * 5:(rank + 1) * 5]).pow(2).sum().backward()  # the gradient sums the ranks' halves
+    net(x[rank * 5 : (rank + 1) * 5]).pow(2).sum().backward()  # the gradient sums the ranks' halves
     ref(x).pow(2).sum().backward()
     norm = clip_grad_norm(list(net.parameters()), 0.5, group.shard_sum)
     ref_norm = float(torch.nn.utils.clip_grad_norm_(ref.parameters(), 0.5))
@@ -147,12 +163,21 @@ def _clip_and_overflow(rank: int, port: int, out: str) -> None:
     clipped = max((p.grad.full_tensor() - q.grad).abs().max().item() for p, q in pairs)
     if rank == 1:  # an fp16 overflow in rank 1's shard only
         next(net.parameters()).grad.to_local().view(-1)[0] = float("inf")
-    scaler, optimizer = LossScaler(2.0 ** 8), torch.optim.SGD(net.parameters(), lr=0.1)
+    scaler, optimizer = LossScaler(2.0**8), torch.optim.SGD(net.parameters(), lr=0.1)
     before = [p.full_tensor() for p in net.parameters()]
     stepped, step_norm = scaler.step(optimizer, list(net.parameters()), 1.0, group.shard_sum)
     unchanged = all(torch.equal(b, p.full_tensor()) for b, p in zip(before, net.parameters()))
-    seen = group._gather_objects({"norm": norm, "ref_norm": ref_norm, "clipped": clipped, "stepped": stepped,
-                                  "step_norm": step_norm, "unchanged": unchanged, "scale": scaler.get_scale()})
+    seen = group._gather_objects(
+        {
+            "norm": norm,
+            "ref_norm": ref_norm,
+            "clipped": clipped,
+            "stepped": stepped,
+            "step_norm": step_norm,
+            "unchanged": unchanged,
+            "scale": scaler.get_scale(),
+        }
+    )
     if rank == 0:
         torch.save(seen, out)
     group.close()
@@ -173,8 +198,12 @@ def test_clipping_and_fp16_overflow_see_every_shard(tmp_path):
     for rank in seen:
         assert rank["norm"] == pytest.approx(rank["ref_norm"], rel=1e-6) and rank["ref_norm"] > 0.5  # it clipped
         assert rank["clipped"] < 1e-6
-        assert (rank["stepped"], rank["step_norm"], rank["unchanged"], rank["scale"]) == (False, float("inf"), True,
-                                                                                          2.0 ** 7)
+        assert (rank["stepped"], rank["step_norm"], rank["unchanged"], rank["scale"]) == (
+            False,
+            float("inf"),
+            True,
+            2.0**7,
+        )
 
 
 if __name__ == "__main__":

@@ -23,15 +23,17 @@ def loaded_after(code: str) -> set[str]:
 
 def test_contract_room_imports_neither_torch_nor_textual():
     names = [m.name for m in pkgutil.walk_packages(contract.__path__, "grpo_studio.contract.")]
-    assert {"grpo_studio.contract.config", "grpo_studio.contract.rundir",
-            "grpo_studio.contract.planner.vram"} <= set(names), names  # the probe really covers the room
+    assert {"grpo_studio.contract.config", "grpo_studio.contract.rundir", "grpo_studio.contract.planner.vram"} <= set(
+        names
+    ), names  # the probe really covers the room
     mods = loaded_after("\n".join(f"import {n}" for n in names))
     assert not mods & (HEAVY | UI), mods & (HEAVY | UI)
 
 
 def test_front_door_and_runs_listing_import_no_textual_or_torch(tmp_path):
-    mods = loaded_after("import grpo_studio.cli.main, grpo_studio.cli.runs_cmd\n"
-                        f"grpo_studio.cli.main.main(['runs', {str(tmp_path)!r}])")
+    mods = loaded_after(
+        f"import grpo_studio.cli.main, grpo_studio.cli.runs_cmd\ngrpo_studio.cli.main.main(['runs', {str(tmp_path)!r}])"
+    )
     assert "grpo_studio" in mods
     assert not mods & (HEAVY | UI), mods & (HEAVY | UI)
 
@@ -44,7 +46,8 @@ def test_studio_imports_no_torch_transformers_or_vllm():
         "grpo_studio.studio.widgets.metric_chart, grpo_studio.studio.widgets.vram_panel, "
         "grpo_studio.studio.widgets.perf_tables, grpo_studio.studio.widgets.reward_list, grpo_studio.studio.messages, "
         "grpo_studio.studio.launcher, grpo_studio.studio.vram_adapter\n"
-        "from grpo_studio.studio.app import StudioApp\nStudioApp()")
+        "from grpo_studio.studio.app import StudioApp\nStudioApp()"
+    )
     assert "textual" in mods  # the probe really loaded the app
     assert not mods & HEAVY, mods & HEAVY
 
@@ -67,11 +70,31 @@ def test_wheel_claims_one_import_name_and_carries_the_bundled_data(tmp_path):
         shutil.copytree(root / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(root / name, src / name)
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
-                    str(tmp_path), str(src)], check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(tmp_path),
+            str(src),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     (wheel,) = tmp_path.glob("grpo_studio-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert {n.split("/")[0] for n in names} == {"grpo_studio", wheel.name.split("-py")[0] + ".dist-info"}
-    for path in ("grpo_studio/presets/recipes/tiny-arith.toml", "grpo_studio/presets/models/tiny-arith/model.safetensors",
-                 "grpo_studio/studio/studio.tcss", "grpo_studio/contract/config.py", "grpo_studio/cli/main.py"):
+    for path in (
+        "grpo_studio/presets/recipes/tiny-arith.toml",
+        "grpo_studio/presets/models/tiny-arith/model.safetensors",
+        "grpo_studio/studio/studio.tcss",
+        "grpo_studio/contract/config.py",
+        "grpo_studio/cli/main.py",
+    ):
         assert path in names, path

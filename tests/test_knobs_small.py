@@ -15,8 +15,7 @@ SHORT = ["train.prompts_per_step=2", "rollout.num_generations=2", "train.save_ev
 
 
 def write_arith_jsonl(path: Path, n: int) -> Path:
-    path.write_text("".join(json.dumps({"prompt": f"{a}+{a + 1}=", "answer": str(2 * a + 1)}) + "\n"
-                            for a in range(n)))
+    path.write_text("".join(json.dumps({"prompt": f"{a}+{a + 1}=", "answer": str(2 * a + 1)}) + "\n" for a in range(n)))
     return path
 
 
@@ -39,18 +38,25 @@ def test_a_64_row_jsonl_trains_with_default_settings(tmp_path):
     assert Trainer(cfg, tmp_path / "run").run() == "finished"
     got = events(tmp_path / "run")
     assert (got[0]["event"], got[0]["message"]) == (
-        "info", "data: 64 training rows, no held-out rows (set data.eval_size to hold some out)")
+        "info",
+        "data: 64 training rows, no held-out rows (set data.eval_size to hold some out)",
+    )
     assert (got[1]["event"], got[1]["message"]) == (
-        "warning", "train.eval_every = 10: no rows to evaluate on, so no eval/accuracy; set data.eval_size (rows "
-                   "held out), or data.eval_split for a Hugging Face dataset")
+        "warning",
+        "train.eval_every = 10: no rows to evaluate on, so no eval/accuracy; set data.eval_size (rows "
+        "held out), or data.eval_split for a Hugging Face dataset",
+    )
     rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2]
 
 
-@pytest.mark.parametrize("extra, message", [
-    (["data.eval_size=4"], "data: 60 training rows, 4 held out for evaluation (data.eval_size)"),
-    (["data.eval_size=0"], "data: 64 training rows, no held-out rows (set data.eval_size to hold some out)"),
-])
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["data.eval_size=4"], "data: 60 training rows, 4 held out for evaluation (data.eval_size)"),
+        (["data.eval_size=0"], "data: 64 training rows, no held-out rows (set data.eval_size to hold some out)"),
+    ],
+)
 def test_the_first_event_says_what_is_held_out(tmp_path, extra, message):
     from grpo_studio.engine.trainer import Trainer
 
@@ -65,8 +71,17 @@ def test_keep_checkpoints_keeps_the_newest_and_the_best(tmp_path, best_metric):
     from grpo_studio.engine.trainer import Trainer
 
     run = tmp_path / "run"
-    cfg = load("tiny-arith", ["train.steps=5", "train.eval_every=0", *SHORT, "train.save_every=1",
-                              "train.keep_checkpoints=2", f"train.best_metric={best_metric}"])
+    cfg = load(
+        "tiny-arith",
+        [
+            "train.steps=5",
+            "train.eval_every=0",
+            *SHORT,
+            "train.save_every=1",
+            "train.keep_checkpoints=2",
+            f"train.best_metric={best_metric}",
+        ],
+    )
     assert Trainer(cfg, run).run() == "finished"
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     expected = {4, 5}
@@ -83,7 +98,8 @@ def test_a_misspelt_best_metric_is_refused_with_the_nearest_name():
 
     with pytest.raises(UserError) as err:
         config.load("tiny-arith", ["train.best_metric=reward/mena"])
-    assert str(err.value) == ("config error: train.best_metric = 'reward/mena': not a metric the trainer writes "
-                              "(did you mean 'reward/mean'?)")
+    assert str(err.value) == (
+        "config error: train.best_metric = 'reward/mena': not a metric the trainer writes (did you mean 'reward/mean'?)"
+    )
     for name in ("reward/mean", "rewards/correctness/mean", "eval/accuracy"):
         assert config.load("tiny-arith", [f"train.best_metric={name}"]).train.best_metric == name

@@ -50,8 +50,13 @@ def test_every_package_docstring_lists_its_folder():
         missing = sorted(n for n in here if not re.search(rf"(?<![\w.]){re.escape(n)}(?![\w])", doc))
         assert missing == [], f"{package.relative_to(ROOT)}/__init__.py does not list {missing}"
         named = set(re.findall(r"(?<![\w/.])([a-z_][a-z0-9_]*)(?:\.py\b|/(?=[\s),]|$))", doc))
-        gone = sorted(n for n in named if n not in here and not (ROOT / n).exists()
-                      and not any((ROOT / room / n).exists() or (ROOT / room / f"{n}.py").exists() for room in ROOMS))
+        gone = sorted(
+            n
+            for n in named
+            if n not in here
+            and not (ROOT / n).exists()
+            and not any((ROOT / room / n).exists() or (ROOT / room / f"{n}.py").exists() for room in ROOMS)
+        )
         assert gone == [], f"{package.relative_to(ROOT)}/__init__.py names files that are not there: {gone}"
         checked += 1
     assert checked >= 8

@@ -15,9 +15,12 @@ from grpo_studio.engine.policy_loader import load_policy, load_tokenizer, resolv
 
 def _batch(tokenizer):
     prompts = [tokenizer.encode(p, add_special_tokens=False) for p in ("1+2=", "23+45=", "7+30=")]
-    completions = torch.tensor([tokenizer.encode(c, add_special_tokens=False) + [tokenizer.eos_token_id] * k
-                                for c, k in (("<answer>3</answer>", 3), ("<answer>68</answer>", 2),
-                                             ("<answer>37</answer>", 2))])
+    completions = torch.tensor(
+        [
+            tokenizer.encode(c, add_special_tokens=False) + [tokenizer.eos_token_id] * k
+            for c, k in (("<answer>3</answer>", 3), ("<answer>68</answer>", 2), ("<answer>37</answer>", 2))
+        ]
+    )
     return join_prompt_completion(prompts, completions, 1, tokenizer.pad_token_id), completions.shape[1]
 
 
@@ -49,8 +52,9 @@ def assert_same_logps_entropy_and_grads(results, atol: float, entropy_rtol: floa
         torch.testing.assert_close(g1[name], g0[name], rtol=1e-4, atol=1e-5 * g0[name].abs().max().item())
 
 
-@pytest.mark.parametrize("scale, softcap, tau, seed", [(1.0, None, 0.5, 1), (0.5, 2.0, 0.8, 4)],
-                         ids=["plain", "scaled-and-softcapped"])
+@pytest.mark.parametrize(
+    "scale, softcap, tau, seed", [(1.0, None, 0.5, 1), (0.5, 2.0, 0.8, 4)], ids=["plain", "scaled-and-softcapped"]
+)
 def test_chunked_gradient_matches_autograd_of_the_formula(scale, softcap, tau, seed):
     """Oracle: autograd of log_softmax(f(h·Wᵀ)/τ)[y] in float64, f = c·tanh(s·z/c) (or s·z without a cap)."""
     g = torch.Generator().manual_seed(seed)
@@ -69,8 +73,11 @@ def test_chunked_gradient_matches_autograd_of_the_formula(scale, softcap, tau, s
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("scale, softcap, tau", [(1.0, None, 1.0), (0.5, None, 0.7), (0.5, 2.0, 0.8)],
-                         ids=["plain", "scaled", "scaled-and-softcapped"])
+@pytest.mark.parametrize(
+    "scale, softcap, tau",
+    [(1.0, None, 1.0), (0.5, None, 0.7), (0.5, 2.0, 0.8)],
+    ids=["plain", "scaled", "scaled-and-softcapped"],
+)
 @pytest.mark.parametrize("columns", [4, 11], ids=["vocab-tiles", "one-tile"])
 def test_tiled_online_logsumexp_matches_autograd_in_float64(scale, softcap, tau, columns):
     """Oracle: log_softmax(f(h·Wᵀ)/τ) in float64, its entropy and autograd gradients of h and W. Tiles of
@@ -103,8 +110,16 @@ def _tiny(arch: str):
     """A randomly initialised tiny model of a family whose forward transforms its final logits."""
     import transformers
 
-    common = dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
-                  num_key_value_heads=1, head_dim=16, max_position_embeddings=64)
+    common = dict(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+        max_position_embeddings=64,
+    )
     torch.manual_seed(0)
     if arch == "gemma2":  # soft cap 3.0: small enough that tanh bends the random logits
         cfg = transformers.Gemma2Config(**common, final_logit_softcapping=3.0, attn_logit_softcapping=None)
@@ -128,8 +143,9 @@ def test_chunked_honours_final_logit_softcapping_and_scales(arch):
         model.zero_grad()
         logps, entropy = token_logprobs(model, ids, attn, 6, temperature=0.7, with_entropy=True, logits_chunk=chunk)
         (logps * weights).sum().backward()
-        results.append((logps.detach(), entropy, {n: p.grad.clone() for n, p in model.named_parameters()
-                                                  if p.grad is not None}))
+        results.append(
+            (logps.detach(), entropy, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+        )
     assert_same_logps_entropy_and_grads(results, atol=1e-6, entropy_rtol=1e-6)  # entropies ~4: fp32 rounds ~5e-7
 
 
@@ -143,5 +159,7 @@ def test_chunked_refuses_an_unknown_logit_transform():
     ids = torch.randint(1, 64, (2, 8), generator=torch.Generator().manual_seed(5))
     with pytest.raises(UserError) as err:
         token_logprobs(model, ids, torch.ones_like(ids), 4, logits_chunk=4)
-    assert str(err.value) == ("config error: model.logits_chunk = 4: CohereForCausalLM transforms its logits in a "
-                              "way the chunked path does not reproduce; set model.logits_chunk = 0")
+    assert str(err.value) == (
+        "config error: model.logits_chunk = 4: CohereForCausalLM transforms its logits in a "
+        "way the chunked path does not reproduce; set model.logits_chunk = 0"
+    )

@@ -11,13 +11,16 @@ import torch
 from grpo_studio.engine.precision import LossScaler, clip_grad_norm
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(growth_factor=1.0), "growth_factor = 1.0: must be > 1"),
-    (dict(backoff_factor=0.0), "backoff_factor = 0.0: must be in (0, 1)"),
-    (dict(backoff_factor=1.0), "backoff_factor = 1.0: must be in (0, 1)"),
-    (dict(backoff_factor=1.5), "backoff_factor = 1.5: must be in (0, 1)"),
-    (dict(growth_interval=0), "growth_interval = 0: must be >= 1"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(growth_factor=1.0), "growth_factor = 1.0: must be > 1"),
+        (dict(backoff_factor=0.0), "backoff_factor = 0.0: must be in (0, 1)"),
+        (dict(backoff_factor=1.0), "backoff_factor = 1.0: must be in (0, 1)"),
+        (dict(backoff_factor=1.5), "backoff_factor = 1.5: must be in (0, 1)"),
+        (dict(growth_interval=0), "growth_interval = 0: must be >= 1"),
+    ],
+)
 def test_bad_arguments(kwargs, message):
     with pytest.raises(ValueError) as err:
         LossScaler(**kwargs)
@@ -27,13 +30,21 @@ def test_bad_arguments(kwargs, message):
 def test_arguments_at_their_limits_are_accepted():
     s = LossScaler(growth_factor=1.0001, backoff_factor=0.999, growth_interval=1)
     s.update(False)  # interval 1: every finite step grows
-    assert s.get_scale() == 2.0 ** 16 * 1.0001
+    assert s.get_scale() == 2.0**16 * 1.0001
 
 
 def test_defaults_and_the_saved_state_are_exactly_these():
     assert LossScaler().state_dict() == {
-        "scale": 65536.0, "growth_tracker": 0, "skipped_steps": 0, "init_scale": 65536.0, "growth_factor": 2.0,
-        "backoff_factor": 0.5, "growth_interval": 2000, "min_scale": 1.0, "enabled": True}
+        "scale": 65536.0,
+        "growth_tracker": 0,
+        "skipped_steps": 0,
+        "init_scale": 65536.0,
+        "growth_factor": 2.0,
+        "backoff_factor": 0.5,
+        "growth_interval": 2000,
+        "min_scale": 1.0,
+        "enabled": True,
+    }
     assert LossScaler(min_scale=4.0).state_dict()["min_scale"] == 4.0
     off = LossScaler(init_scale=1024.0, min_scale=4.0, enabled=False)  # disabled: scale and floor are 1
     assert (off.get_scale(), off.min_scale, off.state_dict()["enabled"]) == (1.0, 1.0, False)
@@ -45,9 +56,21 @@ def test_load_state_dict_restores_every_setting():
     source.update(False)
     target = LossScaler()
     target.load_state_dict(source.state_dict())
-    assert target.state_dict() == source.state_dict() == {
-        "scale": 128.0, "growth_tracker": 1, "skipped_steps": 1, "init_scale": 512.0, "growth_factor": 4.0,
-        "backoff_factor": 0.25, "growth_interval": 7, "min_scale": 8.0, "enabled": True}
+    assert (
+        target.state_dict()
+        == source.state_dict()
+        == {
+            "scale": 128.0,
+            "growth_tracker": 1,
+            "skipped_steps": 1,
+            "init_scale": 512.0,
+            "growth_factor": 4.0,
+            "backoff_factor": 0.25,
+            "growth_interval": 7,
+            "min_scale": 8.0,
+            "enabled": True,
+        }
+    )
     off = LossScaler(enabled=False)
     off.load_state_dict(source.state_dict())
     assert off.enabled is True
@@ -76,8 +99,7 @@ def _param(values):
 def test_clip_grad_norm_matches_torch():
     """Same pre-clip norm and clipped grads as torch (coefficient max_norm / (norm + 1e-6)); a small norm
     (0.005) makes the 1e-6 visible. Ours sums in float64, so agreement is to float32 rounding."""
-    for values, max_norm in (([3.0, 4.0], 1.0), ([30.0, -40.0, 1.0], 2.5), ([0.1, 0.2], 1.0),
-                             ([0.003, 0.004], 0.001)):
+    for values, max_norm in (([3.0, 4.0], 1.0), ([30.0, -40.0, 1.0], 2.5), ([0.1, 0.2], 1.0), ([0.003, 0.004], 0.001)):
         ours, theirs = _param(values), _param(values)
         norm = clip_grad_norm([ours], max_norm)
         ref = torch.nn.utils.clip_grad_norm_([theirs], max_norm)

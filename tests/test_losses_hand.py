@@ -45,8 +45,13 @@ def example(theta_ratio=(1.0, 1.0, 1.0), old_shift=0.0):
     r = torch.tensor([[theta_ratio[0], theta_ratio[1]], [theta_ratio[2], 1.0]], dtype=dt)
     logps = (old - old_shift + r.log()).clone().requires_grad_(True)
     mu = torch.tensor([[math.log(1 / 3), L05], [math.log(0.05), math.log(0.9)]], dtype=dt)  # padding μ unused
-    inp = LossInputs(logps=logps, old_logps=old, advantages=torch.tensor([1.0, -0.5], dtype=dt),
-                     mask=torch.tensor([[1.0, 1.0], [1.0, 0.0]], dtype=dt), rollout_logps=mu)
+    inp = LossInputs(
+        logps=logps,
+        old_logps=old,
+        advantages=torch.tensor([1.0, -0.5], dtype=dt),
+        mask=torch.tensor([[1.0, 1.0], [1.0, 0.0]], dtype=dt),
+        rollout_logps=mu,
+    )
     return inp
 
 
@@ -83,7 +88,7 @@ def test_pg_seq_tis():
     assert loss == pytest.approx(0.618766, abs=TOL)
     torch.testing.assert_close(grad, torch.tensor([[-0.5, -0.5], [1 / 3, 0.0]], dtype=grad.dtype), atol=TOL, rtol=0)
     assert m["mismatch/masked_frac"] == 0.5  # seq 2 truncated
-    assert m["mismatch/ess"] == pytest.approx(3.5 ** 2 / (2 * (1.5 ** 2 + 4)), abs=TOL)
+    assert m["mismatch/ess"] == pytest.approx(3.5**2 / (2 * (1.5**2 + 4)), abs=TOL)
 
 
 def test_pg_seq_mis():
@@ -120,6 +125,7 @@ def test_ppo_ignores_mu():
 
 
 # --- config resolution and one-line errors -------------------------------------------------------------------
+
 
 def _one_line_error(overrides) -> str:
     with pytest.raises(UserError) as err:
@@ -168,12 +174,17 @@ def test_every_preset_resolves_to_a_valid_config():
 
 # ---- edges the parity data does not reach, by hand ------------------------------------------------
 
+
 def flat(logps, old, adv, mask, mu=None, ref=None):
     dt = torch.float64
-    return LossInputs(logps=torch.tensor(logps, dtype=dt, requires_grad=True), old_logps=torch.tensor(old, dtype=dt),
-                      advantages=torch.tensor(adv, dtype=dt), mask=torch.tensor(mask, dtype=dt),
-                      rollout_logps=None if mu is None else torch.tensor(mu, dtype=dt),
-                      ref_logps=None if ref is None else torch.tensor(ref, dtype=dt))
+    return LossInputs(
+        logps=torch.tensor(logps, dtype=dt, requires_grad=True),
+        old_logps=torch.tensor(old, dtype=dt),
+        advantages=torch.tensor(adv, dtype=dt),
+        mask=torch.tensor(mask, dtype=dt),
+        rollout_logps=None if mu is None else torch.tensor(mu, dtype=dt),
+        ref_logps=None if ref is None else torch.tensor(ref, dtype=dt),
+    )
 
 
 def test_clip_metrics_count_strictly_outside_the_range_and_by_the_sign_of_the_advantage():
@@ -182,8 +193,12 @@ def test_clip_metrics_count_strictly_outside_the_range_and_by_the_sign_of_the_ad
     up, down = math.log(1.5), math.log(0.5)
     edge_hi, edge_lo = math.log(1.25), math.log(0.75)
     assert math.exp(edge_hi) == 1.25 and math.exp(edge_lo) == 0.75  # the boundaries are hit exactly
-    inp = flat(logps=[[down, edge_lo, 0.0], [down, up, 0.0], [up, edge_hi, down], [up, down, 0.0]],
-               old=[[0.0] * 3] * 4, adv=[-1.0, 0.0, 0.5, 2.0], mask=[[1, 1, 0], [1, 1, 0], [1, 1, 1], [1, 1, 0]])
+    inp = flat(
+        logps=[[down, edge_lo, 0.0], [down, up, 0.0], [up, edge_hi, down], [up, down, 0.0]],
+        old=[[0.0] * 3] * 4,
+        adv=[-1.0, 0.0, 0.5, 2.0],
+        mask=[[1, 1, 0], [1, 1, 0], [1, 1, 1], [1, 1, 0]],
+    )
     _, m = policy_loss(inp, AlgoConfig(loss_type="bnpo", epsilon=0.25, epsilon_high=0.25), max_completion_len=3)
     # 9 active tokens; low: row 0 token 0 (0.5 < 0.75, A < 0); 0.75 itself is not below. Row 1 has A = 0.
     # high: row 2 token 0 (1.5, A = 0.5 > 0) and row 3 token 0 (1.5, A = 2); 1.25 itself is not above.
@@ -211,8 +226,7 @@ def test_one_active_token_is_not_averaged_away(loss_type, want):
 
 def test_dapo_divides_by_the_generation_batch_tokens_even_when_it_is_one():
     inp = flat(logps=[[1.0, 0.5]], old=[[1.0, 0.5]], adv=[-3.0], mask=[[1, 1]])
-    loss, _ = policy_loss(inp, AlgoConfig(loss_type="dapo", objective="pg"), max_completion_len=2,
-                          num_items_in_batch=1)
+    loss, _ = policy_loss(inp, AlgoConfig(loss_type="dapo", objective="pg"), max_completion_len=2, num_items_in_batch=1)
     assert loss.item() == pytest.approx(3.0 * 1.5, abs=1e-12)
 
 
@@ -222,8 +236,11 @@ def test_dr_grpo_needs_a_positive_max_completion_len(length):
     with pytest.raises(UserError) as err:
         policy_loss(inp, AlgoConfig(loss_type="dr_grpo"), max_completion_len=length)
     assert str(err.value) == "config error: algo.loss_type = 'dr_grpo' needs rollout.max_completion_len > 0"
-    loss, _ = policy_loss(flat(logps=[[2.0]], old=[[2.0]], adv=[-1.0], mask=[[1]]),
-                          AlgoConfig(loss_type="dr_grpo", objective="pg"), max_completion_len=1)
+    loss, _ = policy_loss(
+        flat(logps=[[2.0]], old=[[2.0]], adv=[-1.0], mask=[[1]]),
+        AlgoConfig(loss_type="dr_grpo", objective="pg"),
+        max_completion_len=1,
+    )
     assert loss.item() == pytest.approx(2.0, abs=1e-12)  # L_max = 1 is fine: 2 / (1·1)
 
 
@@ -231,7 +248,10 @@ def test_unknown_loss_type_and_objective_are_one_line_config_errors():
     inp = flat(logps=[[1.0]], old=[[1.0]], adv=[1.0], mask=[[1]])
     with pytest.raises(UserError) as err:
         policy_loss(inp, AlgoConfig(loss_type="dapa"), max_completion_len=1)
-    assert str(err.value) == "config error: algo.loss_type = 'dapa': allowed: grpo, bnpo, dr_grpo, dapo (did you mean 'dapo'?)"
+    assert (
+        str(err.value)
+        == "config error: algo.loss_type = 'dapa': allowed: grpo, bnpo, dr_grpo, dapo (did you mean 'dapo'?)"
+    )
     with pytest.raises(UserError) as err:
         policy_loss(inp, AlgoConfig(objective="pgg"), max_completion_len=1)
     assert str(err.value) == "config error: algo.objective = 'pgg': allowed: ppo, pg (did you mean 'pg'?)"
@@ -285,19 +305,30 @@ def ess(w):
     return sum(w) ** 2 / (len(w) * sum(x * x for x in w))
 
 
-@pytest.mark.parametrize("mode, cap, weights, masked", [
-    ("truncate", 2.0, [2.0, 0.5, 2.0], 1 / 3),   # ρ = C (2) is not above the cap; only 4 is
-    ("mask", 2.0, [2.0, 0.5, 0.0], 1 / 3),       # ρ = C is kept; 4 is masked
-    ("truncate", 0.5, [0.5, 0.5, 0.5], 2 / 3),   # a cap below 1 truncates too (TRL clamps at any C_max)
-    ("truncate", 0.0, [2.0, 0.5, 4.0], 0.0),     # cap 0: plain IS
-])
+@pytest.mark.parametrize(
+    "mode, cap, weights, masked",
+    [
+        ("truncate", 2.0, [2.0, 0.5, 2.0], 1 / 3),  # ρ = C (2) is not above the cap; only 4 is
+        ("mask", 2.0, [2.0, 0.5, 0.0], 1 / 3),  # ρ = C is kept; 4 is masked
+        ("truncate", 0.5, [0.5, 0.5, 0.5], 2 / 3),  # a cap below 1 truncates too (TRL clamps at any C_max)
+        ("truncate", 0.0, [2.0, 0.5, 4.0], 0.0),  # cap 0: plain IS
+    ],
+)
 def test_token_level_weights_and_metrics(mode, cap, weights, masked):
     behaviour, mu, mask = rho_example()
     w, m = rollout_correction(behaviour, mu, mask, "token", mode, cap)
     active = mask.bool()
     assert w[active].tolist() == weights
-    assert m == pytest.approx({"mismatch/is_min": 0.5, "mismatch/is_mean": 6.5 / 3, "mismatch/is_max": 4.0,
-                               "mismatch/masked_frac": masked, "mismatch/ess": ess(weights)}, abs=1e-7)
+    assert m == pytest.approx(
+        {
+            "mismatch/is_min": 0.5,
+            "mismatch/is_mean": 6.5 / 3,
+            "mismatch/is_max": 4.0,
+            "mismatch/masked_frac": masked,
+            "mismatch/ess": ess(weights),
+        },
+        abs=1e-7,
+    )
 
 
 def test_sequence_level_weights_and_metrics_count_non_empty_rows_only():
@@ -305,8 +336,16 @@ def test_sequence_level_weights_and_metrics_count_non_empty_rows_only():
     behaviour, mu, mask = rho_example()
     w, m = rollout_correction(behaviour, mu, mask, "sequence", "mask", 2.0)
     assert w.shape == (3, 1) and w[:2, 0].tolist() == [1.0, 0.0]
-    assert m == pytest.approx({"mismatch/is_min": 1.0, "mismatch/is_mean": 2.5, "mismatch/is_max": 4.0,
-                               "mismatch/masked_frac": 0.5, "mismatch/ess": 0.5}, abs=1e-7)
+    assert m == pytest.approx(
+        {
+            "mismatch/is_min": 1.0,
+            "mismatch/is_mean": 2.5,
+            "mismatch/is_max": 4.0,
+            "mismatch/masked_frac": 0.5,
+            "mismatch/ess": 0.5,
+        },
+        abs=1e-7,
+    )
 
 
 def test_one_unit_still_has_metrics_and_all_masked_has_ess_zero():
@@ -335,13 +374,17 @@ def test_ratio_metrics_by_hand():
     """policy/ratio_mean and _max over active tokens (token level), or over sequences (GSPO's one ratio
     per row); a batch with no active token has max 0.0."""
     up, down = math.log(1.5), math.log(0.5)
-    inp = flat(logps=[[up, down, 5.0], [0.0, 0.0, 0.0]], old=[[0.0] * 3] * 2, adv=[1.0, -1.0],
-               mask=[[1, 1, 0], [1, 0, 0]])
+    inp = flat(
+        logps=[[up, down, 5.0], [0.0, 0.0, 0.0]], old=[[0.0] * 3] * 2, adv=[1.0, -1.0], mask=[[1, 1, 0], [1, 0, 0]]
+    )
     _, m = policy_loss(inp, AlgoConfig(loss_type="bnpo"), max_completion_len=3)
     assert m["policy/ratio_mean"] == pytest.approx((1.5 + 0.5 + 1.0) / 3, abs=1e-12)
     assert m["policy/ratio_max"] == pytest.approx(1.5, abs=1e-12)  # not e^5: that token is padding
-    _, m = policy_loss(inp, AlgoConfig(loss_type="bnpo", importance_sampling_level="sequence", epsilon=3e-4,
-                                       epsilon_high=4e-4), max_completion_len=3)
+    _, m = policy_loss(
+        inp,
+        AlgoConfig(loss_type="bnpo", importance_sampling_level="sequence", epsilon=3e-4, epsilon_high=4e-4),
+        max_completion_len=3,
+    )
     row0 = math.exp((up + down) / 2)  # exp of the mean token log-ratio
     assert m["policy/ratio_mean"] == pytest.approx((row0 + 1.0) / 2, abs=1e-7)  # one value per row, in fp32
     assert m["policy/ratio_max"] == pytest.approx(1.0, abs=1e-7)  # row0 = √0.75 < 1
@@ -354,8 +397,13 @@ def test_auto_rollout_correction_follows_the_rollout_backend():
     """algo.is_level = 'auto': none for the hf rollout (the default backend), sequence level for vLLM (TRL's
     default correction of vLLM rollouts)."""
     behaviour, mu, mask = rho_example()
-    inp = LossInputs(logps=behaviour.clone().requires_grad_(True), old_logps=behaviour, mask=mask,
-                     advantages=torch.tensor([1.0, -1.0, 0.5], dtype=torch.float64), rollout_logps=mu)
+    inp = LossInputs(
+        logps=behaviour.clone().requires_grad_(True),
+        old_logps=behaviour,
+        mask=mask,
+        advantages=torch.tensor([1.0, -1.0, 0.5], dtype=torch.float64),
+        rollout_logps=mu,
+    )
     algo = AlgoConfig(is_level="auto", is_mode="truncate", is_cap=3.0)
     _, m = policy_loss(inp, algo, max_completion_len=3)
     assert not any(k.startswith("mismatch/") for k in m)

@@ -42,18 +42,31 @@ def _trl_block(method, start: str, end: str) -> str:
     return textwrap.dedent(src[i:j])
 
 
-IS_BLOCK = _trl_block(GRPOTrainer._generate_and_score_completions,
-                      "# Compute the importance sampling ratio when using vLLM",
-                      "# Compute the per-token log probabilities for the reference model")
+IS_BLOCK = _trl_block(
+    GRPOTrainer._generate_and_score_completions,
+    "# Compute the importance sampling ratio when using vLLM",
+    "# Compute the per-token log probabilities for the reference model",
+)
 
 
 def trl_is_ratio(mode: str, cap: float, old_logps, sampling_logps, mask):
     """TRL's vllm_importance_sampling_ratio for `mode`, C_max = cap, C_min = None (its default)."""
-    trainer = SimpleNamespace(use_vllm=True, vllm_importance_sampling_correction=True,
-                              vllm_importance_sampling_mode=mode, vllm_importance_sampling_clip_min=None,
-                              vllm_importance_sampling_clip_max=cap)
-    scope = {"self": trainer, "torch": torch, "math": math, "old_per_token_logps": old_logps,
-             "sampling_per_token_logps": sampling_logps, "completion_mask": mask, "tool_mask": None}
+    trainer = SimpleNamespace(
+        use_vllm=True,
+        vllm_importance_sampling_correction=True,
+        vllm_importance_sampling_mode=mode,
+        vllm_importance_sampling_clip_min=None,
+        vllm_importance_sampling_clip_max=cap,
+    )
+    scope = {
+        "self": trainer,
+        "torch": torch,
+        "math": math,
+        "old_per_token_logps": old_logps,
+        "sampling_per_token_logps": sampling_logps,
+        "completion_mask": mask,
+        "tool_mask": None,
+    }
     exec(IS_BLOCK, scope)
     return scope["vllm_importance_sampling_ratio"]
 
@@ -68,14 +81,26 @@ class _Accelerator:
         return x
 
 
-def trl_trainer(*, loss_type="grpo", epsilon=0.2, epsilon_high=0.2, delta=None, beta=0.0,
-                use_bias_correction_kl=True, importance_sampling_level="token", vllm_is=False,
-                max_completion_length=MAX_LEN, steps_per_generation=1, num_iterations=1):
+def trl_trainer(
+    *,
+    loss_type="grpo",
+    epsilon=0.2,
+    epsilon_high=0.2,
+    delta=None,
+    beta=0.0,
+    use_bias_correction_kl=True,
+    importance_sampling_level="token",
+    vllm_is=False,
+    max_completion_length=MAX_LEN,
+    steps_per_generation=1,
+    num_iterations=1,
+):
     """A GRPOTrainer made with `__new__`, carrying only the attributes `_compute_loss` and `_prepare_inputs`
     read: one process, one micro-batch per optimizer step; vllm_is = TRL's vLLM IS correction applied."""
     t = GRPOTrainer.__new__(GRPOTrainer)
-    t.args = SimpleNamespace(delta=delta, use_bias_correction_kl=use_bias_correction_kl,
-                             steps_per_generation=steps_per_generation)
+    t.args = SimpleNamespace(
+        delta=delta, use_bias_correction_kl=use_bias_correction_kl, steps_per_generation=steps_per_generation
+    )
     t.model = SimpleNamespace(training=True)
     t.accelerator = _Accelerator()
     t._metrics = {"train": defaultdict(list), "eval": defaultdict(list)}
@@ -97,15 +122,19 @@ def trl_loss(data: dict, logps: torch.Tensor, *, is_mode=None, is_cap=None, num_
 
     mask = data["mask"]
     inputs = {
-        "prompt_ids": torch.zeros(B, 2, dtype=torch.long), "prompt_mask": torch.ones(B, 2, dtype=torch.long),
-        "completion_ids": torch.zeros(B, T, dtype=torch.long), "completion_mask": mask,
-        "advantages": data["advantages"], "old_per_token_logps": data["old_logps"],
+        "prompt_ids": torch.zeros(B, 2, dtype=torch.long),
+        "prompt_mask": torch.ones(B, 2, dtype=torch.long),
+        "completion_ids": torch.zeros(B, T, dtype=torch.long),
+        "completion_mask": mask,
+        "advantages": data["advantages"],
+        "old_per_token_logps": data["old_logps"],
         "ref_per_token_logps": data["ref_logps"],
         "num_items_in_batch": torch.tensor(float(mask.sum() if num_items_in_batch is None else num_items_in_batch)),
     }
     if is_mode is not None:
-        inputs["importance_sampling_ratio"] = trl_is_ratio(is_mode, is_cap, data["old_logps"],
-                                                           data["rollout_logps"], mask)
+        inputs["importance_sampling_ratio"] = trl_is_ratio(
+            is_mode, is_cap, data["old_logps"], data["rollout_logps"], mask
+        )
     loss = t._compute_loss(None, inputs)
     return loss, {k: v[-1] for k, v in t._metrics["train"].items()}
 
@@ -121,15 +150,28 @@ def data():
     old = logps + 0.5 * torch.randn(B, T, generator=g, dtype=dt)
     rollout = old + 0.35 * torch.randn(B, T, generator=g, dtype=dt)
     ref = logps + 0.3 * torch.randn(B, T, generator=g, dtype=dt)
-    return {"logps": logps, "old_logps": old, "rollout_logps": rollout, "ref_logps": ref, "mask": mask,
-            "advantages": torch.tensor([1.2, -0.7, 0.4, -1.5, 0.9, -0.3], dtype=dt),
-            "entropy": 2.0 * torch.rand(B, T, generator=g, dtype=dt)}
+    return {
+        "logps": logps,
+        "old_logps": old,
+        "rollout_logps": rollout,
+        "ref_logps": ref,
+        "mask": mask,
+        "advantages": torch.tensor([1.2, -0.7, 0.4, -1.5, 0.9, -0.3], dtype=dt),
+        "entropy": 2.0 * torch.rand(B, T, generator=g, dtype=dt),
+    }
 
 
 def ours(data, algo: AlgoConfig, num_items_in_batch=None):
     logps = data["logps"].clone().requires_grad_(True)
-    inp = LossInputs(logps=logps, old_logps=data["old_logps"], advantages=data["advantages"], mask=data["mask"],
-                     rollout_logps=data["rollout_logps"], ref_logps=data["ref_logps"], entropy=data["entropy"])
+    inp = LossInputs(
+        logps=logps,
+        old_logps=data["old_logps"],
+        advantages=data["advantages"],
+        mask=data["mask"],
+        rollout_logps=data["rollout_logps"],
+        ref_logps=data["ref_logps"],
+        entropy=data["entropy"],
+    )
     loss, metrics = policy_loss(inp, algo, MAX_LEN, num_items_in_batch)
     loss.backward()
     return loss.detach(), logps.grad, metrics
@@ -150,8 +192,11 @@ def assert_parity(data, algo: AlgoConfig, trl_kw: dict, num_items_in_batch=None)
     torch.testing.assert_close(grad, ref_grad, atol=TOL, rtol=0)
     assert metrics["entropy"] == pytest.approx(ref_metrics["entropy"], abs=TOL)
     if algo.objective == "ppo":
-        for ours_key, trl_key in [("clip/low", "clip_ratio/low_mean"), ("clip/high", "clip_ratio/high_mean"),
-                                  ("clip/region", "clip_ratio/region_mean")]:
+        for ours_key, trl_key in [
+            ("clip/low", "clip_ratio/low_mean"),
+            ("clip/high", "clip_ratio/high_mean"),
+            ("clip/region", "clip_ratio/region_mean"),
+        ]:
             assert metrics[ours_key] == pytest.approx(ref_metrics[trl_key], abs=TOL), ours_key
     if algo.beta > 0:
         assert metrics["kl_ref"] == pytest.approx(ref_metrics["kl"], abs=TOL)
@@ -188,10 +233,14 @@ def test_delta_two_sided(data, loss_type):
 @pytest.mark.parametrize("level", ["token", "sequence"])
 @pytest.mark.parametrize("loss_type", LOSS_TYPES)
 def test_beta_k3(data, loss_type, level, bias_correction):
-    algo = AlgoConfig(loss_type=loss_type, beta=0.04, importance_sampling_level=level,
-                      use_bias_correction_kl=bias_correction)
-    assert_parity(data, algo, dict(loss_type=loss_type, beta=0.04, importance_sampling_level=level,
-                                   use_bias_correction_kl=bias_correction))
+    algo = AlgoConfig(
+        loss_type=loss_type, beta=0.04, importance_sampling_level=level, use_bias_correction_kl=bias_correction
+    )
+    assert_parity(
+        data,
+        algo,
+        dict(loss_type=loss_type, beta=0.04, importance_sampling_level=level, use_bias_correction_kl=bias_correction),
+    )
 
 
 @pytest.mark.parametrize("trl_mode", ["token_truncate", "token_mask", "sequence_truncate", "sequence_mask"])
@@ -218,8 +267,9 @@ def test_gspo_preset_matches_trl_sequence_level(data):
     algo = AlgoConfig()
     for key, value in PRESETS["gspo"].items():
         setattr(algo, key.split(".", 1)[1], value)
-    assert_parity(data, algo, dict(loss_type="grpo", importance_sampling_level="sequence",
-                                   epsilon=3e-4, epsilon_high=4e-4))
+    assert_parity(
+        data, algo, dict(loss_type="grpo", importance_sampling_level="sequence", epsilon=3e-4, epsilon_high=4e-4)
+    )
 
 
 def test_precision_rl_ppo_token_tis_is_trl_token_truncate(data):
@@ -236,10 +286,12 @@ def test_precision_rl_ppo_token_tis_is_trl_token_truncate(data):
 def test_float32_as_the_trainer_runs_it(data, loss_type):
     """The trainer works in float32: same numbers as TRL there too (beta, token TIS, clip-higher on)."""
     data32 = {k: v.float() for k, v in data.items()}
-    algo = AlgoConfig(loss_type=loss_type, epsilon_high=0.28, beta=0.04, is_level="token", is_mode="truncate",
-                      is_cap=1.6)
-    assert_parity(data32, algo, dict(loss_type=loss_type, epsilon_high=0.28, beta=0.04,
-                                     is_mode="token_truncate", is_cap=1.6))
+    algo = AlgoConfig(
+        loss_type=loss_type, epsilon_high=0.28, beta=0.04, is_level="token", is_mode="truncate", is_cap=1.6
+    )
+    assert_parity(
+        data32, algo, dict(loss_type=loss_type, epsilon_high=0.28, beta=0.04, is_mode="token_truncate", is_cap=1.6)
+    )
 
 
 @pytest.mark.parametrize("loss_type", LOSS_TYPES)

@@ -15,9 +15,19 @@ def test_a_real_trainer_row_names_exactly_the_schema(tmp_path):
     eval): the row the trainer wrote through RunWriter holds every schema name, and no other."""
     from grpo_studio.engine.trainer import Trainer
 
-    cfg = config.load("tiny-arith", [
-        "train.steps=1", "train.prompts_per_step=2", "rollout.num_generations=2", "train.save_every=0",
-        "train.eval_every=1", "model.dtype=fp16", "algo.beta=0.04", "algo.is_level=token"])
+    cfg = config.load(
+        "tiny-arith",
+        [
+            "train.steps=1",
+            "train.prompts_per_step=2",
+            "rollout.num_generations=2",
+            "train.save_every=0",
+            "train.eval_every=1",
+            "model.dtype=fp16",
+            "algo.beta=0.04",
+            "algo.is_level=token",
+        ],
+    )
     assert Trainer(cfg, tmp_path).run() == "finished"
     (row,) = [json.loads(line) for line in (tmp_path / METRICS).read_text().splitlines()]
     # the one family a synchronous run cannot have: the mismatch of lagged tokens (rollout.async_mode one_step /
@@ -32,8 +42,7 @@ def test_a_name_missing_from_the_schema_is_refused_before_it_is_written(tmp_path
     with pytest.raises(metrics.UnknownMetric) as err:
         writer.metrics({"step": 2, "reward/mean": 0.5, "reward/meen": 0.5})
     writer.release()
-    assert str(err.value) == ("metrics row names reward/meen: not in the metric schema; "
-                              "add it to contract/metrics.py")
+    assert str(err.value) == ("metrics row names reward/meen: not in the metric schema; add it to contract/metrics.py")
     assert (tmp_path / METRICS).read_text() == '{"step":1,"reward/mean":0.5,"rewards/my_fn/std":0.1}\n'
 
 
@@ -56,4 +65,4 @@ def test_every_entry_says_how_ranks_combine_it():
 def test_histogram_edges_four_per_decade_from_1e_8_to_10():
     edges = metrics.HIST_EDGES
     assert len(edges) == 37 and edges[0] == 1e-8 and edges[-1] == 10.0
-    assert edges[4] == pytest.approx(1e-7) and edges[2] == pytest.approx(10 ** -7.5)
+    assert edges[4] == pytest.approx(1e-7) and edges[2] == pytest.approx(10**-7.5)

@@ -15,10 +15,21 @@ PI = torch.tensor([[-1.1, -2.0, 7.0], [-0.3, 5.0, float("nan")]])
 MASK = torch.tensor([[1, 1, 0], [1, 0, 0]], dtype=torch.bool)
 
 DESIGN_NAMES = [
-    "mismatch/k1", "mismatch/k2", "mismatch/k3", "mismatch/abs_dlogp_mean", "mismatch/abs_dlogp_max",
-    "mismatch/abs_dp_mean", "mismatch/abs_dp_max", "mismatch/seq_logratio_mean", "mismatch/seq_logratio_std",
-    "mismatch/seq_logratio_slope_per_1k", "mismatch/prob_pearson",
-    "mismatch/is_min", "mismatch/is_mean", "mismatch/is_max", "mismatch/ess",
+    "mismatch/k1",
+    "mismatch/k2",
+    "mismatch/k3",
+    "mismatch/abs_dlogp_mean",
+    "mismatch/abs_dlogp_max",
+    "mismatch/abs_dp_mean",
+    "mismatch/abs_dp_max",
+    "mismatch/seq_logratio_mean",
+    "mismatch/seq_logratio_std",
+    "mismatch/seq_logratio_slope_per_1k",
+    "mismatch/prob_pearson",
+    "mismatch/is_min",
+    "mismatch/is_mean",
+    "mismatch/is_max",
+    "mismatch/ess",
 ]
 
 
@@ -73,8 +84,18 @@ def test_hand_computed_values():
 def test_identical_logps_are_a_perfect_match():
     mu = torch.log(torch.rand(3, 5, generator=torch.Generator().manual_seed(0)))
     out = mismatch_metrics(mu, mu.clone(), torch.ones(3, 5, dtype=torch.bool))
-    for name in ["k1", "k2", "k3", "abs_dlogp_mean", "abs_dlogp_max", "abs_dp_mean", "abs_dp_max",
-                 "seq_logratio_mean", "seq_logratio_std", "seq_logratio_slope_per_1k"]:
+    for name in [
+        "k1",
+        "k2",
+        "k3",
+        "abs_dlogp_mean",
+        "abs_dlogp_max",
+        "abs_dp_mean",
+        "abs_dp_max",
+        "seq_logratio_mean",
+        "seq_logratio_std",
+        "seq_logratio_slope_per_1k",
+    ]:
         assert out[f"mismatch/{name}"] == 0.0, name
     assert out["mismatch/prob_pearson"] == pytest.approx(1.0)
     assert out["mismatch/is_mean"] == out["mismatch/ess"] == 1.0
@@ -131,7 +152,9 @@ def test_nonfinite_unmasked_tokens_are_counted_and_excluded():
 
 
 def test_huge_log_ratio_does_not_overflow():
-    out = mismatch_metrics(torch.tensor([[-1000.0, -1.0]]), torch.tensor([[-1.0, -1.0]]), torch.ones(1, 2, dtype=torch.bool))
+    out = mismatch_metrics(
+        torch.tensor([[-1000.0, -1.0]]), torch.tensor([[-1.0, -1.0]]), torch.ones(1, 2, dtype=torch.bool)
+    )
     assert all(math.isfinite(v) for v in out.values())
     assert out["mismatch/k1"] == pytest.approx(-999.0 / 2)
     assert out["mismatch/k3"] == pytest.approx((math.exp(20) - 21) / 2)  # clamped at |Δ| = 20
@@ -164,6 +187,7 @@ def test_histogram_hand_counts():
 
 # ---- edges: correlation bounds, shapes, NaN, the far side of the clamp, histogram boundaries ---------
 
+
 def _seeded_mu(seed):
     return -3 * torch.rand(1, 5, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
 
@@ -181,8 +205,8 @@ def test_pearson_when_one_side_is_constant():
     """Zero variance on either side (but not both): no correlation to speak of, 0.0 (p ≠ q)."""
     varied = torch.log(torch.tensor([[0.2, 0.4, 0.6]], dtype=torch.float64))
     flat = torch.log(torch.full((1, 3), 0.5, dtype=torch.float64))
-    assert mismatch_metrics(flat, varied, None)["mismatch/prob_pearson"] == 0.0   # μ constant
-    assert mismatch_metrics(varied, flat, None)["mismatch/prob_pearson"] == 0.0   # π constant
+    assert mismatch_metrics(flat, varied, None)["mismatch/prob_pearson"] == 0.0  # μ constant
+    assert mismatch_metrics(varied, flat, None)["mismatch/prob_pearson"] == 0.0  # π constant
 
 
 def test_no_mask_means_every_token_and_a_single_row_may_be_1d():
@@ -214,8 +238,9 @@ def test_a_nan_on_either_side_makes_every_estimate_nan(side):
 
 def test_large_negative_log_ratio_is_clamped_too():
     """Δ = −999 (π gives the token e^−999 of μ's probability): k3 uses Δ clamped at −20."""
-    out = mismatch_metrics(torch.tensor([[-1.0, -1.0]]), torch.tensor([[-1000.0, -1.0]]),
-                           torch.ones(1, 2, dtype=torch.bool))
+    out = mismatch_metrics(
+        torch.tensor([[-1.0, -1.0]]), torch.tensor([[-1000.0, -1.0]]), torch.ones(1, 2, dtype=torch.bool)
+    )
     assert out["mismatch/k1"] == pytest.approx(999.0 / 2)
     assert out["mismatch/k3"] == pytest.approx((math.expm1(-20.0) + 20.0) / 2, rel=1e-12)
     assert out["mismatch/is_min"] == pytest.approx(math.exp(-20.0), rel=1e-12)
@@ -229,7 +254,7 @@ def test_histogram_edges_are_exact_and_sides_are_counted_apart():
     mu = torch.tensor([[0.0] * len(picks) + [-0.75] * len(rest)], dtype=torch.float64)
     pi = mu + torch.tensor([[HIST_EDGES[i] for i in picks] + rest], dtype=torch.float64)
     d = (pi - mu)[0].tolist()
-    assert d[:len(picks)] == [HIST_EDGES[i] for i in picks] and d[-5:-3] == [10.0, 7.0]
+    assert d[: len(picks)] == [HIST_EDGES[i] for i in picks] and d[-5:-3] == [10.0, 7.0]
     h = dlogp_histogram(mu, pi, None)
     want = [0] * 36
     for i in picks + [35, 20, 20, 20]:  # 7 → bin 35; 1.5e-3 → bin 20 = [1e-3, 10^-2.75)
@@ -264,8 +289,11 @@ def test_lag_split_without_lagged_tokens_leaves_that_part_out_and_the_whole_k3_a
     whole = mismatch_metrics(MU, PI, MASK)
     assert out["mismatch/lag0/k3"] == whole["mismatch/k3"] and out["mismatch/lagged_frac"] == 0.0
     assert set(LAG_NAMES) - set(out) == {"mismatch/lagged/k3", "mismatch/lagged/abs_dlogp_mean"}
-    assert lag_metrics(MU, PI, MASK, torch.ones(2, 3, dtype=torch.long)).keys().isdisjoint(
-        {"mismatch/lag0/k3", "mismatch/lag0/abs_dlogp_mean"})
+    assert (
+        lag_metrics(MU, PI, MASK, torch.ones(2, 3, dtype=torch.long))
+        .keys()
+        .isdisjoint({"mismatch/lag0/k3", "mismatch/lag0/abs_dlogp_mean"})
+    )
     assert lag_metrics(MU, PI, torch.zeros_like(MASK), torch.zeros(2, 3)) == {}
 
 

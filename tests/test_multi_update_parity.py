@@ -31,9 +31,18 @@ from tests.test_losses_trl_parity import GRPOTrainer, trl_is_ratio, trl_trainer
 
 TOL = 1e-6
 STEPS = 4  # num_iterations × steps_per_generation: one rollout
-SETTINGS = ["train.num_iterations=2", "train.steps_per_generation=2", f"train.steps={STEPS}", "train.save_every=0",
-            "train.eval_every=0", "train.prompts_per_step=2", "rollout.num_generations=4", "train.lr=0.01",
-            "rollout.temperature=0.7", "train.seed=5"]
+SETTINGS = [
+    "train.num_iterations=2",
+    "train.steps_per_generation=2",
+    f"train.steps={STEPS}",
+    "train.save_every=0",
+    "train.eval_every=0",
+    "train.prompts_per_step=2",
+    "rollout.num_generations=4",
+    "train.lr=0.01",
+    "rollout.temperature=0.7",
+    "train.seed=5",
+]
 CASES = {
     "grpo": [],  # TRL's defaults: dapo normaliser, token ratio, symmetric clip (no IS with the hf rollout)
     "dapo": ["algo.name=dapo"],
@@ -49,29 +58,45 @@ prepare_inputs = inspect.unwrap(GRPOTrainer._prepare_inputs)  # without TRL's pr
 def oracle(cfg: config.Config, trainer: Trainer):
     a = cfg.algo
     level = algorithms.rollout_is_level(a.is_level, trainer.grpo.sampler.name)
-    t = trl_trainer(loss_type=a.loss_type, epsilon=a.epsilon, epsilon_high=a.epsilon_high, delta=a.delta or None,
-                    beta=a.beta, use_bias_correction_kl=a.use_bias_correction_kl,
-                    importance_sampling_level=a.importance_sampling_level, vllm_is=level != "none",
-                    max_completion_length=cfg.rollout.max_completion_len,
-                    steps_per_generation=cfg.train.steps_per_generation, num_iterations=cfg.train.num_iterations)
+    t = trl_trainer(
+        loss_type=a.loss_type,
+        epsilon=a.epsilon,
+        epsilon_high=a.epsilon_high,
+        delta=a.delta or None,
+        beta=a.beta,
+        use_bias_correction_kl=a.use_bias_correction_kl,
+        importance_sampling_level=a.importance_sampling_level,
+        vllm_is=level != "none",
+        max_completion_length=cfg.rollout.max_completion_len,
+        steps_per_generation=cfg.train.steps_per_generation,
+        num_iterations=cfg.train.num_iterations,
+    )
 
     def generation_batch(_):
         b = trainer.grpo.batch
         P = b.input_ids.shape[1] - b.inputs.mask.shape[1]
-        out = {"prompt_ids": b.input_ids[:, :P], "prompt_mask": b.attention[:, :P],
-               "completion_ids": b.input_ids[:, P:], "completion_mask": b.inputs.mask,
-               "advantages": b.inputs.advantages, "num_items_in_batch": b.inputs.mask.sum(),
-               "old_per_token_logps": b.inputs.old_logps, "row": torch.arange(len(b.input_ids))}
+        out = {
+            "prompt_ids": b.input_ids[:, :P],
+            "prompt_mask": b.attention[:, :P],
+            "completion_ids": b.input_ids[:, P:],
+            "completion_mask": b.inputs.mask,
+            "advantages": b.inputs.advantages,
+            "num_items_in_batch": b.inputs.mask.sum(),
+            "old_per_token_logps": b.inputs.old_logps,
+            "row": torch.arange(len(b.input_ids)),
+        }
         if level != "none":
-            out["importance_sampling_ratio"] = trl_is_ratio(f"{level}_{a.is_mode}", a.is_cap, b.inputs.old_logps,
-                                                            b.inputs.rollout_logps, b.inputs.mask)
+            out["importance_sampling_ratio"] = trl_is_ratio(
+                f"{level}_{a.is_mode}", a.is_cap, b.inputs.old_logps, b.inputs.rollout_logps, b.inputs.mask
+            )
         return out
 
     def logps(model, input_ids, attention_mask, logits_to_keep, **_):
         rows = t.current_rows  # TRL's attention mask zeroes what follows EOS; the rows' own mask is ours
         assert torch.equal(input_ids, trainer.grpo.batch.input_ids[rows])
-        lp, entropy = trainer.grpo._logps(model, input_ids, trainer.grpo.batch.attention[rows], logits_to_keep,
-                                     with_entropy=True)
+        lp, entropy = trainer.grpo._logps(
+            model, input_ids, trainer.grpo.batch.attention[rows], logits_to_keep, with_entropy=True
+        )
         return lp, entropy, None
 
     t._generate_and_score_completions = generation_batch

@@ -20,13 +20,22 @@ from grpo_studio.contract import config
 HOME = ROOT / "contract" / "config_rules.py"
 ROOMS = ("contract", "engine", "studio", "cli", "benchmarks", "presets", "scripts", "docs")
 # The rule's wording, and the wordings it had before it had one home: none may be written anywhere else.
-FRAGMENTS = ("must divide evenly among", "processes need train.parallel", "must be a whole number >= 1",
-             "need 'ddp' or 'fsdp'", "needs train.parallel = 'ddp' or 'fsdp'")
+FRAGMENTS = (
+    "must divide evenly among",
+    "processes need train.parallel",
+    "must be a whole number >= 1",
+    "need 'ddp' or 'fsdp'",
+    "needs train.parallel = 'ddp' or 'fsdp'",
+)
 
 
 def _texts() -> dict[str, str]:
-    paths = [p for room in ROOMS for p in (ROOT / room).rglob("*") if p.suffix in (".py", ".md")
-             and "__pycache__" not in p.parts]
+    paths = [
+        p
+        for room in ROOMS
+        for p in (ROOT / room).rglob("*")
+        if p.suffix in (".py", ".md") and "__pycache__" not in p.parts
+    ]
     return {str(p.relative_to(ROOT)): p.read_text(encoding="utf-8") for p in sorted(paths)}
 
 
@@ -39,13 +48,24 @@ def test_the_process_rule_is_worded_in_its_home_only():
     assert {path: fragments for path, fragments in found.items() if fragments} == {}
 
 
-@pytest.mark.parametrize(("nproc", "sets", "line"), [
-    (0, [], "config error: --nproc = 0: must be a whole number >= 1"),
-    (2, [], "config error: train.parallel = 'none': 2 processes need train.parallel = 'ddp' or 'fsdp' (each "
-            "trains on its share of the prompts); add --set train.parallel=ddp"),
-    (3, ["train.parallel=ddp"], "config error: train.prompts_per_step = 16: must divide evenly among the 3 "
-                                "processes (each samples its share of the prompts)"),
-])
+@pytest.mark.parametrize(
+    ("nproc", "sets", "line"),
+    [
+        (0, [], "config error: --nproc = 0: must be a whole number >= 1"),
+        (
+            2,
+            [],
+            "config error: train.parallel = 'none': 2 processes need train.parallel = 'ddp' or 'fsdp' (each "
+            "trains on its share of the prompts); add --set train.parallel=ddp",
+        ),
+        (
+            3,
+            ["train.parallel=ddp"],
+            "config error: train.prompts_per_step = 16: must divide evenly among the 3 "
+            "processes (each samples its share of the prompts)",
+        ),
+    ],
+)
 def test_check_processes_words_each_refusal_once(nproc, sets, line):
     with pytest.raises(config.UserError) as err:
         config.check_processes(config.load("tiny-arith", sets), nproc)

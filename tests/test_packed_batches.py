@@ -31,8 +31,17 @@ def test_groups_hold_every_row_once_longest_first_within_the_budget():
 @pytest.fixture(scope="module")
 def rollout(tmp_path_factory):
     """One real rollout of the bundled model (16 rows) and a trainer to score it."""
-    cfg = config.load("tiny-arith", ["train.prompts_per_step=4", "rollout.num_generations=4", "train.steps=1",
-                                     "train.save_every=0", "train.eval_every=0", "algo.loss_type=grpo"])
+    cfg = config.load(
+        "tiny-arith",
+        [
+            "train.prompts_per_step=4",
+            "rollout.num_generations=4",
+            "train.steps=1",
+            "train.save_every=0",
+            "train.eval_every=0",
+            "algo.loss_type=grpo",
+        ],
+    )
     trainer = Trainer(cfg, tmp_path_factory.mktemp("packed") / "run")
     batch = trainer.grpo.rollouts.next(0, 0)
     lengths = batch.rollout.mask.sum(1)
@@ -90,9 +99,13 @@ def test_token_budget_gives_the_whole_batch_loss_and_gradients(rollout, loss_typ
 
 CLI_CASES = [
     (["--set", "train.micro_batch_tokens=-1"], "config error: train.micro_batch_tokens = -1: must be >= 0"),
-    (["--set", "train.micro_batch_tokens=512", "--set", "train.micro_batch_size=4"],
-     ("config error: train.micro_batch_tokens = 512 with train.micro_batch_size = 4: micro-batches are cut by one "
-      "of them; set the other to 0")),
+    (
+        ["--set", "train.micro_batch_tokens=512", "--set", "train.micro_batch_size=4"],
+        (
+            "config error: train.micro_batch_tokens = 512 with train.micro_batch_size = 4: micro-batches are cut by one "
+            "of them; set the other to 0"
+        ),
+    ),
 ]
 
 

@@ -14,16 +14,28 @@ from grpo_studio.engine.precision import LossScaler, clip_grad_norm, torch_dtype
 
 
 def test_dtypes():
-    assert {n: torch_dtype(n) for n in DTYPES} == {"fp32": torch.float32, "bf16": torch.bfloat16,
-                                                   "fp16": torch.float16, "fp8": torch.bfloat16}
+    assert {n: torch_dtype(n) for n in DTYPES} == {
+        "fp32": torch.float32,
+        "bf16": torch.bfloat16,
+        "fp16": torch.float16,
+        "fp8": torch.bfloat16,
+    }
     assert C.DTYPES == ["fp32", "bf16", "fp16", "fp8"]
     assert {n: (d.train_bytes, d.rollout_bytes, d.mantissa_bits) for n, d in DTYPES.items()} == {
-        "fp32": (4, 4, 23), "bf16": (2, 2, 7), "fp16": (2, 2, 10), "fp8": (2, 1, 3)}
+        "fp32": (4, 4, 23),
+        "bf16": (2, 2, 7),
+        "fp16": (2, 2, 10),
+        "fp8": (2, 1, 3),
+    }
     for d in DTYPES.values():  # the byte counts are the stored torch dtype's (fp8: its bf16 master weights)
         assert d.train_bytes == torch.empty(0, dtype=getattr(torch, d.torch)).element_size()
     assert [n for n, d in DTYPES.items() if d.loss_scaling] == ["fp16"]
-    assert {n: d.ab_partner for n, d in DTYPES.items()} == {"fp32": "bf16", "bf16": "fp16", "fp16": "bf16",
-                                                            "fp8": "bf16"}
+    assert {n: d.ab_partner for n, d in DTYPES.items()} == {
+        "fp32": "bf16",
+        "bf16": "fp16",
+        "fp16": "bf16",
+        "fp8": "bf16",
+    }
 
 
 def cfg(model, rollout="", flow="auto"):
@@ -34,16 +46,19 @@ def cfg(model, rollout="", flow="auto"):
     return c
 
 
-@pytest.mark.parametrize("model, rollout, flow, sides, name", [
-    ("bf16", "", "auto", (False, False), None),
-    ("fp16", "fp16", "auto", (False, False), None),
-    ("fp8", "", "auto", (True, True), "unified"),             # rollout.dtype defaults to model.dtype
-    ("bf16", "fp8", "auto", (False, True), "rollout_only"),   # the common BF16-train + FP8-rollout recipe
-    ("bf16", "fp8", "unified", (True, True), "unified"),      # explicit flow wins
-    ("fp8", "fp8", "rollout_only", (False, True), "rollout_only"),
-    ("fp8", "bf16", "auto", (True, False), None),             # trainer-only fp8: not a flow
-    ("bf16", "bf16", "unified", (False, False), None),        # no fp8 anywhere: the flow is moot
-])
+@pytest.mark.parametrize(
+    "model, rollout, flow, sides, name",
+    [
+        ("bf16", "", "auto", (False, False), None),
+        ("fp16", "fp16", "auto", (False, False), None),
+        ("fp8", "", "auto", (True, True), "unified"),  # rollout.dtype defaults to model.dtype
+        ("bf16", "fp8", "auto", (False, True), "rollout_only"),  # the common BF16-train + FP8-rollout recipe
+        ("bf16", "fp8", "unified", (True, True), "unified"),  # explicit flow wins
+        ("fp8", "fp8", "rollout_only", (False, True), "rollout_only"),
+        ("fp8", "bf16", "auto", (True, False), None),  # trainer-only fp8: not a flow
+        ("bf16", "bf16", "unified", (False, False), None),  # no fp8 anywhere: the flow is moot
+    ],
+)
 def test_fp8_flow_resolution(model, rollout, flow, sides, name):
     assert fp8_sides(model, rollout, flow) == sides
     p = resolve(cfg(model, rollout, flow))
@@ -65,10 +80,17 @@ def test_effective_precisions():
     assert [plan(d, "").loss_scaling for d in ("fp32", "bf16", "fp16", "fp8")] == [False, False, True, False]
 
 
-@pytest.mark.parametrize("model, rollout, flow", [
-    ("fp32", "", "auto"), ("bf16", "bf16", "auto"), ("fp16", "fp16", "unified"), ("fp8", "", "auto"),
-    ("fp8", "fp8", "unified"), ("bf16", "fp8", "unified"),
-])
+@pytest.mark.parametrize(
+    "model, rollout, flow",
+    [
+        ("fp32", "", "auto"),
+        ("bf16", "bf16", "auto"),
+        ("fp16", "fp16", "unified"),
+        ("fp8", "", "auto"),
+        ("fp8", "fp8", "unified"),
+        ("bf16", "fp8", "unified"),
+    ],
+)
 def test_no_warning_when_numerics_match(model, rollout, flow):
     assert plan(model, rollout, flow).warning is None
 
@@ -93,12 +115,12 @@ def test_warning_texts():
 
 
 def test_scale_and_unscale_are_exact_for_power_of_two_scales():
-    s = LossScaler(init_scale=2.0 ** 10)
+    s = LossScaler(init_scale=2.0**10)
     assert float(s.scale(torch.tensor(3.0))) == 3072.0
     p = torch.nn.Parameter(torch.zeros(3, dtype=torch.float16))
-    p.grad = torch.tensor([1024.0, -3.0, 2.0 ** -4], dtype=torch.float16)
+    p.grad = torch.tensor([1024.0, -3.0, 2.0**-4], dtype=torch.float16)
     assert s.unscale_and_check([p]) is True
-    assert p.grad.tolist() == [1.0, -3.0 / 1024, 2.0 ** -14]
+    assert p.grad.tolist() == [1.0, -3.0 / 1024, 2.0**-14]
     assert p.grad.dtype == torch.float16
 
 
@@ -115,14 +137,17 @@ def test_non_finite_grads_are_detected_and_left_alone(bad):
 
 def test_update_backoff_growth_and_counters():
     s = LossScaler(init_scale=1024.0, growth_factor=2.0, backoff_factor=0.5, growth_interval=3)
-    s.update(False); s.update(False)
+    s.update(False)
+    s.update(False)
     assert s.get_scale() == 1024.0
     s.update(False)  # third consecutive finite step → grow
     assert s.get_scale() == 2048.0
-    s.update(False); s.update(False)
+    s.update(False)
+    s.update(False)
     s.update(True)  # overflow: shrink, reset the growth counter, count the skip
     assert s.get_scale() == 1024.0 and s.skipped_steps == 1
-    s.update(False); s.update(False)
+    s.update(False)
+    s.update(False)
     assert s.get_scale() == 1024.0  # counter restarted after the overflow
     s.update(False)
     assert s.get_scale() == 2048.0
@@ -137,7 +162,7 @@ def test_scale_never_drops_below_min_scale():
 
 
 def test_disabled_scaler_is_identity_but_still_counts_nan_steps():
-    s = LossScaler(init_scale=2.0 ** 16, enabled=False)
+    s = LossScaler(init_scale=2.0**16, enabled=False)
     loss = torch.tensor(2.0)
     assert s.scale(loss) is loss
     p = torch.nn.Parameter(torch.zeros(1))
@@ -151,7 +176,9 @@ def test_disabled_scaler_is_identity_but_still_counts_nan_steps():
 
 def test_state_dict_round_trip():
     s = LossScaler(init_scale=256.0, growth_interval=5)
-    s.update(True); s.update(False); s.update(False)
+    s.update(True)
+    s.update(False)
+    s.update(False)
     t = LossScaler()
     t.load_state_dict(s.state_dict())
     assert t.state_dict() == s.state_dict()
@@ -181,9 +208,9 @@ def test_scaling_rescues_gradients_that_underflow_in_fp16():
         return w.grad
 
     assert grad_with(LossScaler(enabled=False)).tolist() == [0.0] * 4  # flushed to zero
-    g = grad_with(LossScaler(init_scale=2.0 ** 16))
+    g = grad_with(LossScaler(init_scale=2.0**16))
     # 2^16·1e-9 = 6.55e-5 survives in fp16 up to its rounding (rel. error ≤ 2^-11)
-    assert g.tolist() == pytest.approx([1e-9] * 4, rel=2.0 ** -11)
+    assert g.tolist() == pytest.approx([1e-9] * 4, rel=2.0**-11)
 
 
 def test_step_skips_on_fp16_overflow_then_recovers():
@@ -191,7 +218,7 @@ def test_step_skips_on_fp16_overflow_then_recovers():
     # scale halves; at 32768 the step goes through with the exact unscaled gradient.
     w = torch.nn.Parameter(torch.ones(4))
     opt = torch.optim.SGD([w], lr=0.1)
-    s = LossScaler(init_scale=2.0 ** 16, growth_interval=100)
+    s = LossScaler(init_scale=2.0**16, growth_interval=100)
     results = []
     for _ in range(2):
         opt.zero_grad()
@@ -201,7 +228,7 @@ def test_step_skips_on_fp16_overflow_then_recovers():
     assert w.grad is not None and w.grad.tolist() == [1.0] * 4
     assert results[1] == (True, 2.0)  # ‖(1,1,1,1)‖ = 2
     assert w.detach().tolist() == pytest.approx([0.9] * 4)  # one SGD step, not two (0.8 if both)
-    assert s.skipped_steps == 1 and s.get_scale() == 2.0 ** 15
+    assert s.skipped_steps == 1 and s.get_scale() == 2.0**15
 
 
 def test_clip_after_unscale_uses_the_true_norm():

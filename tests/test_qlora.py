@@ -54,14 +54,19 @@ def storage_bytes(tensors) -> int:
 
 # ---- the model ------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("dtype, double_quant", [("fp32", True), ("bf16", False), ("fp16", True)])
 def test_the_base_linears_are_nf4_with_the_configured_compute_dtype_and_double_quant(dtype, double_quant):
     cfg = qlora(f"model.dtype={dtype}", f"model.double_quant={str(double_quant).lower()}")
     policy = load(cfg)
     base = policy.get_base_model()
     four_bit = {n.removesuffix(".base_layer"): m for n, m in base.named_modules() if isinstance(m, bnb.nn.Linear4bit)}
-    assert sorted(four_bit) == sorted(f"model.layers.{i}.{part}.{name}" for i in range(2) for name in LINEARS
-                                      for part in (["self_attn"] if name[0] in "qkvo" else ["mlp"]))
+    assert sorted(four_bit) == sorted(
+        f"model.layers.{i}.{part}.{name}"
+        for i in range(2)
+        for name in LINEARS
+        for part in (["self_attn"] if name[0] in "qkvo" else ["mlp"])
+    )
     for m in four_bit.values():
         assert m.weight.dtype == torch.uint8
         assert m.weight.quant_state.quant_type == "nf4"
@@ -143,7 +148,7 @@ def test_the_hf_sampler_samples_the_trainers_function():
 # The recipe's adapters (rank 16, all seven linears): 2 layers · 16 · (512 + 384 + 384 + 512 + 768 + 768 + 768)
 # = 131,072 fp32 params.
 HAND = {("fp32", True): 623_832 + 17_920 * 4, ("bf16", False): 664_448 + 17_920 * 2}
-ROTARY_BUFFERS = 2 * 32 * 4   # inv_freq and original_inv_freq: head_dim/2 fp32 each
+ROTARY_BUFFERS = 2 * 32 * 4  # inv_freq and original_inv_freq: head_dim/2 fp32 each
 LORA_FP32 = 131_072 * 4
 
 
@@ -177,21 +182,46 @@ def test_auto_samples_a_4bit_base_with_hf_even_where_vllm_runs():
 REFUSED = "config error: model.load_in_4bit = true: "
 
 
-@pytest.mark.parametrize("sets, why", [
-    (["model.lora_rank=0"], "a 4-bit base cannot be fine-tuned in full (model.lora_rank = 0); set a LoRA rank > 0 "
-                            "(QLoRA)"),
-    (["model.dtype=fp8"], "model.dtype = 'fp8': bitsandbytes 4-bit layers compute in fp32, bf16 or fp16; use one "
-                          "of those"),
-    (["model.dtype=bf16", "rollout.dtype=fp8"], "rollout.dtype = 'fp8': bitsandbytes 4-bit layers compute in fp32, "
-                                                "bf16 or fp16; use one of those"),
-    (["rollout.backend=vllm"], "rollout.backend = 'vllm': a 4-bit base is sampled with its live LoRA adapters by "
-                               "the hf backend only (docs/mismatch.md); use rollout.backend = 'hf' or 'auto' (hf "
-                               "for a 4-bit base)"),
-])
+@pytest.mark.parametrize(
+    "sets, why",
+    [
+        (
+            ["model.lora_rank=0"],
+            "a 4-bit base cannot be fine-tuned in full (model.lora_rank = 0); set a LoRA rank > 0 (QLoRA)",
+        ),
+        (
+            ["model.dtype=fp8"],
+            "model.dtype = 'fp8': bitsandbytes 4-bit layers compute in fp32, bf16 or fp16; use one of those",
+        ),
+        (
+            ["model.dtype=bf16", "rollout.dtype=fp8"],
+            "rollout.dtype = 'fp8': bitsandbytes 4-bit layers compute in fp32, bf16 or fp16; use one of those",
+        ),
+        (
+            ["rollout.backend=vllm"],
+            "rollout.backend = 'vllm': a 4-bit base is sampled with its live LoRA adapters by "
+            "the hf backend only (docs/mismatch.md); use rollout.backend = 'hf' or 'auto' (hf "
+            "for a 4-bit base)",
+        ),
+    ],
+)
 def test_combinations_that_cannot_run_are_one_line_with_exit_2(tmp_path, sets, why):
     args = [a for s in ["model.load_in_4bit=true", *sets] for a in ("--set", s)]
-    done = subprocess.run([sys.executable, "-m", "grpo_studio.cli.main", "train", "tiny-arith", *args,
-                           "--run-dir", str(tmp_path / "run")], capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "grpo_studio.cli.main",
+            "train",
+            "tiny-arith",
+            *args,
+            "--run-dir",
+            str(tmp_path / "run"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert (done.returncode, done.stdout, done.stderr) == (2, "", REFUSED + why + "\n")
     assert not (tmp_path / "run").exists()
 
@@ -200,15 +230,30 @@ def test_without_bitsandbytes_load_in_4bit_names_the_extra(tmp_path):
     """bitsandbytes hidden from the supervisor and the trainer it starts (a sitecustomize on PYTHONPATH)."""
     (tmp_path / "sitecustomize.py").write_text("import sys\nsys.modules['bitsandbytes'] = None\n")
     env = {**os.environ, "PYTHONPATH": str(tmp_path)}
-    done = subprocess.run([sys.executable, "-m", "grpo_studio.cli.main", "train", "tiny-arith", "--set",
-                           "model.load_in_4bit=true", "--run-dir", str(tmp_path / "run")],
-                          capture_output=True, text=True, timeout=300, env=env)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "grpo_studio.cli.main",
+            "train",
+            "tiny-arith",
+            "--set",
+            "model.load_in_4bit=true",
+            "--run-dir",
+            str(tmp_path / "run"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
     assert done.returncode == 2
     assert done.stderr.splitlines()[-1] == REFUSED + "bitsandbytes is not installed: pip install 'grpo-studio[qlora]'"
     assert not (tmp_path / "run" / "metrics.jsonl").exists()
 
 
 # ---- training --------------------------------------------------------------------------------
+
 
 def rewards(run: Path) -> list[float]:
     return [json.loads(line)["reward/mean"] for line in (run / "metrics.jsonl").read_text().splitlines()]
@@ -234,8 +279,9 @@ def test_a_4bit_run_learns_and_checkpoints_an_adapter_for_the_full_precision_bas
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
-    full = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(PATH, dtype=torch.float32),
-                                     run / "checkpoints/step-20")
+    full = PeftModel.from_pretrained(
+        AutoModelForCausalLM.from_pretrained(PATH, dtype=torch.float32), run / "checkpoints/step-20"
+    )
     assert full.get_base_model().lm_head.weight.dtype == torch.float32
     assert not any(isinstance(m, bnb.nn.Linear4bit) for m in full.modules())
     loaded = adapters(full)
@@ -252,8 +298,13 @@ def test_a_resumed_4bit_run_is_the_uninterrupted_run(tmp_path):
     resumed = Trainer(qlora(*sets, "train.steps=4"), tmp_path / "cut", resume=True)
     assert resumed.run() == "finished"
     keys = ("reward/mean", "loss", "grad_norm", "mismatch/k3")
-    rows = {name: [{k: json.loads(line)[k] for k in keys} for line in (tmp_path / name / "metrics.jsonl")
-                   .read_text().splitlines()] for name in ("whole", "cut")}
+    rows = {
+        name: [
+            {k: json.loads(line)[k] for k in keys}
+            for line in (tmp_path / name / "metrics.jsonl").read_text().splitlines()
+        ]
+        for name in ("whole", "cut")
+    }
     assert len(rows["whole"]) == 4 and rows["cut"] == rows["whole"]
     a, b = adapters(whole.policy), adapters(resumed.policy)
     assert all(torch.equal(a[n], b[n]) for n in a)

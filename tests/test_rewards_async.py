@@ -9,7 +9,7 @@ import sys
 from grpo_studio.engine.rewards import build, score
 from grpo_studio.engine.rewards.runner import RewardFuncs
 
-ASYNC_FILE = '''
+ASYNC_FILE = """
 import asyncio, threading
 
 BARRIER = threading.Barrier(2, timeout=20)
@@ -43,7 +43,7 @@ async def picky(prompts, completions, **kwargs):
     if any("bad" in c for c in completions):
         raise ValueError("bad completion")
     return [3.0] * len(completions)
-'''
+"""
 
 
 def _funcs(tmp_path, names, timeout=30.0) -> RewardFuncs:
@@ -69,10 +69,14 @@ def test_async_rewards_run_side_by_side_with_a_plain_one(tmp_path):
 def test_async_timeout_cancels_the_coroutine(tmp_path):
     funcs = _funcs(tmp_path, ["slow", "length"], timeout=0.5)
     calls = []
-    table = score(funcs, ["q"] * 2, ["a", "bb"], {}, on_error=lambda name, message, i, **f: calls.append((name, message)))
+    table = score(
+        funcs, ["q"] * 2, ["a", "bb"], {}, on_error=lambda name, message, i, **f: calls.append((name, message))
+    )
     assert all(math.isnan(r[0]) for r in table) and [r[1] for r in table] == [1.0, 2.0]
     assert calls == [("slow", "no result within rewards.timeout_s = 0.5 s; all 2 samples set to None")]
-    module = next(m for m in list(sys.modules.values()) if getattr(m, "__file__", "") == str(tmp_path / "async_rewards.py"))
+    module = next(
+        m for m in list(sys.modules.values()) if getattr(m, "__file__", "") == str(tmp_path / "async_rewards.py")
+    )
     assert module.CANCELLED == [2]
 
 

@@ -17,7 +17,7 @@ from grpo_studio.contract.config import load
 from grpo_studio.contract.errors import UserError
 from grpo_studio.engine.rewards import build, score
 
-FAULTY_FILE = '''
+FAULTY_FILE = """
 import time
 
 def huge_int(prompts, completions, **kw):
@@ -76,7 +76,7 @@ def one(prompts, completions, **kw):
 
 def vast(prompts, completions, **kw):  # finite, but times a weight beyond float32's range
     return [1e36] * len(completions)
-'''
+"""
 
 TIMEOUT = 0.5
 BOUND = TIMEOUT + 5.0  # the call returns within timeout_s + a margin; only an upper bound
@@ -93,8 +93,13 @@ def _score(funcs, completions, answers=None):
     n = len(completions)
     calls = []
     started = time.monotonic()
-    table = score(funcs, ["1+1="] * n, completions, {"answer": answers or ["2"] * n},
-                  on_error=lambda name, message, index, **f: calls.append((name, message, index, f)))
+    table = score(
+        funcs,
+        ["1+1="] * n,
+        completions,
+        {"answer": answers or ["2"] * n},
+        on_error=lambda name, message, index, **f: calls.append((name, message, index, f)),
+    )
     return table, calls, time.monotonic() - started
 
 
@@ -123,16 +128,25 @@ def test_huge_int_is_not_finite(tmp_path):
     table, calls, _ = _score(_funcs(tmp_path, ["huge_int"]), ["<answer>2</answer>"] * 4)
     assert _column(table, 0) == [None, 1.0, 1.0, 1.0]
     shown = "1" + "0" * 76 + "..."
-    assert calls == [("huge_int", f"returned {shown} (too large for a float) for sample 0; 1 of 4 samples set to None",
-                      0, {"problem": "nan", "count": 1, "total": 1})]
+    assert calls == [
+        (
+            "huge_int",
+            f"returned {shown} (too large for a float) for sample 0; 1 of 4 samples set to None",
+            0,
+            {"problem": "nan", "count": 1, "total": 1},
+        )
+    ]
 
 
 def test_generator_raising_while_iterated_is_an_exception_of_the_function(tmp_path):
     table, calls, _ = _score(_funcs(tmp_path, ["broken_generator"]), ["ok", "bad", "ok", "bad"])
     assert _column(table, 0) == [1.0, None, 1.0, None]  # localized: retried one sample at a time
-    (name, message, index, fields), = calls
-    assert (name, message, index) == ("broken_generator",
-                                      "RuntimeError: generator broke (sample 1; 2 of 4 samples set to None)", 1)
+    ((name, message, index, fields),) = calls
+    assert (name, message, index) == (
+        "broken_generator",
+        "RuntimeError: generator broke (sample 1; 2 of 4 samples set to None)",
+        1,
+    )
     assert (fields["problem"], fields["count"], fields["total"]) == ("exception", 2, 2)
     assert 'raise RuntimeError("generator broke")' in fields["traceback"]
 
@@ -140,14 +154,20 @@ def test_generator_raising_while_iterated_is_an_exception_of_the_function(tmp_pa
 def test_float_that_raises_is_not_a_number(tmp_path):
     table, calls, _ = _score(_funcs(tmp_path, ["bad_float"]), ["c"] * 3)
     assert _column(table, 0) == [None, 1.0, 1.0]
-    assert calls == [("bad_float", "returned NoFloat() (NoFloat, not a number) for sample 0; 1 of 3 samples set to None",
-                      0, {"problem": "not_a_number", "count": 1, "total": 1})]
+    assert calls == [
+        (
+            "bad_float",
+            "returned NoFloat() (NoFloat, not a number) for sample 0; 1 of 3 samples set to None",
+            0,
+            {"problem": "not_a_number", "count": 1, "total": 1},
+        )
+    ]
 
 
 def test_len_that_raises_is_an_exception_of_the_function(tmp_path):
     table, calls, _ = _score(_funcs(tmp_path, ["bad_len", "one"]), ["c"] * 2)
     assert _column(table, 0) == [None, None] and _column(table, 1) == [1.0, 1.0]
-    (name, message, index, fields), = calls
+    ((name, message, index, fields),) = calls
     assert (name, message, index) == ("bad_len", "RuntimeError: no len (sample 0; 2 of 2 samples set to None)", 0)
     assert fields["problem"] == "exception" and 'raise RuntimeError("no len")' in fields["traceback"]
 
@@ -157,8 +177,14 @@ def test_sleeping_generator_is_bounded_by_the_timeout(tmp_path, thread_errors):
     table, calls, took = _score(_funcs(tmp_path, ["one", "sleepy_generator"], timeout=TIMEOUT), ["c"] * 4)
     assert took < BOUND  # the generator sleeps 60 s per value
     assert _column(table, 0) == [1.0] * 4 and _column(table, 1) == [None] * 4
-    assert calls == [("sleepy_generator", "no result within rewards.timeout_s = 0.5 s; all 4 samples set to None",
-                      None, {"problem": "timeout", "count": 1, "total": 1})]
+    assert calls == [
+        (
+            "sleepy_generator",
+            "no result within rewards.timeout_s = 0.5 s; all 4 samples set to None",
+            None,
+            {"problem": "timeout", "count": 1, "total": 1},
+        )
+    ]
     _reward_threads_end(before)
     assert thread_errors == []
 
@@ -171,8 +197,14 @@ def test_slow_error_message_times_out_without_a_leaked_traceback(tmp_path, threa
     table, calls, took = _score(_funcs(tmp_path, ["slow_message"], timeout=TIMEOUT), ["c"])
     assert took < BOUND
     assert _column(table, 0) == [None]
-    assert calls == [("slow_message", "no result within rewards.timeout_s = 0.5 s; all 1 samples set to None",
-                      None, {"problem": "timeout", "count": 1, "total": 1})]
+    assert calls == [
+        (
+            "slow_message",
+            "no result within rewards.timeout_s = 0.5 s; all 1 samples set to None",
+            None,
+            {"problem": "timeout", "count": 1, "total": 1},
+        )
+    ]
     _reward_threads_end(before)
     assert thread_errors == []  # no RewardTimeout escaped the reward thread
 
@@ -180,7 +212,7 @@ def test_slow_error_message_times_out_without_a_leaked_traceback(tmp_path, threa
 def test_huge_error_message_is_truncated(tmp_path):
     table, calls, _ = _score(_funcs(tmp_path, ["huge_message"]), ["c"])
     assert _column(table, 0) == [None]
-    (name, message, index, fields), = calls
+    ((name, message, index, fields),) = calls
     text = "ValueError: " + "x" * 5_000_000
     assert message == f"{text[:500]}... [{len(text)} characters, cut to 500] (sample 0; 1 of 1 samples set to None)"
     assert fields["problem"] == "exception"
@@ -208,9 +240,15 @@ def test_weights_that_overflow_the_sum_exclude_the_samples(tmp_path):
     funcs = _funcs(tmp_path, ["vast", "one"], extra=["rewards.weights=[1e6, 1e6]"])  # |w| <= 1e6 (the schema's)
     table, calls, _ = _score(funcs, ["<answer>2</answer>", "<answer>3</answer>"])
     assert all(math.isnan(v) for row in table for v in row)  # unscorable: advantage 0, not NaN/inf
-    assert calls == [("rewards.weights", "the weighted sum of sample 0's rewards [1e+36, 1] x rewards.weights "
-                                         "[1e+06, 1e+06] is not finite in float32; 2 of 2 samples set to None",
-                      0, {"problem": "not_finite_sum", "count": 2, "total": 2})]
+    assert calls == [
+        (
+            "rewards.weights",
+            "the weighted sum of sample 0's rewards [1e+36, 1] x rewards.weights "
+            "[1e+06, 1e+06] is not finite in float32; 2 of 2 samples set to None",
+            0,
+            {"problem": "not_finite_sum", "count": 2, "total": 2},
+        )
+    ]
 
 
 def test_large_weights_that_keep_the_sum_finite_are_untouched(tmp_path):
@@ -222,13 +260,18 @@ def test_large_weights_that_keep_the_sum_finite_are_untouched(tmp_path):
 # ---- import time -----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("body, why", [
-    ("raise KeyboardInterrupt\n", "KeyboardInterrupt"),
-    ("class Stop(BaseException):\n    pass\nraise Stop('at import')\n", "Stop: at import"),
-    ("import sys\nsys.exit(3)\n", "SystemExit: 3"),
-])
+@pytest.mark.parametrize(
+    "body, why",
+    [
+        ("raise KeyboardInterrupt\n", "KeyboardInterrupt"),
+        ("class Stop(BaseException):\n    pass\nraise Stop('at import')\n", "Stop: at import"),
+        ("import sys\nsys.exit(3)\n", "SystemExit: 3"),
+    ],
+)
 def test_import_time_base_exceptions_are_one_line(tmp_path, monkeypatch, body, why):
-    (tmp_path / "stops.py").write_text(body + "def f(prompts, completions, **kw):\n    return [1.0] * len(completions)\n")
+    (tmp_path / "stops.py").write_text(
+        body + "def f(prompts, completions, **kw):\n    return [1.0] * len(completions)\n"
+    )
     monkeypatch.chdir(tmp_path)
     with pytest.raises(UserError) as err:
         build(["stops.py:f"])
@@ -243,16 +286,32 @@ def test_import_time_keyboard_interrupt_in_a_module_is_one_line(tmp_path, monkey
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(UserError) as err:
         build(["stops_mod_x:f"])
-    assert str(err.value) == ("config error: rewards.funcs = 'stops_mod_x:f': importing 'stops_mod_x' raised "
-                              "KeyboardInterrupt")
+    assert str(err.value) == (
+        "config error: rewards.funcs = 'stops_mod_x:f': importing 'stops_mod_x' raised KeyboardInterrupt"
+    )
 
 
 # ---- headless runs: the run finishes, its files stay small and whole ---------------------------------
 
-RUN = ["train.steps=2", "train.prompts_per_step=2", "rollout.num_generations=2", "rollout.max_completion_len=8",
-       "train.save_every=0", "model.lora_rank=4", "rewards.timeout_s=0.5"]
-FAULTY = ["huge_int", "broken_generator", "bad_float", "bad_len", "sleepy_generator", "slow_message",
-          "huge_message", "vandal"]
+RUN = [
+    "train.steps=2",
+    "train.prompts_per_step=2",
+    "rollout.num_generations=2",
+    "rollout.max_completion_len=8",
+    "train.save_every=0",
+    "model.lora_rank=4",
+    "rewards.timeout_s=0.5",
+]
+FAULTY = [
+    "huge_int",
+    "broken_generator",
+    "bad_float",
+    "bad_len",
+    "sleepy_generator",
+    "slow_message",
+    "huge_message",
+    "vandal",
+]
 
 
 def _jsonl(path):
@@ -280,7 +339,8 @@ def test_a_run_with_every_faulty_reward_finishes(tmp_path, model_name, thread_er
     assert errors[(1, "bad_len")]["problem"] == "exception"
     assert errors[(1, "sleepy_generator")]["problem"] == errors[(1, "slow_message")]["problem"] == "timeout"
     assert errors[(1, "huge_message")]["message"].endswith(
-        "... [5000012 characters, cut to 500] (sample 0; 4 of 4 samples set to None)")
+        "... [5000012 characters, cut to 500] (sample 0; 4 of 4 samples set to None)"
+    )
     assert (run / "events.jsonl").stat().st_size < 100_000  # was 15 MB in 2 steps
     assert [r["step"] for r in rows] == [1, 2]
     for r in rows:  # the vandal's edits reached no other function
@@ -294,10 +354,13 @@ def test_a_run_whose_weights_overflow_reports_every_step(tmp_path, model_name):
     events, rows, samples, _ = _run(tmp_path, model_name, ["vast", "one"], ["rewards.weights=[1e6, 1e6]"])
     errors = [e for e in events if e["event"] == "reward_error"]
     assert [(e["step"], e["function"], e["problem"], e["count"], e["total"]) for e in errors] == [
-        (1, "rewards.weights", "not_finite_sum", 4, 4), (2, "rewards.weights", "not_finite_sum", 4, 8)]
+        (1, "rewards.weights", "not_finite_sum", 4, 4),
+        (2, "rewards.weights", "not_finite_sum", 4, 8),
+    ]
     assert errors[0]["message"].startswith("reward 'rewards.weights' failed: the weighted sum of sample 0's rewards [")
-    assert errors[0]["message"].endswith("x rewards.weights [1e+06, 1e+06] is not finite in float32; "
-                                         "4 of 4 samples set to None")
+    assert errors[0]["message"].endswith(
+        "x rewards.weights [1e+06, 1e+06] is not finite in float32; 4 of 4 samples set to None"
+    )
     for r in rows:  # nothing trained on NaN/inf: every sample unscorable, advantage 0
         assert r["rewards/one/mean"] is None or math.isnan(r["rewards/one/mean"])
     assert all(s["advantage"] == 0.0 and s["rewards"] == {"vast": None, "one": None} for s in samples)

@@ -14,22 +14,25 @@ from grpo_studio.engine.rewards import build, builtin, score
 pytest.importorskip("math_verify")
 
 
-@pytest.mark.parametrize("completion, reference, expected", [
-    (r"<answer>\frac{1}{2}</answer>", "0.5", 1.0),                  # a fraction against a decimal
-    (r"The answer is \boxed{\frac{2}{4}}", r"\frac{1}{2}", 1.0),    # \boxed, unreduced
-    (r"\boxed{0.5}", "1/2", 1.0),
-    (r"\boxed{50\%}", "0.5", 1.0),                                  # percent
-    (r"$\sqrt{2}/2$", r"\frac{\sqrt{2}}{2}", 1.0),                  # symbolic equality
-    (r"\boxed{1+x^2}", "x^2+1", 1.0),                               # a bare LaTeX reference
-    ("<answer>1,000</answer>", "1000", 1.0),
-    ("<answer>18</answer>", "Janet sells ... #### 18", 1.0),        # GSM8K's full solution
-    (r"<answer>\frac{1}{2}</answer> no wait <answer>3</answer>", "3", 1.0),  # the last answer block counts
-    (r"\boxed{\frac{1}{3}}", r"\frac{1}{2}", 0.0),
-    ("<answer>17</answer>", "18", 0.0),
-    ("no answer here", "18", 0.0),
-    ("", "18", 0.0),                                                # empty completion
-    ("<answer>18</answer>", "", None),                              # a reference it cannot read: not applicable
-])
+@pytest.mark.parametrize(
+    "completion, reference, expected",
+    [
+        (r"<answer>\frac{1}{2}</answer>", "0.5", 1.0),  # a fraction against a decimal
+        (r"The answer is \boxed{\frac{2}{4}}", r"\frac{1}{2}", 1.0),  # \boxed, unreduced
+        (r"\boxed{0.5}", "1/2", 1.0),
+        (r"\boxed{50\%}", "0.5", 1.0),  # percent
+        (r"$\sqrt{2}/2$", r"\frac{\sqrt{2}}{2}", 1.0),  # symbolic equality
+        (r"\boxed{1+x^2}", "x^2+1", 1.0),  # a bare LaTeX reference
+        ("<answer>1,000</answer>", "1000", 1.0),
+        ("<answer>18</answer>", "Janet sells ... #### 18", 1.0),  # GSM8K's full solution
+        (r"<answer>\frac{1}{2}</answer> no wait <answer>3</answer>", "3", 1.0),  # the last answer block counts
+        (r"\boxed{\frac{1}{3}}", r"\frac{1}{2}", 0.0),
+        ("<answer>17</answer>", "18", 0.0),
+        ("no answer here", "18", 0.0),
+        ("", "18", 0.0),  # empty completion
+        ("<answer>18</answer>", "", None),  # a reference it cannot read: not applicable
+    ],
+)
 def test_math_verify_scores(completion, reference, expected):
     assert builtin.math_verify(["q"], [completion], answer=[reference]) == [expected]
 
@@ -46,14 +49,23 @@ def _as_messages(texts):
 
 
 TRL_CASES = [
-    ("accuracy_reward", [r"My answer is \boxed{\frac{1}{3}}", r"My answer is \boxed{\frac{1}{2}}", "no idea"],
-     {"solution": [r"\frac{1}{3}"] * 3}, [1.0, 0.0, 0.0]),
-    ("reasoning_accuracy_reward", [r"<think> hmm \boxed{2} </think> so \boxed{\frac{1}{3}}",
-                                   r"<think> hmm \boxed{\frac{1}{3}} </think> so \boxed{2}",
-                                   r"<think> \boxed{\frac{1}{3}} but never closed"],
-     {"solution": [r"\frac{1}{3}"] * 3}, [1.0, 0.0, 0.0]),
-    ("think_format_reward", ["<think>\nreasoning\n</think>\nanswer", "<think>\nno end", "plain"], {},
-     [1.0, 0.0, 0.0]),
+    (
+        "accuracy_reward",
+        [r"My answer is \boxed{\frac{1}{3}}", r"My answer is \boxed{\frac{1}{2}}", "no idea"],
+        {"solution": [r"\frac{1}{3}"] * 3},
+        [1.0, 0.0, 0.0],
+    ),
+    (
+        "reasoning_accuracy_reward",
+        [
+            r"<think> hmm \boxed{2} </think> so \boxed{\frac{1}{3}}",
+            r"<think> hmm \boxed{\frac{1}{3}} </think> so \boxed{2}",
+            r"<think> \boxed{\frac{1}{3}} but never closed",
+        ],
+        {"solution": [r"\frac{1}{3}"] * 3},
+        [1.0, 0.0, 0.0],
+    ),
+    ("think_format_reward", ["<think>\nreasoning\n</think>\nanswer", "<think>\nno end", "plain"], {}, [1.0, 0.0, 0.0]),
 ]
 
 
@@ -79,13 +91,21 @@ def test_trl_accuracy_reads_answer_when_the_data_has_no_solution_column():
 USABLE = "trl.rewards:accuracy_reward, trl.rewards:reasoning_accuracy_reward, trl.rewards:think_format_reward"
 
 
-@pytest.mark.parametrize("entry, message", [
-    ("trl.rewards:accuracy", f"config error: rewards.funcs = 'trl.rewards:accuracy': not a TRL reward usable by name; "
-                             f"usable: {USABLE} (did you mean 'accuracy_reward'?)"),
-    ("trl.rewards:get_soft_overlong_punishment",
-     "config error: rewards.funcs = 'trl.rewards:get_soft_overlong_punishment': a TRL factory that needs arguments "
-     f"and completion_ids, which a name cannot give; wrap it in a file.py:function, or use {USABLE}"),
-])
+@pytest.mark.parametrize(
+    "entry, message",
+    [
+        (
+            "trl.rewards:accuracy",
+            f"config error: rewards.funcs = 'trl.rewards:accuracy': not a TRL reward usable by name; "
+            f"usable: {USABLE} (did you mean 'accuracy_reward'?)",
+        ),
+        (
+            "trl.rewards:get_soft_overlong_punishment",
+            "config error: rewards.funcs = 'trl.rewards:get_soft_overlong_punishment': a TRL factory that needs arguments "
+            f"and completion_ids, which a name cannot give; wrap it in a file.py:function, or use {USABLE}",
+        ),
+    ],
+)
 def test_trl_name_errors_are_one_line(entry, message):
     with pytest.raises(UserError) as err:
         build([entry])
@@ -101,4 +121,7 @@ def test_missing_math_verify_names_the_extra(monkeypatch):
     for entry in ("math_verify", "trl.rewards:accuracy_reward"):
         with pytest.raises(UserError) as err:
             build(load("tiny-arith", [f'rewards.funcs=["{entry}"]']).rewards)
-        assert str(err.value) == f"config error: rewards.funcs = '{entry}': needs math-verify: pip install 'grpo-studio[math]'"
+        assert (
+            str(err.value)
+            == f"config error: rewards.funcs = '{entry}': needs math-verify: pip install 'grpo-studio[math]'"
+        )

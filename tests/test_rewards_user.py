@@ -30,7 +30,7 @@ def score(prompts, completions, **kwargs):
     return out
 '''
 
-FAILING_FILE = '''
+FAILING_FILE = """
 def boom(prompts, completions, **kwargs):
     raise ValueError("boom")
 
@@ -46,8 +46,7 @@ def words(prompts, completions, **kwargs):
 def hang(prompts, completions, **kwargs):
     while True:
         pass
-'''
-
+"""
 
 
 def _jsonl(path: Path) -> list[dict]:
@@ -60,21 +59,41 @@ def _jsonl(path: Path) -> list[dict]:
 def test_load_from_file_and_module(tmp_path, monkeypatch):
     (tmp_path / "my_rewards.py").write_text(USER_FILE)
     monkeypatch.chdir(tmp_path)
-    funcs = build(["my_rewards.py:score", "grpo_studio.engine.rewards.builtin:proximity", str(tmp_path / "my_rewards.py") + ":score"])
+    funcs = build(
+        [
+            "my_rewards.py:score",
+            "grpo_studio.engine.rewards.builtin:proximity",
+            str(tmp_path / "my_rewards.py") + ":score",
+        ]
+    )
     assert [n for n, _ in funcs] == ["score", "proximity", "score_2"]
     assert funcs[0][1](["q"] * 3, ["x 12", "no", "y"], answer=["12", "12", ""]) == [1.0, 0.0, None]
 
 
-@pytest.mark.parametrize("entry, message", [
-    ("missing.py:score", "config error: rewards.funcs = 'missing.py:score': file 'missing.py' not found; "
-                         "give 'file.py:function' with an existing file or 'module:function'"),
-    ("my_rewards.py:scor", "config error: rewards.funcs = 'my_rewards.py:scor': function 'scor' not found in "
-                           "my_rewards.py; functions there: score"),
-    ("no_such_module_x:f", "config error: rewards.funcs = 'no_such_module_x:f': cannot import module "
-                           "'no_such_module_x' (No module named 'no_such_module_x'); a file path must end in .py"),
-    ("broken.py:f", "config error: rewards.funcs = 'broken.py:f': loading broken.py raised ZeroDivisionError: "
-                    "division by zero"),
-])
+@pytest.mark.parametrize(
+    "entry, message",
+    [
+        (
+            "missing.py:score",
+            "config error: rewards.funcs = 'missing.py:score': file 'missing.py' not found; "
+            "give 'file.py:function' with an existing file or 'module:function'",
+        ),
+        (
+            "my_rewards.py:scor",
+            "config error: rewards.funcs = 'my_rewards.py:scor': function 'scor' not found in "
+            "my_rewards.py; functions there: score",
+        ),
+        (
+            "no_such_module_x:f",
+            "config error: rewards.funcs = 'no_such_module_x:f': cannot import module "
+            "'no_such_module_x' (No module named 'no_such_module_x'); a file path must end in .py",
+        ),
+        (
+            "broken.py:f",
+            "config error: rewards.funcs = 'broken.py:f': loading broken.py raised ZeroDivisionError: division by zero",
+        ),
+    ],
+)
 def test_load_errors_are_one_line(tmp_path, monkeypatch, entry, message):
     (tmp_path / "my_rewards.py").write_text(USER_FILE)
     (tmp_path / "broken.py").write_text("x = 1 / 0\n")
@@ -92,20 +111,32 @@ def _score_with(tmp_path, names, n=4, timeout=30.0):
     cfg = load("tiny-arith", [f"rewards.funcs={json.dumps(names)}", f"rewards.timeout_s={timeout}"])
     funcs = build(cfg.rewards)
     calls = []
-    table = score(funcs, ["1+1="] * n, ["<answer>2</answer>"] * n, {"answer": ["2"] * n},
-                  on_error=lambda name, message, index, **f: calls.append((name, message, index, f)))
+    table = score(
+        funcs,
+        ["1+1="] * n,
+        ["<answer>2</answer>"] * n,
+        {"answer": ["2"] * n},
+        on_error=lambda name, message, index, **f: calls.append((name, message, index, f)),
+    )
     return table, calls, funcs
 
 
 def test_raising_function_is_localized_per_sample(tmp_path):
-    (tmp_path / "flaky.py").write_text('def flaky(prompts, completions, **kw):\n'
-                                       '    if any("bad" in c for c in completions):\n'
-                                       '        raise KeyError("bad sample")\n'
-                                       '    return [1.0 for c in completions]\n')
+    (tmp_path / "flaky.py").write_text(
+        "def flaky(prompts, completions, **kw):\n"
+        '    if any("bad" in c for c in completions):\n'
+        '        raise KeyError("bad sample")\n'
+        "    return [1.0 for c in completions]\n"
+    )
     funcs = build([f"{tmp_path}/flaky.py:flaky"])
     calls = []
-    table = score(funcs, ["q"] * 4, ["ok", "bad", "ok", "bad"], {},
-                  on_error=lambda name, message, index, **f: calls.append((name, message, index, f)))
+    table = score(
+        funcs,
+        ["q"] * 4,
+        ["ok", "bad", "ok", "bad"],
+        {},
+        on_error=lambda name, message, index, **f: calls.append((name, message, index, f)),
+    )
     assert [row[0] for row in table[::2]] == [1.0, 1.0]
     assert all(math.isnan(row[0]) for row in table[1::2])
     assert len(calls) == 1
@@ -114,7 +145,13 @@ def test_raising_function_is_localized_per_sample(tmp_path):
     assert (fields["problem"], fields["count"], fields["total"]) == ("exception", 2, 2)
     assert 'raise KeyError("bad sample")' in fields["traceback"]
     # later occurrences are counted, without the traceback
-    score(funcs, ["q"] * 2, ["bad", "ok"], {}, on_error=lambda name, message, index, **f: calls.append((name, message, index, f)))
+    score(
+        funcs,
+        ["q"] * 2,
+        ["bad", "ok"],
+        {},
+        on_error=lambda name, message, index, **f: calls.append((name, message, index, f)),
+    )
     assert calls[1][2:] == (0, {"problem": "exception", "count": 1, "total": 3})
 
 
@@ -133,8 +170,14 @@ def test_non_numbers_and_non_lists(tmp_path):
 def test_hanging_function_is_bounded_and_its_thread_ends(tmp_path):
     table, calls, _ = _score_with(tmp_path, ["correctness", f"{tmp_path}/failing.py:hang"], timeout=0.5)
     assert [r[0] for r in table] == [2.0] * 4 and all(math.isnan(r[1]) for r in table)
-    assert calls == [("hang", "no result within rewards.timeout_s = 0.5 s; all 4 samples set to None", None,
-                      {"problem": "timeout", "count": 1, "total": 1})]
+    assert calls == [
+        (
+            "hang",
+            "no result within rewards.timeout_s = 0.5 s; all 4 samples set to None",
+            None,
+            {"problem": "timeout", "count": 1, "total": 1},
+        )
+    ]
     alive = [t for t in threading.enumerate() if t.name == "reward-call"]
     for t in alive:
         t.join(5)
@@ -143,8 +186,14 @@ def test_hanging_function_is_bounded_and_its_thread_ends(tmp_path):
 
 # ---- headless runs ---------------------------------------------------------------------------------
 
-RUN = ["train.steps=2", "train.prompts_per_step=2", "rollout.num_generations=2", "rollout.max_completion_len=8",
-       "train.save_every=0", "model.lora_rank=4"]
+RUN = [
+    "train.steps=2",
+    "train.prompts_per_step=2",
+    "rollout.num_generations=2",
+    "rollout.max_completion_len=8",
+    "train.save_every=0",
+    "model.lora_rank=4",
+]
 
 
 def test_failing_rewards_never_stop_training(tmp_path, model_name):
@@ -153,8 +202,9 @@ def test_failing_rewards_never_stop_training(tmp_path, model_name):
     (tmp_path / "failing.py").write_text(FAILING_FILE)
     f = tmp_path / "failing.py"
     funcs = ["correctness", f"{f}:boom", f"{f}:short", f"{f}:nan", f"{f}:hang"]
-    cfg = load("tiny-arith", [*RUN, f"model.name={model_name}", f"rewards.funcs={json.dumps(funcs)}",
-                              "rewards.timeout_s=0.5"])
+    cfg = load(
+        "tiny-arith", [*RUN, f"model.name={model_name}", f"rewards.funcs={json.dumps(funcs)}", "rewards.timeout_s=0.5"]
+    )
     state = Trainer(cfg, tmp_path / "run").run()
     assert state == "finished"
     events = _jsonl(tmp_path / "run" / "events.jsonl")
@@ -166,14 +216,17 @@ def test_failing_rewards_never_stop_training(tmp_path, model_name):
     assert (boom1["sample"], boom1["problem"], boom1["count"], boom1["total"]) == (0, "exception", 4, 4)
     assert 'raise ValueError("boom")' in boom1["traceback"]
     assert "traceback" not in boom2 and (boom2["count"], boom2["total"]) == (4, 8)
-    assert got[(1, "short")]["message"] == ("reward 'short' failed: returned 3 values for 4 completions; "
-                                            "all 4 samples set to None")
+    assert got[(1, "short")]["message"] == (
+        "reward 'short' failed: returned 3 values for 4 completions; all 4 samples set to None"
+    )
     assert got[(1, "short")]["sample"] is None and got[(1, "short")]["problem"] == "wrong_length"
-    assert got[(2, "nan")]["message"] == ("reward 'nan' failed: returned nan (not finite) for sample 0; "
-                                          "1 of 4 samples set to None")
+    assert got[(2, "nan")]["message"] == (
+        "reward 'nan' failed: returned nan (not finite) for sample 0; 1 of 4 samples set to None"
+    )
     assert (got[(2, "nan")]["sample"], got[(2, "nan")]["total"]) == (0, 2)
-    assert got[(1, "hang")]["message"] == ("reward 'hang' failed: no result within rewards.timeout_s = 0.5 s; "
-                                           "all 4 samples set to None")
+    assert got[(1, "hang")]["message"] == (
+        "reward 'hang' failed: no result within rewards.timeout_s = 0.5 s; all 4 samples set to None"
+    )
     rows = _jsonl(tmp_path / "run" / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2]
     for r in rows:
@@ -189,12 +242,21 @@ def test_user_reward_file_in_our_trainer_and_in_trl(tmp_path, model_name, monkey
 
     (tmp_path / "my_rewards.py").write_text(USER_FILE)
     data = tmp_path / "sums.jsonl"
-    data.write_text("".join(json.dumps({"prompt": f"{a}+{b}=", "answer": str(a + b)}) + "\n"
-                            for a in range(5) for b in range(5)))
+    data.write_text(
+        "".join(json.dumps({"prompt": f"{a}+{b}=", "answer": str(a + b)}) + "\n" for a in range(5) for b in range(5))
+    )
     ours_log, trl_log = tmp_path / "ours.jsonl", tmp_path / "trl.jsonl"
     monkeypatch.setenv("REWARD_CALL_LOG", str(ours_log))
-    cfg = load("tiny-arith", [*RUN, f"model.name={model_name}", f"data.source={data}", "data.eval_size=5",
-                              f"rewards.funcs=[\"correctness\", \"{tmp_path}/my_rewards.py:score\"]"])
+    cfg = load(
+        "tiny-arith",
+        [
+            *RUN,
+            f"model.name={model_name}",
+            f"data.source={data}",
+            "data.eval_size=5",
+            f'rewards.funcs=["correctness", "{tmp_path}/my_rewards.py:score"]',
+        ],
+    )
     assert Trainer(cfg, tmp_path / "run").run() == "finished"
     ours = [c for c in _jsonl(ours_log)]
     rows = _jsonl(tmp_path / "run" / "metrics.jsonl")
@@ -212,9 +274,18 @@ def test_user_reward_file_in_our_trainer_and_in_trl(tmp_path, model_name, monkey
     monkeypatch.setenv("REWARD_CALL_LOG", str(trl_log))
     fn = load_fn(f"{tmp_path}/my_rewards.py:score")
     ds = datasets.Dataset.from_list([json.loads(line) for line in data.read_text().splitlines()])
-    args = GRPOConfig(output_dir=str(tmp_path / "trl"), use_cpu=True, per_device_train_batch_size=2,
-                      num_generations=2, max_completion_length=8, max_steps=1, report_to="none",
-                      logging_steps=1, save_strategy="no", seed=0)
+    args = GRPOConfig(
+        output_dir=str(tmp_path / "trl"),
+        use_cpu=True,
+        per_device_train_batch_size=2,
+        num_generations=2,
+        max_completion_length=8,
+        max_steps=1,
+        report_to="none",
+        logging_steps=1,
+        save_strategy="no",
+        seed=0,
+    )
     trainer = GRPOTrainer(model=str(random_tiny_model), reward_funcs=[fn], args=args, train_dataset=ds)
     trainer.train()
     theirs = _jsonl(trl_log)

@@ -36,7 +36,7 @@ def _cfg(**rollout):
     cfg.model.name, cfg.model.dtype = "tiny-arith", "bf16"
     cfg.rollout.backend = "vllm"
     cfg.rollout.num_generations, cfg.rollout.max_completion_len = 8, 12
-    cfg.rollout.vllm_enforce_eager = "on"     # no torch.compile: ~5 s engine start instead of 15-50 s
+    cfg.rollout.vllm_enforce_eager = "on"  # no torch.compile: ~5 s engine start instead of 15-50 s
     cfg.train.prompts_per_step, cfg.train.save_every, cfg.train.eval_every = 4, 0, 0
     for key, value in rollout.items():
         setattr(cfg.rollout, key, value)
@@ -58,8 +58,14 @@ def remote(model, tmp_path_factory):
 
     cfg = _cfg(colocate=False)
     events = []
-    sampler = make_sampler(cfg, model[0], model[1], resolve(cfg), log_dir=tmp_path_factory.mktemp("server"),
-                           emit_event=lambda kind, message, **kw: events.append((kind, message)))
+    sampler = make_sampler(
+        cfg,
+        model[0],
+        model[1],
+        resolve(cfg),
+        log_dir=tmp_path_factory.mktemp("server"),
+        emit_event=lambda kind, message, **kw: events.append((kind, message)),
+    )
     sampler.events = events
     yield sampler
     sampler.close()
@@ -84,8 +90,10 @@ def test_server_rollout_is_the_in_process_rollout(remote, local, model):
     """Same prompts, seeds and weights: identical token ids, mask, truncation, and μ to the last bit."""
     from grpo_studio.engine.sampler import Sampling
 
-    for sampling in (Sampling(n=4, max_tokens=12, temperature=T, seed=3),
-                     Sampling(n=2, max_tokens=12, temperature=1.0, top_k=5, top_p=0.9, seed=11)):
+    for sampling in (
+        Sampling(n=4, max_tokens=12, temperature=T, seed=3),
+        Sampling(n=2, max_tokens=12, temperature=1.0, top_k=5, top_p=0.9, seed=11),
+    ):
         a, b = remote.generate(_prompts(model[1]), sampling), local.generate(_prompts(model[1]), sampling)
         assert torch.equal(a.completion_ids, b.completion_ids)
         assert torch.equal(a.mask, b.mask) and torch.equal(a.truncated, b.truncated)
@@ -183,22 +191,32 @@ def test_in_flight_update_enters_a_running_generation_between_decode_steps(local
             v = int(versions[i, t])
             assert mu[i, t].item() == scored[v][i][len(seqs[i]) - 1 - n + t], (i, t)
             gaps[v].append(abs(scored[1][i][len(seqs[i]) - 1 - n + t] - scored[2][i][len(seqs[i]) - 1 - n + t]))
-    assert sum(gaps[2]) / len(gaps[2]) > 0.01 and sum(gaps[1]) / len(gaps[1]) > 0.01   # the versions differ there
+    assert sum(gaps[2]) / len(gaps[2]) > 0.01 and sum(gaps[1]) / len(gaps[1]) > 0.01  # the versions differ there
 
 
 def test_chunks_are_layers_and_the_plan_describes_them():
     from grpo_studio.engine.rollout_server import transport
 
-    named = [("model.embed_tokens.weight", torch.zeros(4, 2)), ("model.layers.0.q.weight", torch.zeros(2, 2)),
-             ("model.layers.0.k.weight", torch.zeros(2)), ("model.layers.1.q.weight", torch.zeros(3)),
-             ("model.layers.1.k.weight", torch.zeros(3, dtype=torch.bfloat16)), ("lm_head.weight", torch.zeros(1))]
+    named = [
+        ("model.embed_tokens.weight", torch.zeros(4, 2)),
+        ("model.layers.0.q.weight", torch.zeros(2, 2)),
+        ("model.layers.0.k.weight", torch.zeros(2)),
+        ("model.layers.1.q.weight", torch.zeros(3)),
+        ("model.layers.1.k.weight", torch.zeros(3, dtype=torch.bfloat16)),
+        ("lm_head.weight", torch.zeros(1)),
+    ]
     parts = transport.chunks(named)
-    assert [[n for n, _ in p] for p in parts] == [["model.embed_tokens.weight"],
-                                                  ["model.layers.0.q.weight", "model.layers.0.k.weight"],
-                                                  ["model.layers.1.q.weight"], ["model.layers.1.k.weight"],
-                                                  ["lm_head.weight"]]
-    assert transport.plan(parts)[1] == {"dtype": "float32", "tensors": [["model.layers.0.q.weight", [2, 2]],
-                                                                         ["model.layers.0.k.weight", [2]]]}
+    assert [[n for n, _ in p] for p in parts] == [
+        ["model.embed_tokens.weight"],
+        ["model.layers.0.q.weight", "model.layers.0.k.weight"],
+        ["model.layers.1.q.weight"],
+        ["model.layers.1.k.weight"],
+        ["lm_head.weight"],
+    ]
+    assert transport.plan(parts)[1] == {
+        "dtype": "float32",
+        "tensors": [["model.layers.0.q.weight", [2, 2]], ["model.layers.0.k.weight", [2]]],
+    }
     assert transport.plan(parts)[3]["dtype"] == "bfloat16"
 
 
@@ -216,10 +234,21 @@ def runs(remote, tmp_path_factory):
     out = {}
     for mode in ("off", "one_step"):
         run_dir = tmp_path_factory.mktemp(f"server-{mode}")
-        cfg = load("tiny-arith", ["model.dtype=bf16", "rollout.backend=vllm", "rollout.vllm_enforce_eager=on",
-                                  "rollout.colocate=false", f"rollout.server={remote.address}",
-                                  f"rollout.async_mode={mode}", "train.steps=20", "train.prompts_per_step=8",
-                                  "train.save_every=0", "train.eval_every=0"])
+        cfg = load(
+            "tiny-arith",
+            [
+                "model.dtype=bf16",
+                "rollout.backend=vllm",
+                "rollout.vllm_enforce_eager=on",
+                "rollout.colocate=false",
+                f"rollout.server={remote.address}",
+                f"rollout.async_mode={mode}",
+                "train.steps=20",
+                "train.prompts_per_step=8",
+                "train.save_every=0",
+                "train.eval_every=0",
+            ],
+        )
         trainer = Trainer(cfg, run_dir)
         try:
             state = trainer.run()
@@ -256,7 +285,8 @@ def _check_token_lags(rows: list[dict], hists: list[dict], most: int) -> None:
         lagged = row["mismatch/lagged_frac"] > 0
         # a part without tokens is left out of the row
         assert ("mismatch/lagged/k3" in row) == lagged and ("mismatch/lag0/k3" not in row) == (
-            row["mismatch/lagged_frac"] == 1)
+            row["mismatch/lagged_frac"] == 1
+        )
     assert [max(int(k) for k in h["lag"]) for h in hists] == [0] + [most] * (len(rows) - 1)
 
 
@@ -274,9 +304,21 @@ def _server_run(remote, run_dir, sets, stop_at=None, resume=False) -> str:
     from grpo_studio.contract.config import load
     from grpo_studio.engine.trainer import Trainer
 
-    cfg = load("tiny-arith", ["model.dtype=bf16", "rollout.backend=vllm", "rollout.vllm_enforce_eager=on",
-                              "rollout.colocate=false", f"rollout.server={remote.address}", "train.steps=4",
-                              "train.prompts_per_step=4", "train.save_every=0", "train.eval_every=0", *sets])
+    cfg = load(
+        "tiny-arith",
+        [
+            "model.dtype=bf16",
+            "rollout.backend=vllm",
+            "rollout.vllm_enforce_eager=on",
+            "rollout.colocate=false",
+            f"rollout.server={remote.address}",
+            "train.steps=4",
+            "train.prompts_per_step=4",
+            "train.save_every=0",
+            "train.eval_every=0",
+            *sets,
+        ],
+    )
     trainer = Trainer(cfg, run_dir, resume=resume)
 
     class StopAt:
@@ -324,24 +366,48 @@ def test_one_step_overlaps_generation_with_training(runs):
 
 
 REFUSED = [
-    (("rollout.async_mode=in_flight",),
-     ("config error: rollout.async_mode = 'in_flight': needs rollout.colocate = false (a rollout server); the "
-     "colocated engine shares the trainer's process\n")),
-    (("train.max_staleness=0",),
-     ("config error: train.max_staleness = 0: needs rollout.async_mode = 'one_step' or 'in_flight' (with 'off' every "
-      "token is sampled by the weights it trains: lag 0); -1 = off\n")),
-    (("rollout.async_mode=one_step",),
-     ("config error: rollout.async_mode = 'one_step': needs rollout.colocate = false (a rollout server); the "
-     "colocated engine shares the trainer's process\n")),
-    (("rollout.server=127.0.0.1:8000",),
-     ("config error: rollout.server = '127.0.0.1:8000': needs rollout.colocate = false (a rollout server); the "
-     "colocated engine shares the trainer's process\n")),
-    (("rollout.colocate=false", "rollout.backend=vllm", "rollout.server=localhost"),
-     ("config error: rollout.server = 'localhost': host:port, e.g. 127.0.0.1:8000; or empty to start a server for "
-     "the run\n")),
-    (("rollout.colocate=false", "rollout.backend=hf"),
-     ("config error: rollout.backend = 'hf': rollout.colocate = false runs vLLM in a rollout server; use "
-     "rollout.backend = 'vllm' or 'auto'\n")),
+    (
+        ("rollout.async_mode=in_flight",),
+        (
+            "config error: rollout.async_mode = 'in_flight': needs rollout.colocate = false (a rollout server); the "
+            "colocated engine shares the trainer's process\n"
+        ),
+    ),
+    (
+        ("train.max_staleness=0",),
+        (
+            "config error: train.max_staleness = 0: needs rollout.async_mode = 'one_step' or 'in_flight' (with 'off' every "
+            "token is sampled by the weights it trains: lag 0); -1 = off\n"
+        ),
+    ),
+    (
+        ("rollout.async_mode=one_step",),
+        (
+            "config error: rollout.async_mode = 'one_step': needs rollout.colocate = false (a rollout server); the "
+            "colocated engine shares the trainer's process\n"
+        ),
+    ),
+    (
+        ("rollout.server=127.0.0.1:8000",),
+        (
+            "config error: rollout.server = '127.0.0.1:8000': needs rollout.colocate = false (a rollout server); the "
+            "colocated engine shares the trainer's process\n"
+        ),
+    ),
+    (
+        ("rollout.colocate=false", "rollout.backend=vllm", "rollout.server=localhost"),
+        (
+            "config error: rollout.server = 'localhost': host:port, e.g. 127.0.0.1:8000; or empty to start a server for "
+            "the run\n"
+        ),
+    ),
+    (
+        ("rollout.colocate=false", "rollout.backend=hf"),
+        (
+            "config error: rollout.backend = 'hf': rollout.colocate = false runs vLLM in a rollout server; use "
+            "rollout.backend = 'vllm' or 'auto'\n"
+        ),
+    ),
 ]
 
 
@@ -352,20 +418,28 @@ def test_server_keys_refused_in_one_line(tmp_path, sets, stderr):
     assert (proc.returncode, proc.stderr) == (2, stderr)
 
 
-@pytest.mark.parametrize("args, stderr", [
-    (("--tensor-parallel-size", "2"),
-     ("config error: --tensor-parallel-size = 2: only 1 for now: the weight reload drives vLLM's in-process "
-     "executor, and tensor parallelism needs its multi-process one\n")),
-    (("--port", "0"), "config error: --port = 0: a TCP port, 1-65535\n"),
-])
+@pytest.mark.parametrize(
+    "args, stderr",
+    [
+        (
+            ("--tensor-parallel-size", "2"),
+            (
+                "config error: --tensor-parallel-size = 2: only 1 for now: the weight reload drives vLLM's in-process "
+                "executor, and tensor parallelism needs its multi-process one\n"
+            ),
+        ),
+        (("--port", "0"), "config error: --port = 0: a TCP port, 1-65535\n"),
+    ],
+)
 def test_rollout_serve_flags_refused_in_one_line(tmp_path, args, stderr):
     proc = run_cli("rollout-serve", "tiny-arith", *args, cwd=tmp_path)
     assert (proc.returncode, proc.stderr) == (2, stderr)
 
 
 def test_vram_planner_still_reads_colocate_false(tmp_path):
-    proc = run_cli("vram", "tiny-arith", "--set", "rollout.colocate=false", "--set", "rollout.backend=vllm", "--json",
-                   cwd=tmp_path)
+    proc = run_cli(
+        "vram", "tiny-arith", "--set", "rollout.colocate=false", "--set", "rollout.backend=vllm", "--json", cwd=tmp_path
+    )
     assert proc.returncode == 0 and json.loads(proc.stdout)["model"] == "tiny-arith"
 
 

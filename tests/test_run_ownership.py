@@ -35,8 +35,10 @@ def tree(path: Path) -> dict[str, bytes | None]:
 
 
 def held_line(run: Path, held: str) -> str:
-    return (f"config error: --run-dir = '{run}': already holds a run ({held}); allowed: --resume {shlex.quote(str(run))} "
-            f"to continue it, or a new or empty directory")
+    return (
+        f"config error: --run-dir = '{run}': already holds a run ({held}); allowed: --resume {shlex.quote(str(run))} "
+        f"to continue it, or a new or empty directory"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -50,6 +52,7 @@ def finished(tmp_path_factory) -> Path:
 
 
 # ---- a new run into a directory that holds one ---------------------------------------------------
+
 
 def test_a_new_run_into_a_finished_directory_is_one_line_and_changes_nothing(finished):
     before = tree(finished)
@@ -82,8 +85,11 @@ def test_the_trainer_itself_refuses_a_new_run_there_before_anything_loads(finish
 def test_an_empty_run_dir_is_refused_and_nothing_is_written_here(value, tmp_path):
     proc = run_cli("train", "tiny-arith", *sets(*SHORT), "--run-dir", value, cwd=tmp_path)
     assert (proc.returncode, proc.stderr, proc.stdout) == (
-        2, f"config error: --run-dir = '{value}': empty; allowed: a new or empty directory, or no --run-dir for a "
-           f"new one under runs/\n", "")
+        2,
+        f"config error: --run-dir = '{value}': empty; allowed: a new or empty directory, or no --run-dir for a "
+        f"new one under runs/\n",
+        "",
+    )
     assert list(tmp_path.iterdir()) == []
 
 
@@ -134,15 +140,30 @@ def test_the_studio_launches_into_its_prepared_directory(tmp_path):
 
 # ---- a live trainer's lock --------------------------------------------------------------------------
 
+
 def test_a_second_trainer_is_refused_at_once_and_writes_nothing(tmp_path):
     """The first trainer holds trainer.pid from before its model loads; a second `train` into the same
     directory is refused in one line at once (no pre-flight, no model), and events.jsonl stays as the first
     writes it: one `info`, one `started`."""
     run = tmp_path / "run"
-    first = subprocess.Popen([sys.executable, "-m", "grpo_studio.cli.main", "train", "tiny-arith",
-                              *sets("train.steps=100000", "train.eval_every=0", "train.save_every=0"),
-                              "--run-dir", str(run)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                             env=ENV, cwd=ROOT, start_new_session=True)
+    first = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "grpo_studio.cli.main",
+            "train",
+            "tiny-arith",
+            *sets("train.steps=100000", "train.eval_every=0", "train.save_every=0"),
+            "--run-dir",
+            str(run),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=ENV,
+        cwd=ROOT,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 120
         while rundir.read_lock(run) is None:
@@ -199,8 +220,9 @@ def test_the_trainer_takes_the_lock_before_anything_loads(tmp_path, monkeypatch)
         for resume in (False, True):
             with pytest.raises(rundir.RunLock) as refused:
                 trainer_mod.Trainer(config.load("tiny-arith", SHORT), run, resume=resume)
-            assert str(refused.value) == (f"run error: {run} is in use by trainer pid {sleeper.pid}; stop it or "
-                                          f"pick another --run-dir")
+            assert str(refused.value) == (
+                f"run error: {run} is in use by trainer pid {sleeper.pid}; stop it or pick another --run-dir"
+            )
         assert tree(run) == before
     finally:
         sleeper.kill()

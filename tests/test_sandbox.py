@@ -52,15 +52,21 @@ def mode(request):
 def test_correct_solution_scores_and_wrong_one_does_not(mode):
     ok = sandbox.run(ADD, ["assert add(1, 2) == 3", "assert add(-1, 1) == 0"], LIMITS, mode)
     assert (ok.status, ok.passed, ok.total, ok.score) == ("ok", 2, 2, 1.0)
-    half = sandbox.run("def add(a, b):\n    return 3\n", ["assert add(1, 2) == 3", "assert add(-1, 1) == 0"], LIMITS, mode)
+    half = sandbox.run(
+        "def add(a, b):\n    return 3\n", ["assert add(1, 2) == 3", "assert add(-1, 1) == 0"], LIMITS, mode
+    )
     assert (half.status, half.passed, half.score) == ("ok", 1, 0.5)
     broken = sandbox.run("def add(a, b) return", ["assert add(1, 2) == 3"], LIMITS, mode)
     assert broken.status == "error" and broken.error.startswith("SyntaxError") and broken.score == 0.0
 
 
 def test_code_exec_reward_extracts_the_code_block_and_runs_in_parallel(mode):
-    completions = [f"Here you go:\n```python\n{ADD}```\n", "```python\ndef add(a, b):\n    return a - b\n```",
-                   "no code at all", "```python\nwhile True: pass\n```"]
+    completions = [
+        f"Here you go:\n```python\n{ADD}```\n",
+        "```python\ndef add(a, b):\n    return a - b\n```",
+        "no code at all",
+        "```python\nwhile True: pass\n```",
+    ]
     tests = [["assert add(1, 2) == 3", "assert add(2, 2) == 4"]] * 4
     opts = Options(code_timeout_s=2.0, code_workers=2, sandbox=mode)
     assert builtin.code_exec(["q"] * 5, completions + ["x"], opts, tests=tests + [[]]) == [1.0, 0.0, 0.0, 0.0, None]
@@ -72,9 +78,11 @@ def test_infinite_loop_is_killed(mode):
 
 
 def test_fork_bomb_is_capped_by_the_process_limit(mode):
-    code = ("import os, time\nok = failed = 0\nfor _ in range(64):\n    try:\n        pid = os.fork()\n"
-            "    except OSError:\n        failed += 1\n        continue\n    if pid == 0:\n        time.sleep(60)\n"
-            "        os._exit(0)\n    ok += 1\nprint(ok, failed, flush=True)\n")
+    code = (
+        "import os, time\nok = failed = 0\nfor _ in range(64):\n    try:\n        pid = os.fork()\n"
+        "    except OSError:\n        failed += 1\n        continue\n    if pid == 0:\n        time.sleep(60)\n"
+        "        os._exit(0)\n    ok += 1\nprint(ok, failed, flush=True)\n"
+    )
     r = sandbox.run(code, ["assert True"], LIMITS, mode)
     ok, failed = map(int, r.output.split())
     assert ok + failed == 64
@@ -89,27 +97,35 @@ def test_ten_gib_allocation_fails_inside(mode):
 
 def test_writes_outside_the_working_directory_fail(tmp_path, mode):
     target = tmp_path / "escaped.txt"
-    code = ("import os\nresults = []\n"
-            f"for path in [{str(target)!r}, '/var/tmp/escaped.txt', '/dev/shm/escaped.txt', "
-            "os.path.expanduser('~root/escaped.txt'), 'inside.txt']:\n"
-            "    try:\n        open(path, 'w').write('x')\n        results.append('wrote')\n"
-            "    except OSError as e:\n        results.append(type(e).__name__)\n"
-            "print(results, os.listdir('.'))\n")
+    code = (
+        "import os\nresults = []\n"
+        f"for path in [{str(target)!r}, '/var/tmp/escaped.txt', '/dev/shm/escaped.txt', "
+        "os.path.expanduser('~root/escaped.txt'), 'inside.txt']:\n"
+        "    try:\n        open(path, 'w').write('x')\n        results.append('wrote')\n"
+        "    except OSError as e:\n        results.append(type(e).__name__)\n"
+        "print(results, os.listdir('.'))\n"
+    )
     r = sandbox.run(code, ["assert True"], LIMITS, mode)
     outside, inside = r.output.split("] [")[0], r.output.split("] [")[1]
     assert "wrote" not in outside.split(",")[:4] and outside.count("Error") == 4
     assert "'wrote']" in r.output and "inside.txt" in inside  # the fresh working directory is writable
-    assert not target.exists() and not os.path.exists("/var/tmp/escaped.txt") and not os.path.exists("/dev/shm/escaped.txt")
+    assert (
+        not target.exists()
+        and not os.path.exists("/var/tmp/escaped.txt")
+        and not os.path.exists("/dev/shm/escaped.txt")
+    )
 
 
 def test_home_directory_and_secrets_are_out_of_reach(tmp_path, monkeypatch, mode):
     monkeypatch.setenv("GRPO_TEST_SECRET", "s3cret-value")
     secret = tmp_path / "secret.txt"
     secret.write_text("s3cret-file")
-    code = ("import os\nprint(sorted(os.environ))\nfor path in ["
-            f"{str(secret)!r}, '/root', '/proc/1/environ', '/proc/%d/environ' % os.getppid()]:\n"
-            "    try:\n        print(os.listdir(path) if os.path.isdir(path) else open(path).read())\n"
-            "    except OSError as e:\n        print(type(e).__name__)\n")
+    code = (
+        "import os\nprint(sorted(os.environ))\nfor path in ["
+        f"{str(secret)!r}, '/root', '/proc/1/environ', '/proc/%d/environ' % os.getppid()]:\n"
+        "    try:\n        print(os.listdir(path) if os.path.isdir(path) else open(path).read())\n"
+        "    except OSError as e:\n        print(type(e).__name__)\n"
+    )
     r = sandbox.run(code, ["assert True"], LIMITS, mode)
     lines = r.output.splitlines()
     assert lines[0] == "['HOME', 'LANG', 'PATH', 'PYTHONDONTWRITEBYTECODE']"
@@ -118,8 +134,10 @@ def test_home_directory_and_secrets_are_out_of_reach(tmp_path, monkeypatch, mode
 
 
 def test_network_is_unreachable(mode):
-    code = ("import socket\ntry:\n    socket.create_connection(('1.1.1.1', 80), timeout=2)\n    print('connected')\n"
-            "except OSError as e:\n    print(type(e).__name__, e.errno)\n")
+    code = (
+        "import socket\ntry:\n    socket.create_connection(('1.1.1.1', 80), timeout=2)\n    print('connected')\n"
+        "except OSError as e:\n    print(type(e).__name__, e.errno)\n"
+    )
     r = sandbox.run(code, ["assert True"], LIMITS, mode)
     assert "network" in r.protections
     assert r.output.strip() == "OSError 101"  # ENETUNREACH: only a down loopback in the namespace
@@ -169,9 +187,12 @@ def test_none_keeps_only_the_limits(tmp_path):
 
 
 REFUSED = [
-    (["rewards.sandbox=none"], "config error: rewards.sandbox = 'none': runs model-written code unconfined, as your "
-     "user (rlimits and the wall clock only); use auto, bwrap or namespaces, or set rewards.sandbox_force_none = "
-     "true to accept it"),
+    (
+        ["rewards.sandbox=none"],
+        "config error: rewards.sandbox = 'none': runs model-written code unconfined, as your "
+        "user (rlimits and the wall clock only); use auto, bwrap or namespaces, or set rewards.sandbox_force_none = "
+        "true to accept it",
+    ),
     (["rewards.sandbox=jail"], "config error: rewards.sandbox = 'jail': allowed: auto, bwrap, namespaces, none"),
 ]
 
@@ -195,8 +216,10 @@ def test_bwrap_where_it_cannot_run_is_refused_in_one_line(tmp_path, monkeypatch)
     try:
         with pytest.raises(UserError) as err:
             build(load("tiny-arith", ['rewards.funcs=["code_exec"]', "rewards.sandbox=bwrap"]).rewards)
-        assert str(err.value) == ("config error: rewards.sandbox = 'bwrap': bwrap is not on PATH (Debian/Ubuntu: "
-                                  "apt-get install bubblewrap); use auto or namespaces")
+        assert str(err.value) == (
+            "config error: rewards.sandbox = 'bwrap': bwrap is not on PATH (Debian/Ubuntu: "
+            "apt-get install bubblewrap); use auto or namespaces"
+        )
     finally:
         monkeypatch.undo()
         sandbox.bwrap_problem.cache_clear()
@@ -207,5 +230,5 @@ def test_forced_none_is_accepted():
     from grpo_studio.engine.rewards import build
 
     cfg = load("tiny-arith", ['rewards.funcs=["code_exec"]', "rewards.sandbox=none", "rewards.sandbox_force_none=true"])
-    (name, fn), = build(cfg.rewards)
+    ((name, fn),) = build(cfg.rewards)
     assert fn(["q"], ["```python\nx = 1\n```"], tests=[["assert x == 1"]]) == [1.0]

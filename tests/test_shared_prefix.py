@@ -36,8 +36,9 @@ def _run(lora_rank, shared, chunk, batch):
     policy = load_policy(cfg, resolve_model_path("tiny-arith"), resolve(cfg))
     shapes = []
     policy.get_input_embeddings().register_forward_hook(lambda m, args, out: shapes.append(tuple(args[0].shape)))
-    logps, entropy = token_logprobs(policy, ids, att, T, temperature=0.8, with_entropy=True, logits_chunk=chunk,
-                                    shared_prefix=shared)
+    logps, entropy = token_logprobs(
+        policy, ids, att, T, temperature=0.8, with_entropy=True, logits_chunk=chunk, shared_prefix=shared
+    )
     width = ids.shape[1] - T  # shared: the 3 distinct prompts once, then the 9 completions on their cache
     assert [s for s in shapes if s != (1, ids.shape[1])] == ([(3, width), (9, T)] if shared else [(9, ids.shape[1])])
     (logps * upstream).sum().backward()
@@ -70,20 +71,37 @@ def test_shared_prefix_equals_plain_values_and_gradients(batch, lora_rank, chunk
 def _tiny(arch: str, **kw):
     import transformers
 
-    common = dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
-                  num_key_value_heads=1, head_dim=16, max_position_embeddings=64)
+    common = dict(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+        max_position_embeddings=64,
+    )
     if arch == "mistral":
         return transformers.MistralForCausalLM(transformers.MistralConfig(**common, sliding_window=8, **kw))
     return transformers.Qwen3ForCausalLM(transformers.Qwen3Config(**common, **kw))
 
 
-@pytest.mark.parametrize("model, line", [
-    (lambda: _tiny("qwen3"), None),
-    (lambda: _tiny("qwen3", attn_implementation="flex_attention"),
-     "attention implementation 'flex_attention' (supported: eager, sdpa)"),
-    (lambda: _tiny("qwen3", layer_types=["full_attention", "sliding_attention"], use_sliding_window=True,
-                   sliding_window=8), "layer types ['sliding_attention'] (supported: full_attention only)"),
-])
+@pytest.mark.parametrize(
+    "model, line",
+    [
+        (lambda: _tiny("qwen3"), None),
+        (
+            lambda: _tiny("qwen3", attn_implementation="flex_attention"),
+            "attention implementation 'flex_attention' (supported: eager, sdpa)",
+        ),
+        (
+            lambda: _tiny(
+                "qwen3", layer_types=["full_attention", "sliding_attention"], use_sliding_window=True, sliding_window=8
+            ),
+            "layer types ['sliding_attention'] (supported: full_attention only)",
+        ),
+    ],
+)
 def test_refusal_names_what_cannot_be_shared(model, line):
     assert shared_prefix_refusal(model()) == line
 
@@ -96,23 +114,41 @@ def test_on_is_refused_in_one_line_where_it_cannot_be_exact():
     ids = torch.ones(2, 20, dtype=torch.long)
     with pytest.raises(UserError) as err:
         use_shared_prefix("on", model, ids, torch.ones_like(ids), 4)
-    assert str(err.value) == ("config error: train.shared_prefix = 'on': Qwen3ForCausalLM has attention implementation "
-                              "'flex_attention' (supported: eager, sdpa); set train.shared_prefix = auto or off")
+    assert str(err.value) == (
+        "config error: train.shared_prefix = 'on': Qwen3ForCausalLM has attention implementation "
+        "'flex_attention' (supported: eager, sdpa); set train.shared_prefix = auto or off"
+    )
     assert use_shared_prefix("auto", model, ids, torch.ones_like(ids), 4) is False
 
 
 def test_on_with_gradient_checkpointing_exits_2_with_one_line(tmp_path, capsys):
     from grpo_studio.cli.main import main
 
-    rc = main(["train", "tiny-arith", "--set", "train.shared_prefix=on", "--set", "model.gradient_checkpointing=true",
-               "--run-dir", str(tmp_path / "run")])
-    assert (rc, capsys.readouterr().err) == (2, "config error: train.shared_prefix = 'on': with "
-                                                "model.gradient_checkpointing = true transformers turns the prompt "
-                                                "pass's KV cache off; set auto or off\n")
+    rc = main(
+        [
+            "train",
+            "tiny-arith",
+            "--set",
+            "train.shared_prefix=on",
+            "--set",
+            "model.gradient_checkpointing=true",
+            "--run-dir",
+            str(tmp_path / "run"),
+        ]
+    )
+    assert (rc, capsys.readouterr().err) == (
+        2,
+        "config error: train.shared_prefix = 'on': with "
+        "model.gradient_checkpointing = true transformers turns the prompt "
+        "pass's KV cache off; set auto or off\n",
+    )
 
 
-@pytest.mark.parametrize("prompt_len, repeats, expected", [(16, 2, True), (15, 2, False), (16, 1, False)],
-                         ids=["long-repeated", "short", "no-repeats"])
+@pytest.mark.parametrize(
+    "prompt_len, repeats, expected",
+    [(16, 2, True), (15, 2, False), (16, 1, False)],
+    ids=["long-repeated", "short", "no-repeats"],
+)
 def test_auto_is_on_where_a_long_prompt_repeats(prompt_len, repeats, expected):
     from grpo_studio.engine.logprobs import use_shared_prefix
 
@@ -130,9 +166,21 @@ def test_shared_prefix_runs_in_the_trainer(tmp_path, monkeypatch):
     calls = []
     shared = logprobs._shared_prefix_hidden
     monkeypatch.setattr(logprobs, "_shared_prefix_hidden", lambda *a: calls.append(a[1].shape[0]) or shared(*a))
-    trainer = Trainer(config.load("tiny-arith", ["train.steps=1", "train.prompts_per_step=2", "rollout.num_generations=4",
-                                                 "train.eval_every=0", "train.save_every=0", "rollout.backend=hf",
-                                                 "train.shared_prefix=on"]), tmp_path / "run")
+    trainer = Trainer(
+        config.load(
+            "tiny-arith",
+            [
+                "train.steps=1",
+                "train.prompts_per_step=2",
+                "rollout.num_generations=4",
+                "train.eval_every=0",
+                "train.save_every=0",
+                "rollout.backend=hf",
+                "train.shared_prefix=on",
+            ],
+        ),
+        tmp_path / "run",
+    )
     trainer.run()
     trainer.close()
     assert calls and all(rows == 8 for rows in calls)  # 2 prompts × 4 completions per pass

@@ -36,11 +36,14 @@ async def open_tab(app, pilot, run_dir, key: str) -> None:
 
 # ---- the verdict: which cause dominates (hand cases) -------------------------------------------
 
+
 def test_verdict_policy_lag_when_lagged_k3_far_above_lag0():
     v = lag.verdict(1e-6, 1e-4, 0.3, "bf16")
     assert v.cause == "lag"
-    assert v.line == ("policy lag dominates (lagged k3 1.00e-04 ≫ lag-0 k3 1.00e-06, 30% of tokens lagged): "
-                      "set rollout.async_mode = off or lower train.max_staleness")
+    assert v.line == (
+        "policy lag dominates (lagged k3 1.00e-04 ≫ lag-0 k3 1.00e-06, 30% of tokens lagged): "
+        "set rollout.async_mode = off or lower train.max_staleness"
+    )
 
 
 def test_verdict_precision_gap_offers_the_one_click_dtype_ab():
@@ -50,7 +53,8 @@ def test_verdict_precision_gap_offers_the_one_click_dtype_ab():
     assert lag.verdict(3e-6, 4e-6, 0.3, "fp8").line.endswith("model.dtype = bf16 (one-click precision A/B)")
     # fp16's A/B partner (bf16) drifts more: not offered as the fix
     assert lag.verdict(5e-8, None, 0.0, "fp16").line.endswith(
-        "fp16 already drifts less than bf16; model.dtype = fp32 narrows it further")
+        "fp16 already drifts less than bf16; model.dtype = fp32 narrows it further"
+    )
 
 
 def test_verdict_boundary_is_strictly_more_than_four_times():
@@ -75,12 +79,15 @@ def test_lag_shares_reads_the_histogram_lag_counts_in_lag_order():
 
 # ---- the Perf time split and per-rank rows (hand computations) ---------------------------------
 
+
 def test_time_split_parts_add_up_to_the_step():
     run = RunData(Path("/nonexistent"))
-    run.add_metrics([{"step": 1, "perf/step_s": 2.0, "perf/trainer_wait_s": 1.0, "perf/sync_s": 0.25,
-                      "perf/idle_s": 0.25},
-                     {"step": 2, "perf/step_s": 4.0, "perf/trainer_wait_s": 0.5, "perf/sync_s": 0.5,
-                      "perf/idle_s": 0.0}])
+    run.add_metrics(
+        [
+            {"step": 1, "perf/step_s": 2.0, "perf/trainer_wait_s": 1.0, "perf/sync_s": 0.25, "perf/idle_s": 0.25},
+            {"step": 2, "perf/step_s": 4.0, "perf/trainer_wait_s": 0.5, "perf/sync_s": 0.5, "perf/idle_s": 0.0},
+        ]
+    )
     rows = {r.phase: r for r in time_split(run)}
     assert list(rows) == ["wait for rollout", "train", "weight sync", "other"]
     assert (rows["wait for rollout"].last, rows["wait for rollout"].mean) == (0.5, 0.75)
@@ -94,14 +101,26 @@ def test_time_split_parts_add_up_to_the_step():
 
 def test_rank_values_gathers_every_rank_column():
     run = RunData(Path("/nonexistent"))
-    run.add_metrics([{"step": 1, "perf/rank0/step_s": 1.5, "perf/rank1/step_s": 1.75, "perf/rank1/comm_s": 0.25,
-                      "mem/rank1/peak_gib": 3.0, "perf/step_s": 1.75}])
-    assert rank_values(run) == {0: {"perf/rank<i>/step_s": 1.5},
-                                1: {"perf/rank<i>/step_s": 1.75, "perf/rank<i>/comm_s": 0.25,
-                                    "mem/rank<i>/peak_gib": 3.0}}
+    run.add_metrics(
+        [
+            {
+                "step": 1,
+                "perf/rank0/step_s": 1.5,
+                "perf/rank1/step_s": 1.75,
+                "perf/rank1/comm_s": 0.25,
+                "mem/rank1/peak_gib": 3.0,
+                "perf/step_s": 1.75,
+            }
+        ]
+    )
+    assert rank_values(run) == {
+        0: {"perf/rank<i>/step_s": 1.5},
+        1: {"perf/rank<i>/step_s": 1.75, "perf/rank<i>/comm_s": 0.25, "mem/rank<i>/peak_gib": 3.0},
+    }
 
 
 # ---- the dashboard on real run directories -----------------------------------------------------
+
 
 @pytest.fixture
 def no_gpu(monkeypatch, tmp_path):
@@ -169,12 +188,15 @@ async def test_hardware_tab_lists_each_data_parallel_rank(tmp_path, no_gpu):
 
         for rank in (0, 1):
             line = next(ln for ln in text.splitlines() if ln.strip().startswith(f"rank {rank}"))
-            assert line.split()[2:] == [fmt(run.last(f"perf/rank{rank}/step_s")),
-                                        fmt(run.last(f"perf/rank{rank}/comm_s")),
-                                        fmt(run.last(f"mem/rank{rank}/peak_gib"))]
+            assert line.split()[2:] == [
+                fmt(run.last(f"perf/rank{rank}/step_s")),
+                fmt(run.last(f"perf/rank{rank}/comm_s")),
+                fmt(run.last(f"mem/rank{rank}/peak_gib")),
+            ]
 
 
 # ---- the setup screen's devices control (GPUs faked: the one mock allowed) ---------------------
+
 
 def kill_tree(pid: int) -> None:
     """SIGKILL a process and everything it started (torchrun's ranks run in sessions of their own): suspend
@@ -260,7 +282,9 @@ async def test_devices_that_do_not_divide_the_prompts_are_refused_in_one_line(tm
         screen = app.screen
         assert screen.nproc() == 3
         _, _, general = screen.build_config()
-        assert general == ("config error: train.prompts_per_step = 16: must divide evenly among the 3 processes "
-                           "(each samples its share of the prompts)")
+        assert general == (
+            "config error: train.prompts_per_step = 16: must divide evenly among the 3 processes "
+            "(each samples its share of the prompts)"
+        )
         with pytest.raises(UserError, match="must divide evenly"):
             check_launch(cfgmod.load("tiny-arith", ["train.parallel=ddp"]), 3, None)  # the CLI's own rule agrees

@@ -44,8 +44,16 @@ def metrics_steps(run_dir):
 @pytest.mark.slow
 async def test_launch_watch_stop_and_reattach(tmp_path, request):
     model = tiny_model_name(request)
-    cfg = cfgmod.load("tiny-arith", [f"model.name={model}", "train.steps=400", "train.prompts_per_step=2",
-                                     "rollout.num_generations=2", "train.save_every=0"])
+    cfg = cfgmod.load(
+        "tiny-arith",
+        [
+            f"model.name={model}",
+            "train.steps=400",
+            "train.prompts_per_step=2",
+            "rollout.num_generations=2",
+            "train.save_every=0",
+        ],
+    )
     runs = tmp_path / "runs"
     app = StudioApp(cfg, "tiny-arith", runs, live_hardware=False, poll_s=0.2)
     async with app.run_test(size=(80, 24)) as pilot:
@@ -61,9 +69,9 @@ async def test_launch_watch_stop_and_reattach(tmp_path, request):
         reward = dash.query_one("#overview-reward", MetricChart)
         await wait_until(pilot, lambda: reward.lines and reward.lines[0].xs == dash.run.steps)
         on_disk = metrics_steps(run_dir)
-        assert reward.lines[0].xs == on_disk[:len(reward.lines[0].xs)]
+        assert reward.lines[0].xs == on_disk[: len(reward.lines[0].xs)]
         rows = metrics_rows(run_dir)
-        assert reward.lines[0].ys == [r["reward/mean"] for r in rows[:len(reward.lines[0].ys)]]
+        assert reward.lines[0].ys == [r["reward/mean"] for r in rows[: len(reward.lines[0].ys)]]
         assert "reward" in visible_text(reward)
         pid = rundir.read_pid(run_dir)
         assert pid is not None and os.getsid(pid) == app.procs[-1].pid  # in the session `grpo-studio train` leads
@@ -82,8 +90,9 @@ async def test_launch_watch_stop_and_reattach(tmp_path, request):
         assert "stopped" in visible_text(dash.query_one("#run-title"))
 
     # a new studio instance attaches and shows the same history
-    again = StudioApp(cfgmod.load(str(run_dir / rundir.CONFIG)), str(run_dir), runs, attach=run_dir,
-                      live_hardware=False)
+    again = StudioApp(
+        cfgmod.load(str(run_dir / rundir.CONFIG)), str(run_dir), runs, attach=run_dir, live_hardware=False
+    )
     async with again.run_test(size=(80, 24)) as pilot:
         await pilot.pause()
         dash2 = again.screen
@@ -116,15 +125,26 @@ async def test_compare_two_finished_runs_by_keyboard(tmp_path, monkeypatch, trai
         for dtype in ("bf16", "fp16"):
             rows = file_rows(runs / f"ab-{dtype}")
             last = rows[-1]
-            for pid, key in (("k3", metrics.K3), ("reward", metrics.REWARD), ("loss", metrics.LOSS),
-                             ("dp_max", metrics.DP_MAX)):
+            for pid, key in (
+                ("k3", metrics.K3),
+                ("reward", metrics.REWARD),
+                ("loss", metrics.LOSS),
+                ("dp_max", metrics.DP_MAX),
+            ):
                 chart = app.screen.query_one(f"#cmp-{pid}", MetricChart)
                 (line,) = [line for line in chart.lines if line.label == f"ab-{dtype} {dtype}/{dtype}"]
                 assert line.xs == [r["step"] for r in rows] == list(range(1, TRAINED_STEPS + 1))
                 assert line.ys == [r[key] for r in rows], (pid, dtype)
             (shown,) = [line.split() for line in summary.splitlines() if line.split()[:1] == [f"ab-{dtype}"]]
-            assert shown == [f"ab-{dtype}", f"{dtype}/{dtype}", "finished", str(TRAINED_STEPS),
-                             fmt(last[metrics.REWARD]), fmt(last[metrics.K3]), fmt(last[metrics.DP_MAX])]
+            assert shown == [
+                f"ab-{dtype}",
+                f"{dtype}/{dtype}",
+                "finished",
+                str(TRAINED_STEPS),
+                fmt(last[metrics.REWARD]),
+                fmt(last[metrics.K3]),
+                fmt(last[metrics.DP_MAX]),
+            ]
 
 
 def file_rows(run_dir) -> list[dict]:
@@ -139,7 +159,7 @@ def hand_histogram(hist: dict) -> tuple[list[str], list[float]]:
         values.append(float(hist["under"]))
     for i, decade in enumerate(range(-8, 1)):
         labels.append(str(decade))
-        values.append(float(sum(hist["counts"][4 * i:4 * i + 4])))
+        values.append(float(sum(hist["counts"][4 * i : 4 * i + 4])))
     if hist["over"]:
         labels.append(">")
         values.append(float(hist["over"]))
@@ -154,8 +174,9 @@ async def test_attached_dashboard_shows_exactly_what_the_trainer_wrote(trained_r
     rows = file_rows(run_dir)
     last = rows[-1]
     column = {key: [r[key] for r in rows if r.get(key) is not None] for key in {k for r in rows for k in r}}
-    app = StudioApp(cfgmod.load(str(run_dir / rundir.CONFIG)), str(run_dir), run_dir.parent, attach=run_dir,
-                    live_hardware=False)
+    app = StudioApp(
+        cfgmod.load(str(run_dir / rundir.CONFIG)), str(run_dir), run_dir.parent, attach=run_dir, live_hardware=False
+    )
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.pause()
         dash = app.screen
@@ -178,10 +199,11 @@ async def test_attached_dashboard_shows_exactly_what_the_trainer_wrote(trained_r
                 if panel.gate and not any(v > 0 for v in column.get(panel.gate, [])):  # e.g. lag charts: no lag here
                     assert not chart.display and chart.lines == []
                     continue
-                keys = list(panel.keys) + ([metrics.reward_key(fn) for fn in ("correctness", "format")]
-                                           if panel.rewards else [])
+                keys = list(panel.keys) + (
+                    [metrics.reward_key(fn) for fn in ("correctness", "format")] if panel.rewards else []
+                )
                 keys = [key for key in keys if key in column]  # e.g. no mismatch/masked_frac without is_level
-                assert [line.label for line in chart.lines[:len(keys)]] == [short(key) for key in keys]
+                assert [line.label for line in chart.lines[: len(keys)]] == [short(key) for key in keys]
                 for key, line in zip(keys, chart.lines):
                     assert line.xs == [r["step"] for r in rows if r.get(key) is not None], key
                     assert line.ys == column[key], key
@@ -211,5 +233,9 @@ async def test_attached_dashboard_shows_exactly_what_the_trainer_wrote(trained_r
         await wait_until(pilot, lambda: table.row_count > 0, timeout=60)
         newest = json.loads((run_dir / rundir.SAMPLES).read_text().splitlines()[-1])
         cells = [str(c) for c in table.get_row_at(0)]
-        assert cells[:4] == [str(newest["step"]), fmt(newest["advantage"]), fmt(newest["rewards"]["correctness"]),
-                             fmt(newest["rewards"]["format"])]
+        assert cells[:4] == [
+            str(newest["step"]),
+            fmt(newest["advantage"]),
+            fmt(newest["rewards"]["correctness"]),
+            fmt(newest["rewards"]["format"]),
+        ]

@@ -31,13 +31,21 @@ def test_textual_serve_binds_localhost_and_streams_the_setup_screen(tmp_path):
     studio = shutil.which("grpo-studio", path=str(Path(sys.executable).parent)) or "grpo-studio"
     # textual serve runs a Python script as `python SCRIPT`: the venv's python must come first on PATH
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-    server = subprocess.Popen([TEXTUAL, "serve", "--port", str(port), studio], cwd=tmp_path, env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = subprocess.Popen(
+        [TEXTUAL, "serve", "--port", str(port), studio],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline, listening = time.time() + 60, []
         while time.time() < deadline and not listening:
-            listening = [c.laddr.ip for c in psutil.net_connections("tcp")
-                         if c.status == psutil.CONN_LISTEN and c.laddr.port == port]
+            listening = [
+                c.laddr.ip
+                for c in psutil.net_connections("tcp")
+                if c.status == psutil.CONN_LISTEN and c.laddr.port == port
+            ]
             time.sleep(0.2)
         assert listening == ["127.0.0.1"]  # loopback only
 

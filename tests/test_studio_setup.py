@@ -64,8 +64,12 @@ async def test_field_error_uses_the_cli_words(tmp_path):
         await pilot.pause()
         await type_into(pilot, "f-model-lora-rank", "abc")
         shown = visible_text(app.screen.query_one("#f-model-lora-rank-error")).replace("\n", " ").strip()
-        cli = subprocess.run([sys.executable, "-m", "grpo_studio.cli.main", "train", "tiny-arith", "--set", "model.lora_rank=abc"],
-                             capture_output=True, text=True, timeout=120)
+        cli = subprocess.run(
+            [sys.executable, "-m", "grpo_studio.cli.main", "train", "tiny-arith", "--set", "model.lora_rank=abc"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert cli.returncode == 2
         assert shown == cli.stderr.strip() == "config error: model.lora_rank = 'abc': expected an integer"
         assert app.screen.query_one("#f-model-lora-rank-error").display
@@ -123,4 +127,6 @@ async def test_reward_boxes_read_without_colour_and_fields_carry_the_config_help
         await pilot.pause()
         assert visible_text(rewards).splitlines()[1].startswith("▐☑▌ int:")
         assert "int" in app.screen.cfg.rewards.funcs
-        assert app.screen.query_one("#f-algo-beta").tooltip == "algo.beta\nKL-to-reference coefficient (k3)\ndefault: 0.0"
+        assert (
+            app.screen.query_one("#f-algo-beta").tooltip == "algo.beta\nKL-to-reference coefficient (k3)\ndefault: 0.0"
+        )

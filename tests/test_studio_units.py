@@ -111,7 +111,7 @@ def test_ticks_are_whole_steps_and_round_values():
     assert ticks(1, 3, integer=True) == [1, 2, 3]
     assert ticks(1.5e-8, 2.1e-8) == pytest.approx([1.6e-8, 1.8e-8, 2.0e-8])
     assert ticks(-0.01, 0.01) == pytest.approx([-0.01, -0.005, 0.0, 0.005, 0.01])
-    assert [10 ** t for t in log_ticks(math.log10(4e-8), math.log10(1.8e-7))] == pytest.approx([5e-8, 1e-7])
+    assert [10**t for t in log_ticks(math.log10(4e-8), math.log10(1.8e-7))] == pytest.approx([5e-8, 1e-7])
     assert log_ticks(-13.2, -5.1) == [-12, -10, -8, -6]  # whole decades when 1-2-5 marks are too many
 
 
@@ -156,22 +156,36 @@ def test_keymap_file(tmp_path, monkeypatch):
 
 
 def test_studio_refuses_to_run_without_a_terminal():
-    out = subprocess.run([sys.executable, "-m", "grpo_studio.cli.main"], stdin=subprocess.DEVNULL, capture_output=True,
-                         text=True, timeout=60, env={k: v for k, v in os.environ.items() if k != "TEXTUAL_DRIVER"})
+    out = subprocess.run(
+        [sys.executable, "-m", "grpo_studio.cli.main"],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={k: v for k, v in os.environ.items() if k != "TEXTUAL_DRIVER"},
+    )
     assert out.returncode == 2
     assert "not a terminal" in out.stderr
 
 
 def test_attach_unknown_run_is_one_line(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "grpo_studio.cli.main", "attach", "nope", "--runs-dir", str(tmp_path)],
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "grpo_studio.cli.main", "attach", "nope", "--runs-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 2 and out.stderr.count("\n") == 1 and "attach error: run 'nope' not found" in out.stderr
 
 
 def test_report_cli_writes_pngs_and_html(tmp_path):
     run = write_run(tmp_path / "r", 12, dtype="fp16")
-    out = subprocess.run([sys.executable, "-m", "grpo_studio.cli.main", "report", str(run), "--out", str(tmp_path / "rep")],
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "grpo_studio.cli.main", "report", str(run), "--out", str(tmp_path / "rep")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     pngs = sorted(p.name for p in (tmp_path / "rep").glob("*.png"))
     assert {"reward.png", "k3.png", "loss_scale.png", "dlogp_histogram.png"} <= set(pngs)
@@ -199,8 +213,9 @@ def test_rundata_reads_a_real_run_column_for_column(trained_runs):
         for key in keys:
             present = [r for r in rows if r.get(key) is not None]
             start = ([0], [before]) if key == "eval/accuracy" else ([], [])  # the starting weights' score
-            assert run.series(key) == (start[0] + [r["step"] for r in present],
-                                       start[1] + [r[key] for r in present]), key
+            assert run.series(key) == (start[0] + [r["step"] for r in present], start[1] + [r[key] for r in present]), (
+                key
+            )
         assert run.series("eval/accuracy")[0] == [0, 2, 4]  # before training, then train.eval_every = 2
         assert (run.state(), run.total_steps, run.dtype()) == ("finished", TRAINED_STEPS, f"{dtype}/{dtype}")
         assert run.reward_funcs() == ["correctness", "format"]
@@ -227,9 +242,15 @@ def test_compare_overlay_and_summary_hold_the_real_files_values(trained_runs):
     cells = [list(col._cells) for col in table.columns]
     assert [c.header for c in table.columns] == ["run", "dtype", "state", "step", "reward", "k3", "|Δp| max"]
     for i, (d, rows) in enumerate(zip(DTYPES, files)):
-        assert [col[i] for col in cells] == [f"real-{d}", f"{d}/{d}", "finished", str(TRAINED_STEPS),
-                                             fmt(rows[-1][metrics.REWARD]), fmt(rows[-1][metrics.K3]),
-                                             fmt(rows[-1][metrics.DP_MAX])]
+        assert [col[i] for col in cells] == [
+            f"real-{d}",
+            f"{d}/{d}",
+            "finished",
+            str(TRAINED_STEPS),
+            fmt(rows[-1][metrics.REWARD]),
+            fmt(rows[-1][metrics.K3]),
+            fmt(rows[-1][metrics.DP_MAX]),
+        ]
 
 
 def test_report_of_a_real_run_prints_the_files_values(trained_runs, tmp_path):
@@ -250,14 +271,34 @@ def test_report_of_a_real_run_prints_the_files_values(trained_runs, tmp_path):
         page = (out / "index.html").read_text()
         table = dict(re.findall(r"<tr><th>(.*?)</th><td>(.*?)</td></tr>", page))
         assert table == {
-            "state": "finished", "steps": f"{TRAINED_STEPS}/{TRAINED_STEPS}", "dtype (train/rollout)": f"{dtype}/{dtype}",
-            "model": "tiny-arith", "algorithm": "grpo", "final reward": fmt(rows[-1][metrics.REWARD]),
-            "smoothed reward": fmt(smooth), "final k3": fmt(rows[-1][metrics.K3]),
+            "state": "finished",
+            "steps": f"{TRAINED_STEPS}/{TRAINED_STEPS}",
+            "dtype (train/rollout)": f"{dtype}/{dtype}",
+            "model": "tiny-arith",
+            "algorithm": "grpo",
+            "final reward": fmt(rows[-1][metrics.REWARD]),
+            "smoothed reward": fmt(smooth),
+            "final k3": fmt(rows[-1][metrics.K3]),
             "peak memory GiB": fmt(rows[-1][metrics.PEAK_GIB]),
         }
         pngs = {p.name for p in out.glob("*.png")}
-        expected = {f"{pid}.png" for pid in ("reward", "eval", "k3", "loss", "grad_norm", "entropy", "dp_max", "is",
-                                             "length", "step_time", "tok_s", "memory")} | {"dlogp_histogram.png"}
+        expected = {
+            f"{pid}.png"
+            for pid in (
+                "reward",
+                "eval",
+                "k3",
+                "loss",
+                "grad_norm",
+                "entropy",
+                "dp_max",
+                "is",
+                "length",
+                "step_time",
+                "tok_s",
+                "memory",
+            )
+        } | {"dlogp_histogram.png"}
         assert pngs == expected | ({"loss_scale.png"} if dtype == "fp16" else set())
         assert all((out / p).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
         assert re.findall(r'<img src="(.*?)"', page) and set(re.findall(r'<img src="(.*?)"', page)) == pngs
@@ -267,8 +308,12 @@ def test_runs_cli_lists_states(tmp_path):
     write_run(tmp_path / "done", 4, state="finished")
     write_run(tmp_path / "halted", 2, total=4, state="stopped")
     time.sleep(0.01)
-    out = subprocess.run([sys.executable, "-m", "grpo_studio.cli.main", "runs", str(tmp_path)], capture_output=True,
-                         text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "grpo_studio.cli.main", "runs", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 0
     lines = {line.split()[0]: line.split() for line in out.stdout.splitlines()[1:]}
     assert lines["done"][1:3] == ["finished", "4/4"] and lines["halted"][1:3] == ["stopped", "2/4"]

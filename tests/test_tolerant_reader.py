@@ -72,25 +72,66 @@ def _big_events(run: Path) -> None:  # over 8 MiB: 60,000 ordinary events betwee
 
 # kind -> (damage, runs: (state, step shown, dtype), rundata steps, warnings of: runs, attach, rundata/report)
 KINDS = {
-    "metrics_unreadable": (lambda run: (run / METRICS).chmod(0), ("finished", "0/6", "bf16"), 0,
-                           [M_PERM], [M_PERM], [M_PERM]),
-    "events_unreadable": (lambda run: (run / EVENTS).chmod(0), ("created", "6/?", "bf16"), STEPS,
-                          [E_PERM], [E_PERM], [E_PERM]),
+    "metrics_unreadable": (
+        lambda run: (run / METRICS).chmod(0),
+        ("finished", "0/6", "bf16"),
+        0,
+        [M_PERM],
+        [M_PERM],
+        [M_PERM],
+    ),
+    "events_unreadable": (
+        lambda run: (run / EVENTS).chmod(0),
+        ("created", "6/?", "bf16"),
+        STEPS,
+        [E_PERM],
+        [E_PERM],
+        [E_PERM],
+    ),
     "metrics_is_a_folder": (_metrics_dir, ("finished", "0/6", "bf16"), 0, [M_DIR], [M_DIR], [M_DIR]),
-    "pidfile_is_a_folder": (lambda run: (run / PIDFILE).mkdir(), ("finished", "6/6", "bf16"), STEPS,
-                            [PID], [PID], []),
-    "checkpoints_is_a_file": (lambda run: (run / CHECKPOINTS).write_text("x"), ("finished", "6/6", "bf16"), STEPS,
-                              [CKPT], [CKPT], []),
-    "huge_integer": (lambda run: _set_reward(run, -1, str(10**400)), ("finished", "6/6", "bf16"), STEPS,
-                     [HUGE], [HUGE], [HUGE]),
+    "pidfile_is_a_folder": (lambda run: (run / PIDFILE).mkdir(), ("finished", "6/6", "bf16"), STEPS, [PID], [PID], []),
+    "checkpoints_is_a_file": (
+        lambda run: (run / CHECKPOINTS).write_text("x"),
+        ("finished", "6/6", "bf16"),
+        STEPS,
+        [CKPT],
+        [CKPT],
+        [],
+    ),
+    "huge_integer": (
+        lambda run: _set_reward(run, -1, str(10**400)),
+        ("finished", "6/6", "bf16"),
+        STEPS,
+        [HUGE],
+        [HUGE],
+        [HUGE],
+    ),
     "nan_and_infinity": (_nan, ("finished", "6/6", "bf16"), STEPS, [], [], [NAN]),
-    "config_not_utf8": (lambda run: (run / CONFIG).write_bytes(b"\xff" + (run / CONFIG).read_bytes()),
-                        ("finished", "6/6", "?"), STEPS, [UTF], [UTF, LOAD], [UTF]),
-    "config_wrong_type": (lambda run: (run / CONFIG).write_text('train = 5\n[model]\ndtype = "bf16"\n'),
-                          ("finished", "6/6", "bf16"), STEPS, [TYPE], [TYPE, LOAD], [TYPE]),
+    "config_not_utf8": (
+        lambda run: (run / CONFIG).write_bytes(b"\xff" + (run / CONFIG).read_bytes()),
+        ("finished", "6/6", "?"),
+        STEPS,
+        [UTF],
+        [UTF, LOAD],
+        [UTF],
+    ),
+    "config_wrong_type": (
+        lambda run: (run / CONFIG).write_text('train = 5\n[model]\ndtype = "bf16"\n'),
+        ("finished", "6/6", "bf16"),
+        STEPS,
+        [TYPE],
+        [TYPE, LOAD],
+        [TYPE],
+    ),
     "events_over_8_mib": (_big_events, ("finished", "6/6", "bf16"), STEPS, [], [], []),
-    "junk_last_line_200_kb": (lambda run: open(run / METRICS, "a").write("j" * 200_000 + "\n"),
-                              ("finished", "6/6", "bf16"), STEPS, [SKIPPED], [SKIPPED], [JUNK]),
+    "junk_last_line_200_kb": (
+        lambda run: open(run / METRICS, "a").write("j" * 200_000 + "\n"),
+        ("finished", "6/6", "bf16"),
+        STEPS,
+        [SKIPPED],
+        [SKIPPED],
+        [JUNK],
+    ),
 }
 CHMOD = {"metrics_unreadable", "events_unreadable"}
 
@@ -113,8 +154,14 @@ def damaged(request, tmp_path) -> tuple[str, Path]:
 
 
 def cli(*args: str, env: dict | None = None, cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "grpo_studio.cli.main", *args], capture_output=True, text=True,
-                          cwd=cwd, env={**ENV, **(env or {})}, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "grpo_studio.cli.main", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env={**ENV, **(env or {})},
+        timeout=300,
+    )
 
 
 def warning_lines(stderr: str) -> list[str]:
@@ -129,8 +176,10 @@ def expected(lines: list[str], label: str, run: Path) -> list[str]:
         elif line == LOAD:
             with pytest.raises(UserError) as err:
                 cfgmod.load(str(run / CONFIG))
-            out.append(f"warning: {label}/{CONFIG}: does not load ({err.value.line()}); the setup screen starts "
-                       f"from tiny-arith")
+            out.append(
+                f"warning: {label}/{CONFIG}: does not load ({err.value.line()}); the setup screen starts "
+                f"from tiny-arith"
+            )
         else:
             out.append(f"warning: {label}/{line}")
     return out
@@ -166,8 +215,12 @@ def test_attach(damaged, tmp_path):
     """The real `grpo-studio attach` under Textual's headless driver: the dashboard renders, a screenshot
     is saved, the app exits 0."""
     kind, run = damaged
-    env = {"TEXTUAL_DRIVER": "textual.drivers.headless_driver:HeadlessDriver", "TEXTUAL_SCREENSHOT": "1",
-           "TEXTUAL_SCREENSHOT_LOCATION": str(tmp_path), "TEXTUAL_SCREENSHOT_FILENAME": "shot.svg"}
+    env = {
+        "TEXTUAL_DRIVER": "textual.drivers.headless_driver:HeadlessDriver",
+        "TEXTUAL_SCREENSHOT": "1",
+        "TEXTUAL_SCREENSHOT_LOCATION": str(tmp_path),
+        "TEXTUAL_SCREENSHOT_FILENAME": "shot.svg",
+    }
     out = cli("attach", str(run), "--runs-dir", str(run.parent), env=env)
     assert out.returncode == 0 and "Traceback" not in out.stderr + out.stdout, out.stderr[-3000:]
     assert warning_lines(out.stderr) == expected(KINDS[kind][4], str(run), run)
@@ -199,18 +252,28 @@ def test_report_on_a_full_disk_is_one_line(tmp_path):
     """No space left while `report` writes its first PNG: one `report error:` line, exit 2."""
     run = write_run(tmp_path / "run", STEPS)
     out_dir = tmp_path / "report"
-    code = ("import errno, os, sys\n"
-            "from matplotlib.figure import Figure\n"
-            "def full(self, path, *a, **k):\n"
-            "    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))\n"
-            "Figure.savefig = full\n"
-            "from grpo_studio.cli.main import main\n"
-            "sys.exit(main(sys.argv[1:]))\n")
-    out = subprocess.run([sys.executable, "-c", code, "report", str(run), "--out", str(out_dir)], capture_output=True,
-                         text=True, cwd=ROOT, env=ENV, timeout=300)
+    code = (
+        "import errno, os, sys\n"
+        "from matplotlib.figure import Figure\n"
+        "def full(self, path, *a, **k):\n"
+        "    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))\n"
+        "Figure.savefig = full\n"
+        "from grpo_studio.cli.main import main\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, "report", str(run), "--out", str(out_dir)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=ENV,
+        timeout=300,
+    )
     assert out.returncode == 2 and out.stdout == ""
-    assert out.stderr == (f"report error: cannot write {out_dir / 'reward.png'}: "
-                          f"{os.strerror(errno.ENOSPC).lower()}; the report in {out_dir} is not complete\n")
+    assert out.stderr == (
+        f"report error: cannot write {out_dir / 'reward.png'}: "
+        f"{os.strerror(errno.ENOSPC).lower()}; the report in {out_dir} is not complete\n"
+    )
 
 
 @pytest.mark.anyio
@@ -240,11 +303,14 @@ async def test_the_studio_lists_and_opens_every_damaged_run(tmp_path):
             await wait_until(pilot, lambda: app.screen is runs)
 
 
-@pytest.mark.parametrize("kind, name, what", [
-    ("pidfile_is_a_folder", PIDFILE, "a folder, not a trainer's lock"),
-    ("checkpoints_is_a_file", CHECKPOINTS, "a file, not a folder"),
-    ("metrics_is_a_folder", METRICS, "a folder, not a file"),
-])
+@pytest.mark.parametrize(
+    "kind, name, what",
+    [
+        ("pidfile_is_a_folder", PIDFILE, "a folder, not a trainer's lock"),
+        ("checkpoints_is_a_file", CHECKPOINTS, "a file, not a folder"),
+        ("metrics_is_a_folder", METRICS, "a folder, not a file"),
+    ],
+)
 def test_resume_refuses_an_odd_entry_in_one_line_writing_nothing(kind, name, what, tmp_path):
     """What a resume must write into (the lock, checkpoints/, the streams) is refused before it writes."""
     run = write_run(tmp_path / "run", STEPS)
@@ -252,6 +318,7 @@ def test_resume_refuses_an_odd_entry_in_one_line_writing_nothing(kind, name, wha
     before = sorted((p.relative_to(run), p.stat().st_size) for p in run.rglob("*"))
     out = cli("train", "--resume", str(run))
     assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
-    assert out.stderr.splitlines()[-1] == (f"run error: {run / name}: {what}; move it away, then start the trainer "
-                                           f"again")
+    assert out.stderr.splitlines()[-1] == (
+        f"run error: {run / name}: {what}; move it away, then start the trainer again"
+    )
     assert sorted((p.relative_to(run), p.stat().st_size) for p in run.rglob("*")) == before

@@ -36,9 +36,18 @@ def tracked_run(tmp_path_factory):
         env.setenv("WANDB_SILENT", "true")
         env.setenv("TRACKIO_DIR", str(root / "trackio-dir"))
         (root / "wandb-dir").mkdir()
-        cfg = config.load("tiny-arith", [f"train.steps={STEPS}", "train.prompts_per_step=2",
-                                         "rollout.num_generations=2", "train.save_every=0", "rollout.backend=hf",
-                                         "report.to=tensorboard,trackio,wandb", f"report.project={PROJECT}"])
+        cfg = config.load(
+            "tiny-arith",
+            [
+                f"train.steps={STEPS}",
+                "train.prompts_per_step=2",
+                "rollout.num_generations=2",
+                "train.save_every=0",
+                "rollout.backend=hf",
+                "report.to=tensorboard,trackio,wandb",
+                f"report.project={PROJECT}",
+            ],
+        )
         trainer = Trainer(cfg, root / "tracked")
         try:
             assert trainer.run() == "finished"
@@ -99,8 +108,9 @@ def test_trackio_local_database_holds_every_step_and_the_samples(tracked_run):
     tables = [log for log in logs if "samples" in log]
     assert [t["step"] for t in tables] == sorted({s["step"] for s in samples})
     table_rows = [r for t in tables for r in t["samples"]["_value"]]
-    assert [(r["step"], r["completion"], r["correctness"]) for r in table_rows] == \
-           [(s["step"], s["completion"], s["rewards"]["correctness"]) for s in samples]
+    assert [(r["step"], r["completion"], r["correctness"]) for r in table_rows] == [
+        (s["step"], s["completion"], s["rewards"]["correctness"]) for s in samples
+    ]
     assert run_config["train"]["steps"] == STEPS and run_config["report"]["to"] == ["tensorboard", "trackio", "wandb"]
 
 
@@ -118,8 +128,8 @@ def wandb_records(path) -> list:
         if block - pos % block < 7:  # a block's last bytes, too few for a header, are padding
             pos += block - pos % block
             continue
-        _, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
-        chunk, pos = data[pos + 7:pos + 7 + length], pos + 7 + length
+        _, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
+        chunk, pos = data[pos + 7 : pos + 7 + length], pos + 7 + length
         if kind == 1:
             chunks.append(chunk)
         elif kind in (2, 3):
@@ -161,8 +171,10 @@ def test_a_missing_tracker_package_names_its_extra(name, monkeypatch):
     with pytest.raises(UserError) as err:
         trackers.check_installed(["tensorboard", name] if name != "tensorboard" else [name])
     i = 0 if name == "tensorboard" else 1
-    assert str(err.value) == (f"config error: report.to[{i}] = '{name}': the {name} package is not installed; "
-                              f"pip install 'grpo-studio[{name}]'")
+    assert str(err.value) == (
+        f"config error: report.to[{i}] = '{name}': the {name} package is not installed; "
+        f"pip install 'grpo-studio[{name}]'"
+    )
 
 
 def test_a_missing_tracker_package_stops_train_in_one_line_with_exit_2(tmp_path):
@@ -172,12 +184,28 @@ def test_a_missing_tracker_package_stops_train_in_one_line_with_exit_2(tmp_path)
     shadow.mkdir()
     (shadow / "wandb.py").write_text("raise ModuleNotFoundError(\"No module named 'wandb'\", name='wandb')\n")
     env = {**ENV, "PYTHONPATH": f"{shadow}:{ENV.get('PYTHONPATH', '')}"}
-    proc = subprocess.run([sys.executable, "-m", "grpo_studio.cli.main", "train", "tiny-arith", "--set",
-                           "report.to=wandb", "--run-dir", str(tmp_path / "run")], capture_output=True, text=True,
-                          cwd=tmp_path, env=env, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "grpo_studio.cli.main",
+            "train",
+            "tiny-arith",
+            "--set",
+            "report.to=wandb",
+            "--run-dir",
+            str(tmp_path / "run"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=300,
+    )
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip().splitlines()[-1:] == [
-        "config error: report.to[0] = 'wandb': the wandb package is not installed; pip install 'grpo-studio[wandb]'"]
+        "config error: report.to[0] = 'wandb': the wandb package is not installed; pip install 'grpo-studio[wandb]'"
+    ]
     assert "Traceback" not in proc.stderr
     assert not (tmp_path / "run" / rundir.METRICS).exists()
 
@@ -193,11 +221,23 @@ def test_a_resumed_run_continues_the_same_wandb_and_trackio_runs(tmp_path, monke
     monkeypatch.setenv("WANDB_DIR", str(tmp_path))
     monkeypatch.setenv("WANDB_SILENT", "true")
     monkeypatch.setenv("TRACKIO_DIR", str(tmp_path / "trackio-dir"))
-    project, run_dir = f"grpo-studio-resume-{uuid.uuid4().hex[:8]}", tmp_path / "resumed"  # trackio's store may be shared
+    project, run_dir = (
+        f"grpo-studio-resume-{uuid.uuid4().hex[:8]}",
+        tmp_path / "resumed",
+    )  # trackio's store may be shared
     for steps, resume in ((2, False), (3, True)):
-        cfg = config.load("tiny-arith", [f"train.steps={steps}", "train.prompts_per_step=2", "rollout.num_generations=2",
-                                         "train.save_every=0", "rollout.backend=hf", "report.to=trackio,wandb",
-                                         f"report.project={project}"])
+        cfg = config.load(
+            "tiny-arith",
+            [
+                f"train.steps={steps}",
+                "train.prompts_per_step=2",
+                "rollout.num_generations=2",
+                "train.save_every=0",
+                "rollout.backend=hf",
+                "report.to=trackio,wandb",
+                f"report.project={project}",
+            ],
+        )
         trainer = Trainer(cfg, run_dir, resume=resume)
         try:
             assert trainer.run() == "finished"

@@ -53,7 +53,7 @@ def test_each_trainer_dtype_runs_and_bf16_drifts_more_than_fp16(tmp_path):
         assert all(r["loss"] is not None and r["mismatch/k3"] is not None for r in rows)
         k3[dtype] = sum(r["mismatch/k3"] for r in rows) / len(rows)
         if dtype == "fp16":
-            assert all(r["precision/loss_scale"] == 2.0 ** 16 for r in rows)
+            assert all(r["precision/loss_scale"] == 2.0**16 for r in rows)
         else:
             assert "precision/loss_scale" not in rows[0]
     print(f"\nmean mismatch/k3 over 3 steps: {k3}")
@@ -70,7 +70,7 @@ def test_fp16_overflow_skips_step_shrinks_scale_and_keeps_weights(tmp_path):
     hook.remove()
     trainer.rundir.release()
     assert row["precision/skipped_steps"] == 1
-    assert row["precision/loss_scale"] == 2.0 ** 15
+    assert row["precision/loss_scale"] == 2.0**15
     assert all(torch.equal(before[n], p.detach()) for n, p in trainer.policy.named_parameters())
     assert trainer.grpo.optimizer.state == {} or all(not s for s in trainer.grpo.optimizer.state.values())
     skipped = [e for e in events(tmp_path / "run") if e["event"] == "skipped_step"]
@@ -105,8 +105,20 @@ def test_sigterm_then_resume_gives_one_gap_free_stream(tmp_path):
     (tmp_path / "stopper.py").write_text(STOPPER)
     (tmp_path / "stop-once").touch()
     funcs = f'rewards.funcs=["correctness", "format", "{tmp_path / "stopper.py"}:stop_during_step_3"]'
-    args = [sys.executable, "-m", "grpo_studio.cli.main", "train", "tiny-arith", "--set", f"train.steps={steps}",
-            "--set", "train.save_every=0", "--set", funcs, *[a for s in SMALL for a in ("--set", s)]]
+    args = [
+        sys.executable,
+        "-m",
+        "grpo_studio.cli.main",
+        "train",
+        "tiny-arith",
+        "--set",
+        f"train.steps={steps}",
+        "--set",
+        "train.save_every=0",
+        "--set",
+        funcs,
+        *[a for s in SMALL for a in ("--set", s)],
+    ]
     stopped = subprocess.run([*args, "--run-dir", str(run)], capture_output=True, text=True, timeout=600)
     assert stopped.returncode == 0, stopped.stderr
     assert not (tmp_path / "stop-once").exists()  # the stop really came from step 3's scoring
@@ -115,8 +127,12 @@ def test_sigterm_then_resume_gives_one_gap_free_stream(tmp_path):
     assert (run / "checkpoints/step-3/adapter_model.safetensors").is_file()
     assert not (run / "trainer.pid").exists()
 
-    resumed = subprocess.run([sys.executable, "-m", "grpo_studio.cli.main", "train", "--resume", str(run)],
-                             capture_output=True, text=True, timeout=600)
+    resumed = subprocess.run(
+        [sys.executable, "-m", "grpo_studio.cli.main", "train", "--resume", str(run)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert resumed.returncode == 0, resumed.stderr
     assert [r["step"] for r in metrics(run)] == list(range(1, steps + 1))
     assert events(run)[-1]["event"] == "finished"
@@ -137,8 +153,9 @@ def test_micro_batches_accumulate_to_the_whole_batch_gradient(tmp_path, loss_typ
     must give the same loss value and the same accumulated gradient, read just before AdamW."""
     seen = {}
     for size in (0, 3):
-        cfg = config.load("tiny-arith", [*SMALL, "train.steps=1", f"algo.loss_type={loss_type}",
-                                         f"train.micro_batch_size={size}"])
+        cfg = config.load(
+            "tiny-arith", [*SMALL, "train.steps=1", f"algo.loss_type={loss_type}", f"train.micro_batch_size={size}"]
+        )
         trainer = Trainer(cfg, tmp_path / f"mb{size}")
         optimize = trainer.grpo._optimize
         grads = {}

@@ -31,8 +31,14 @@ TEMP = 0.7
 G = 4
 # max_completion_len = 4 cuts the tiny model's usual "<answer>NN</answer><eos>" (5 tokens) while its
 # short answers ("NN<eos>") end in time, so a step holds truncated and complete rows.
-BASE = ["train.prompts_per_step=4", f"rollout.num_generations={G}", f"rollout.temperature={TEMP}",
-        "rollout.max_completion_len=4", "train.steps=3", "train.seed=3"]
+BASE = [
+    "train.prompts_per_step=4",
+    f"rollout.num_generations={G}",
+    f"rollout.temperature={TEMP}",
+    "rollout.max_completion_len=4",
+    "train.steps=3",
+    "train.seed=3",
+]
 ATOL = 2e-5  # fp32 forward of different batch shapes (padding, row count) on one CPU
 
 
@@ -52,6 +58,7 @@ def trainer(tmp_path_factory):
 
 
 # ---- spies and oracles ------------------------------------------------------------------------
+
 
 class Spy:
     """Records every call of the functions the trainer uses, with arguments bound by name."""
@@ -111,7 +118,7 @@ def plain_logps(model, prompt_ids: list[list[int]], completions: torch.Tensor, t
     for b, row in enumerate(completions.tolist()):
         prompt = prompt_ids[b // n]
         logits = model(input_ids=torch.tensor([prompt + row])).logits[0].float()
-        logsm = torch.log_softmax(logits[len(prompt) - 1:len(prompt) - 1 + len(row)] / temperature, dim=-1)
+        logsm = torch.log_softmax(logits[len(prompt) - 1 : len(prompt) - 1 + len(row)] / temperature, dim=-1)
         logps.append(logsm.gather(-1, torch.tensor(row)[:, None]).squeeze(-1))
         entropy.append(-(logsm.exp() * logsm).sum(-1))
     return torch.stack(logps), torch.stack(entropy)
@@ -145,14 +152,21 @@ def expected_mask(out, mask_truncated: bool) -> torch.Tensor:
 
 # ---- the loss and the mismatch metrics get (μ, π, mask) at the sampler's temperature --------------
 
+
 @pytest.mark.parametrize("mask_truncated", [False, True])
 def test_loss_and_mismatch_get_mu_pi_and_mask_at_the_sampler_temperature(trainer, monkeypatch, mask_truncated):
     cfg = load(f"algo.mask_truncated_completions={str(mask_truncated).lower()}")
     spy, before, row = one_step(trainer, cfg, monkeypatch)
 
     # the sampler was asked for the run's sampling settings
-    (prompt_ids, sampling, out), = spy.rollouts
-    assert (sampling.n, sampling.max_tokens, sampling.temperature, sampling.top_p, sampling.top_k) == (G, 4, TEMP, 1.0, 0)
+    ((prompt_ids, sampling, out),) = spy.rollouts
+    assert (sampling.n, sampling.max_tokens, sampling.temperature, sampling.top_p, sampling.top_k) == (
+        G,
+        4,
+        TEMP,
+        1.0,
+        0,
+    )
     assert out.truncated.any() and not out.truncated.all(), "the step must hold truncated and complete rows"
     live = out.mask.bool()
 
@@ -197,11 +211,12 @@ def test_loss_and_mismatch_get_mu_pi_and_mask_at_the_sampler_temperature(trainer
 
 # ---- each algorithm preset's switches reach the loss ------------------------------------------------
 
+
 @pytest.mark.parametrize("name", list(algorithms.PRESETS))
 def test_each_preset_reaches_the_loss(trainer, monkeypatch, name):
     cfg = load(f"algo.name={name}")
     spy, _, _ = one_step(trainer, cfg, monkeypatch)
-    (_, _, out), = spy.rollouts
+    ((_, _, out),) = spy.rollouts
     (call,) = spy.loss
     algo = call["algo"]
     for key, value in algorithms.PRESETS[name].items():
@@ -219,11 +234,17 @@ def test_presets_differ_where_the_papers_say():
     uses the token-sum loss with clip-higher; Dr. GRPO only centres rewards and divides by B·L_max;
     GSPO uses one sequence-level ratio with a 3e-4/4e-4 clip."""
     p = algorithms.PRESETS
-    assert (p["dapo"]["algo.mask_truncated_completions"], p["dapo"]["algo.loss_type"],
-            p["dapo"]["algo.epsilon_high"]) == (True, "dapo", 0.28)
+    assert (
+        p["dapo"]["algo.mask_truncated_completions"],
+        p["dapo"]["algo.loss_type"],
+        p["dapo"]["algo.epsilon_high"],
+    ) == (True, "dapo", 0.28)
     assert (p["dr_grpo"]["algo.scale_rewards"], p["dr_grpo"]["algo.loss_type"]) == ("none", "dr_grpo")
-    assert (p["gspo"]["algo.importance_sampling_level"], p["gspo"]["algo.epsilon"],
-            p["gspo"]["algo.epsilon_high"]) == ("sequence", 3e-4, 4e-4)
+    assert (p["gspo"]["algo.importance_sampling_level"], p["gspo"]["algo.epsilon"], p["gspo"]["algo.epsilon_high"]) == (
+        "sequence",
+        3e-4,
+        4e-4,
+    )
     assert p["grpo"]["algo.mask_truncated_completions"] is False and p["grpo"]["algo.scale_rewards"] == "group"
 
 
@@ -257,13 +278,14 @@ def test_reward_weights_reach_the_advantages(tmp_path, monkeypatch):
 
 # ---- evaluate() samples at the run's temperature ------------------------------------------------------
 
+
 def test_evaluate_samples_at_the_run_temperature_and_scores_by_hand(trainer, monkeypatch):
     # room for "<answer>NN</answer>"
     trainer.cfg = trainer.grpo.cfg = trainer.grpo.rollouts.cfg = load("rollout.max_completion_len=8")
     spy = Spy(monkeypatch, trainer)
     before = copy.deepcopy(trainer.policy)
     accuracy = trainer.evaluate(limit=12)
-    (prompt_ids, sampling, out), = spy.rollouts
+    ((prompt_ids, sampling, out),) = spy.rollouts
     assert (sampling.n, sampling.temperature, sampling.max_tokens) == (1, TEMP, 8)
     live = out.mask.bool()
     pi, _ = plain_logps(before, prompt_ids, out.completion_ids, TEMP)
@@ -281,6 +303,7 @@ def test_evaluate_samples_at_the_run_temperature_and_scores_by_hand(trainer, mon
 
 # ---- the reference policy (algo.beta > 0) at the sampler's temperature ------------------------------
 
+
 @pytest.mark.parametrize("lora_rank", [16, 0])
 def test_reference_logps_are_the_base_model_at_the_sampler_temperature(tmp_path, monkeypatch, lora_rank):
     """Two steps, so the policy has moved from the base: the reference must still be the base
@@ -297,7 +320,7 @@ def test_reference_logps_are_the_base_model_at_the_sampler_temperature(tmp_path,
     finally:
         t.rundir.release()
     base = AutoModelForCausalLM.from_pretrained(t.model_path, dtype=torch.float32)
-    (prompt_ids, sampling, out), = spy.rollouts
+    ((prompt_ids, sampling, out),) = spy.rollouts
     assert sampling.temperature == TEMP
     inp = spy.loss[0]["inp"]
     ref, _ = plain_logps(base, prompt_ids, out.completion_ids, TEMP)

@@ -21,10 +21,12 @@ DOC = Path(__file__).resolve().parents[1] / "docs" / "algorithms.md"
 
 def _is_level(backend: str):
     """TRL corrects towards the sampler only when it samples with vLLM (use_vllm), at its mode's level."""
+
     def read(c):
         if backend != "vllm" or not c.vllm_importance_sampling_correction:
             return "none"
         return c.vllm_importance_sampling_mode.split("_")[0]
+
     return read
 
 

@@ -19,8 +19,14 @@ from grpo_studio.contract import config
 from grpo_studio.contract.errors import UserError
 from grpo_studio.engine.trainer import Trainer
 
-SMALL = ["train.prompts_per_step=4", "rollout.num_generations=4", "rollout.max_completion_len=6", "train.save_every=0",
-         "train.eval_every=0", "train.seed=1"]
+SMALL = [
+    "train.prompts_per_step=4",
+    "rollout.num_generations=4",
+    "rollout.max_completion_len=6",
+    "train.save_every=0",
+    "train.eval_every=0",
+    "train.seed=1",
+]
 
 
 def run(tmp_path, steps: int, *overrides: str, spy=None) -> tuple[Trainer, list[dict]]:
@@ -40,15 +46,19 @@ def test_four_passes_clip_and_grpo_gspo_dapo_update_differently(tmp_path):
     clipped), later passes clip, and the three presets move the adapters differently from the same rollout."""
     deltas = {}
     for name in ("grpo", "gspo", "dapo"):
-        trainer = Trainer(config.load("tiny-arith", [*SMALL, "train.steps=4", "train.num_iterations=4",
-                                                     f"algo.name={name}"]), tmp_path / name)
+        trainer = Trainer(
+            config.load("tiny-arith", [*SMALL, "train.steps=4", "train.num_iterations=4", f"algo.name={name}"]),
+            tmp_path / name,
+        )
         before = [p.detach().clone() for p in trainer.grpo.params]
         trainer.rundir.acquire()
         rows = [trainer.step() for _ in range(4)]
         trainer.rundir.release()
         deltas[name] = torch.cat([(p.detach() - b).flatten() for p, b in zip(trainer.grpo.params, before)])
-        print(f"\n{name}: clip/low, high, region by step:",
-              [(round(r["clip/low"], 3), round(r["clip/high"], 3), round(r["clip/region"], 3)) for r in rows])
+        print(
+            f"\n{name}: clip/low, high, region by step:",
+            [(round(r["clip/low"], 3), round(r["clip/high"], 3), round(r["clip/region"], 3)) for r in rows],
+        )
 
         assert [r["policy/lag"] for r in rows] == [0.0, 1.0, 2.0, 3.0]
         assert rows[0]["policy/ratio_mean"] == pytest.approx(1.0, abs=1e-6)
@@ -74,8 +84,15 @@ def test_a_rollout_every_cycle_sync_after_its_last_step_lr_per_optimizer_step(tm
         trainer.grpo._accumulate = lambda ids, *a: calls["rows"].append(len(ids)) or accumulate(ids, *a)
 
     lr = 0.002
-    trainer, rows = run(tmp_path, 8, "train.steps_per_generation=2", "train.num_iterations=2",
-                        "train.lr_schedule=linear", f"train.lr={lr}", spy=spy)
+    trainer, rows = run(
+        tmp_path,
+        8,
+        "train.steps_per_generation=2",
+        "train.num_iterations=2",
+        "train.lr_schedule=linear",
+        f"train.lr={lr}",
+        spy=spy,
+    )
     assert calls["generate"] == [(0, 8), (4, 8)]  # step_no before steps 1 and 5; prompts_per_step × 2
     assert calls["load_weights"] == [3, 7]  # during steps 4 and 8, after their optimizer step
     assert calls["rows"] == [16] * 8
@@ -118,8 +135,13 @@ def test_a_run_resumed_between_rollouts_is_the_uninterrupted_run(tmp_path):
     resumed = Trainer(config.load("tiny-arith", [*sets, "train.steps=4"]), tmp_path / "cut", resume=True)
     assert resumed.run() == "finished"
     keys = ("reward/mean", "loss", "grad_norm", "mismatch/k3", "clip/region", "policy/ratio_max", "policy/lag")
-    rows = {name: [{k: json.loads(line)[k] for k in keys} for line in (tmp_path / name / "metrics.jsonl")
-                   .read_text().splitlines()] for name in ("whole", "cut")}
+    rows = {
+        name: [
+            {k: json.loads(line)[k] for k in keys}
+            for line in (tmp_path / name / "metrics.jsonl").read_text().splitlines()
+        ]
+        for name in ("whole", "cut")
+    }
     assert [r["policy/lag"] for r in rows["whole"]] == [0.0, 1.0, 0.0, 1.0] and rows["cut"] == rows["whole"]
     assert all(torch.equal(a, b) for a, b in zip(whole.grpo.params, resumed.grpo.params))
 
@@ -127,18 +149,22 @@ def test_a_run_resumed_between_rollouts_is_the_uninterrupted_run(tmp_path):
 def test_save_every_inside_a_rollout_is_refused():
     with pytest.raises(UserError) as err:
         config.load("tiny-arith", ["train.num_iterations=3", "train.save_every=20"])
-    assert str(err.value) == ("config error: train.save_every = 20: must be a multiple of train.steps_per_generation "
-                              "× train.num_iterations (3), so a checkpoint never falls between the updates of one "
-                              "rollout; or 0 = only at the end")
+    assert str(err.value) == (
+        "config error: train.save_every = 20: must be a multiple of train.steps_per_generation "
+        "× train.num_iterations (3), so a checkpoint never falls between the updates of one "
+        "rollout; or 0 = only at the end"
+    )
     assert config.load("tiny-arith", ["train.num_iterations=3", "train.save_every=21"]).train.save_every == 21
 
 
 def test_top_k_with_rollout_correction_is_refused_in_one_line():
     with pytest.raises(UserError) as err:
         config.load("tiny-arith", ["rollout.top_k=8", "algo.is_level=token"])
-    assert str(err.value) == ("config error: rollout.top_k = 8: algo.is_level = 'token' corrects towards the sampler's "
-                              "mu, which this truncates while pi does not; set algo.is_level = 'none', or sample the "
-                              "full distribution (rollout.top_k = 0, rollout.top_p = 1)")
+    assert str(err.value) == (
+        "config error: rollout.top_k = 8: algo.is_level = 'token' corrects towards the sampler's "
+        "mu, which this truncates while pi does not; set algo.is_level = 'none', or sample the "
+        "full distribution (rollout.top_k = 0, rollout.top_p = 1)"
+    )
     # TRL's default correction ('auto') is on for a vLLM rollout only: refused there, accepted with hf
     with pytest.raises(UserError, match=r"rollout.top_p = 0.9: algo.is_level = 'auto' \(sequence for the vllm"):
         config.validate(_with(config.Config(), rollout__backend="vllm", rollout__top_p=0.9))
@@ -157,18 +183,29 @@ def test_top_k_mu_is_the_renormalised_pi_and_the_run_says_so(tmp_path):
     log μ − log π = −log Z_t, Z_t the top-8 mass of π at that position (by hand from a forward of the
     sampling weights), so mismatch/k1 = mean(−log Z_t) > 0. The run writes one warning event saying so."""
     starts = []
-    trainer, rows = run(tmp_path, 1, "rollout.top_k=8", "rollout.temperature=0.7",
-                        spy=lambda t: starts.append(copy.deepcopy(t.policy)))
+    trainer, rows = run(
+        tmp_path, 1, "rollout.top_k=8", "rollout.temperature=0.7", spy=lambda t: starts.append(copy.deepcopy(t.policy))
+    )
     b, T = trainer.grpo.batch, trainer.grpo.batch.inputs.mask.shape[1]
     with torch.no_grad():
-        logits = starts[0](input_ids=b.input_ids, attention_mask=b.attention,
-                           position_ids=(b.attention.cumsum(-1) - 1).clamp(min=0)).logits[:, -T - 1:-1].float()
+        logits = (
+            starts[0](
+                input_ids=b.input_ids,
+                attention_mask=b.attention,
+                position_ids=(b.attention.cumsum(-1) - 1).clamp(min=0),
+            )
+            .logits[:, -T - 1 : -1]
+            .float()
+        )
     logp = torch.log_softmax(logits / 0.7, -1)
     pi = logp.gather(-1, b.input_ids[:, -T:, None]).squeeze(-1)
     log_z = torch.logsumexp(logp.topk(8, dim=-1).values, dim=-1)
     live = b.rollout.mask.bool()
     torch.testing.assert_close(b.rollout.logprobs[live] - pi[live], -log_z[live], atol=1e-4, rtol=0)
     assert rows[0]["mismatch/k1"] == pytest.approx(float(-log_z[live].mean()), rel=1e-3)
-    warnings = [e for e in map(json.loads, (tmp_path / "events.jsonl").read_text().splitlines())
-                if e["event"] == "warning" and "rollout.top_k = 8" in e["message"]]
+    warnings = [
+        e
+        for e in map(json.loads, (tmp_path / "events.jsonl").read_text().splitlines())
+        if e["event"] == "warning" and "rollout.top_k = 8" in e["message"]
+    ]
     assert len(warnings) == 1

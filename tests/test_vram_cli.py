@@ -12,8 +12,17 @@ from grpo_studio.cli.main import main
 def vram(*argv):
     return main(["vram", *argv])
 
-DOC = ["--set", "model.name=llama-3.1-8b", "--set", "rollout.max_prompt_len=512",
-       "--set", "rollout.max_completion_len=19968", "--mode", "documented"]
+
+DOC = [
+    "--set",
+    "model.name=llama-3.1-8b",
+    "--set",
+    "rollout.max_prompt_len=512",
+    "--set",
+    "rollout.max_completion_len=19968",
+    "--mode",
+    "documented",
+]
 
 
 def test_json_documented(capsys):
@@ -35,13 +44,16 @@ def test_solve_prints_value_and_limit(capsys):
     assert "limiting row" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("argv, needle", [
-    (["--set", "model.name=qwen3-8b", "--gpu-mem", "abc"], "--gpu-mem = 'abc'"),
-    (["--set", "model.name=qwen3-8b", "--set", "rollout.max_prompt_len=-4"], "rollout.max_prompt_len = -4"),
-    (["--set", "model.name=qwen4-8b"], "closest cards: qwen3-8b"),
-    (["--set", "model.name=qwen3-8b", "--mode", "fast"], "allowed: documented, accurate"),
-    (["--set", "model.name=qwen3-8b", "--solve", "steps", "--gpu-mem", "8"], "--solve = 'steps'"),
-])
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["--set", "model.name=qwen3-8b", "--gpu-mem", "abc"], "--gpu-mem = 'abc'"),
+        (["--set", "model.name=qwen3-8b", "--set", "rollout.max_prompt_len=-4"], "rollout.max_prompt_len = -4"),
+        (["--set", "model.name=qwen4-8b"], "closest cards: qwen3-8b"),
+        (["--set", "model.name=qwen3-8b", "--mode", "fast"], "allowed: documented, accurate"),
+        (["--set", "model.name=qwen3-8b", "--solve", "steps", "--gpu-mem", "8"], "--solve = 'steps'"),
+    ],
+)
 def test_bad_inputs_one_line(argv, needle, capsys):
     assert vram(*argv) == 2
     err = capsys.readouterr().err
@@ -53,14 +65,21 @@ def test_usage_mistake_is_the_commands_own_line(capsys):
     assert capsys.readouterr().err == "grpo-studio vram: error: unrecognized arguments: --bogus (see --help)\n"
 
 
-@pytest.mark.parametrize("argv, line", [
-    (["--gpu-mem", "1", "--solve", "num_generations"],   # the estimate at G = 2: 9.9 GiB, activations largest
-     "vram error: --solve num_generations: does not fit 1 GiB even at num_generations = 2 (9.9 GiB; largest row: "
-     "activations)"),
-    (["--gpu-mem", "80", "--mode", "documented", "--solve", "lora_rank"],  # the doc's rows have no rank in them
-     "vram error: --solve lora_rank: fits 80 GiB up to the cap lora_rank = 4096 (in documented mode lora_rank "
-     "barely changes the total)"),
-])
+@pytest.mark.parametrize(
+    "argv, line",
+    [
+        (
+            ["--gpu-mem", "1", "--solve", "num_generations"],  # the estimate at G = 2: 9.9 GiB, activations largest
+            "vram error: --solve num_generations: does not fit 1 GiB even at num_generations = 2 (9.9 GiB; largest row: "
+            "activations)",
+        ),
+        (
+            ["--gpu-mem", "80", "--mode", "documented", "--solve", "lora_rank"],  # the doc's rows have no rank in them
+            "vram error: --solve lora_rank: fits 80 GiB up to the cap lora_rank = 4096 (in documented mode lora_rank "
+            "barely changes the total)",
+        ),
+    ],
+)
 def test_solve_without_an_answer_is_one_line(argv, line, capsys):
     """The planner answers never_fits / never_outgrows; the command line reports them as before."""
     assert vram("--set", "model.name=qwen3-0.6b", "--set", "rollout.backend=hf", *argv) == 2
@@ -70,7 +89,7 @@ def test_solve_without_an_answer_is_one_line(argv, line, capsys):
 def test_parse_gpu_mem_units():
     assert vram_cli.parse_gpu_mem("24GiB") == 24
     assert vram_cli.parse_gpu_mem("16384MiB") == 16
-    assert vram_cli.parse_gpu_mem("80GB") == pytest.approx(80e9 / 2 ** 30)
+    assert vram_cli.parse_gpu_mem("80GB") == pytest.approx(80e9 / 2**30)
 
 
 def test_nproc_prints_every_device(capsys):
@@ -90,12 +109,18 @@ def test_nproc_prints_every_device(capsys):
     assert "ddp gradient all-reduce" in text
     assert vram(*argv, "--nproc", "2", "--gpu-mem", "24", "--json") == 0
     out = json.loads(capsys.readouterr().out)
-    assert [d["name"] for d in out["devices"]] == ["train rank 0", "train rank 1", "rollout server 0",
-                                                   "rollout server 1"]
+    assert [d["name"] for d in out["devices"]] == [
+        "train rank 0",
+        "train rank 1",
+        "rollout server 0",
+        "rollout server 1",
+    ]
 
 
 def test_nproc_without_data_parallelism_is_one_line(capsys):
     assert vram("--set", "model.name=qwen3-0.6b", "--nproc", "2") == 2
-    assert capsys.readouterr().err == ("vram error: train.parallel = 'none': 2 processes need train.parallel = 'ddp' "
-                                       "or 'fsdp' (each trains on its share of the prompts); add --set "
-                                       "train.parallel=ddp\n")
+    assert capsys.readouterr().err == (
+        "vram error: train.parallel = 'none': 2 processes need train.parallel = 'ddp' "
+        "or 'fsdp' (each trains on its share of the prompts); add --set "
+        "train.parallel=ddp\n"
+    )

@@ -51,9 +51,25 @@ def built(tmp_path_factory) -> tuple[Path, str]:
     for name in ("pyproject.toml", PYPROJECT["project"]["readme"]):
         shutil.copy(ROOT / name, src / name)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONWARNINGS", "PYTHONPATH")}
-    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "-v", "--no-deps", "--no-build-isolation",
-                           "--no-index", "-w", str(tmp / "dist"), str(src)],
-                          capture_output=True, text=True, timeout=300, env=env)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-v",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "-w",
+            str(tmp / "dist"),
+            str(src),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-4000:]
     (wheel,) = (tmp / "dist").glob("grpo_studio-*.whl")
@@ -71,8 +87,22 @@ def venv(built, tmp_path_factory) -> Path:
     site = Path(sysconfig.get_path("purelib", vars={"base": str(env_dir), "platbase": str(env_dir)}))
     deps = dict.fromkeys([sysconfig.get_path("purelib"), sysconfig.get_path("platlib")])
     (site / "deps.pth").write_text("".join(f"{path}\n" for path in deps))
-    proc = subprocess.run([sys.executable, "-m", "pip", "--python", str(env_dir / "bin" / "python"), "install",
-                           "--no-deps", "--no-index", str(wheel)], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(env_dir / "bin" / "python"),
+            "install",
+            "--no-deps",
+            "--no-index",
+            str(wheel),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     return env_dir
 
@@ -103,8 +133,9 @@ def test_wheel_carries_every_package_and_every_file_of_the_mapped_folders(built)
     the stylesheet) is in the wheel at its grpo_studio.* path, so no subpackage can be left out again."""
     wheel, _ = built
     names = set(zipfile.ZipFile(wheel).namelist())
-    tracked = subprocess.run(["git", "ls-files", "-z", "--", *PACKAGE_DIR.values()], cwd=ROOT, check=True,
-                             capture_output=True, text=True).stdout.split("\0")
+    tracked = subprocess.run(
+        ["git", "ls-files", "-z", "--", *PACKAGE_DIR.values()], cwd=ROOT, check=True, capture_output=True, text=True
+    ).stdout.split("\0")
     to_package = {folder: package.replace(".", "/") for package, folder in PACKAGE_DIR.items()}
     expected = set()
     for path in filter(None, tracked):
@@ -113,8 +144,9 @@ def test_wheel_carries_every_package_and_every_file_of_the_mapped_folders(built)
             expected.add(f"{to_package[folder]}/{rest}")
     assert expected, "git ls-files listed nothing"
     assert not expected - names, sorted(expected - names)
-    packages = {str(p.parent.relative_to(ROOT)) for folder in PACKAGE_DIR.values()
-                for p in (ROOT / folder).rglob("__init__.py")}
+    packages = {
+        str(p.parent.relative_to(ROOT)) for folder in PACKAGE_DIR.values() for p in (ROOT / folder).rglob("__init__.py")
+    }
     assert "engine/rollout_server" in packages  # the one the hand-written list had left out
     for package in packages:
         folder, _, rest = package.partition("/")
@@ -125,18 +157,25 @@ def test_wheel_carries_every_package_and_every_file_of_the_mapped_folders(built)
 def test_the_installed_wheel_is_what_runs(venv, tmp_path):
     """grpo_studio, its bundled data and the rollout server (whose package the old wheel lacked) import
     from the new venv, and the distribution there is the wheel, not an editable install."""
-    found = python_in(venv, tmp_path, "\n".join([
-        "import importlib.metadata as md, importlib.util, json, sys",
-        "import grpo_studio, grpo_studio.engine, grpo_studio.cli.main",
-        "import grpo_studio.engine.rollout_server.http_api as app, grpo_studio.engine.rollout_server.transport",
-        "from grpo_studio.contract import bundled",
-        "dist = md.distribution('grpo-studio')",
-        "print(json.dumps({'path': list(grpo_studio.__path__), 'engine': grpo_studio.engine.__file__,",
-        "  'app': app.__file__, 'recipe': str(bundled.recipe('tiny-arith')),",
-        "  'model': str(bundled.bundled_model('tiny-arith')), 'dist': str(dist.locate_file('')),",
-        "  'direct_url': json.loads(dist.read_text('direct_url.json') or '{}'),",
-        "  'top_level_engine': importlib.util.find_spec('engine') is not None}))",
-    ]), timeout=180)
+    found = python_in(
+        venv,
+        tmp_path,
+        "\n".join(
+            [
+                "import importlib.metadata as md, importlib.util, json, sys",
+                "import grpo_studio, grpo_studio.engine, grpo_studio.cli.main",
+                "import grpo_studio.engine.rollout_server.http_api as app, grpo_studio.engine.rollout_server.transport",
+                "from grpo_studio.contract import bundled",
+                "dist = md.distribution('grpo-studio')",
+                "print(json.dumps({'path': list(grpo_studio.__path__), 'engine': grpo_studio.engine.__file__,",
+                "  'app': app.__file__, 'recipe': str(bundled.recipe('tiny-arith')),",
+                "  'model': str(bundled.bundled_model('tiny-arith')), 'dist': str(dist.locate_file('')),",
+                "  'direct_url': json.loads(dist.read_text('direct_url.json') or '{}'),",
+                "  'top_level_engine': importlib.util.find_spec('engine') is not None}))",
+            ]
+        ),
+        timeout=180,
+    )
     inside = lambda path: Path(path).resolve().is_relative_to(venv.resolve())
     assert found["path"] and all(inside(p) for p in found["path"]), found["path"]
     for key in ("engine", "app", "recipe", "model", "dist"):
@@ -152,12 +191,18 @@ def test_every_command_answers_help(venv, tmp_path):
     with its usage line. The command list is read from the installed parser and must equal the checkout's."""
     from grpo_studio.cli.main import COMMANDS, STUDIO, build_parser
 
-    tree = python_in(venv, tmp_path, "\n".join([
-        "import argparse, json",
-        "from grpo_studio.cli.main import build_parser",
-        inspect.getsource(command_tree),
-        "print(json.dumps(command_tree(build_parser())))",
-    ]))
+    tree = python_in(
+        venv,
+        tmp_path,
+        "\n".join(
+            [
+                "import argparse, json",
+                "from grpo_studio.cli.main import build_parser",
+                inspect.getsource(command_tree),
+                "print(json.dumps(command_tree(build_parser())))",
+            ]
+        ),
+    )
     tree = [tuple(path) for path in tree]
     assert tree == command_tree(build_parser())
     assert {path[0] for path in tree} == {STUDIO, *COMMANDS}
@@ -187,9 +232,22 @@ def test_two_training_steps_of_the_default_recipe(venv, tmp_path):
     from grpo_studio.contract import metrics, rundir
 
     run_dir = tmp_path / "run"
-    proc = run_in(venv, tmp_path, "grpo-studio", "train", "tiny-arith", "--set", "train.steps=2",
-                  "--set", "train.eval_every=0", "--set", "train.save_every=0", "--run-dir", str(run_dir),
-                  timeout=300)
+    proc = run_in(
+        venv,
+        tmp_path,
+        "grpo-studio",
+        "train",
+        "tiny-arith",
+        "--set",
+        "train.steps=2",
+        "--set",
+        "train.eval_every=0",
+        "--set",
+        "train.save_every=0",
+        "--run-dir",
+        str(run_dir),
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     assert f"finished at step 2: {run_dir}" in proc.stdout + proc.stderr
     rows = [json.loads(line) for line in (run_dir / rundir.METRICS).read_text().splitlines()]

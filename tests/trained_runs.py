@@ -16,9 +16,19 @@ def train(root: Path) -> dict[str, Path]:
 
     runs = {}
     for dtype in DTYPES:
-        cfg = config.load("tiny-arith", [f"model.dtype={dtype}", f"train.steps={TRAINED_STEPS}",
-                                         "train.prompts_per_step=2", "rollout.num_generations=2", "train.save_every=0",
-                                         "train.eval_every=2", "train.eval_before=true", "data.eval_size=8"])
+        cfg = config.load(
+            "tiny-arith",
+            [
+                f"model.dtype={dtype}",
+                f"train.steps={TRAINED_STEPS}",
+                "train.prompts_per_step=2",
+                "rollout.num_generations=2",
+                "train.save_every=0",
+                "train.eval_every=2",
+                "train.eval_before=true",
+                "data.eval_size=8",
+            ],
+        )
         trainer = Trainer(cfg, root / f"real-{dtype}")
         try:
             assert trainer.run() == "finished"

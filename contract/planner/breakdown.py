@@ -12,19 +12,19 @@ from typing import Literal
 
 from grpo_studio.contract.dtypes import DTYPES
 
-GIB = 2 ** 30
+GIB = 2**30
 # When a row's memory is live: the whole run, while sampling, during the forward/backward, after the backward
 # (the ddp gradient all-reduce: activations are freed by then), or not tensor memory at all (CUDA context,
 # allocator margin). The accurate total is picked by phase (phase_peak).
 PHASES = ("persistent", "rollout", "train", "reduce", "overhead")
-BYTES = {name: d.train_bytes for name, d in DTYPES.items()}            # trainer storage per weight
+BYTES = {name: d.train_bytes for name, d in DTYPES.items()}  # trainer storage per weight
 ROLLOUT_BYTES = {name: d.rollout_bytes for name, d in DTYPES.items()}  # rollout weight / KV element
-NF4_BLOCK = 64          # bitsandbytes 4-bit: one absmax scale per 64 weights
+NF4_BLOCK = 64  # bitsandbytes 4-bit: one absmax scale per 64 weights
 NF4_NESTED_BLOCK = 256  # double quantisation: the absmax scales in uint8, one fp32 scale per 256 of them
 LOGPROB_CHUNK_ROWS = 8  # engine/logprobs.py token_logprobs(chunk_rows=8)
 CUDA_CONTEXT_GIB = 0.5  # CUDA context + cuBLAS workspace, typical for torch on recent GPUs
 ALLOCATOR_MARGIN = 0.05  # caching-allocator fragmentation, share of the tensor total
-VLLM_HEADROOM = 1.2     # rollout.gpu_memory_utilization = auto: the need for one rollout, plus 20% ...
+VLLM_HEADROOM = 1.2  # rollout.gpu_memory_utilization = auto: the need for one rollout, plus 20% ...
 VLLM_OVERHEAD_GIB = 1.0  # ... plus vLLM's own non-KV memory (profiling activations, sampler buffers, graphs)
 
 
@@ -33,7 +33,7 @@ class Row:
     name: str
     gib: float
     formula: str
-    phase: str            # one of PHASES
+    phase: str  # one of PHASES
     in_total: bool = True
 
 
@@ -41,6 +41,7 @@ class Row:
 class Device:
     """One device of the run: a training rank (kind "train") or a rollout server's (kind "rollout"), its
     rows and its total; `fits` is None without a device size."""
+
     name: str
     kind: Literal["train", "rollout"]
     rows: list[Row] = field(default_factory=list)
@@ -48,8 +49,13 @@ class Device:
     fits: bool | None = None
 
     def to_json(self) -> dict:
-        return {"name": self.name, "kind": self.kind, "rows": [asdict(r) for r in self.rows],
-                "total_gib": round(self.total_gib, 4), "fits": self.fits}
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "rows": [asdict(r) for r in self.rows],
+            "total_gib": round(self.total_gib, 4),
+            "fits": self.fits,
+        }
 
 
 @dataclass
@@ -57,6 +63,7 @@ class Breakdown:
     """`devices`: every device of the run; `rows` are the first training device's (all training ranks hold
     the same rows); `total_gib` is the largest device's total and `fits` whether every device fits, so a
     caller that reads one total and one verdict stays right with more than one device."""
+
     mode: str
     model: str
     rows: list[Row] = field(default_factory=list)
@@ -76,10 +83,16 @@ class Breakdown:
         return max(self.devices, key=lambda d: d.total_gib)
 
     def to_json(self) -> dict:
-        return {"mode": self.mode, "model": self.model,
-                "rows": [{k: v for k, v in asdict(r).items()} for r in self.rows],
-                "total_gib": round(self.total_gib, 4), "gpu_gib": self.gpu_gib, "fits": self.fits,
-                "peak_rule": self.peak_rule, "devices": [d.to_json() for d in self.devices]}
+        return {
+            "mode": self.mode,
+            "model": self.model,
+            "rows": [{k: v for k, v in asdict(r).items()} for r in self.rows],
+            "total_gib": round(self.total_gib, 4),
+            "gpu_gib": self.gpu_gib,
+            "fits": self.fits,
+            "peak_rule": self.peak_rule,
+            "devices": [d.to_json() for d in self.devices],
+        }
 
 
 def _g(nbytes: float) -> float:

@@ -64,8 +64,9 @@ def allreduce_bytes(card: Card, cfg: Config) -> tuple[float, str]:
     bucket of them all for the all-reduce: 8 B per trainable parameter at once, after the backward."""
     m = cfg.model
     n = card.lora_params(m.lora_rank, m.lora_target_modules) if m.lora_rank > 0 else card.total_params()
-    return _g(8.0 * n), f"{_n(n)} trainable params · 8 B (weighted fp32 grads + the flat fp32 bucket, " \
-                         f"engine/distributed.py)"
+    return _g(
+        8.0 * n
+    ), f"{_n(n)} trainable params · 8 B (weighted fp32 grads + the flat fp32 bucket, engine/distributed.py)"
 
 
 def device_total(rows: list[Row], overlap: bool, device: str) -> float:
@@ -73,8 +74,14 @@ def device_total(rows: list[Row], overlap: bool, device: str) -> float:
     and the overhead rows."""
     tensors = phase_peak(rows, overlap)
     if device == "cuda":
-        rows.append(Row("allocator margin", ALLOCATOR_MARGIN * tensors, f"{ALLOCATOR_MARGIN:.0%} of {tensors:.2f} GiB "
-                        "tensor memory (caching-allocator fragmentation)", "overhead"))
+        rows.append(
+            Row(
+                "allocator margin",
+                ALLOCATOR_MARGIN * tensors,
+                f"{ALLOCATOR_MARGIN:.0%} of {tensors:.2f} GiB tensor memory (caching-allocator fragmentation)",
+                "overhead",
+            )
+        )
     return tensors + sum(r.gib for r in rows if r.phase == "overhead")
 
 

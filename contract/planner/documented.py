@@ -23,8 +23,10 @@ def documented(card: Card, cfg: Config, variant: str = "efficient", training: Ro
     size_b = card.nominal_b or card.total_params() / 1e9
     if (card.name, T, G) == DOC_SETUP:
         train = DOC_TRAINING_GB[variant]
-        train_f = (f"doc's published training memory for this setup ({variant}: {train:g} GB); "
-                   f"Unsloth publishes no derivation, taken as the doc's input")
+        train_f = (
+            f"doc's published training memory for this setup ({variant}: {train:g} GB); "
+            f"Unsloth publishes no derivation, taken as the doc's input"
+        )
     elif m.lora_rank == 0:
         train = 16 * size_b
         train_f = f"full fine-tune: 16 B/param × {size_b:g}B (mixed-precision AdamW rule; not in Unsloth's doc)"
@@ -35,8 +37,9 @@ def documented(card: Card, cfg: Config, variant: str = "efficient", training: Ro
         train = 4 * size_b
         train_f = f"LoRA 16-bit ≈ 4 × QLoRA rule of thumb: 4 × {size_b:g}"
     logits = 2 * 2 * G * T * V / (8 if variant == "efficient" else 1)
-    logits_f = f"2 · 2 B · {G} gen · {T} ctx · {V} vocab" + (" ÷ 8 (Unsloth memory-efficient GRPO loss)"
-                                                             if variant == "efficient" else " (standard)")
+    logits_f = f"2 · 2 B · {G} gen · {T} ctx · {V} vocab" + (
+        " ÷ 8 (Unsloth memory-efficient GRPO loss)" if variant == "efficient" else " (standard)"
+    )
     if variant == "efficient":
         infer, infer_f = 0.0, "0: weights shared with vLLM (Unsloth)"
     else:
@@ -46,5 +49,9 @@ def documented(card: Card, cfg: Config, variant: str = "efficient", training: Ro
     kv_f = f"2 · 2 B · {card.layers} layers · {T} ctx · ({card.kv_heads} kv heads · {card.head_dim} head_dim) per batch"
     if training is not None:
         train, train_f = training.gib, training.formula
-    return [Row("training", train, train_f, "persistent"), Row("GRPO logits", _g(logits), logits_f, "train"),
-            Row("inference weights copy", infer, infer_f, "persistent"), Row("KV cache", _g(kv), kv_f, "rollout")]
+    return [
+        Row("training", train, train_f, "persistent"),
+        Row("GRPO logits", _g(logits), logits_f, "train"),
+        Row("inference weights copy", infer, infer_f, "persistent"),
+        Row("KV cache", _g(kv), kv_f, "rollout"),
+    ]

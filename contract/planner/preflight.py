@@ -20,19 +20,20 @@ from grpo_studio.contract.config import Config
 from grpo_studio.contract.errors import UserError
 from grpo_studio.contract.planner import breakdown, vram
 
-GIB = 2 ** 30
+GIB = 2**30
 SUGGEST_KEYS = ("num_generations", "max_completion_len")  # what the planner may shrink, in this order
 
 
 @dataclass
 class Device:
     """Memory of a device a run will use: a visible GPU (pynvml), else host RAM (psutil)."""
-    kind: str                       # "cuda" | "cpu"
+
+    kind: str  # "cuda" | "cpu"
     name: str
     total_gib: float
     free_gib: float
     others: list[str] = field(default_factory=list)  # other processes on the GPU: "pid 123 (python) 9.1 GiB"
-    index: int = 0                  # the NVML index of a GPU
+    index: int = 0  # the NVML index of a GPU
 
     def where(self) -> str:
         return f"{self.name}" if self.kind == "cuda" else "host RAM"
@@ -81,8 +82,14 @@ def _gpu(pynvml, index: int) -> Device:
             pname = "?"
         used = (proc.usedGpuMemory or 0) / GIB
         others.append(f"pid {proc.pid} ({pname}) {used:.1f} GiB")
-    return Device("cuda", name.decode() if isinstance(name, bytes) else str(name), info.total / GIB,
-                  info.free / GIB, others, index)
+    return Device(
+        "cuda",
+        name.decode() if isinstance(name, bytes) else str(name),
+        info.total / GIB,
+        info.free / GIB,
+        others,
+        index,
+    )
 
 
 def gpu() -> Device | None:
@@ -112,12 +119,13 @@ class Verdict:
     fits: bool
     need_gib: float
     free_gib: float
-    message: str    # one line: why it does not fit (a UserError's text), or what was checked
+    message: str  # one line: why it does not fit (a UserError's text), or what was checked
 
 
 @dataclass
 class Place:
     """A device of this machine and the planned devices (breakdown.Device) that will live on it."""
+
     dev: Device
     planned: list[breakdown.Device]
 
@@ -129,8 +137,9 @@ class Place:
 def estimate(cfg: Config, card: model_card.Card, dev: Device, world_size: int = 1) -> breakdown.Breakdown:
     """The planner's accurate plan for this device (on CPU the need itself: vLLM-cpu sizes its KV cache
     from VLLM_CPU_KVCACHE_SPACE, not from gpu_memory_utilization)."""
-    return vram.estimate(card, cfg, "accurate", dev.total_gib if dev.kind == "cuda" else None, device=dev.kind,
-                         world_size=world_size)
+    return vram.estimate(
+        card, cfg, "accurate", dev.total_gib if dev.kind == "cuda" else None, device=dev.kind, world_size=world_size
+    )
 
 
 def places(cfg: Config, plan: breakdown.Breakdown, devs: list[Device]) -> list[Place]:
@@ -145,8 +154,7 @@ def places(cfg: Config, plan: breakdown.Breakdown, devs: list[Device]) -> list[P
     return out
 
 
-def check(cfg: Config, dev: Device | list[Device], card: model_card.Card | None = None,
-          world_size: int = 1) -> Verdict:
+def check(cfg: Config, dev: Device | list[Device], card: model_card.Card | None = None, world_size: int = 1) -> Verdict:
     """Compare the planner's plan of `world_size` training ranks (and the rollout servers the run starts) with
     the free memory of the devices they land on (`dev`: this machine's devices, devices(); one Device is a
     list of one). A model without a card or a readable config.json (a hub id not downloaded yet) cannot be
@@ -170,11 +178,14 @@ def check(cfg: Config, dev: Device | list[Device], card: model_card.Card | None 
     if len(placed) == 1 and len(p.planned) == 1:
         head, row = f"the run needs {p.need_gib:.2f} GiB and {p.dev.where()} has", ""
     else:
-        head = (f"the run needs {p.need_gib:.2f} GiB on {_where(p)} for {' + '.join(d.name for d in p.planned)} "
-                f"and it has")
+        head = (
+            f"the run needs {p.need_gib:.2f} GiB on {_where(p)} for {' + '.join(d.name for d in p.planned)} and it has"
+        )
         row = f" ({planned.name})"
-    message = (f"{head} {p.dev.free_gib:.2f} GiB free (of {p.dev.total_gib:.2f}){others}; largest row{row}: "
-               f"{largest.name} {largest.gib:.2f} GiB; {suggestion(cfg, card, devs, world_size, placed.index(p))}")
+    message = (
+        f"{head} {p.dev.free_gib:.2f} GiB free (of {p.dev.total_gib:.2f}){others}; largest row{row}: "
+        f"{largest.name} {largest.gib:.2f} GiB; {suggestion(cfg, card, devs, world_size, placed.index(p))}"
+    )
     return Verdict(False, p.need_gib, p.dev.free_gib, message)
 
 
@@ -182,8 +193,9 @@ def _where(p: Place) -> str:
     return f"GPU {p.dev.index} ({p.dev.name})" if p.dev.kind == "cuda" else "host RAM"
 
 
-def suggestion(cfg: Config, card: model_card.Card, devs: Device | list[Device], world_size: int = 1,
-               short: int = 0) -> str:
+def suggestion(
+    cfg: Config, card: model_card.Card, devs: Device | list[Device], world_size: int = 1, short: int = 0
+) -> str:
     """The planner's way out: gradient checkpointing when it alone makes the run fit, else the largest
     num_generations or max_completion_len that fits the free memory of the device that does not fit (the
     `short`-th place: vram.solve on what lives there), else a 4-bit base or a smaller model."""
@@ -197,8 +209,15 @@ def suggestion(cfg: Config, card: model_card.Card, devs: Device | list[Device], 
             return f"the planner suggests --set model.gradient_checkpointing=true ({need:.2f} GiB)"
     dev = devs[short]
     for key in SUGGEST_KEYS:
-        sol = vram.solve(card, cfg, key, dev.free_gib, device=dev.kind, world_size=world_size,
-                         need=lambda plan: places(cfg, plan, devs)[short].need_gib)
+        sol = vram.solve(
+            card,
+            cfg,
+            key,
+            dev.free_gib,
+            device=dev.kind,
+            world_size=world_size,
+            need=lambda plan: places(cfg, plan, devs)[short].need_gib,
+        )
         if sol.status == "fits" and sol.value >= (2 if key == "num_generations" else 1):
             return f"the planner suggests --set rollout.{key}={sol.value} ({sol.total_gib:.2f} GiB)"
     if not cfg.model.load_in_4bit and cfg.model.lora_rank > 0:

@@ -20,7 +20,7 @@ def reward_model_rows(funcs: list[str]) -> list[tuple[str, float, str]]:
     for entry in funcs:
         if not entry.startswith(PREFIX):
             continue
-        folder = Path(entry[len(PREFIX):]).expanduser()
+        folder = Path(entry[len(PREFIX) :]).expanduser()
         name = f"reward model {folder.name}"
         try:
             config = json.loads((folder / "config.json").read_text())
@@ -32,6 +32,12 @@ def reward_model_rows(funcs: list[str]) -> list[tuple[str, float, str]]:
         params = card.total_params() - card.embedding_params() + card.vocab * card.hidden + labels * card.hidden
         saved = config.get("torch_dtype") or config.get("dtype") or "float32"
         size = SAVED_BYTES.get(saved, 4)
-        rows.append((name, params * size, f"{params:,} params (a {labels}-label score head, no LM head) · {size} B "
-                                          f"({saved}, as saved): loaded on the trainer's device for the run"))
+        rows.append(
+            (
+                name,
+                params * size,
+                f"{params:,} params (a {labels}-label score head, no LM head) · {size} B "
+                f"({saved}, as saved): loaded on the trainer's device for the run",
+            )
+        )
     return rows

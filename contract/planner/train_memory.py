@@ -38,10 +38,15 @@ def nf4_model_bytes(card: Card, cfg: Config, dtype: str) -> tuple[float, str]:
     lin *= card.layers
     n_lin = card.layers * card.layer_linear_params()
     rest, b = card.total_params() - n_lin, BYTES[dtype]
-    scale_text = (f"uint8 absmax per {NF4_BLOCK} + fp32 per {NF4_NESTED_BLOCK} of those (double quant)" if dq
-                  else f"fp32 absmax per {NF4_BLOCK}")
-    return lin + rest * b, (f"{_n(n_lin)} linear params in NF4 ({lin * 8 / n_lin:.3f} bits each: 4-bit codes, "
-                            f"{scale_text}, code tables) + {_n(rest)} embedding/norm params · {b} B ({dtype})")
+    scale_text = (
+        f"uint8 absmax per {NF4_BLOCK} + fp32 per {NF4_NESTED_BLOCK} of those (double quant)"
+        if dq
+        else f"fp32 absmax per {NF4_BLOCK}"
+    )
+    return lin + rest * b, (
+        f"{_n(n_lin)} linear params in NF4 ({lin * 8 / n_lin:.3f} bits each: 4-bit codes, "
+        f"{scale_text}, code tables) + {_n(rest)} embedding/norm params · {b} B ({dtype})"
+    )
 
 
 def train_state_bytes(card: Card, cfg: Config, shards: int = 1) -> tuple[str, float, str]:
@@ -51,9 +56,14 @@ def train_state_bytes(card: Card, cfg: Config, shards: int = 1) -> tuple[str, fl
     per = f" ÷ {shards} (FSDP2: each rank holds its shard)" if shards > 1 else ""
     if m.lora_rank > 0:
         n = card.lora_params(m.lora_rank, m.lora_target_modules)
-        return "LoRA adapter + AdamW", 16.0 * n / shards, (
-            f"{_n(n)} LoRA params (Σ r·(d_in+d_out) over targets × {card.layers} layers) · 16 B "
-            f"(fp32 weight 4 + grad 4 + Adam m,v 8){per}")
+        return (
+            "LoRA adapter + AdamW",
+            16.0 * n / shards,
+            (
+                f"{_n(n)} LoRA params (Σ r·(d_in+d_out) over targets × {card.layers} layers) · 16 B "
+                f"(fp32 weight 4 + grad 4 + Adam m,v 8){per}"
+            ),
+        )
     text = f"{_n(P)} params · 12 B (fp32 grad 4 + Adam m,v 8){per}"
     extra = 0.0
     if m.dtype in ("bf16", "fp16", "fp8") and shards == 1:
@@ -84,19 +94,29 @@ def per_layer_token_bytes(card: Card, cfg: Config, device: str, seq: int) -> tup
     terms["attention q,k,v,out"] = 4 * a * q + 4 * card.heads
     terms["mlp gate,act,up"] = 3 * a * i
     if full:
-        casts = 5 if a < 4 else 2    # autocast casts the input of each q,k,v,gate,up linear; fp32 shares it
+        casts = 5 if a < 4 else 2  # autocast casts the input of each q,k,v,gate,up linear; fp32 shares it
         terms["linear inputs"] = casts * a * h + a * i
     else:
-        targets = {n for n, *_ in card.linears()} if m.lora_target_modules in ([], ["all-linear"]) \
+        targets = (
+            {n for n, *_ in card.linears()}
+            if m.lora_target_modules in ([], ["all-linear"])
             else set(m.lora_target_modules)
+        )
         fp32_inputs = 0
         seen = set()
         for name, din, _, _ in card.linears():
             if name not in targets:
                 continue
-            src = {"q_proj": "attn_in", "k_proj": "attn_in", "v_proj": "attn_in", "qkv_proj": "attn_in",
-                   "gate_proj": "mlp_in", "up_proj": "mlp_in", "gate_up_proj": "mlp_in"}.get(name, name)
-            if a < 4 or src not in seen:       # fp32 model: peft's cast is a no-op, the input is shared
+            src = {
+                "q_proj": "attn_in",
+                "k_proj": "attn_in",
+                "v_proj": "attn_in",
+                "qkv_proj": "attn_in",
+                "gate_proj": "mlp_in",
+                "up_proj": "mlp_in",
+                "gate_up_proj": "mlp_in",
+            }.get(name, name)
+            if a < 4 or src not in seen:  # fp32 model: peft's cast is a no-op, the input is shared
                 fp32_inputs += 4 * din
             seen.add(src)
         terms["LoRA inputs (fp32)"] = fp32_inputs + 4 * m.lora_rank * len(targets & {n for n, *_ in card.linears()})
@@ -134,22 +154,32 @@ def activation_bytes(card: Card, cfg: Config, device: str, world_size: int = 1) 
     B, T = train_rows(cfg, world_size), r.max_prompt_len + r.max_completion_len
     per, text = per_layer_token_bytes(card, cfg, device, T)
     full = m.lora_rank == 0
-    outside = (4 * card.hidden + 4) + (4 * card.hidden + 8 if full else 0)   # final norm (+ ids for embedding grad)
+    outside = (4 * card.hidden + 4) + (4 * card.hidden + 8 if full else 0)  # final norm (+ ids for embedding grad)
     if full:
-        outside += BYTES[m.dtype] * card.hidden * (r.max_completion_len + 1) / T   # lm_head input (kept rows)
+        outside += BYTES[m.dtype] * card.hidden * (r.max_completion_len + 1) / T  # lm_head input (kept rows)
     tokens = B * T
     if not m.gradient_checkpointing:
-        return tokens * (card.layers * per + outside), (
-            f"{_rows_text(cfg, B)} · {T} tok · ({card.layers} layers · {per:g} B + {outside:.0f} B outside); "
-            f"per token per layer: {text}"), 0.0
+        return (
+            tokens * (card.layers * per + outside),
+            (
+                f"{_rows_text(cfg, B)} · {T} tok · ({card.layers} layers · {per:g} B + {outside:.0f} B outside); "
+                f"per token per layer: {text}"
+            ),
+            0.0,
+        )
     res = 4 if (full or m.dtype == "fp32") else BYTES[m.dtype]
     kept = tokens * card.layers * res * card.hidden
     one = tokens * per
     host = kept if m.offload_checkpoints else 0.0
     where = "host RAM" if m.offload_checkpoints else "GPU"
-    return (kept - host) + one + tokens * outside, (
-        f"checkpointed: {B}·{T} tok · {card.layers} layers · {res}·{card.hidden} B layer inputs ({where}) "
-        f"+ one layer recomputed in backward ({per:g} B/token: {text}) + {outside:.0f} B/token outside"), host
+    return (
+        (kept - host) + one + tokens * outside,
+        (
+            f"checkpointed: {B}·{T} tok · {card.layers} layers · {res}·{card.hidden} B layer inputs ({where}) "
+            f"+ one layer recomputed in backward ({per:g} B/token: {text}) + {outside:.0f} B/token outside"
+        ),
+        host,
+    )
 
 
 def logits_bytes(card: Card, cfg: Config, world_size: int = 1) -> tuple[float, str]:
@@ -158,13 +188,16 @@ def logits_bytes(card: Card, cfg: Config, world_size: int = 1) -> tuple[float, s
     a = BYTES[m.dtype]
     if m.logits_chunk > 0:
         n = m.logits_chunk
-        return n * V * (a + 8) + B * c * 4, (f"chunked: {n} tok · {V} vocab · ({a} logits + 4 fp32 + 4 grad) "
-                                            f"+ {B}·{c} fp32 log-probs")
+        return n * V * (a + 8) + B * c * 4, (
+            f"chunked: {n} tok · {V} vocab · ({a} logits + 4 fp32 + 4 grad) + {B}·{c} fp32 log-probs"
+        )
     chunk = min(B, LOGPROB_CHUNK_ROWS)
     total = B * (c + 1) * V * (4 + a) + 2 * chunk * (c + 1) * V * 4 + B * c * 8
-    return total, (f"materialised over completion tokens (logits_to_keep): {_rows_text(cfg, B)} · {c + 1} tok · "
-                   f"{V} vocab · (4 B fp32 log-softmax saved + {a} B logits/grad) + 2 fp32 chunk temporaries "
-                   f"({chunk} rows, engine/logprobs.py)")
+    return total, (
+        f"materialised over completion tokens (logits_to_keep): {_rows_text(cfg, B)} · {c + 1} tok · "
+        f"{V} vocab · (4 B fp32 log-softmax saved + {a} B logits/grad) + 2 fp32 chunk temporaries "
+        f"({chunk} rows, engine/logprobs.py)"
+    )
 
 
 def reference_bytes(card: Card, cfg: Config, world_size: int = 1) -> tuple[float, str]:
@@ -174,7 +207,9 @@ def reference_bytes(card: Card, cfg: Config, world_size: int = 1) -> tuple[float
     chunk = min(B, LOGPROB_CHUNK_ROWS)
     fwd = B * (c + 1) * V * a + 2 * chunk * (c + 1) * V * 4 + B * c * 4
     if m.lora_rank > 0:
-        return fwd, (f"beta > 0, LoRA: adapters disabled, no weight copy; no-grad forward "
-                     f"{B}·{c + 1}·{V} logits · {a} B + fp32 chunks + {B}·{c} log-probs · 4 B")
+        return fwd, (
+            f"beta > 0, LoRA: adapters disabled, no weight copy; no-grad forward "
+            f"{B}·{c + 1}·{V} logits · {a} B + fp32 chunks + {B}·{c} log-probs · 4 B"
+        )
     P = card.total_params()
     return fwd + P * a, f"beta > 0, full FT: frozen copy {_n(P)} params · {a} B + no-grad logits forward"

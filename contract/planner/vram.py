@@ -71,12 +71,15 @@ def kv_cache_bytes(card: Card, cfg: Config, sequences: int) -> tuple[float, str]
         lt = f"({glob} global · {T} + {card.layers - glob} sliding · {min(T, card.sliding_window)}) tok"
     else:
         layer_tokens, lt = card.layers * T, f"{card.layers} layers · {T} tok"
-    return (2 * b * layer_tokens * card.kv_dim * sequences,
-            f"2 (K,V) · {b} B · {lt} · {card.kv_dim} kv dim · {sequences} seqs")
+    return (
+        2 * b * layer_tokens * card.kv_dim * sequences,
+        f"2 (K,V) · {b} B · {lt} · {card.kv_dim} kv dim · {sequences} seqs",
+    )
 
 
-def accurate(card: Card, cfg: Config, gpu_gib: float | None = None, device: str = "cuda",
-             world_size: int = 1) -> tuple[list[Row], str, bool]:
+def accurate(
+    card: Card, cfg: Config, gpu_gib: float | None = None, device: str = "cuda", world_size: int = 1
+) -> tuple[list[Row], str, bool]:
     """The rows of one training device (rank), the phase-peak rule in words, and whether the rollout's memory
     stays live during training (phase_peak sums the two phases, else takes the larger). Rows with
     in_total=False are shown but not summed into the device's total. Each of `world_size` ranks trains on
@@ -98,16 +101,19 @@ def accurate(card: Card, cfg: Config, gpu_gib: float | None = None, device: str 
     if cfg.algo.beta > 0:
         ref, rf = reference_bytes(card, cfg, world_size)
         rows.append(Row("reference log-probs", _g(ref), rf, "train"))
-    rows += [Row(name, _g(nbytes), formula, "persistent")
-             for name, nbytes, formula in reward_model_rows(cfg.rewards.funcs)]
+    rows += [
+        Row(name, _g(nbytes), formula, "persistent") for name, nbytes, formula in reward_model_rows(cfg.rewards.funcs)
+    ]
     vllm = backend.resolve(r.backend, load_in_4bit=cfg.model.load_in_4bit)[0] == "vllm"
     if not vllm:
         seqs = rank_prompts(cfg, world_size) * cfg.train.steps_per_generation * r.num_generations  # one rollout
         kv, kvf = kv_cache_bytes(card, cfg, seqs)
         rows.append(Row("sampler weights copy (hf)", *_hf_copy_bytes(card, cfg), "persistent"))
         rows.append(Row("rollout KV cache (hf generate)", _g(kv), kvf, "rollout"))
-        rule = ("weights + sampler copy + train state + max(rollout KV, train activations + logits): "
-                "hf generate frees its cache")
+        rule = (
+            "weights + sampler copy + train state + max(rollout KV, train activations + logits): "
+            "hf generate frees its cache"
+        )
         overlap = False
     elif not r.colocate:
         rule, overlap = "weights + train state + activations + logits; vLLM is on the rollout device", False
@@ -117,8 +123,15 @@ def accurate(card: Card, cfg: Config, gpu_gib: float | None = None, device: str 
     if device == "cuda":
         rows.append(Row("CUDA context", CUDA_CONTEXT_GIB, "CUDA context + cuBLAS workspace (typical)", "overhead"))
     if host:
-        rows.append(Row("host RAM: offloaded checkpoints", _g(host),
-                        "checkpointed layer inputs kept in pinned host RAM (not GPU)", "train", False))
+        rows.append(
+            Row(
+                "host RAM: offloaded checkpoints",
+                _g(host),
+                "checkpointed layer inputs kept in pinned host RAM (not GPU)",
+                "train",
+                False,
+            )
+        )
     return rows, rule, overlap
 
 
@@ -135,12 +148,20 @@ def vllm_row(card: Card, cfg: Config, gpu_gib: float | None) -> Row:
     size the need itself."""
     need, need_f = vllm_need(card, cfg)
     if not gpu_gib:
-        return Row("vLLM reservation", _g(need), need_f + " (no GPU size: the need, not gpu_memory_utilization × "
-                   "total)", "rollout")
+        return Row(
+            "vLLM reservation",
+            _g(need),
+            need_f + " (no GPU size: the need, not gpu_memory_utilization × total)",
+            "rollout",
+        )
     share = vllm_share(card, cfg, gpu_gib)
     shown = f"{share:g}" if cfg.rollout.gpu_memory_utilization != AUTO else f"auto = {share:g}"
-    return Row("vLLM reservation", share * gpu_gib, f"gpu_memory_utilization {shown} × {gpu_gib:g} GiB "
-               f"(holds {_g(need):.2f} GiB of weights + KV: {need_f})", "rollout")
+    return Row(
+        "vLLM reservation",
+        share * gpu_gib,
+        f"gpu_memory_utilization {shown} × {gpu_gib:g} GiB (holds {_g(need):.2f} GiB of weights + KV: {need_f})",
+        "rollout",
+    )
 
 
 def vllm_share(card: Card, cfg: Config, total_gib: float) -> float:
@@ -170,12 +191,19 @@ def _vllm_rule(sleep: bool) -> tuple[str, bool]:
     return "weights + train state + vLLM + activations + logits: vLLM keeps its memory during training", True
 
 
-
 # ---- entry points ------------------------------------------------------------------------
 
-def estimate(card: Card, cfg: Config, mode: str = "accurate", gpu_gib: float | None = None,
-             variant: str = "efficient", device: str = "cuda", doc_training: Row | None = None,
-             world_size: int = 1) -> Breakdown:
+
+def estimate(
+    card: Card,
+    cfg: Config,
+    mode: str = "accurate",
+    gpu_gib: float | None = None,
+    variant: str = "efficient",
+    device: str = "cuda",
+    doc_training: Row | None = None,
+    world_size: int = 1,
+) -> Breakdown:
     """The plan of every device (Breakdown.devices); `gpu_gib` is the size of each device (all alike)."""
     from grpo_studio.contract.planner import devices, documented  # both build on this module's rows
 
@@ -186,8 +214,12 @@ def estimate(card: Card, cfg: Config, mode: str = "accurate", gpu_gib: float | N
     out = Breakdown(mode=mode, model=card.name, gpu_gib=gpu_gib)
     if mode == "documented":
         if world_size > 1:
-            raise UserError(f"is Unsloth's one-GPU arithmetic; plans for {world_size} devices need --mode accurate",
-                            kind="vram", key="--mode", value=mode)
+            raise UserError(
+                f"is Unsloth's one-GPU arithmetic; plans for {world_size} devices need --mode accurate",
+                kind="vram",
+                key="--mode",
+                value=mode,
+            )
         rows = documented.documented(card, cfg, variant, doc_training)
         out.devices = [Device("train", "train", rows, sum(r.gib for r in rows))]
         out.peak_rule = f"sum of the doc's rows ({variant} column)"
@@ -204,6 +236,7 @@ def estimate(card: Card, cfg: Config, mode: str = "accurate", gpu_gib: float | N
 
 # ---- inverse solving ---------------------------------------------------------------------
 
+
 @dataclass
 class Solution:
     """What solve() found for `key`, by status:
@@ -211,6 +244,7 @@ class Solution:
                     `limiting_row` is the row that grew most
     never_fits      even the smallest `value` needs `total_gib`; `limiting_row` is the largest row
     never_outgrows  the cap `value` still fits (`total_gib`): the key barely changes the total"""
+
     key: str
     status: Literal["fits", "never_fits", "never_outgrows"]
     value: int
@@ -235,9 +269,17 @@ def _with(cfg: Config, key: str, value: int) -> Config:
     return new
 
 
-def solve(card: Card, cfg: Config, key: str, gpu_gib: float, mode: str = "accurate",
-          variant: str = "efficient", device: str = "cuda", world_size: int = 1,
-          need: Callable[[Breakdown], float] | None = None) -> Solution:
+def solve(
+    card: Card,
+    cfg: Config,
+    key: str,
+    gpu_gib: float,
+    mode: str = "accurate",
+    variant: str = "efficient",
+    device: str = "cuda",
+    world_size: int = 1,
+    need: Callable[[Breakdown], float] | None = None,
+) -> Solution:
     """The largest value of `key` whose estimate fits `gpu_gib` (binary search; totals are monotone), or
     why there is none (Solution.status). What must fit is `need` of the estimate: by default its total (the
     largest device's; the pre-flight check passes the devices that share one memory); rows named are the
@@ -265,7 +307,7 @@ def solve(card: Card, cfg: Config, key: str, gpu_gib: float, mode: str = "accura
     top = total(cap)
     if top <= gpu_gib:
         return Solution(key, "never_outgrows", cap, 0, top, None, "")
-    lo, hi = lo_value, cap           # total(lo) fits, total(hi) does not
+    lo, hi = lo_value, cap  # total(lo) fits, total(hi) does not
     while hi - lo > 1:
         mid = (lo + hi) // 2
         lo, hi = (mid, hi) if total(mid) <= gpu_gib else (lo, mid)

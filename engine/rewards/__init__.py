@@ -48,11 +48,15 @@ def _validate(opts: builtin.Options, names: list[str]) -> None:
         except (re.error, OverflowError, RecursionError) as err:  # also a{99999999999}, deeply nested groups
             raise UserError(f"not a valid regular expression ({err})", key=f"rewards.{key}", value=pattern) from None
     if "regex_match" in names and not opts.regex:
-        raise UserError("the regex_match reward needs a pattern, e.g. rewards.regex = '^Dear '", key="rewards.regex",
-                        value=opts.regex)
+        raise UserError(
+            "the regex_match reward needs a pattern, e.g. rewards.regex = '^Dear '",
+            key="rewards.regex",
+            value=opts.regex,
+        )
     if opts.length_min > opts.length_max:
-        raise UserError(f"must be <= rewards.length_max ({opts.length_max})", key="rewards.length_min",
-                        value=opts.length_min)
+        raise UserError(
+            f"must be <= rewards.length_max ({opts.length_max})", key="rewards.length_min", value=opts.length_min
+        )
     for key in ("solution_start", "solution_end"):
         if not getattr(opts, key):
             raise UserError("the answer marker cannot be empty", key=f"rewards.{key}", value="")
@@ -106,9 +110,12 @@ def build(spec) -> RewardFuncs:
             name = getattr(fn, "__name__", None) or entry.rpartition(":")[2]
         else:
             allowed = ", ".join(builtin.REGISTRY)
-            raise UserError(f"unknown reward; allowed: {allowed}, 'rm:PATH', 'trl.rewards:NAME' or "
-                            f"'file.py:function'{did_you_mean(entry, builtin.REGISTRY)}", key="rewards.funcs",
-                            value=entry)
+            raise UserError(
+                f"unknown reward; allowed: {allowed}, 'rm:PATH', 'trl.rewards:NAME' or "
+                f"'file.py:function'{did_you_mean(entry, builtin.REGISTRY)}",
+                key="rewards.funcs",
+                value=entry,
+            )
         base, k = name, 2
         while name in taken:  # two files exporting `score`: score, score_2
             name, k = f"{base}_{k}", k + 1
@@ -134,8 +141,16 @@ def score(funcs, prompts: list, completions: list, columns: dict[str, list], on_
 
     def one(j: int) -> list:
         name, fn = funcs[j]
-        return call_reward(name, fn, prompts, completions, columns, timeout, state=getattr(funcs, "seen", None),
-                           on_error=report if on_error else None)
+        return call_reward(
+            name,
+            fn,
+            prompts,
+            completions,
+            columns,
+            timeout,
+            state=getattr(funcs, "seen", None),
+            on_error=report if on_error else None,
+        )
 
     # async rewards are awaited side by side (each in its own thread and loop, as TRL gathers them),
     # while the others run one after another here
@@ -149,8 +164,12 @@ def score(funcs, prompts: list, completions: list, columns: dict[str, list], on_
         for i, value in enumerate(values):
             if value is not None:
                 table[i][j] = value
-    exclude_non_finite_sums(table, getattr(funcs, "weights", None), state=getattr(funcs, "seen", None),
-                            on_error=report if on_error else None)
+    exclude_non_finite_sums(
+        table,
+        getattr(funcs, "weights", None),
+        state=getattr(funcs, "seen", None),
+        on_error=report if on_error else None,
+    )
     return table
 
 

@@ -123,9 +123,36 @@ def drop_privileges(job: dict, have: list) -> None:
 
 # Imported while still privileged: the interpreter's own files may be unreadable to the sandbox
 # uid (e.g. a pyenv Python under /root), so solutions get the common standard library pre-loaded.
-PRELOAD = ("array", "bisect", "cmath", "collections", "copy", "dataclasses", "datetime", "decimal", "encodings.idna", "enum",
-           "fractions", "functools", "hashlib", "heapq", "io", "itertools", "math", "operator", "random", "re",
-           "socket", "statistics", "string", "struct", "textwrap", "time", "typing", "unicodedata")
+PRELOAD = (
+    "array",
+    "bisect",
+    "cmath",
+    "collections",
+    "copy",
+    "dataclasses",
+    "datetime",
+    "decimal",
+    "encodings.idna",
+    "enum",
+    "fractions",
+    "functools",
+    "hashlib",
+    "heapq",
+    "io",
+    "itertools",
+    "math",
+    "operator",
+    "random",
+    "re",
+    "socket",
+    "statistics",
+    "string",
+    "struct",
+    "textwrap",
+    "time",
+    "typing",
+    "unicodedata",
+)
 
 
 def work(job: dict, result_fd: int, have: list) -> None:
@@ -203,8 +230,18 @@ def main() -> None:
     try:
         work(job, result_fd, have)
     except BaseException as err:  # noqa: BLE001 - setup failed: report, never run the code unconfined
-        os.write(result_fd, b"\n" + json.dumps({"passed": 0, "total": len(job["tests"]), "protections": have,
-                                                "error": f"sandbox setup failed: {type(err).__name__}: {err}"}).encode())
+        os.write(
+            result_fd,
+            b"\n"
+            + json.dumps(
+                {
+                    "passed": 0,
+                    "total": len(job["tests"]),
+                    "protections": have,
+                    "error": f"sandbox setup failed: {type(err).__name__}: {err}",
+                }
+            ).encode(),
+        )
         os._exit(70)
 
 

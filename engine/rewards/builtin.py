@@ -118,16 +118,35 @@ def int_answer(prompts, completions, opts: Options = DEFAULT, **kwargs) -> list[
 def soft_format(prompts, completions, opts: Options = DEFAULT, **kwargs) -> list[float]:
     """+0.5 when the completion starts with a reasoning block followed by a solution block (any whitespace)."""
     o = opts
-    pattern = re.compile(r"\s*" + re.escape(o.reasoning_start) + r".*?" + re.escape(o.reasoning_end) + r"\s*"
-                         + re.escape(o.solution_start) + r".*?" + re.escape(o.solution_end), re.DOTALL)
+    pattern = re.compile(
+        r"\s*"
+        + re.escape(o.reasoning_start)
+        + r".*?"
+        + re.escape(o.reasoning_end)
+        + r"\s*"
+        + re.escape(o.solution_start)
+        + r".*?"
+        + re.escape(o.solution_end),
+        re.DOTALL,
+    )
     return [0.5 if pattern.match(text_of(c)) else 0.0 for c in completions]
 
 
 def strict_format(prompts, completions, opts: Options = DEFAULT, **kwargs) -> list[float]:
     """+0.5 for exactly '<reasoning>\\n…\\n</reasoning>\\n<answer>\\n…\\n</answer>' (one final newline allowed)."""
     o = opts
-    pattern = re.compile(r"\A" + re.escape(o.reasoning_start) + r"\n.*?\n" + re.escape(o.reasoning_end) + r"\n"
-                         + re.escape(o.solution_start) + r"\n.*?\n" + re.escape(o.solution_end) + r"\n?\Z", re.DOTALL)
+    pattern = re.compile(
+        r"\A"
+        + re.escape(o.reasoning_start)
+        + r"\n.*?\n"
+        + re.escape(o.reasoning_end)
+        + r"\n"
+        + re.escape(o.solution_start)
+        + r"\n.*?\n"
+        + re.escape(o.solution_end)
+        + r"\n?\Z",
+        re.DOTALL,
+    )
     return [0.5 if pattern.match(text_of(c)) else 0.0 for c in completions]
 
 
@@ -217,8 +236,17 @@ def format_pattern(opts: Options) -> re.Pattern:
     reasoning = r"\s*" + re.escape(o.reasoning_start) + r".+?" + re.escape(o.reasoning_end) + r"\s*"
     reasoning = reasoning if o.format_require_reasoning else f"(?:{reasoning})?"
     body = r"-?\$?[0-9][0-9,]*(?:\.[0-9]+)?" if o.format_numeric else r".+?"
-    return re.compile(r"\A\s*" + reasoning + re.escape(o.solution_start) + r"\s*" + body + r"\s*"
-                      + re.escape(o.solution_end) + r"\s*\Z", re.DOTALL | re.ASCII)
+    return re.compile(
+        r"\A\s*"
+        + reasoning
+        + re.escape(o.solution_start)
+        + r"\s*"
+        + body
+        + r"\s*"
+        + re.escape(o.solution_end)
+        + r"\s*\Z",
+        re.DOTALL | re.ASCII,
+    )
 
 
 def format(prompts, completions, opts: Options = DEFAULT, **kwargs) -> list[float]:  # noqa: A001 - public name
@@ -277,11 +305,16 @@ def code_exec(prompts, completions, opts: Options = DEFAULT, **kwargs) -> list[f
     tests = kwargs.get(opts.code_tests_column)
     if tests is None:
         return [None] * len(completions)
-    limits = sandbox.Limits(wall_s=opts.code_timeout_s, cpu_s=max(1, int(opts.code_timeout_s + 0.999)),
-                            memory_mb=opts.code_memory_mb, max_output=opts.code_max_output)
+    limits = sandbox.Limits(
+        wall_s=opts.code_timeout_s,
+        cpu_s=max(1, int(opts.code_timeout_s + 0.999)),
+        memory_mb=opts.code_memory_mb,
+        max_output=opts.code_max_output,
+    )
     jobs = [(sandbox.extract_code(text_of(c)), t) for c, t in zip(completions, tests)]
-    results = sandbox.run_many([(code, sandbox.normalize_tests(t)) for code, t in jobs], limits,
-                               workers=opts.code_workers, mode=opts.sandbox)
+    results = sandbox.run_many(
+        [(code, sandbox.normalize_tests(t)) for code, t in jobs], limits, workers=opts.code_workers, mode=opts.sandbox
+    )
     return [None if not sandbox.normalize_tests(t) else r.score for (_, t), r in zip(jobs, results)]
 
 
@@ -295,13 +328,20 @@ REGISTRY: dict[str, tuple] = {
     "xmlcount": (xmlcount, "+0.125 per tag line present once, -0.001 per trailing character", "(-inf, 0.5]"),
     "proximity": (proximity, "closer numbers score more: exact 2, else 1 - 2*rel. error, floor -1", "[-1, 1) or 2"),
     "format": (format, "+0.5 for exactly [reasoning] + solution markers (configurable template)", "{0, 0.5}"),
-    "length_penalty": (length_penalty, "minus the relative overshoot outside [length_min, length_max] chars",
-                       "[-1, 0]"),
+    "length_penalty": (
+        length_penalty,
+        "minus the relative overshoot outside [length_min, length_max] chars",
+        "[-1, 0]",
+    ),
     "keyword": (keyword, "share of required keywords present (rewards.keywords or a 'keywords' column)", "[0, 1]"),
     "regex_match": (regex_match, "1 when rewards.regex matches the completion", "{0, 1}"),
     "code_exec": (code_exec, "share of test cases the completion's Python passes, sandboxed", "[0, 1]"),
-    "math_verify": (math_verify, "1 when math-verify finds the answer equal to the reference (LaTeX, \\boxed, "
-                                 "fractions); needs the [math] extra", "{0, 1}"),
+    "math_verify": (
+        math_verify,
+        "1 when math-verify finds the answer equal to the reference (LaTeX, \\boxed, "
+        "fractions); needs the [math] extra",
+        "{0, 1}",
+    ),
 }
 
 

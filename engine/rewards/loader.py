@@ -24,8 +24,10 @@ def _fail(spec: str, why: str) -> UserError:
 def _load_file(spec: str, path: Path):
     with user_path("rewards.funcs", spec):
         if not path.is_file():
-            return None, _fail(spec, f"file {str(path)!r} not found; give 'file.py:function' with an existing "
-                                     f"file or 'module:function'")
+            return None, _fail(
+                spec,
+                f"file {str(path)!r} not found; give 'file.py:function' with an existing file or 'module:function'",
+            )
         resolved = str(path.resolve())
     name = "grpo_user_reward_" + hashlib.sha1(resolved.encode("utf-8", "surrogateescape")).hexdigest()[:12]
     module = sys.modules.get(name)
@@ -45,8 +47,9 @@ def load(spec: str):
     """The callable named by 'path/to/file.py:function' or 'package.module:function'."""
     target, sep, func_name = spec.rpartition(":")
     if not sep or not target or not func_name:
-        raise _fail(spec, "expected a built-in name (see `grpo-studio rewards`), 'file.py:function' "
-                          "or 'module:function'")
+        raise _fail(
+            spec, "expected a built-in name (see `grpo-studio rewards`), 'file.py:function' or 'module:function'"
+        )
     if target.endswith(".py") or "/" in target or "\\" in target:
         if not target.endswith(".py"):  # a path, but Python loads modules from .py files only
             raise _fail(spec, f"{target!r} is not a .py file; give 'file.py:function' or 'module:function'")
@@ -62,8 +65,11 @@ def load(spec: str):
             raise _fail(spec, f"importing {target!r} raised {describe(err)}") from None
     fn = getattr(module, func_name, None)
     if fn is None or not callable(fn):
-        found = sorted(n for n, v in vars(module).items()
-                       if inspect.isfunction(v) and not n.startswith("_") and v.__module__ == module.__name__)
+        found = sorted(
+            n
+            for n, v in vars(module).items()
+            if inspect.isfunction(v) and not n.startswith("_") and v.__module__ == module.__name__
+        )
         shown = ", ".join(found) if found else "none"
         what = "is not callable" if fn is not None else "not found"
         raise _fail(spec, f"function {func_name!r} {what} in {target}; functions there: {shown}")

@@ -24,7 +24,7 @@ def _fail(entry: str, why: str) -> UserError:
 
 def name_of(entry: str) -> str:
     """The metric name: rm_<folder name> (rewards/rm_<folder>/mean)."""
-    return "rm_" + (Path(entry[len(PREFIX):]).expanduser().name or "model")
+    return "rm_" + (Path(entry[len(PREFIX) :]).expanduser().name or "model")
 
 
 class RewardModel:
@@ -36,12 +36,15 @@ class RewardModel:
 
         from grpo_studio.engine import policy_loader
 
-        path = entry[len(PREFIX):]
+        path = entry[len(PREFIX) :]
         with user_path("rewards.funcs", entry):
             folder = Path(path).expanduser()
             if not (folder / "config.json").is_file():
-                raise _fail(entry, "not a local folder with config.json; give rm:PATH to a saved "
-                                   "AutoModelForSequenceClassification (save_pretrained)")
+                raise _fail(
+                    entry,
+                    "not a local folder with config.json; give rm:PATH to a saved "
+                    "AutoModelForSequenceClassification (save_pretrained)",
+                )
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(folder)
             self.model = AutoModelForSequenceClassification.from_pretrained(folder, dtype="auto")
@@ -61,8 +64,11 @@ class RewardModel:
 
     def text(self, prompt, completion) -> str:
         if isinstance(prompt, (list, tuple)):  # conversational: render prompt + completion messages
-            messages = list(prompt) + (list(completion) if isinstance(completion, (list, tuple))
-                                       else [{"role": "assistant", "content": completion}])
+            messages = list(prompt) + (
+                list(completion)
+                if isinstance(completion, (list, tuple))
+                else [{"role": "assistant", "content": completion}]
+            )
             if self.tokenizer.chat_template:
                 return self.tokenizer.apply_chat_template(messages, tokenize=False)
             return "\n\n".join(str(m.get("content", "")) for m in messages)
@@ -73,8 +79,14 @@ class RewardModel:
         scores: list[float] = []
         with self.torch.inference_mode():
             for start in range(0, len(texts), self.batch_size):
-                batch = self.tokenizer(texts[start:start + self.batch_size], return_tensors="pt", padding=True,
-                                       truncation=True, max_length=self.max_length, add_special_tokens=False)
+                batch = self.tokenizer(
+                    texts[start : start + self.batch_size],
+                    return_tensors="pt",
+                    padding=True,
+                    truncation=True,
+                    max_length=self.max_length,
+                    add_special_tokens=False,
+                )
                 logits = self.model(**batch.to(self.device)).logits
                 scores += logits[:, 0].float().cpu().tolist()  # TRL: reward = logits[:, 0]
         return scores

@@ -161,12 +161,18 @@ def _convert(result, n: int) -> tuple[list, dict]:
         except TypeError:
             result = None
         if result is None:
-            problems["wrong_type"] = [(None, f"returned {returned}, expected a list of {n} floats (or None); "
-                                             f"all {n} samples set to None", None)]
+            problems["wrong_type"] = [
+                (
+                    None,
+                    f"returned {returned}, expected a list of {n} floats (or None); all {n} samples set to None",
+                    None,
+                )
+            ]
             return values, problems
     if len(result) != n:
-        problems["wrong_length"] = [(None, f"returned {len(result)} values for {n} completions; "
-                                           f"all {n} samples set to None", None)]
+        problems["wrong_length"] = [
+            (None, f"returned {len(result)} values for {n} completions; all {n} samples set to None", None)
+        ]
         return values, problems
     bad: dict[str, list] = {}
     for i, value in enumerate(result):
@@ -176,8 +182,9 @@ def _convert(result, n: int) -> tuple[list, dict]:
             bad.setdefault(kind, []).append((i, value, what))
     for kind, items in bad.items():
         i, value, what = items[0]
-        problems[kind] = [(i, f"returned {_shown(value)} ({what}) for sample {i}; {len(items)} of {n} samples "
-                              f"set to None", None)] + [(k, "", None) for k, _, _ in items[1:]]
+        problems[kind] = [
+            (i, f"returned {_shown(value)} ({what}) for sample {i}; {len(items)} of {n} samples set to None", None)
+        ] + [(k, "", None) for k, _, _ in items[1:]]
     return values, problems
 
 
@@ -191,8 +198,16 @@ def _own(prompts: list, completions: list, columns: dict) -> dict:
         return {k: list(v) if isinstance(v, (list, tuple)) else v for k, v in kwargs.items()}
 
 
-def call_reward(name: str, fn, prompts: list, completions: list, columns: dict, timeout: float,
-                state: dict | None = None, on_error=None) -> list:
+def call_reward(
+    name: str,
+    fn,
+    prompts: list,
+    completions: list,
+    columns: dict,
+    timeout: float,
+    state: dict | None = None,
+    on_error=None,
+) -> list:
     """fn's values for every sample (None = not applicable or failed); failures reported once per kind."""
     n = len(completions)
     started = time.monotonic()
@@ -200,8 +215,9 @@ def call_reward(name: str, fn, prompts: list, completions: list, columns: dict, 
     problems: dict[str, list] = {}  # kind -> [(sample, message, traceback), ...]
 
     if timed_out:
-        problems["timeout"] = [(None, f"no result within rewards.timeout_s = {timeout:g} s; "
-                                      f"all {n} samples set to None", None)]
+        problems["timeout"] = [
+            (None, f"no result within rewards.timeout_s = {timeout:g} s; all {n} samples set to None", None)
+        ]
         values = [None] * n
     elif error is not None:
         values = [None] * n
@@ -212,7 +228,7 @@ def call_reward(name: str, fn, prompts: list, completions: list, columns: dict, 
                 if timeout > 0 and left <= 0:
                     failed.extend((k, error, trace) for k in range(i, n))
                     break
-                one = _own(prompts[i:i + 1], completions[i:i + 1], {k: v[i:i + 1] for k, v in columns.items()})
+                one = _own(prompts[i : i + 1], completions[i : i + 1], {k: v[i : i + 1] for k, v in columns.items()})
                 res, err1, tr1, to1 = _run(fn, one, left, 1)
                 if err1 is None and not to1 and res is not None and not res[1]:
                     values[i] = res[0][0]
@@ -220,8 +236,9 @@ def call_reward(name: str, fn, prompts: list, completions: list, columns: dict, 
                 failed.append((i, err1 or error, tr1 or trace))
         else:
             failed = [(0, error, trace)]
-        problems["exception"] = [(i, f"{msg} (sample {i}; {len(failed)} of {n} samples set to None)", tr)
-                                 for i, msg, tr in failed[:1]] + [(i, msg, tr) for i, msg, tr in failed[1:]]
+        problems["exception"] = [
+            (i, f"{msg} (sample {i}; {len(failed)} of {n} samples set to None)", tr) for i, msg, tr in failed[:1]
+        ] + [(i, msg, tr) for i, msg, tr in failed[1:]]
     else:
         values, problems = result
 
@@ -277,8 +294,11 @@ def exclude_non_finite_sums(table: list, weights, state: dict | None = None, on_
     weights = [1.0] * width if weights is None else [float(w) for w in weights]
     if not width or len(weights) != width:
         return
-    bad = [i for i, row in enumerate(table)
-           if any(not math.isnan(v) for v in row) and not math.isfinite(_weighted_sum(row, weights))]
+    bad = [
+        i
+        for i, row in enumerate(table)
+        if any(not math.isnan(v) for v in row) and not math.isfinite(_weighted_sum(row, weights))
+    ]
     if not bad:
         return
     first = bad[0]
@@ -291,9 +311,11 @@ def exclude_non_finite_sums(table: list, weights, state: dict | None = None, on_
     total = (state.get(key, 0) if state is not None else 0) + len(bad)
     if state is not None:
         state[key] = total
-    message = (f"the weighted sum of sample {first}'s rewards [{shown}] x rewards.weights "
-               f"[{', '.join(f'{w:g}' for w in weights)}] is not finite in float32; {len(bad)} of {len(table)} "
-               f"samples set to None")
+    message = (
+        f"the weighted sum of sample {first}'s rewards [{shown}] x rewards.weights "
+        f"[{', '.join(f'{w:g}' for w in weights)}] is not finite in float32; {len(bad)} of {len(table)} "
+        f"samples set to None"
+    )
     try:
         on_error(SUM_NAME, message, first, problem="not_finite_sum", count=len(bad), total=total)
     except Exception:  # reporting must not stop training either

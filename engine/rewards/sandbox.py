@@ -156,10 +156,41 @@ def _reap_uid(uid: int, patience_s: float = 10.0) -> None:
 def _bwrap_argv(limits: Limits) -> list[str]:
     """bubblewrap's own flags: new net/pid/ipc/uts namespaces, / read-only, a fresh /dev, /proc and a
     size-capped 0700 tmpfs on /tmp as the working directory; killed with its parent."""
-    return [shutil.which("bwrap") or "bwrap", "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--die-with-parent",
-            "--new-session", "--ro-bind", "/", "/", "--dev", "/dev", "--remount-ro", "/dev", "--proc", "/proc",
-            "--size", str(limits.tmpfs_mb * 2**20), "--perms", "0700", "--tmpfs", "/tmp", *_rebind_under_tmp(),
-            "--chdir", "/tmp", "--clearenv", "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "LANG", "C.UTF-8", "--"]
+    return [
+        shutil.which("bwrap") or "bwrap",
+        "--unshare-net",
+        "--unshare-pid",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--die-with-parent",
+        "--new-session",
+        "--ro-bind",
+        "/",
+        "/",
+        "--dev",
+        "/dev",
+        "--remount-ro",
+        "/dev",
+        "--proc",
+        "/proc",
+        "--size",
+        str(limits.tmpfs_mb * 2**20),
+        "--perms",
+        "0700",
+        "--tmpfs",
+        "/tmp",
+        *_rebind_under_tmp(),
+        "--chdir",
+        "/tmp",
+        "--clearenv",
+        "--setenv",
+        "PATH",
+        "/usr/bin:/bin",
+        "--setenv",
+        "LANG",
+        "C.UTF-8",
+        "--",
+    ]
 
 
 def _rebind_under_tmp() -> list[str]:
@@ -178,8 +209,9 @@ def bwrap_problem() -> str | None:
     if shutil.which("bwrap") is None:
         return "bwrap is not on PATH (Debian/Ubuntu: apt-get install bubblewrap)"
     try:
-        done = subprocess.run([*_bwrap_argv(Limits()), "/bin/true"], capture_output=True, timeout=STARTUP_S,
-                              env={"PATH": "/usr/bin:/bin"})
+        done = subprocess.run(
+            [*_bwrap_argv(Limits()), "/bin/true"], capture_output=True, timeout=STARTUP_S, env={"PATH": "/usr/bin:/bin"}
+        )
     except (OSError, subprocess.TimeoutExpired) as err:
         return f"bwrap could not start ({err})"
     if done.returncode:
@@ -209,15 +241,32 @@ def run(code: str, tests: list[str], limits: Limits = Limits(), mode: str = "aut
         if os.geteuid() == 0:
             os.chown(workdir, uid, uid)
         os.chmod(workdir, 0o700)
-        job = {"code": code, "tests": tests, "uid": uid, "workdir": workdir, "result_fd": write_fd,
-               "cpu_s": limits.cpu_s, "memory_mb": limits.memory_mb, "fsize_mb": limits.fsize_mb,
-               "nofile": limits.nofile, "nproc": limits.nproc, "tmpfs_mb": limits.tmpfs_mb, "mode": mode,
-               "bwrap_protections": BWRAP_PROTECTIONS}
+        job = {
+            "code": code,
+            "tests": tests,
+            "uid": uid,
+            "workdir": workdir,
+            "result_fd": write_fd,
+            "cpu_s": limits.cpu_s,
+            "memory_mb": limits.memory_mb,
+            "fsize_mb": limits.fsize_mb,
+            "nofile": limits.nofile,
+            "nproc": limits.nproc,
+            "tmpfs_mb": limits.tmpfs_mb,
+            "mode": mode,
+            "bwrap_protections": BWRAP_PROTECTIONS,
+        }
         wrapper = _bwrap_argv(limits) if mode == "bwrap" else []
-        proc = subprocess.Popen([*wrapper, sys.executable, "-I", str(CHILD)], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, pass_fds=(write_fd,),
-                                start_new_session=True,
-                                cwd=workdir, env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"})
+        proc = subprocess.Popen(
+            [*wrapper, sys.executable, "-I", str(CHILD)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            pass_fds=(write_fd,),
+            start_new_session=True,
+            cwd=workdir,
+            env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
+        )
         os.close(write_fd)
         write_fd = -1
         try:
@@ -277,7 +326,7 @@ def _collect(proc: subprocess.Popen, result_fd: int, limits: Limits, total: int)
     if status:
         _kill_group(proc)
     proc.wait()
-    text = output[:limits.max_output].decode("utf-8", "replace")
+    text = output[: limits.max_output].decode("utf-8", "replace")
     parsed = None
     for line in reversed(bytes(report).splitlines()):
         try:
@@ -302,8 +351,9 @@ def default_workers() -> int:
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
 
 
-def run_many(jobs: list[tuple[str, list[str]]], limits: Limits = Limits(), workers: int = 0,
-             mode: str = "auto") -> list[Result]:
+def run_many(
+    jobs: list[tuple[str, list[str]]], limits: Limits = Limits(), workers: int = 0, mode: str = "auto"
+) -> list[Result]:
     """Run (code, tests) jobs in parallel, at most `workers` at a time (0 = one per CPU core)."""
     mode = resolve(mode)
     todo = [(i, code, tests) for i, (code, tests) in enumerate(jobs) if tests]

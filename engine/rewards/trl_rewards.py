@@ -25,11 +25,14 @@ def _fail(entry: str, why: str) -> UserError:
 
 def load(entry: str):
     """The TRL function named by 'trl.rewards:NAME', in grpo-studio's calling convention."""
-    name = entry[len(PREFIX):]
+    name = entry[len(PREFIX) :]
     usable = ", ".join(PREFIX + n for n in USABLE)
     if name in FACTORIES:
-        raise _fail(entry, f"a TRL factory that needs arguments and completion_ids, which a name cannot give; "
-                           f"wrap it in a file.py:function, or use {usable}")
+        raise _fail(
+            entry,
+            f"a TRL factory that needs arguments and completion_ids, which a name cannot give; "
+            f"wrap it in a file.py:function, or use {usable}",
+        )
     if name not in USABLE:
         raise _fail(entry, f"not a TRL reward usable by name; usable: {usable}{did_you_mean(name, USABLE)}")
     if importlib.util.find_spec("trl") is None:

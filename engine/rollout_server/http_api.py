@@ -61,9 +61,9 @@ class Update:
 class Server:
     def __init__(self, backend, device: torch.device):
         self.backend, self.device = backend, device
-        self.lock = threading.Lock()      # the engine: one generation, score or weight load at a time
+        self.lock = threading.Lock()  # the engine: one generation, score or weight load at a time
         self.pending: Update | None = None
-        self.handoff = threading.Lock()   # guards `pending` between the HTTP thread and the engine's holder
+        self.handoff = threading.Lock()  # guards `pending` between the HTTP thread and the engine's holder
         self.version = 0
         self.group = None
         self.sync_s = 0.0
@@ -71,12 +71,18 @@ class Server:
     def generate(self, prompt_ids: list[list[int]], sampling: dict, in_flight: bool = False) -> dict:
         with self.lock:
             version = self._load_pending()
-            out = self.backend.generate(prompt_ids, Sampling(**sampling),
-                                        between_steps=self._load_pending if in_flight else None)
-            self._load_pending()   # an update that came after the last step must not wait for the next call
-        answer = {"completion_ids": out.completion_ids.tolist(), "mask": out.mask.tolist(),
-                  "logprobs": out.logprobs.tolist(), "truncated": out.truncated.tolist(),
-                  "seconds": out.seconds, "policy_version": version}
+            out = self.backend.generate(
+                prompt_ids, Sampling(**sampling), between_steps=self._load_pending if in_flight else None
+            )
+            self._load_pending()  # an update that came after the last step must not wait for the next call
+        answer = {
+            "completion_ids": out.completion_ids.tolist(),
+            "mask": out.mask.tolist(),
+            "logprobs": out.logprobs.tolist(),
+            "truncated": out.truncated.tolist(),
+            "seconds": out.seconds,
+            "policy_version": version,
+        }
         if out.versions is not None:
             answer["versions"] = out.versions.tolist()
         return answer
@@ -96,7 +102,7 @@ class Server:
             raise RuntimeError("POST /init_weights first")
         update = Update(version, list(transport.receive(self.group, chunk_plan, self.device)))
         with self.handoff:
-            self.pending = update   # the trainer sends one update at a time: nothing else is pending
+            self.pending = update  # the trainer sends one update at a time: nothing else is pending
         while not update.done.is_set():
             if self.lock.acquire(timeout=0.05):
                 try:
@@ -120,8 +126,13 @@ class Server:
     def info(self) -> dict:
         from grpo_studio.engine import __version__
 
-        return {"vllm": self.backend.version, "grpo_studio": __version__, "policy_version": self.version,
-                "dtype": self.backend.vllm_dtype, "platform": self.backend.platform}
+        return {
+            "vllm": self.backend.version,
+            "grpo_studio": __version__,
+            "policy_version": self.version,
+            "dtype": self.backend.vllm_dtype,
+            "platform": self.backend.platform,
+        }
 
 
 def build_app(server: Server):

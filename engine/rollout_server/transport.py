@@ -27,7 +27,7 @@ def free_port(host: str = "127.0.0.1") -> int:
 def local_address(peer: str) -> str:
     """This machine's address on the route to `peer` (where a remote server can reach the trainer's store)."""
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.connect((peer, 9))   # UDP connect sends nothing: it only picks the route
+        s.connect((peer, 9))  # UDP connect sends nothing: it only picks the route
         return s.getsockname()[0]
 
 
@@ -56,7 +56,7 @@ def _layer(name: str) -> str:
     parts = name.split(".")
     for i, part in enumerate(parts):
         if part.isdigit():
-            return ".".join(parts[:i + 1])
+            return ".".join(parts[: i + 1])
     return ".".join(parts[:-1]) or name
 
 
@@ -75,8 +75,10 @@ def chunks(named_tensors: Iterable[tuple[str, torch.Tensor]]) -> list[list[tuple
 
 def plan(parts: list[list[tuple[str, torch.Tensor]]]) -> list[dict]:
     """The JSON description of each chunk the receiver needs to allocate and split it."""
-    return [{"dtype": str(part[0][1].dtype).removeprefix("torch."),
-             "tensors": [[name, list(t.shape)] for name, t in part]} for part in parts]
+    return [
+        {"dtype": str(part[0][1].dtype).removeprefix("torch."), "tensors": [[name, list(t.shape)] for name, t in part]}
+        for part in parts
+    ]
 
 
 def _broadcast(group, buffer: torch.Tensor) -> None:
@@ -105,5 +107,5 @@ def receive(group, chunk_plan: list[dict], device: torch.device):
         _broadcast(group, buffer)
         offset = 0
         for name, shape in shapes:
-            yield name, buffer[offset:offset + shape.numel()].view(shape)
+            yield name, buffer[offset : offset + shape.numel()].view(shape)
             offset += shape.numel()

@@ -1,10 +1,10 @@
 """Rollout backends behind one small interface: hf (transformers) and vllm.
 
-  base           the interface: G completions per prompt, and the log-probs the sampler used
-  hf             transformers `generate` on its own copy of the policy
-  vllm_backend   vLLM's offline engine, in-process, colocated with the trainer
-  vllm_sync      weight sync into a live vLLM engine; the simulated FP8 rollout
-  remote         the client of a rollout server (rollout.colocate = false)
+base           the interface: G completions per prompt, and the log-probs the sampler used
+hf             transformers `generate` on its own copy of the policy
+vllm_backend   vLLM's offline engine, in-process, colocated with the trainer
+vllm_sync      weight sync into a live vLLM engine; the simulated FP8 rollout
+remote         the client of a rollout server (rollout.colocate = false)
 """
 
 from __future__ import annotations
@@ -14,8 +14,7 @@ from grpo_studio.contract.errors import UserError
 from grpo_studio.engine.sampler.base import Rollout, Sampler, Sampling
 
 
-def make_sampler(cfg, model_path: str, tokenizer, plan, emit_event=None, local: bool = False,
-                 log_dir=None) -> Sampler:
+def make_sampler(cfg, model_path: str, tokenizer, plan, emit_event=None, local: bool = False, log_dir=None) -> Sampler:
     """Build the backend named by rollout.backend (contract.backend.resolve: `auto` falls back to hf
     when vLLM cannot run here); `plan` is the run's PrecisionPlan. rollout.colocate = false gives the client
     of a rollout server (remote.py; an auto-started one logs into log_dir) unless `local` (the server's own

@@ -12,11 +12,11 @@ import torch
 
 @dataclass
 class Sampling:
-    n: int                    # completions per prompt (num_generations)
-    max_tokens: int           # max_completion_len
+    n: int  # completions per prompt (num_generations)
+    max_tokens: int  # max_completion_len
     temperature: float = 1.0
     top_p: float = 1.0
-    top_k: int = 0            # 0 = off
+    top_k: int = 0  # 0 = off
     seed: int = 0
 
 
@@ -36,12 +36,12 @@ class Rollout:
     updates weights inside a generation (rollout.async_mode = in_flight); None: one version for all.
     """
 
-    completion_ids: torch.Tensor   # [B, T] long
-    mask: torch.Tensor             # [B, T] float
-    logprobs: torch.Tensor         # [B, T] float32
-    truncated: torch.Tensor        # [B] bool
+    completion_ids: torch.Tensor  # [B, T] long
+    mask: torch.Tensor  # [B, T] float
+    logprobs: torch.Tensor  # [B, T] float32
+    truncated: torch.Tensor  # [B] bool
     seconds: float = 0.0
-    versions: torch.Tensor | None = None   # [B, T] long
+    versions: torch.Tensor | None = None  # [B, T] long
 
 
 class Sampler(Protocol):

@@ -62,14 +62,21 @@ class HFBackend:
         width = max(map(len, rows))
         pad = self.tokenizer.pad_token_id
         input_ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows], device=self.device)
-        attention = (torch.arange(width).unsqueeze(0) >= torch.tensor([width - len(r) for r in rows]).unsqueeze(1))
+        attention = torch.arange(width).unsqueeze(0) >= torch.tensor([width - len(r) for r in rows]).unsqueeze(1)
         torch.manual_seed(sampling.seed)
         try:
             out = self.model.generate(
-                input_ids=input_ids, attention_mask=attention.long().to(self.device),
-                do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k or None,
-                max_new_tokens=sampling.max_tokens, eos_token_id=self.tokenizer.eos_token_id, pad_token_id=pad,
-                output_scores=True, return_dict_in_generate=True,
+                input_ids=input_ids,
+                attention_mask=attention.long().to(self.device),
+                do_sample=True,
+                temperature=sampling.temperature,
+                top_p=sampling.top_p,
+                top_k=sampling.top_k or None,
+                max_new_tokens=sampling.max_tokens,
+                eos_token_id=self.tokenizer.eos_token_id,
+                pad_token_id=pad,
+                output_scores=True,
+                return_dict_in_generate=True,
             )
         except RuntimeError as err:
             # torch.multinomial checks its probabilities on the host before drawing (CPU and CUDA alike):
@@ -79,10 +86,13 @@ class HFBackend:
             raise NonFiniteSampling("non-finite sampler probabilities") from None
         ids = out.sequences[:, width:]
         # log μ(y_t) = log_softmax(processed scores at step t)[y_t], one step at a time (no B×T×V copy)
-        logprobs = torch.stack([
-            torch.log_softmax(score.float(), dim=-1).gather(1, ids[:, t:t + 1]).squeeze(1)
-            for t, score in enumerate(out.scores)
-        ], dim=1)
+        logprobs = torch.stack(
+            [
+                torch.log_softmax(score.float(), dim=-1).gather(1, ids[:, t : t + 1]).squeeze(1)
+                for t, score in enumerate(out.scores)
+            ],
+            dim=1,
+        )
         return rollout_from(ids, logprobs, self.tokenizer.eos_token_id, pad, start)
 
     @torch.no_grad()
@@ -95,4 +105,3 @@ class HFBackend:
 
     def close(self) -> None:
         self.model = None
-

@@ -30,7 +30,7 @@ from grpo_studio.contract.errors import UserError
 from grpo_studio.engine.rollout_server import transport
 from grpo_studio.engine.sampler.base import Rollout, Sampling
 
-START_LIMIT_S = 900      # an auto-started server's vLLM start-up (compiling on a slow CPU takes minutes)
+START_LIMIT_S = 900  # an auto-started server's vLLM start-up (compiling on a slow CPU takes minutes)
 LOG = "rollout_server.log"
 
 
@@ -40,18 +40,18 @@ class RolloutServerLost(RuntimeError):
 
 @dataclasses.dataclass
 class VersionedRollout(Rollout):
-    policy_version: int = 0    # the weight sync that produced it (0: the checkpoint's weights)
+    policy_version: int = 0  # the weight sync that produced it (0: the checkpoint's weights)
 
 
 class RemoteSampler:
-    name = "vllm"   # what produced μ: a vLLM engine (the loss's rollout-correction default keys on it)
+    name = "vllm"  # what produced μ: a vLLM engine (the loss's rollout-correction default keys on it)
 
     def __init__(self, cfg, plan, log_dir: Path | None = None, emit_event=None):
         import requests
 
         self.http = requests.Session()
         self.timeout = cfg.rollout.server_timeout
-        self.in_flight = cfg.rollout.async_mode == "in_flight"   # weights may enter a running generation
+        self.in_flight = cfg.rollout.async_mode == "in_flight"  # weights may enter a running generation
         self.emit = emit_event or (lambda kind, message, **kw: None)
         self.version = 0
         self.group = None
@@ -59,7 +59,7 @@ class RemoteSampler:
         self.pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rollout-request")
         self.pending: concurrent.futures.Future | None = None
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        self.dtype = DTYPES[plan.rollout_dtype].torch   # the engine dtype the server must run
+        self.dtype = DTYPES[plan.rollout_dtype].torch  # the engine dtype the server must run
         if cfg.rollout.server:
             self.address = cfg.rollout.server
             self._wait_until_up(self.timeout, f"no rollout server answers at {self.address}")
@@ -75,8 +75,15 @@ class RemoteSampler:
         save(cfg, folder / "config.toml")
         self.log = (log_dir or folder) / LOG
         port = transport.free_port()
-        cmd = [sys.executable, "-m", "grpo_studio.cli.main", "rollout-serve", str(folder / "config.toml"),
-               "--port", str(port)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "grpo_studio.cli.main",
+            "rollout-serve",
+            str(folder / "config.toml"),
+            "--port",
+            str(port),
+        ]
         with open(self.log, "ab") as log:
             self.process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         address = f"127.0.0.1:{port}"
@@ -91,8 +98,9 @@ class RemoteSampler:
         deadline = time.monotonic() + limit
         while time.monotonic() < deadline:
             if self.process is not None and self.process.poll() is not None:
-                raise UserError(f"{failure}: it exited with code {self.process.returncode}: {self._log_tail()}",
-                                kind="rollout")
+                raise UserError(
+                    f"{failure}: it exited with code {self.process.returncode}: {self._log_tail()}", kind="rollout"
+                )
             try:
                 if self.http.get(self._url("health"), timeout=5).ok:
                     return
@@ -119,8 +127,10 @@ class RemoteSampler:
         if ours and info["vllm"] != ours:
             problem = f"runs vLLM {info['vllm']}, this trainer has vLLM {ours}; install the same version on both sides"
         elif info["dtype"] != self.dtype:
-            problem = (f"runs its engine in {info['dtype']}, this run's rollout dtype is {self.dtype}; start it "
-                       f"with the run's config")
+            problem = (
+                f"runs its engine in {info['dtype']}, this run's rollout dtype is {self.dtype}; start it "
+                f"with the run's config"
+            )
         if problem:
             self.close()
             raise UserError(f"the server at {self.address} {problem}", key="rollout.server", value=self.address)
@@ -134,11 +144,13 @@ class RemoteSampler:
         try:
             answer = self.http.request(method, self._url(path), json=json, timeout=timeout or self.timeout)
         except requests.RequestException as err:
-            raise RolloutServerLost(f"rollout server {self.address} lost during /{path}: {type(err).__name__}: "
-                                    f"{str(err)[:200]}") from None
+            raise RolloutServerLost(
+                f"rollout server {self.address} lost during /{path}: {type(err).__name__}: {str(err)[:200]}"
+            ) from None
         if not answer.ok:
-            raise RolloutServerLost(f"rollout server {self.address} failed /{path}: HTTP {answer.status_code} "
-                                    f"{answer.text[:300]}")
+            raise RolloutServerLost(
+                f"rollout server {self.address} failed /{path}: HTTP {answer.status_code} {answer.text[:300]}"
+            )
         return answer.json()
 
     # ---- rollout ---------------------------------------------------------------------------
@@ -147,8 +159,11 @@ class RemoteSampler:
 
     def submit(self, prompt_ids: list[list[int]], sampling: Sampling) -> concurrent.futures.Future:
         """Start a generation on the server; the trainer goes on (rollout.async_mode = one_step, in_flight)."""
-        body = {"prompt_ids": [list(p) for p in prompt_ids], "sampling": dataclasses.asdict(sampling),
-                "in_flight": self.in_flight}
+        body = {
+            "prompt_ids": [list(p) for p in prompt_ids],
+            "sampling": dataclasses.asdict(sampling),
+            "in_flight": self.in_flight,
+        }
         self.pending = self.pool.submit(self._call, "post", "generate", body)
         return self.pending
 
@@ -159,8 +174,10 @@ class RemoteSampler:
             mask=torch.tensor(out["mask"], dtype=torch.float32),
             logprobs=torch.tensor(out["logprobs"], dtype=torch.float32),
             truncated=torch.tensor(out["truncated"], dtype=torch.bool),
-            seconds=out["seconds"], policy_version=out["policy_version"],
-            versions=torch.tensor(out["versions"], dtype=torch.long) if "versions" in out else None)
+            seconds=out["seconds"],
+            policy_version=out["policy_version"],
+            versions=torch.tensor(out["versions"], dtype=torch.long) if "versions" in out else None,
+        )
 
     def score(self, sequences: list[list[int]]) -> list[list[float]]:
         return self._call("post", "score", {"sequences": sequences})["logprobs"]
@@ -178,12 +195,17 @@ class RemoteSampler:
             self._open_group()
         parts = transport.chunks(named_tensors)
         self.version = self.version + 1 if version is None else version
-        answer = self._beside(self._call, "post", "update_weights",
-                              {"version": self.version, "plan": transport.plan(parts)},
-                              lambda: transport.send(self.group, parts, self.device))
+        answer = self._beside(
+            self._call,
+            "post",
+            "update_weights",
+            {"version": self.version, "plan": transport.plan(parts)},
+            lambda: transport.send(self.group, parts, self.device),
+        )
         if answer["policy_version"] != self.version:
-            raise RolloutServerLost(f"rollout server {self.address} took version {answer['policy_version']}, "
-                                    f"sent {self.version}")
+            raise RolloutServerLost(
+                f"rollout server {self.address} took version {answer['policy_version']}, sent {self.version}"
+            )
 
     def _open_group(self) -> None:
         host = self.address.rpartition(":")[0] or "127.0.0.1"
@@ -191,8 +213,14 @@ class RemoteSampler:
         port = transport.free_port(host)
         backend = "nccl" if self.device.type == "cuda" else "gloo"
         body = {"host": host, "port": port, "backend": backend, "timeout_s": self.timeout}
-        self.group = self._beside(self._call, "post", "init_weights", body,
-                                  lambda: transport.open_group(host, port, 0, backend, self.timeout), keep="mine")
+        self.group = self._beside(
+            self._call,
+            "post",
+            "init_weights",
+            body,
+            lambda: transport.open_group(host, port, 0, backend, self.timeout),
+            keep="mine",
+        )
 
     def _beside(self, request, method, path, body, mine, keep="theirs"):
         """Run the HTTP request in a thread and `mine` here: both ends of one collective at once."""
@@ -208,16 +236,16 @@ class RemoteSampler:
         thread.start()
         try:
             box["mine"] = mine()
-        except RuntimeError as err:   # gloo/NCCL timeout: the peer never joined
+        except RuntimeError as err:  # gloo/NCCL timeout: the peer never joined
             thread.join(self.timeout)
-            raise box.get("error") or RolloutServerLost(f"rollout server {self.address}: weight transfer "
-                                                        f"failed: {str(err)[:200]}") from None
+            raise box.get("error") or RolloutServerLost(
+                f"rollout server {self.address}: weight transfer failed: {str(err)[:200]}"
+            ) from None
         thread.join(self.timeout)
         if "error" in box:
             raise box["error"]
         if thread.is_alive():
-            raise RolloutServerLost(f"rollout server {self.address} did not answer /{path} "
-                                    f"within {self.timeout:g} s")
+            raise RolloutServerLost(f"rollout server {self.address} did not answer /{path} within {self.timeout:g} s")
         return box[keep]
 
     # ---- memory, end -----------------------------------------------------------------------

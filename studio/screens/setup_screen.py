@@ -123,13 +123,17 @@ class SetupScreen(Screen):
                 yield VramPanel(id="vram")
                 with Horizontal(id="gpu-row", classes="row"):
                     yield Label("GPU GiB", classes="label")
-                    yield Input(self._gpu_text(), id="gpu-gib", compact=True,
-                                placeholder="size to check against")
+                    yield Input(self._gpu_text(), id="gpu-gib", compact=True, placeholder="size to check against")
                 if self.gpu_count > 1:  # data parallel: `grpo-studio train --nproc N`, one process per GPU
                     with Horizontal(id="devices-row", classes="row"):
                         yield Label("devices", classes="label")
-                        yield Select([(str(n), n) for n in range(1, self.gpu_count + 1)], value=1,
-                                     allow_blank=False, id="devices", compact=True)
+                        yield Select(
+                            [(str(n), n) for n in range(1, self.gpu_count + 1)],
+                            value=1,
+                            allow_blank=False,
+                            id="devices",
+                            compact=True,
+                        )
         yield Footer()
 
     def _gpu_text(self) -> str:
@@ -145,11 +149,17 @@ class SetupScreen(Screen):
                     opts = [("same as model" if c == "" else c, c) for c in choices(key)]
                     yield Select(opts, value=value, allow_blank=False, id=fid, compact=True)
                 elif kind == "model":
-                    yield Select([(lbl, v) for lbl, v in models.model_choices(value)], value=value,
-                                 allow_blank=False, id=fid, compact=True)
+                    yield Select(
+                        [(lbl, v) for lbl, v in models.model_choices(value)],
+                        value=value,
+                        allow_blank=False,
+                        id=fid,
+                        compact=True,
+                    )
                 elif kind == "check":
-                    yield Select([("no", False), ("yes", True)], value=bool(value), allow_blank=False, id=fid,
-                                 compact=True)
+                    yield Select(
+                        [("no", False), ("yes", True)], value=bool(value), allow_blank=False, id=fid, compact=True
+                    )
                 elif kind == "rewards":
                     opts = [(f"{name}: {about}", name, name in value) for name, about in self.builtins]
                     yield RewardList(*opts, id=fid, classes="rewards")
@@ -163,8 +173,9 @@ class SetupScreen(Screen):
                 with Horizontal(classes="row"):
                     yield Label("+ file.py:fn", classes="label")
                     extra = [f for f in value if f not in self.builtin_names]
-                    yield Input(", ".join(extra), id="f-rewards-extra", compact=True,
-                                placeholder="my_rewards.py:score, …")
+                    yield Input(
+                        ", ".join(extra), id="f-rewards-extra", compact=True, placeholder="my_rewards.py:score, …"
+                    )
             if key == "model.dtype":
                 yield Static(DTYPE_HINTS.get(value, ""), id="dtype-hint", classes="hint")
             yield Static("", id=f"{fid}-error", classes="error")
@@ -269,8 +280,11 @@ class SetupScreen(Screen):
         self.recompute()
         bad = next((k for k, _, _ in FIELDS if k in self.errors), None)
         if bad or self.general_error:
-            self.notify(self.errors.get(bad, self.general_error) if bad else self.general_error,
-                        title="fix the setup first", severity="error")
+            self.notify(
+                self.errors.get(bad, self.general_error) if bad else self.general_error,
+                title="fix the setup first",
+                severity="error",
+            )
             if bad:
                 self.query_one(f"#{field_id(bad)}").focus()
             return None
@@ -349,4 +363,3 @@ class SetupScreen(Screen):
             widget.value = as_text(value)
         else:
             widget.value = value
-

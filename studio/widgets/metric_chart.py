@@ -62,7 +62,7 @@ def ticks(lo: float, hi: float, n: int = 5, integer: bool = False) -> list[float
         return [i * step for i in range(math.ceil(lo / step - 1e-9), math.floor(hi / step + 1e-9) + 1)]
 
     k = math.floor(math.log10((hi - lo) / n))
-    steps = [m * 10.0 ** e for e in (k, k + 1) for m in (1, 2, 5)]
+    steps = [m * 10.0**e for e in (k, k + 1) for m in (1, 2, 5)]
     return next(g for g in map(grid, [s for s in steps if s >= 1 or not integer]) if len(g) <= n)
 
 
@@ -81,8 +81,16 @@ class MetricChart(PlotextPlot):
 
     DEFAULT_CSS = "MetricChart { height: 1fr; }"
 
-    def __init__(self, title: str = "", *, ylabel: str = "", log: bool = False, note: str = "",
-                 id: str | None = None, classes: str | None = None):
+    def __init__(
+        self,
+        title: str = "",
+        *,
+        ylabel: str = "",
+        log: bool = False,
+        note: str = "",
+        id: str | None = None,
+        classes: str | None = None,
+    ):
         super().__init__(id=id, classes=classes)
         self.chart_title = title
         self.ylabel = ylabel
@@ -123,8 +131,13 @@ class MetricChart(PlotextPlot):
             xs, ys = downsample(line.xs, line.ys, 2 * width)
             if self.use_log10:
                 ys = log10(ys)
-            plt.plot(xs, ys, label=line.label if len(self.lines) > 1 else None,
-                     color=line.color or COLORS[i % len(COLORS)], marker=line.marker)
+            plt.plot(
+                xs,
+                ys,
+                label=line.label if len(self.lines) > 1 else None,
+                color=line.color or COLORS[i % len(COLORS)],
+                marker=line.marker,
+            )
             xs_seen += [xs[0], xs[-1]]
             ys_seen += [y for y in ys if math.isfinite(y)]
         if not xs_seen:
@@ -133,7 +146,7 @@ class MetricChart(PlotextPlot):
             plt.ylim(0, 1)
             return
         if self.note:  # plotext writes the ylabel left-aligned on the bottom line: the note's place
-            plt.ylabel(self.note if len(self.note) <= width else self.note[:width - 1] + "…")
+            plt.ylabel(self.note if len(self.note) <= width else self.note[: width - 1] + "…")
         self._ticks(min(xs_seen), max(xs_seen), min(ys_seen, default=0.0), max(ys_seen, default=0.0))
 
     def _ticks(self, x_lo: float, x_hi: float, y_lo: float, y_hi: float) -> None:
@@ -146,7 +159,7 @@ class MetricChart(PlotextPlot):
             plt.ylim(y_lo, y_hi)
         if self.use_log10:
             ys = log_ticks(y_lo, y_hi)
-            plt.yticks(ys, [fmt(10.0 ** y) for y in ys])
+            plt.yticks(ys, [fmt(10.0**y) for y in ys])
         else:
             ys = ticks(y_lo, y_hi)
             plt.yticks(ys, [fmt(y) for y in ys])

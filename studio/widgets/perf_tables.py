@@ -49,8 +49,10 @@ def time_split(run: RunData) -> list[SplitRow]:
         return values[key] if key else values[metrics.STEP_S] - values[WAIT] - values[SYNC] - values[IDLE]
 
     step = avg[metrics.STEP_S]
-    return [SplitRow(phase, part(last, key), part(avg, key), part(avg, key) / step if step else None)
-            for phase, key in SPLIT]
+    return [
+        SplitRow(phase, part(last, key), part(avg, key), part(avg, key) / step if step else None)
+        for phase, key in SPLIT
+    ]
 
 
 def split_table(run: RunData) -> Table | None:
@@ -58,16 +60,25 @@ def split_table(run: RunData) -> Table | None:
     if not rows:
         return None
     sampling, hidden = mean(run, "perf/rollout_s"), run.last("perf/overlap_frac")
-    caption = "" if sampling is None else f"sampling {fmt(sampling)} s per step" + (
-        f", {hidden:.0%} of the last rollout hidden behind training" if hidden else "")
+    caption = (
+        ""
+        if sampling is None
+        else f"sampling {fmt(sampling)} s per step"
+        + (f", {hidden:.0%} of the last rollout hidden behind training" if hidden else "")
+    )
     table = Table(box=None, header_style="bold", caption=caption, caption_justify="left", padding=(0, 1))
     for name, justify in (("part of step", "left"), ("last s", "right"), ("mean s", "right"), ("of step", "right")):
         table.add_column(name, justify=justify)
     for r in rows:
         table.add_row(r.phase, fmt(r.last), fmt(r.mean), "–" if r.share is None else f"{r.share:.0%}")
     mfu = run.last(MFU)
-    table.add_row("step", fmt(run.last(metrics.STEP_S)), fmt(mean(run, metrics.STEP_S)),
-                  "" if mfu is None else f"MFU {mfu:.1%}", style="bold")
+    table.add_row(
+        "step",
+        fmt(run.last(metrics.STEP_S)),
+        fmt(mean(run, metrics.STEP_S)),
+        "" if mfu is None else f"MFU {mfu:.1%}",
+        style="bold",
+    )
     return table
 
 

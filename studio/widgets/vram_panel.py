@@ -19,12 +19,16 @@ def render_plan(plan: Plan, gpu_label: str, wide: bool = False) -> Group | Text:
     table.add_column("GiB", justify="right", no_wrap=True)
     if wide:
         table.add_column("formula", ratio=4, overflow="ellipsis", no_wrap=True, style="dim")
-    table.add_row(Text(f"VRAM · {plan.mode} (ctrl+t)", style="bold"), Text("GiB", style="bold"),
-                  *([Text("formula", style="bold")] if wide else []))
+    table.add_row(
+        Text(f"VRAM · {plan.mode} (ctrl+t)", style="bold"),
+        Text("GiB", style="bold"),
+        *([Text("formula", style="bold")] if wide else []),
+    )
     for row in plan.rows:
         style = "" if row.in_total else "dim"
-        table.add_row(Text(row.name, style=style), Text(f"{row.gib:,.2f}", style=style),
-                      *([row.formula] if wide else []))
+        table.add_row(
+            Text(row.name, style=style), Text(f"{row.gib:,.2f}", style=style), *([row.formula] if wide else [])
+        )
     table.add_row(Text("total", style="bold"), Text(f"{plan.total:,.2f}", style="bold"), *([""] if wide else []))
     lines = [table, *device_lines(plan), Text(""), Text(gpu_label, style="italic")]
     if plan.fits is True:
