@@ -15,5 +15,7 @@ wall-clock targets in tests (these machines are shared and noisy).
   fault_cases          the fault suite's generated cases (also run by tests/test_fault_suite.py)
   fault_trials         the fault suite's slow trials: kill -9, a full disk, divergence, two trainers
   synthetic_run        run directories written without training (studio tests, screenshots, damaged runs)
+  step_measure         step_bench's model preparation, peak memory and per-side summary
+  vram_cases           vram_accuracy_bench's configurations and the tiny models they build
   tensor_bytes         counting tensor bytes (live peaks, persistent state) for vram_accuracy_bench
 """
