@@ -1,11 +1,11 @@
 # The two commands of README.md:
 #   make studio   set up, then open the studio on the bundled default (tiny model, CPU)
-#   make test     set up, then run the whole test suite
+#   make test     set up, then lint (ruff) and run the whole test suite
 VENV ?= .venv
 export VLLM_CPU_KVCACHE_SPACE ?= 1
 export HF_HUB_OFFLINE ?= 1
 
-.PHONY: setup studio test train screenshots mutation gpu-check
+.PHONY: setup studio test lint format train screenshots mutation gpu-check
 setup:
 	@scripts/setup.sh
 
@@ -15,8 +15,17 @@ studio: setup
 train: setup
 	$(VENV)/bin/grpo-studio train tiny-arith
 
-test: setup
+test: setup lint
 	$(VENV)/bin/python -m pytest tests -q --durations=25
+
+# ruff (pyproject.toml): the linter, and the formatter as a check; `make format` rewrites the tree
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: setup
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
 
 screenshots: setup
 	$(VENV)/bin/python scripts/screenshots.py
