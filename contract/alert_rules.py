@@ -34,7 +34,7 @@ DEFAULT_RULES = (
     "completion/truncated_frac > 0.5 for 5 steps",  # completions keep hitting rollout.max_completion_len
     "loss is nan for 3 steps",  # a NaN streak, before train.max_bad_steps ends the run
 )
-EVENTS = ("finished", "crashed", "stopped", "diverged")  # the run events `alerts.on` may name
+EVENTS = ("finished", "crashed", "stopped", "diverged", "collapsed")  # the run events `alerts.on` may name
 OPS = {">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le}
 MAX_FOR = 1_000_000
 

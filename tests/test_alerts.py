@@ -78,7 +78,7 @@ def test_defaults_expand_to_the_default_rules():
         ),
         (
             "alerts.on=finished,exploded",
-            "config error: alerts.on[1] = 'exploded': allowed: finished, crashed, stopped, diverged",
+            "config error: alerts.on[1] = 'exploded': allowed: finished, crashed, stopped, diverged, collapsed",
         ),
         (
             "alerts.webhook=ftp://example.org/hook",

@@ -36,6 +36,7 @@ EVENT_STYLE = {
     "started": "bold cyan",
     "checkpoint": "green",
     "diverged": "bold red",
+    "collapsed": "bold red",
     "alert": "bold black on yellow",
 }
 ALERT = "alert"  # alerts.* firings (docs/alerts.md): the whole line highlighted, and the bell
