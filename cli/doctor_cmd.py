@@ -33,14 +33,15 @@ def _refuse(run: Path) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from grpo_studio.contract import diagnosis
+    from grpo_studio.contract.diagnosis import read_run
+    from grpo_studio.contract.diagnosis_rules import findings, healthy_line
     from grpo_studio.contract.run_reader import Warnings
     from grpo_studio.contract.run_state import run_state
 
     _refuse(args.run)
     warn = Warnings()
-    view = diagnosis.read_run(args.run, warn)
-    found = diagnosis.findings(view)
+    view = read_run(args.run, warn)
+    found = findings(view)
     for line in warn:  # what could not be read: "FILE: why; what was read instead"
         print(f"warning: {args.run}/{line}", file=sys.stderr)
     state = run_state(args.run).state
@@ -52,14 +53,14 @@ def run(args: argparse.Namespace) -> int:
                     "state": state,
                     "steps": len(view.rows),
                     "findings": [f.as_dict() for f in found],
-                    "summary": None if found else diagnosis.healthy_line(view),
+                    "summary": None if found else healthy_line(view),
                 },
                 indent=2,
             )
         )
         return 0
     if not found:
-        print(diagnosis.healthy_line(view))
+        print(healthy_line(view))
         return 0
     print(
         f"{args.run}: {state}, {len(view.rows)} steps; {len(found)} finding{'s' * (len(found) > 1)}, most important "

@@ -18,7 +18,8 @@ every process may read it: the studio, `grpo-studio runs`, the VRAM planner and 
   run_reader      the tolerant readers of a run directory: odd files are warnings, never tracebacks
   run_lock        trainer.pid: which live trainer holds a run directory
   run_state       a run's state (the lock, the last state event), the runs list, held_run
-  diagnosis       the doctor's rules: a run's metrics, samples and events -> findings, most important first
+  diagnosis       what the doctor's rules read: the RunView, the Finding type, the thresholds, windows and spikes
+  diagnosis_rules the doctor's rules: a run's metrics, samples and events -> findings, most important first
   errors          UserError, the one user-error type (key, value, why, allowed), and the one "did you mean"
   model_card      architecture facts the planner needs, read from config.json without loading weights
   bundled         where the bundled presets (recipes, models, model cards) live, and the default recipe

@@ -1,4 +1,4 @@
-"""`grpo-studio doctor RUN`: each rule of contract/diagnosis.py on a run that shows its fault.
+"""`grpo-studio doctor RUN`: each rule of contract/diagnosis_rules.py on a run that shows its fault.
 
 Three real trainings of the bundled model (trained once for the module): a run whose only reward is constant
 (no learning signal, said first), a healthy run of the default recipe (one line, no findings) and an fp16 run
@@ -17,6 +17,7 @@ from cli_helpers import ROOT, run_cli
 from grpo_studio.cli import main as front
 from grpo_studio.contract import config as cfgmod
 from grpo_studio.contract import diagnosis as dx
+from grpo_studio.contract import diagnosis_rules as dxr
 from grpo_studio.contract import metrics, rundir
 from grpo_studio.contract.metrics import UnknownMetric
 
@@ -77,7 +78,7 @@ def test_the_default_recipe_is_healthy_in_one_line(trained):
     assert last > first  # it learned
     assert line == (
         f"no findings: {HEALTHY_STEPS} steps, reward/mean {metrics.fmt(first)} -> {metrics.fmt(last)}; "
-        f"none of the {len(dx.RULES)} rules fired"
+        f"none of the {len(dxr.RULES)} rules fired"
     )
 
 
@@ -98,7 +99,7 @@ def test_json_is_only_json(trained):
 
 @pytest.mark.slow
 def test_a_diverged_run_is_an_error(trained):
-    (f,) = dx.diagnose(trained["diverged"])
+    (f,) = dxr.diagnose(trained["diverged"])
     assert (f.severity, f.title, f.evidence, f.suggestion) == (
         "error",
         "the run diverged",
@@ -143,14 +144,14 @@ def write(path: Path, rows: list[dict], events=(), samples=(), sets=()) -> Path:
 
 
 def only(path: Path) -> dx.Finding:
-    (found,) = dx.diagnose(path)
+    (found,) = dxr.diagnose(path)
     return found
 
 
 def test_healthy_rows_have_no_findings(tmp_path):
     run = write(tmp_path / "run", [row(s) for s in range(1, 10)])
-    assert dx.diagnose(run) == []
-    assert dx.healthy_line(dx.read_run(run)) == (
+    assert dxr.diagnose(run) == []
+    assert dxr.healthy_line(dx.read_run(run)) == (
         "no findings: 9 steps, reward/mean 1.05 -> 1.45; none of the 13 rules fired"
     )
 
@@ -169,7 +170,7 @@ def test_skipped_steps_above_a_tenth(tmp_path):
         "--set train.lr=0.0002",
     )
     rows = [row(s, **({"loss": None} if s in (5, 6) else {})) for s in range(1, 21)]  # 2 of 20: not above a tenth
-    assert dx.diagnose(write(tmp_path / "b", rows)) == []
+    assert dxr.diagnose(write(tmp_path / "b", rows)) == []
 
 
 def samples(step: int, equal_groups: int, groups: int = 2) -> list[dict]:
@@ -199,7 +200,7 @@ def test_zero_variance_from_samples_without_the_metric(tmp_path):
     cold = write(tmp_path / "b", rows, samples=sampled, sets=["rollout.temperature=0.7"])
     assert only(cold).suggestion == "--set rollout.temperature=1.0"
     sampled = [x for s in range(1, 4) for x in samples(s, equal_groups=1, groups=3)]  # 4 of 12: below half
-    assert dx.diagnose(write(tmp_path / "c", rows, samples=sampled)) == []
+    assert dxr.diagnose(write(tmp_path / "c", rows, samples=sampled)) == []
 
 
 def test_zero_variance_ranks_above_warnings_below_errors(tmp_path):
@@ -207,7 +208,7 @@ def test_zero_variance_ranks_above_warnings_below_errors(tmp_path):
         row(s, reward__frac_zero_std=0.75, completion__truncated_frac=0.5, **({"loss": None} if s in (2, 3) else {}))
         for s in range(1, 10)
     ]
-    found = dx.diagnose(write(tmp_path / "run", rows))
+    found = dxr.diagnose(write(tmp_path / "run", rows))
     assert [(f.severity, f.title) for f in found] == [
         ("error", "steps skipped for NaN or inf"),
         ("no-signal", "no learning signal: groups with one reward for all"),
@@ -243,7 +244,7 @@ def test_a_task_too_hard_is_no_signal_not_a_broken_correctness(tmp_path):
         )
         for s in range(1, 7)
     ]
-    found = dx.diagnose(write(tmp_path / "run", rows))
+    found = dxr.diagnose(write(tmp_path / "run", rows))
     assert [(f.title, f.suggestion) for f in found] == [
         ("no learning signal: groups with one reward for all", "--set rollout.num_generations=16"),
         (
@@ -280,7 +281,7 @@ def test_entropy_collapse(tmp_path):
     updates = write(tmp_path / "b", rows, sets=["train.num_iterations=2"])  # the clip acts: clip-higher
     assert only(updates).suggestion == "--set algo.epsilon_high=0.28"
     rows = [row(s, entropy=e) for s, e in enumerate([1.0, 1.0, 1.0, 0.5, 0.3, 0.2, 0.2, 0.1, 0.15], 1)]
-    assert dx.diagnose(write(tmp_path / "c", rows)) == []  # 0.15x: not below a tenth
+    assert dxr.diagnose(write(tmp_path / "c", rows)) == []  # 0.15x: not below a tenth
 
 
 def test_k3_and_clip_spikes(tmp_path):
@@ -288,7 +289,7 @@ def test_k3_and_clip_spikes(tmp_path):
         row(s, **{"mismatch/k3": 1e-6 if s == 5 else 1e-12, "clip/region": 0.3 if s == 4 else 0.0})
         for s in range(1, 10)
     ]
-    k3, clip = dx.diagnose(write(tmp_path / "a", rows))
+    k3, clip = dxr.diagnose(write(tmp_path / "a", rows))
     assert (k3.title, k3.evidence, k3.suggestion) == (
         "sampler/trainer mismatch spikes",
         "mismatch/k3 1.00e-06 at step 5, 1.00e+06x the median 1.00e-12 of the steps before (1 such step of 9)",
@@ -301,7 +302,7 @@ def test_k3_and_clip_spikes(tmp_path):
     )
     # bf16: 1.2e-3 is 12x its median but below bf16's normal k3 (1.5e-3): no spike
     rows = [row(s, **{"mismatch/k3": 1.2e-3 if s == 5 else 1e-4}) for s in range(1, 10)]
-    assert dx.diagnose(write(tmp_path / "b", rows, sets=["model.dtype=bf16"])) == []
+    assert dxr.diagnose(write(tmp_path / "b", rows, sets=["model.dtype=bf16"])) == []
 
 
 def test_grad_norm_blowup(tmp_path):
@@ -314,7 +315,7 @@ def test_grad_norm_blowup(tmp_path):
     )
     # a steady climb (x1.5 a step: 14x the run's median at the end) is not a blow-up: 3.4x the 5 steps before
     climb = [row(s, grad_norm=0.1 * 1.5**s) for s in range(1, 15)]
-    assert dx.diagnose(write(tmp_path / "climb", climb)) == []
+    assert dxr.diagnose(write(tmp_path / "climb", climb)) == []
 
 
 def test_length_grows_while_correctness_stays_flat(tmp_path):
@@ -327,7 +328,7 @@ def test_length_grows_while_correctness_stays_flat(tmp_path):
         "--set rewards.funcs=correctness,format,length_penalty",
     )
     rising = [row(s, completion__len_mean=n) for s, n in enumerate(lengths, 1)]  # correctness 0.6 -> 0.9
-    assert dx.diagnose(write(tmp_path / "b", rising)) == []
+    assert dxr.diagnose(write(tmp_path / "b", rising)) == []
 
 
 def test_mismatch_above_the_precisions_normal_range(tmp_path):
@@ -341,13 +342,13 @@ def test_mismatch_above_the_precisions_normal_range(tmp_path):
     split = write(tmp_path / "b", rows, sets=["rollout.dtype=bf16"])  # fp32 trainer, bf16 sampler
     assert only(split).suggestion == "--set rollout.dtype=fp32"
     assert (
-        dx.diagnose(
+        dxr.diagnose(
             write(tmp_path / "c", [row(s, **{"mismatch/k3": 0.01}) for s in range(1, 10)], sets=["model.dtype=bf16"])
         )
         == []
     )  # 0.01 <= 10 x 1.5e-3
     lag0 = [row(s, **{"mismatch/k3": 0.05, "mismatch/lag0/k3": 1e-3}) for s in range(1, 10)]  # policy lag, not dtype
-    assert dx.diagnose(write(tmp_path / "d", lag0, sets=["model.dtype=bf16"])) == []
+    assert dxr.diagnose(write(tmp_path / "d", lag0, sets=["model.dtype=bf16"])) == []
 
 
 def test_eval_accuracy_falls_while_reward_rises(tmp_path):
@@ -407,7 +408,7 @@ def test_every_metric_the_rules_read_is_in_the_schema():
 
 def test_the_doc_lists_every_rule_threshold_and_normal_k3():
     doc = (ROOT / "docs" / "doctor.md").read_text()
-    assert re.findall(r"^\| `(\w+)` \|", doc, re.M) == [rule.__name__ for rule in dx.RULES]
+    assert re.findall(r"^\| `(\w+)` \|", doc, re.M) == [rule.__name__ for rule in dxr.RULES]
     names = [
         name
         for name, value in vars(dx).items()  # every threshold: a number, or NORMAL_K3's table
