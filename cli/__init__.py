@@ -15,5 +15,6 @@ each command imports what it needs when it runs. `grpo-studio NAME` is cli/NAME_
   config_cmd        every config key: type, default, allowed values
   rewards_cmd       the built-in reward functions
   bench_cmd         the benchmarks (benchmarks/), from its BENCHMARKS registry
+  bench_workloads   the heavier benchmarks' flags, checked and run (logprobs, mismatch, scaling, step)
   rollout_serve_cmd a vLLM rollout server in its own process
 """
