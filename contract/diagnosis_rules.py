@@ -62,9 +62,19 @@ from grpo_studio.contract.run_reader import Warn, as_number
 
 
 def diverged(run: RunView) -> Finding | None:
-    event = next((e for e in reversed(run.events) if e["event"] == "diverged"), None)
+    """A `diverged` event (non-finite steps in a row), or a `collapsed` one (reward and gradient exactly 0)."""
+    event = next((e for e in reversed(run.events) if e["event"] in ("diverged", "collapsed")), None)
     if event is None:
         return None
+    if event["event"] == "collapsed":
+        return Finding(
+            ERROR,
+            "the run collapsed",
+            f"events.jsonl: collapsed at step {event.get('step', '?')} after {event.get('bad_steps', '?')} steps "
+            f"in a row with reward and gradient exactly 0",
+            "the updates broke the model: it samples nothing that scores, and every number stays finite",
+            *lr(run, LR_CUT),
+        )
     return Finding(
         ERROR,
         "the run diverged",
@@ -76,7 +86,7 @@ def diverged(run: RunView) -> Finding | None:
 
 
 def skipped_steps(run: RunView) -> Finding | None:
-    if any(e["event"] == "diverged" for e in run.events):
+    if any(e["event"] in ("diverged", "collapsed") for e in run.events):
         return None  # said by `diverged`
     bad = {e["step"] for e in run.events if e["event"] == "skipped_step" and isinstance(e.get("step"), int)}
     bad |= {

@@ -156,6 +156,18 @@ def test_healthy_rows_have_no_findings(tmp_path):
     )
 
 
+def test_a_collapsed_run_is_an_error(tmp_path):
+    rows = [row(1)] + [row(s, reward__mean=0.0, grad_norm=0.0) for s in range(2, 7)]
+    events = [{"time": 1.0, "event": "collapsed", "message": "collapsed: ...", "step": 6, "bad_steps": 5}]
+    f = only(write(tmp_path / "run", rows, events, sets=["train.lr=50"]))
+    assert (f.severity, f.title, f.evidence, f.suggestion) == (
+        "error",
+        "the run collapsed",
+        "events.jsonl: collapsed at step 6 after 5 steps in a row with reward and gradient exactly 0",
+        "--set train.lr=5",
+    )
+
+
 def test_skipped_steps_above_a_tenth(tmp_path):
     events = [
         {"time": 0.0, "event": "skipped_step", "message": "", "step": s, "cause": "non-finite gradients"}
