@@ -68,15 +68,14 @@ def _call(path: str, w: Workload, hidden, weight, targets, upstream):
     import torch
 
     from grpo_studio.engine import logprobs as lp
+    from grpo_studio.engine.chunked_logsoftmax import ChunkedLogSoftmax
 
     if path == "materialised":  # the lm_head's [N, V] logits, then token_logprobs' fp32 log-softmax
         logits = torch.nn.functional.linear(hidden, weight)[None]
         logps, entropy = lp.materialised_logps(logits, targets[None], w.temperature, with_entropy=True)
         logps, entropy = logps[0], entropy[0]
     elif path == "chunked":
-        logps, entropy = lp.ChunkedLogSoftmax.apply(
-            hidden, weight, targets, w.temperature, w.chunk, 1.0, None, True, True
-        )
+        logps, entropy = ChunkedLogSoftmax.apply(hidden, weight, targets, w.temperature, w.chunk, 1.0, None, True, True)
     else:
         logps, entropy = lp.triton_logps(hidden, weight, targets, w.temperature, w.chunk)
     (logps * upstream).sum().backward()

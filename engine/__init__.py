@@ -3,11 +3,13 @@
 The loop
   trainer         the run's life: load, the loop, evaluate, checkpoint, resume, signals
   grpo_step       one optimizer step: rollout, π_old, loss and backward, AdamW, mismatch, weight sync, metrics
+  step_metrics    a step's metrics row: loss, lr, perf/* (wall time, FLOPs, MFU), mem/*, micro-batches merged
   skipped_steps   steps skipped for non-finite numbers; train.max_bad_steps in a row: diverged
   rollouts        where batches come from: prompts -> G completions each, rewards, advantages
   advantages      group-relative advantages (GRPO, arXiv 2402.03300)
   losses          policy losses: normalisation, PPO clipping, rollout-correction IS, KL
   logprobs        per-token log-probs under the training model (materialised or chunked)
+  chunked_logsoftmax  the chunked path's autograd Function: log-probs over vocabulary tiles, no [N, V] logits
   batching        batch layout for the trainer's forward (token budgets, trimming)
   mismatch        rollout/train mismatch telemetry from (mu, pi, mask)
   checkpoint      checkpoints/step-N/: adapters or weights, optimizer, RNG, atomically

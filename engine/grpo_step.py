@@ -11,8 +11,8 @@
             → one metrics row, for the run (engine/trainer.py) to write
 
 Between the phases the step hands on typed bundles: the rollout (GenerationBatch), the forward and backward
-(LossPass), the optimizer step (Update) and the phases' wall time (StepTimes); the metrics row they become is a
-dict keyed by contract/metrics.py's names.
+(LossPass), the optimizer step (Update) and the phases' wall time (StepTimes); the metrics row they become
+(engine/step_metrics.py) is a dict keyed by contract/metrics.py's names.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from grpo_studio.engine.sampler import make_sampler
 from grpo_studio.engine.sampler.base import NonFiniteSampling
 from grpo_studio.engine.sampler.remote import RolloutServerLost
 from grpo_studio.engine.skipped_steps import SkippedSteps
+from grpo_studio.engine.step_metrics import common_metrics, merge_metrics, taken_row
 from grpo_studio.engine.weights import export_weights
 
 
@@ -148,7 +149,7 @@ class GRPOStep:
             except NonFiniteSampling as err:  # nothing to train on: a skipped step (one rank's: on every rank)
                 self.skips.judge(self.step_no + 1, str(err), self.cfg.train)
                 self.step_no += 1
-                return {**self._common_metrics(times.start), "loss": math.nan, "grad_norm": math.nan}
+                return {**common_metrics(self, times.start), "loss": math.nan, "grad_norm": math.nan}
             times.rollout_s = time.perf_counter() - times.start
             self.updates = self._update_plan(len(self.batch.input_ids))
         batch, rows = self.batch, self.updates.pop(0)
@@ -209,7 +210,7 @@ class GRPOStep:
         self.step_no += 1
 
         # 7. The metrics row; each rollout's samples once.
-        metrics = self._row(batch, rows, sampled, lag, passed, update, times)
+        metrics = taken_row(self, batch, rows, sampled, lag, passed, update, times)
         if batch.samples and self.step_no % self.cfg.train.samples_every == 0:
             self.rundir.samples(self.dist.gather([{"step": self.step_no, **sample} for sample in batch.samples]))
             batch.samples = None
@@ -329,7 +330,7 @@ class GRPOStep:
             if logps_all is None:
                 logps_all = logps.new_zeros(B, T)
             logps_all[rows.to(logps.device), :width] = logps.detach()
-            _merge_metrics(metrics, part, share)
+            merge_metrics(metrics, part, share)
         return LossPass(logps_all, total, metrics)
 
     def _optimize(self, loss: float) -> Update:
@@ -357,95 +358,9 @@ class GRPOStep:
         version = {} if self.cfg.rollout.colocate else {"version": self.policy_version}  # the server numbers them
         self.sampler.load_weights(export_weights(self.policy), **version)
 
-    # ---- telemetry ----------------------------------------------------------------------------
-    def _row(
-        self, batch: GenerationBatch, rows, sampled: bool, lag: int, passed: LossPass, update: Update, times: StepTimes
-    ) -> dict:
-        """A taken step's metrics row (call after step_no += 1)."""
-        # the loss's mismatch/is_* override the rollout's: as applied
-        metrics = {**batch.metrics, **passed.metrics, **self._common_metrics(times.start)}
-        metrics.update(
-            {
-                "loss": update.loss,
-                "grad_norm": update.grad_norm,
-                "policy/lag": float(lag),
-                "perf/rollout_s": batch.rollout.seconds if sampled else 0.0,
-                "perf/train_s": metrics["perf/step_s"] - times.rollout_s,
-                "perf/sync_s": times.sync_s,
-            }
-        )
-        if not sampled:  # the waiting happened on the rollout's first step
-            metrics.update({"perf/trainer_wait_s": 0.0, "perf/overlap_frac": 0.0})
-        metrics.update(self._perf(batch, rows, sampled, metrics["perf/step_s"], metrics["perf/trainer_wait_s"], times))
-        return metrics
-
-    def _perf(
-        self, batch: GenerationBatch, rows, sampled: bool, step_s: float, wait_s: float, times: StepTimes
-    ) -> dict:
-        """perf/flop, perf/peak_flop_s, perf/mfu and perf/idle_s of a step: its model FLOPs (engine/flops.py)
-        over its wall time and the peak measured at start; idle = the step less waiting for the rollout,
-        training (π_old, log-probs, loss, backward, AdamW) and the weight sync."""
-        flop = flops.grpo_step_flop(
-            self.matmul_params,
-            flops.real_tokens(batch.attention, batch.rollout.mask),
-            rows,
-            sampled_here=sampled and self.cfg.rollout.colocate,
-            old_logps=sampled and batch.inputs.old_logps is not None,
-            reference=self.cfg.algo.beta > 0,
-            lora=self.cfg.model.lora_rank > 0,
-        )
-        return {
-            "perf/flop": flop,
-            "perf/peak_flop_s": self.peak_flop_s,
-            "perf/mfu": flop / step_s / self.peak_flop_s,
-            "perf/idle_s": max(0.0, step_s - wait_s - times.train_s - times.sync_s),
-        }
-
-    def _common_metrics(self, start: float) -> dict:
-        """The part of a metrics row every step has, taken or skipped (call after step_no += 1)."""
-        row = {
-            "step": self.step_no,
-            "time": time.time(),
-            "epoch": self.prompts.epoch + self.prompts.index / max(1, len(self.prompts.rows)),
-            "lr": self.schedule.get_last_lr()[0],
-            "perf/step_s": time.perf_counter() - start,
-            "mem/peak_gib": _peak_gib(),
-            "mem/rss_gib": _rss_gib(),
-            "precision/bad_steps": float(self.skips.bad_steps),
-            "precision/bad_streak": float(self.skips.bad_streak),
-        }
-        if self.precision.loss_scaling:
-            row.update(self.scaler.metrics())
-        return row
-
 
 def _take(inputs: LossInputs, rows, width: int | None = None) -> LossInputs:
     """The rows `rows` of every tensor in `inputs`, per-token ones cut to their first `width` tokens."""
     return LossInputs(
         **{k: None if v is None else v[rows] if v.dim() == 1 else v[rows, :width] for k, v in vars(inputs).items()}
     )
-
-
-def _merge_metrics(into: dict, part: dict, share: float) -> None:
-    """Combine one micro-batch's metrics: min/max for extremes, row-weighted mean otherwise."""
-    for key, value in part.items():
-        if key.endswith("_min"):
-            into[key] = min(into.get(key, value), value)
-        elif key.endswith("_max"):
-            into[key] = max(into.get(key, value), value)
-        else:
-            into[key] = into.get(key, 0.0) + value * share
-
-
-def _peak_gib() -> float:
-    if torch.cuda.is_available():
-        return torch.cuda.max_memory_allocated() / 2**30
-    import resource
-
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
-
-
-def _rss_gib() -> float:
-    import psutil
-
-    return psutil.Process().memory_info().rss / 2**30

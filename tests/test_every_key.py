@@ -364,12 +364,12 @@ def test_the_named_proof_exists(key):
 
 def test_logits_chunk_runs_the_chunked_path_in_the_trainer(tmp_path, monkeypatch):
     """Its numbers equal the materialised path's (tests/test_logprobs.py); here: the trainer takes that path."""
-    from grpo_studio.engine import logprobs
+    from grpo_studio.engine.chunked_logsoftmax import ChunkedLogSoftmax
     from grpo_studio.engine.trainer import Trainer
 
     calls = []
-    apply = logprobs.ChunkedLogSoftmax.apply
-    monkeypatch.setattr(logprobs.ChunkedLogSoftmax, "apply", lambda *a: calls.append(1) or apply(*a))
+    apply = ChunkedLogSoftmax.apply
+    monkeypatch.setattr(ChunkedLogSoftmax, "apply", lambda *a: calls.append(1) or apply(*a))
     for chunk in (0, 4):
         trainer = Trainer(
             config.load("tiny-arith", [*SHORT, "train.steps=1", f"model.logits_chunk={chunk}"]), tmp_path / str(chunk)
