@@ -6,7 +6,9 @@ every process may read it: the studio, `grpo-studio runs`, the VRAM planner and 
   config          the typed run config: loading recipes and --set, TOML save; re-exports the keys and rules
   config_keys     one key at a time: the key table, conversion and bounds (set_key), TOML with bounded nesting
   config_rules    the rules across keys (validate) and the process-count rule (check_processes)
-  config_schema   every key: section, type, default, allowed values, help, and the bounds
+  config_schema   every key assembled (Config); the data, rewards, precision, report and alerts sections
+  config_training the sections of the training itself: model, rollout, algo, train (type, default, bounds, help)
+  config_bounds   opt() that declares a key, the lists of allowed values, and the bounds of the numbers
   algorithms      the named algorithm presets (algo.name)
   alert_rules     the grammar of alerts.rules, its one-line errors, and the crossing logic
   dtypes          the dtype table: bytes, torch/vLLM dtype, mantissa, loss scaling, A/B partner, hint

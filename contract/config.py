@@ -1,7 +1,8 @@
 """Typed run config: TOML load/save, dotted `--set` overrides, one-line validation errors. The keys
-themselves (sections, types, defaults, allowed values, help) are declared in config_schema.py, one key's
-conversion and check live in config_keys.py, the rules across keys in config_rules.py; all are re-exported
-here, so `config.X` names every part of the config.
+themselves (sections, types, defaults, allowed values, help) are declared in config_schema.py and
+config_training.py with opt() and the bounds of config_bounds.py, one key's conversion and check live in
+config_keys.py, the rules across keys in config_rules.py; all are re-exported here, so `config.X` names every
+part of the config.
 
 Pure python (no torch), so the studio and the VRAM planner can import it.
 
@@ -16,6 +17,21 @@ from pathlib import Path
 import tomli_w
 
 from grpo_studio.contract import algorithms, bundled
+from grpo_studio.contract.config_bounds import (  # noqa: F401 - the bounds, re-exported
+    ALGOS,
+    AUTO,
+    DTYPES,
+    LOSS_TYPES,
+    MAX_GENERATIONS,
+    MAX_PROMPTS,
+    MAX_SECONDS,
+    MAX_SEQUENCES,
+    MAX_STEPS,
+    MAX_TOKENS,
+    MAX_UPDATES,
+    TRACKERS,
+    opt,
+)
 from grpo_studio.contract.config_keys import (  # noqa: F401 - one key at a time, re-exported
     MAX_NESTING,
     SECTIONS,
@@ -31,29 +47,18 @@ from grpo_studio.contract.config_keys import (  # noqa: F401 - one key at a time
 )
 from grpo_studio.contract.config_rules import check_processes, validate  # noqa: F401 - the rules, re-exported
 from grpo_studio.contract.config_schema import (  # noqa: F401 - the keys, re-exported
-    ALGOS,
-    AUTO,
-    DTYPES,
-    LOSS_TYPES,
-    MAX_GENERATIONS,
-    MAX_PROMPTS,
-    MAX_SECONDS,
-    MAX_SEQUENCES,
-    MAX_STEPS,
-    MAX_TOKENS,
-    MAX_UPDATES,
-    TRACKERS,
     AlertsConfig,
-    AlgoConfig,
     Config,
     DataConfig,
-    ModelConfig,
     PrecisionConfig,
     ReportConfig,
     RewardsConfig,
+)
+from grpo_studio.contract.config_training import (  # noqa: F401 - the keys, re-exported
+    AlgoConfig,
+    ModelConfig,
     RolloutConfig,
     TrainConfig,
-    opt,
 )
 from grpo_studio.contract.errors import UserError, did_you_mean, user_path
 

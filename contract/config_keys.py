@@ -1,6 +1,6 @@
 """One key at a time: the key table (sections, all_keys, key_info), converting a value to its key's type and
 checking it against the key's bounds (set_key), and TOML text read with its nesting bounded. The keys
-themselves are declared in config_schema.py; config.py loads whole recipes with these.
+themselves are declared in config_schema.py and config_training.py; config.py loads whole recipes with these.
 
 Pure python (no torch).
 """
@@ -13,7 +13,8 @@ import tomllib
 from dataclasses import dataclass
 from typing import Any
 
-from grpo_studio.contract.config_schema import AUTO, Config
+from grpo_studio.contract.config_bounds import AUTO
+from grpo_studio.contract.config_schema import Config
 from grpo_studio.contract.errors import UserError, did_you_mean, show_choices
 
 MAX_NESTING = 8  # TOML tables and arrays inside each other: a recipe needs 3 ([section], key, list)

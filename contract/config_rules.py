@@ -10,7 +10,9 @@ from __future__ import annotations
 import urllib.parse
 
 from grpo_studio.contract import alert_rules, algorithms, backend, metrics
-from grpo_studio.contract.config_schema import MAX_SEQUENCES, MAX_TOKENS, TRACKERS, Config, RolloutConfig
+from grpo_studio.contract.config_bounds import MAX_SEQUENCES, MAX_TOKENS, TRACKERS
+from grpo_studio.contract.config_schema import Config
+from grpo_studio.contract.config_training import RolloutConfig
 from grpo_studio.contract.errors import UserError, did_you_mean
 
 

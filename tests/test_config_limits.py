@@ -1,7 +1,7 @@
 """Validation that knows its limits (issue 30, item 4): values at the edges of what a config can say are each
 refused in one line naming key, value and what is allowed, with exit code 2; never a traceback, never silent.
 
-Every float key is bounded on both sides in config_schema.py (one home), so 1e308 is refused before it reaches
+Every float key is bounded on both sides by config_bounds.py (one home), so 1e308 is refused before it reaches
 an optimizer; names and paths are checked before use; nesting is bounded before the parser recurses.
 """
 
