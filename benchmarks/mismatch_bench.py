@@ -159,12 +159,12 @@ def measure_one(cfg, prompt_ids: list[list[int]], seed: int) -> dict:
 
 def prompts_for(cfg, n: int, seed: int) -> list[list[int]]:
     """The first n prompts of the recipe's seeded training stream, tokenized as Trainer.step does."""
-    from grpo_studio.engine import data, policy_loader
+    from grpo_studio.engine import data, policy_loader, prompt_render
 
     tokenizer = policy_loader.load_tokenizer(policy_loader.resolve_model_path(cfg.model.name))
     rows = data.PromptStream(data.load_rows(cfg.data, "train"), seed).take(n)
-    texts = [data.prompt_text(row, cfg.data, tokenizer) for row in rows]
-    return data.encode_prompts(tokenizer, texts, cfg.rollout.max_prompt_len)
+    texts = [prompt_render.prompt_text(row, cfg.data, tokenizer) for row in rows]
+    return prompt_render.encode_prompts(tokenizer, texts, cfg.rollout.max_prompt_len)
 
 
 def run(

@@ -54,9 +54,9 @@ def _config(a):
 
 
 def _prompts(tokenizer, count, max_len):
-    from grpo_studio.engine import arith, data
+    from grpo_studio.engine import arith, prompt_render
 
-    return data.encode_prompts(tokenizer, [r["prompt"] for r in arith.rows("train")[:count]], max_len)
+    return prompt_render.encode_prompts(tokenizer, [r["prompt"] for r in arith.rows("train")[:count]], max_len)
 
 
 def _measure(backend, prompts, a) -> dict:

@@ -240,13 +240,13 @@ def _cuda() -> bool:
 
 def _prompt_len(model_path: str, w: Workload) -> float:
     """Mean prompt tokens per sequence over the training rows (both sides draw from them)."""
-    from grpo_studio.engine import data
+    from grpo_studio.engine import data, prompt_render
     from grpo_studio.engine.policy_loader import load_tokenizer
 
     cfg = _config(w, model_path, "hf")
     tok = load_tokenizer(model_path)
-    texts = [data.prompt_text(r, cfg.data, tok) for r in data.load_rows(cfg.data, "train")]
-    ids = data.encode_prompts(tok, texts, cfg.rollout.max_prompt_len)
+    texts = [prompt_render.prompt_text(r, cfg.data, tok) for r in data.load_rows(cfg.data, "train")]
+    ids = prompt_render.encode_prompts(tok, texts, cfg.rollout.max_prompt_len)
     return sum(map(len, ids)) / len(ids)
 
 

@@ -21,7 +21,8 @@ Models and precision
   weights         the trainer's weights for the rollout engine (HF names, LoRA merged)
   flops           model FLOPs of a step and the matmul peak (MFU)
 Data and rewards
-  data            prompts: built-in tasks, local files, Hugging Face datasets, chat templates
+  data            prompts: built-in tasks, local files, Hugging Face datasets; held-out rows; the seeded stream
+  prompt_render   a row's prompt for the model: chat templates, tokenizing, the prompt-length check
   tasks           built-in tasks for chat models (builtin:NAME)
   arith           the built-in two-number addition task
   rewards/        reward functions in TRL's signature, contained

@@ -10,12 +10,7 @@ source, which reward functions receive as keyword arguments.
     eval split     data.eval_split (a HF split) or a seeded held-out slice of data.eval_size rows
                    (-1 = auto: 200 for a built-in task, none for other data; `eval_size(data)`)
 
-`prompt_text(row, data, tokenizer)` renders a row's prompt for the model through data.chat_template
-("auto" = the tokenizer's template with the generation prompt, a text prompt as one user turn; a
-tokenizer without one takes text prompts as they are; "plain" = the contents joined by blank lines; "none" = text
-prompts as they are; or a Jinja template string / .jinja file).
-`encode_prompts` tokenizes rendered prompts as the trainer feeds them to the sampler, and
-`check_prompt_lengths` refuses a too-short rollout.max_prompt_len before the first step.
+prompt_render.py renders a row's prompt for the model (data.chat_template) and checks its length.
 `PromptStream` walks the rows in a seeded order with a cursor that checkpoints save; `mix_seed`
 derives every per-epoch, per-step and per-prompt seed from a run's seed.
 """
@@ -30,6 +25,7 @@ from pathlib import Path
 from grpo_studio.contract.config import DataConfig
 from grpo_studio.contract.errors import UserError, describe, did_you_mean, user_path
 from grpo_studio.engine import arith, tasks
+from grpo_studio.engine.prompt_render import BuiltMessages, is_conversational
 
 EVAL_SEED = 1234
 FILE_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet")
@@ -142,19 +138,6 @@ def _source_rows(data: DataConfig, split_name: str) -> list[dict]:
 
 
 # ---- normalising rows ---------------------------------------------------------------------------
-
-
-class BuiltMessages(list):
-    """Chat messages the loader built from a text prompt (system prompt + question); the plain
-    template is an acceptable fallback for them, unlike for conversational source data."""
-
-
-def is_conversational(prompt) -> bool:
-    return (
-        isinstance(prompt, (list, tuple))
-        and all(isinstance(m, dict) and "content" in m for m in prompt)
-        and len(prompt) > 0
-    )
 
 
 def is_gsm8k(rows: list[dict]) -> bool:
@@ -292,114 +275,7 @@ def _check_eval_size(data: DataConfig, n_rows: int) -> None:
         )
 
 
-# ---- rendering prompts --------------------------------------------------------------------------
-
-
-def _template(data: DataConfig) -> str | None:
-    """The Jinja template named by data.chat_template, or None for auto/plain."""
-    value = data.chat_template
-    if value in ("auto", "plain", "none"):
-        return None
-    if value.endswith((".jinja", ".j2", ".jinja2")) and "{" not in value:
-        with user_path("data.chat_template", value):
-            path = Path(value).expanduser()
-            if not path.is_file():
-                raise _err(
-                    "chat_template",
-                    value,
-                    "file not found; allowed: auto, plain, none, a Jinja template string or a .jinja file",
-                )
-            return path.read_bytes().decode("utf-8")
-    if "{" not in value:
-        raise _err("chat_template", value, "allowed: auto, plain, none, a Jinja template string or a .jinja file")
-    return value
-
-
-def plain(messages: list[dict]) -> str:
-    """The plain template: message contents separated by blank lines, ending in a newline."""
-    return "\n\n".join(str(m["content"]).strip() for m in messages) + "\n"
-
-
-def _render(tokenizer, messages: list[dict], **kwargs) -> str:
-    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **kwargs)
-
-
-def _without_default_system(tokenizer, messages: list, kwargs: dict) -> list:
-    """data.system_prompt = 'none': messages with no system turn, rendered with the least system text. Some
-    templates (SmolLM2's, Qwen2.5's) add a default system prompt when none is given; an empty system turn
-    keeps it out."""
-    if messages and messages[0].get("role") == "system":
-        return messages
-    empty = [{"role": "system", "content": ""}, *messages]
-    return empty if len(_render(tokenizer, empty, **kwargs)) < len(_render(tokenizer, messages, **kwargs)) else messages
-
-
-def prompt_text(row: dict, data: DataConfig, tokenizer=None) -> str:
-    """The prompt string the model sees. With data.chat_template = 'auto' and a tokenizer that has a chat
-    template, every prompt renders through it with the generation prompt: a text prompt as one user turn
-    ('none' keeps text prompts as they are, as TRL does)."""
-    prompt = row["prompt"] if "prompt" in row else row[data.prompt_column]
-    has_own = tokenizer is not None and getattr(tokenizer, "chat_template", None)
-    if not is_conversational(prompt):
-        if data.chat_template in ("plain", "none") or data.chat_template == "auto" and not has_own:
-            return str(prompt)
-        prompt = [{"role": "user", "content": str(prompt)}]
-    if data.chat_template == "none":
-        raise _err(
-            "chat_template",
-            "none",
-            f"{data.source} is conversational (column {data.prompt_column!r} holds "
-            f"messages) and 'none' sends text prompts as they are; allowed: auto, "
-            f"plain, a Jinja template string or a .jinja file",
-        )
-    template = _template(data)
-    if data.chat_template == "plain":
-        return plain(prompt)
-    if template is None and not has_own:
-        if not isinstance(prompt, BuiltMessages):
-            name = getattr(tokenizer, "name_or_path", None) or "the model"
-            raise _err(
-                "chat_template",
-                data.chat_template,
-                f"{name} has no chat template but {data.source} is conversational (column "
-                f"{data.prompt_column!r} holds messages); set data.chat_template to a Jinja template, "
-                f"a .jinja file, or 'plain'",
-            )
-        return plain(prompt)  # prompts we built from text (GSM8K + system prompt): plain is fine
-    kwargs = {"chat_template": template} if template else {}
-    try:
-        if data.system_prompt == "none":
-            prompt = _without_default_system(tokenizer, prompt, kwargs)
-        return _render(tokenizer, prompt, **kwargs)
-    except Exception as err:  # a Jinja syntax error, an undefined variable, raise_exception() in the template
-        raise _err("chat_template", data.chat_template, f"rendering a prompt failed ({describe(err)})") from None
-
-
-def encode_prompts(tokenizer, texts: list[str], max_len: int) -> list[list[int]]:
-    """Token ids of rendered prompts, no special tokens added (the template has them). A prompt longer than
-    max_len (rollout.max_prompt_len) is refused: cutting either end would lose the template's head or the
-    generation prompt. `check_prompt_lengths` finds the longest before the first step."""
-    ids = [tokenizer.encode(t, add_special_tokens=False) for t in texts]
-    _refuse_longer(max(map(len, ids), default=0), max_len, "a prompt")
-    return ids
-
-
-def check_prompt_lengths(rows: list[dict], data: DataConfig, tokenizer, max_len: int) -> int:
-    """The longest rendered prompt of `rows` in tokens, refused in one line when over max_len."""
-    texts = [prompt_text(row, data, tokenizer) for row in rows]
-    longest = max((len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]), default=0)
-    _refuse_longer(longest, max_len, "the longest prompt of the dataset")
-    return longest
-
-
-def _refuse_longer(longest: int, max_len: int, what: str) -> None:
-    """The one wording of the rollout.max_prompt_len rule."""
-    if longest > max_len:
-        raise UserError(
-            f"{what} renders to {longest} tokens; allowed: at least {longest}, or shorter prompts",
-            key="rollout.max_prompt_len",
-            value=max_len,
-        )
+# ---- the prompt stream --------------------------------------------------------------------------
 
 
 def mix_seed(seed: int, k: int) -> int:

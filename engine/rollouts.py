@@ -13,7 +13,7 @@ import torch
 
 from grpo_studio.contract import metrics as schema
 from grpo_studio.contract.config import Config
-from grpo_studio.engine import data
+from grpo_studio.engine import data, prompt_render
 from grpo_studio.engine import rewards as reward_lib
 from grpo_studio.engine.advantages import compute_advantages
 from grpo_studio.engine.batching import join_prompt_completion
@@ -118,7 +118,7 @@ class Rollouts:
         and the weights it is sampled with (step: optimizer steps done; version: weight syncs done)."""
         cfg, r, t = self.cfg, self.cfg.rollout, self.cfg.train
         rows = self.dist.shard(self.prompts.take(t.prompts_per_step * t.steps_per_generation))  # this rank's share
-        prompts = [data.prompt_text(row, cfg.data, self.tokenizer) for row in rows]
+        prompts = [prompt_render.prompt_text(row, cfg.data, self.tokenizer) for row in rows]
         sampling = Sampling(
             n=r.num_generations,
             max_tokens=r.max_completion_len,
@@ -130,7 +130,7 @@ class Rollouts:
         return {
             "rows": rows,
             "prompts": prompts,
-            "prompt_ids": data.encode_prompts(self.tokenizer, prompts, r.max_prompt_len),
+            "prompt_ids": prompt_render.encode_prompts(self.tokenizer, prompts, r.max_prompt_len),
             "sampling": sampling,
             "step": self.step_no,
             "version": self.version,

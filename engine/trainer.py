@@ -23,7 +23,7 @@ from grpo_studio.contract.config import Config
 from grpo_studio.contract.config import save as save_config
 from grpo_studio.contract.errors import UserError
 from grpo_studio.contract.rundir import CONFIG, METRICS, as_number, read_events, read_rows
-from grpo_studio.engine import checkpoint, data, distributed, policy_loader
+from grpo_studio.engine import checkpoint, data, distributed, policy_loader, prompt_render
 from grpo_studio.engine import rewards as reward_lib
 from grpo_studio.engine.faults import disk_full, disk_full_error
 from grpo_studio.engine.grpo_step import GRPOStep
@@ -76,7 +76,7 @@ class Trainer:
         self.tokenizer = policy_loader.load_tokenizer(self.model_path)
         # every prompt rendered and measured before weights load: a broken template or a too-short
         # rollout.max_prompt_len fails here, in one line
-        data.check_prompt_lengths(
+        prompt_render.check_prompt_lengths(
             self.prompts.rows + self.eval_rows, cfg.data, self.tokenizer, cfg.rollout.max_prompt_len
         )
         self.device = policy_loader.device()
@@ -118,8 +118,8 @@ class Trainer:
         every = self.eval_rows[:limit] if limit else self.eval_rows
         rows, correct = self.dist.shard(every), 0  # data-parallel: each rank its part, the count summed
         if rows:
-            texts = [data.prompt_text(row, self.cfg.data, self.tokenizer) for row in rows]
-            ids = data.encode_prompts(self.tokenizer, texts, self.cfg.rollout.max_prompt_len)
+            texts = [prompt_render.prompt_text(row, self.cfg.data, self.tokenizer) for row in rows]
+            ids = prompt_render.encode_prompts(self.tokenizer, texts, self.cfg.rollout.max_prompt_len)
             out = sampler.generate(
                 ids,
                 Sampling(

@@ -13,7 +13,7 @@ import pytest
 
 from grpo_studio.contract.config import load
 from grpo_studio.contract.errors import UserError
-from grpo_studio.engine import data
+from grpo_studio.engine import data, prompt_render
 from grpo_studio.engine.rewards.builtin import SYSTEM_PROMPT
 
 GSM8K = [
@@ -158,24 +158,27 @@ def test_prompt_rendering(tmp_path, tokenizer):
     row = data.load_rows(cfg_for(gsm, "data.eval_size=0"), "train")[4]
     # the bundled tokenizer has no chat template: our own system+question prompt falls back to plain
     assert getattr(tokenizer, "chat_template", None) is None
-    assert data.prompt_text(row, cfg_for(gsm), tokenizer) == SYSTEM_PROMPT.strip() + "\n\nWhat is 6 * 7?\n"
+    assert prompt_render.prompt_text(row, cfg_for(gsm), tokenizer) == SYSTEM_PROMPT.strip() + "\n\nWhat is 6 * 7?\n"
     # a tokenizer with a template uses it
     tokenizer.chat_template = (
         "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}"
         "{% if add_generation_prompt %}<assistant>{% endif %}"
     )
-    assert data.prompt_text(row, cfg_for(gsm), tokenizer) == f"<system>{SYSTEM_PROMPT}<user>What is 6 * 7?<assistant>"
-    assert data.prompt_text(row, cfg_for(gsm, "data.chat_template=plain"), tokenizer).startswith("Respond in")
+    assert (
+        prompt_render.prompt_text(row, cfg_for(gsm), tokenizer)
+        == f"<system>{SYSTEM_PROMPT}<user>What is 6 * 7?<assistant>"
+    )
+    assert prompt_render.prompt_text(row, cfg_for(gsm, "data.chat_template=plain"), tokenizer).startswith("Respond in")
     given = cfg_for(gsm, "data.chat_template={% for m in messages %}{{ m.content | upper }}|{% endfor %}")
-    assert data.prompt_text(row, given, tokenizer).endswith("|WHAT IS 6 * 7?|")
+    assert prompt_render.prompt_text(row, given, tokenizer).endswith("|WHAT IS 6 * 7?|")
     # a text prompt is one user turn under the tokenizer's template; 'none' keeps it as it is (TRL's way)
     arith = load("tiny-arith").data
     first = data.load_rows(arith, "train")[0]
-    assert data.prompt_text(first, arith, tokenizer) == "<user>0+0=<assistant>"
-    assert data.prompt_text(first, dataclasses.replace(arith, chat_template="none"), tokenizer) == "0+0="
-    assert data.prompt_text(first, dataclasses.replace(arith, chat_template="plain"), tokenizer) == "0+0="
+    assert prompt_render.prompt_text(first, arith, tokenizer) == "<user>0+0=<assistant>"
+    assert prompt_render.prompt_text(first, dataclasses.replace(arith, chat_template="none"), tokenizer) == "0+0="
+    assert prompt_render.prompt_text(first, dataclasses.replace(arith, chat_template="plain"), tokenizer) == "0+0="
     tokenizer.chat_template = None
-    assert data.prompt_text(first, arith, tokenizer) == "0+0="  # no template: text as it is
+    assert prompt_render.prompt_text(first, arith, tokenizer) == "0+0="  # no template: text as it is
 
 
 def test_conversational_data_without_a_template_is_a_clear_error(tmp_path, tokenizer):
@@ -183,13 +186,13 @@ def test_conversational_data_without_a_template_is_a_clear_error(tmp_path, token
     cfg = cfg_for(conv, "data.eval_size=0")
     row = data.load_rows(cfg, "train")[0]
     with pytest.raises(UserError) as err:
-        data.prompt_text(row, cfg, tokenizer)
+        prompt_render.prompt_text(row, cfg, tokenizer)
     assert str(err.value) == (
         f"config error: data.chat_template = 'auto': {tokenizer.name_or_path} has no chat "
         f"template but {conv} is conversational (column 'prompt' holds messages); set "
         f"data.chat_template to a Jinja template, a .jinja file, or 'plain'"
     )
-    assert data.prompt_text(row, cfg_for(conv, "data.chat_template=plain"), tokenizer) == "2+2=\n"
+    assert prompt_render.prompt_text(row, cfg_for(conv, "data.chat_template=plain"), tokenizer) == "2+2=\n"
 
 
 def test_gsm8k_file_trains_with_the_gsm8k_reward_set(tmp_path, request):
@@ -233,9 +236,9 @@ def test_encode_prompts_adds_no_special_tokens_and_refuses_a_longer_prompt():
         def encode(self, text, add_special_tokens=True):
             return ([1] if add_special_tokens else []) + [ord(c) for c in text]
 
-    assert data.encode_prompts(Tok(), ["abcd", "xy"], 4) == [[97, 98, 99, 100], [120, 121]]
+    assert prompt_render.encode_prompts(Tok(), ["abcd", "xy"], 4) == [[97, 98, 99, 100], [120, 121]]
     with pytest.raises(UserError) as err:  # cutting either end would lose the template's head or its tail
-        data.encode_prompts(Tok(), ["abcd", "xy"], 3)
+        prompt_render.encode_prompts(Tok(), ["abcd", "xy"], 3)
     assert str(err.value) == (
         "config error: rollout.max_prompt_len = 3: a prompt renders to 4 tokens; allowed: "
         "at least 4, or shorter prompts"

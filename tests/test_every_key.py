@@ -327,12 +327,14 @@ def test_key_changes_the_rewards(key):
 
 
 def _rendered(overrides: list[str], places) -> list[str]:
-    from grpo_studio.engine import data, policy_loader
+    from grpo_studio.engine import data, policy_loader, prompt_render
 
     cfg = config.load("tiny-arith", _fill(overrides, places))
     tokenizer = policy_loader.load_tokenizer(policy_loader.resolve_model_path(cfg.model.name))
     rows = data.load_rows(cfg.data, "train")
-    return [f"{data.prompt_text(row, cfg.data, tokenizer)} -> {row['answer']}" for row in rows[:5]] + [str(len(rows))]
+    return [f"{prompt_render.prompt_text(row, cfg.data, tokenizer)} -> {row['answer']}" for row in rows[:5]] + [
+        str(len(rows))
+    ]
 
 
 @pytest.mark.parametrize("key", DATA)

@@ -56,10 +56,10 @@ def tok():
 @pytest.fixture(scope="module")
 def texts(tok):
     from grpo_studio.contract import config
-    from grpo_studio.engine import data
+    from grpo_studio.engine import data, prompt_render
 
     cfg = config.load("tiny-arith")
-    return [data.prompt_text(row, cfg.data, tok) for row in data.load_rows(cfg.data, "train")[:PROMPTS]]
+    return [prompt_render.prompt_text(row, cfg.data, tok) for row in data.load_rows(cfg.data, "train")[:PROMPTS]]
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from grpo_studio.contract import config
-from grpo_studio.engine import data, flops
+from grpo_studio.engine import flops, prompt_render
 from grpo_studio.engine.policy_loader import load_tokenizer, resolve_model_path
 
 # hidden 16, 2 layers, 4 query heads and 2 KV heads of 8 dims, MLP 24, vocabulary 40, lm_head tied
@@ -96,7 +96,9 @@ def test_trainer_rows_carry_mfu_from_their_own_numbers(tmp_path):
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     samples = [json.loads(line) for line in (tmp_path / "samples.jsonl").read_text().splitlines()]
     tok = load_tokenizer(resolve_model_path(cfg.model.name))
-    prompt_tokens = sum(map(len, data.encode_prompts(tok, [s["prompt"] for s in samples], cfg.rollout.max_prompt_len)))
+    prompt_tokens = sum(
+        map(len, prompt_render.encode_prompts(tok, [s["prompt"] for s in samples], cfg.rollout.max_prompt_len))
+    )
     assert len(samples) == 2 * P * G  # the one rollout: both steps' prompts, G completions each
     completion_tokens = rows[0]["completion/len_mean"] * len(samples)
     n = flops.matmul_params(trainer.policy)

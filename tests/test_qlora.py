@@ -22,7 +22,7 @@ import torch
 from grpo_studio.benchmarks.tensor_bytes import with_quant_states
 from grpo_studio.contract import backend, config, model_card, precision_plan
 from grpo_studio.contract.planner import vram
-from grpo_studio.engine import data, policy_loader
+from grpo_studio.engine import data, policy_loader, prompt_render
 from grpo_studio.engine.batching import join_prompt_completion
 from grpo_studio.engine.logprobs import token_logprobs
 from grpo_studio.engine.precision import torch_dtype
@@ -120,7 +120,7 @@ def test_the_hf_sampler_samples_the_trainers_function():
     assert all(torch.equal(synced[n], t) for n, t in adapters(policy).items())
 
     rows = data.load_rows(cfg.data, "train")[:4]
-    prompt_ids = data.encode_prompts(tok, [data.prompt_text(r, cfg.data, tok) for r in rows], 16)
+    prompt_ids = prompt_render.encode_prompts(tok, [prompt_render.prompt_text(r, cfg.data, tok) for r in rows], 16)
     out = sampler.generate(prompt_ids, Sampling(n=4, max_tokens=8, temperature=1.0, top_p=1.0, top_k=0, seed=0))
     ids, attention = join_prompt_completion(prompt_ids, out.completion_ids, 4, tok.pad_token_id, torch.device("cpu"))
     T = out.mask.shape[1]

@@ -17,7 +17,7 @@ import torch
 
 from grpo_studio.contract.config import Config, load
 from grpo_studio.contract.errors import UserError
-from grpo_studio.engine import data, gguf_cache
+from grpo_studio.engine import data, gguf_cache, prompt_render
 from grpo_studio.engine.policy_loader import load_base, load_tokenizer, resolve_model_path
 
 NAME = "smollm2-135m-instruct"
@@ -47,14 +47,18 @@ def _data(**keys):
 
 def test_prompts_render_through_chatml_with_each_system_choice(tok):
     text, messages = {"prompt": QUESTION}, {"prompt": [{"role": "user", "content": QUESTION}]}
-    assert data.prompt_text(text, _data(), tok) == HEAD + TURN  # a text prompt is one user turn
-    assert data.prompt_text(messages, _data(), tok) == HEAD + TURN
-    assert data.prompt_text(text, _data(system_prompt="default"), tok) == HEAD + TURN
+    assert prompt_render.prompt_text(text, _data(), tok) == HEAD + TURN  # a text prompt is one user turn
+    assert prompt_render.prompt_text(messages, _data(), tok) == HEAD + TURN
+    assert prompt_render.prompt_text(text, _data(system_prompt="default"), tok) == HEAD + TURN
     # 'none': the template would add its default, so an empty system turn keeps it out
-    assert data.prompt_text(text, _data(system_prompt="none"), tok) == "<|im_start|>system\n<|im_end|>\n" + TURN
+    assert (
+        prompt_render.prompt_text(text, _data(system_prompt="none"), tok) == "<|im_start|>system\n<|im_end|>\n" + TURN
+    )
     given = data.load_rows(_data(system_prompt="Add."), "train")[0]
-    assert data.prompt_text(given, _data(system_prompt="Add."), tok).startswith("<|im_start|>system\nAdd.<|im_end|>\n")
-    assert data.prompt_text(text, _data(chat_template="none"), tok) == QUESTION
+    assert prompt_render.prompt_text(given, _data(system_prompt="Add."), tok).startswith(
+        "<|im_start|>system\nAdd.<|im_end|>\n"
+    )
+    assert prompt_render.prompt_text(text, _data(chat_template="none"), tok) == QUESTION
     assert tok.eos_token == tok.pad_token == "<|im_end|>"  # the end of turn: generation stops at it
 
 
@@ -214,7 +218,7 @@ def test_vllm_rolls_out_the_real_model_and_follows_a_weight_sync(path, tok):
         # 32 prompts × 4 completions × 46 prompt tokens: more prefill than one 4,096-token engine step, which
         # vLLM on CPU splits and then fails on unless prefills stay whole (vllm_backend._whole_prefills)
         rows = data.load_rows(_data(), "train")[:32]
-        prompts = [tok.encode(data.prompt_text(row, _data(), tok), add_special_tokens=False) for row in rows]
+        prompts = [tok.encode(prompt_render.prompt_text(row, _data(), tok), add_special_tokens=False) for row in rows]
         assert sum(map(len, prompts)) * 4 > 4096
         out = sampler.generate(prompts, Sampling(n=4, max_tokens=8, temperature=1.0, seed=1))
         assert out.completion_ids.shape == (128, 8) and (~out.truncated).any()  # some answers end within 8 tokens
@@ -247,7 +251,7 @@ async def test_the_samples_view_shows_the_prompt_as_rendered(tmp_path, tok, monk
     samples = [
         {
             "step": 4,
-            "prompt": data.prompt_text(row, _data(), tok),
+            "prompt": prompt_render.prompt_text(row, _data(), tok),
             "completion": f"{row['answer']}.",
             "advantage": 0.5,
             "rewards": {"correctness": 2.0, "format": 0.0},
@@ -296,5 +300,5 @@ def test_the_chat_recipes_load_with_their_rewards_and_fit_their_prompts(recipe, 
     assert cfg.model.name == NAME and [n for n, _ in rewards.build(cfg.rewards)] == cfg.rewards.funcs
     rows = data.load_rows(cfg.data, "train") + data.load_rows(cfg.data, "eval")
     assert len(data.load_rows(cfg.data, "eval")) == 200
-    longest = data.check_prompt_lengths(rows, cfg.data, tok, cfg.rollout.max_prompt_len)
+    longest = prompt_render.check_prompt_lengths(rows, cfg.data, tok, cfg.rollout.max_prompt_len)
     assert 40 < longest <= cfg.rollout.max_prompt_len  # every prompt fits, the template's head counted

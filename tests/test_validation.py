@@ -13,7 +13,7 @@ from cli_helpers import run_cli
 
 from grpo_studio.contract import config
 from grpo_studio.contract.errors import UserError
-from grpo_studio.engine import data, policy_loader
+from grpo_studio.engine import data, policy_loader, prompt_render
 from grpo_studio.engine.rewards import build
 
 LONG = "a" * 300  # one path component longer than NAME_MAX (255)
@@ -145,7 +145,7 @@ def test_data_file_mistakes_are_one_exact_line(tmp_path):
         assert str(err.value) == message
     cfg = data_cfg(conv, "data.eval_size=1", "data.chat_template={% if %}")
     with pytest.raises(UserError) as err:
-        data.prompt_text(
+        prompt_render.prompt_text(
             data.load_rows(cfg, "train")[0],
             cfg,
             policy_loader.load_tokenizer(policy_loader.resolve_model_path("tiny-arith")),
