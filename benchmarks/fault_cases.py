@@ -7,7 +7,7 @@ Each case is a command line plus the files it needs, and an expectation:
             exit code 2 when nothing is left to show; never a traceback
   crashed   a non-zero exit code with one line on stderr (the process was killed, or killed itself)
 
-The config cases come from the schema itself (contract/config_schema.py): for every key, values its type,
+The config cases come from the schema itself (contract/config_keys.py key_info()): for every key, values its type,
 bounds or choices forbid. So a key added tomorrow is fuzzed tomorrow. tests/test_fault_suite.py runs the fast
 categories on every commit; `grpo-studio bench faults` runs them as real processes, with the slow ones.
 """

@@ -254,9 +254,8 @@ class TrainConfig:
         5,
         lo=0,
         hi=MAX_STEPS,
-        help="stop the run (diverged) after this many steps in a row "
-        "skipped for a non-finite sampler, loss or gradient; "
-        "0 = never stop",
+        help="stop the run after this many bad steps in a row: skipped for a non-finite sampler, loss or "
+        "gradient (diverged), or with reward and gradient exactly 0 after a signal (collapsed); 0 = never stop",
     )
     max_staleness: int = opt(
         -1,
