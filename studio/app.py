@@ -22,6 +22,8 @@ from grpo_studio.contract import rundir
 from grpo_studio.contract.bundled import DEFAULT_RECIPE
 from grpo_studio.contract.config import Config
 from grpo_studio.contract.errors import UserError
+from grpo_studio.contract.run_reader import Warnings, read_config
+from grpo_studio.contract.run_state import run_state
 from grpo_studio.studio import launcher, messages
 from grpo_studio.studio.keymap import load_keymap
 
@@ -278,7 +280,25 @@ def resolve_run(run: str, runs_root: Path) -> Path:
 
 
 def attach(run: str, runs_dir: Path) -> int:
-    """`grpo-studio attach RUN`: the studio on a run's dashboard."""
+    """`grpo-studio attach RUN`: the studio on a run's dashboard. What the run directory cannot give (an
+    unreadable file, a config.toml that does not load) is a `warning:` line on stderr, and the dashboard opens on
+    what is left (the setup screen then starts from the default recipe)."""
     run_dir = resolve_run(run, runs_dir)
-    cfg = launcher.load_run_config(run_dir)
+    warn = Warnings()
+    state = run_state(run_dir)
+    warn.extend(state.warnings)
+    read_config(run_dir, warn)
+    try:
+        cfg = launcher.load_run_config(run_dir)
+    except UserError as err:
+        warn(f"{rundir.CONFIG}: does not load ({err.line()}); the setup screen starts from {DEFAULT_RECIPE}")
+        cfg = cfgmod.load(DEFAULT_RECIPE)
+    for line in warn:
+        print(f"warning: {run_dir}/{line}", file=sys.stderr)
+    if state.skipped_rows:  # as `grpo-studio runs` says it
+        print(
+            f"warning: {run_dir}: skipped {state.skipped_rows} malformed lines (not a JSON object with the fields "
+            f"its file needs)",
+            file=sys.stderr,
+        )
     return _run(StudioApp(cfg, str(run_dir), runs_dir, attach=run_dir, watch_tty=_watch_tty()))
