@@ -287,7 +287,7 @@ class Trainer:
         if state is not None:
             self.prompts.restore(state["data_cursor"])
             grpo.resume_at(state["step"], state["counters"])
-        superseded = checkpoint.supersede(self.rundir.dir, self.step_no)
+        superseded = checkpoint.supersede(self.rundir.dir, self.step_no) if self.dist.main else []  # rank 0 moves
         if state is None:
             limit = f" at or before step {at_most} ({why})" if superseded else ""
             self.rundir.event(
