@@ -311,7 +311,7 @@ class Trainer:
                     for part, n in (
                         (f"{n['past']} rows past step {self.step_no}", n["past"]),
                         (f"{n['malformed']} malformed lines", n["malformed"]),
-                        (f"{n.get('repeated', 0)} repeated steps", n.get("repeated", 0)),
+                        (f"{n['repeated']} repeated steps", n["repeated"]),
                     )
                     if n
                 )
