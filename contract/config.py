@@ -50,6 +50,7 @@ from grpo_studio.contract.config_schema import (  # noqa: F401 - the keys, re-ex
     AlertsConfig,
     Config,
     DataConfig,
+    EnvConfig,
     PrecisionConfig,
     ReportConfig,
     RewardsConfig,

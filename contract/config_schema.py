@@ -1,4 +1,4 @@
-"""Every config key, assembled: `Config`, one field per section, and the sections data, rewards, precision,
+"""Every config key, assembled: `Config`, one field per section, and the sections data, rewards, env, precision,
 report and alerts (type, default, allowed values, bounds and help of each key). The sections model, rollout,
 algo and train live in config_training.py; `opt` and the bounds in config_bounds.py. The rules across keys,
 loading and --set live in config.py, which re-exports these names.
@@ -81,6 +81,19 @@ class RewardsConfig:
 
 
 @dataclass
+class EnvConfig:
+    environment: str = opt(
+        "",
+        help="multi-turn episodes: calculator | lookup | guess_number | file.py:Class | module:Class; "
+        "empty = one completion per prompt (docs/environments.md)",
+    )
+    max_turns: int = opt(4, lo=1, hi=1000, help="most model turns per episode; each may call tools")
+    tool_timeout_s: float = opt(
+        10.0, lo=0, hi=MAX_SECONDS, help="bound on one tool call or one step(); 0 = no bound; past it the episode ends"
+    )
+
+
+@dataclass
 class PrecisionConfig:
     fp8_flow: str = opt(
         "auto",
@@ -132,6 +145,7 @@ class Config:
     train: TrainConfig = field(default_factory=TrainConfig)
     data: DataConfig = field(default_factory=DataConfig)
     rewards: RewardsConfig = field(default_factory=RewardsConfig)
+    env: EnvConfig = field(default_factory=EnvConfig)
     precision: PrecisionConfig = field(default_factory=PrecisionConfig)
     report: ReportConfig = field(default_factory=ReportConfig)
     alerts: AlertsConfig = field(default_factory=AlertsConfig)

@@ -269,7 +269,7 @@ def test_user_reward_file_in_our_trainer_and_in_trl(tmp_path, model_name, monkey
     import datasets
     from trl import GRPOConfig, GRPOTrainer
 
-    from grpo_studio.engine.rewards.loader import load as load_fn
+    from grpo_studio.contract.user_code import load as load_fn
 
     monkeypatch.setenv("REWARD_CALL_LOG", str(trl_log))
     fn = load_fn(f"{tmp_path}/my_rewards.py:score")

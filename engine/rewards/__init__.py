@@ -11,7 +11,6 @@ whose weighted sum is not finite (rewards.weights = [1e308, 1e308]) has all its 
 None, reported as a reward_error of function 'rewards.weights', rather than training on NaN/inf.
 
   builtin        the built-in reward functions (correctness, format, length, code_exec, ...)
-  loader         user reward functions from a .py file or a module path
   runner         calling one reward function so that nothing it does stops training
   sandbox        sandboxed execution of model-written code (code_exec), with _sandbox_child its launcher
   reward_model   a reward model as a reward function ("rm:PATH")
@@ -28,9 +27,10 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from grpo_studio.contract import user_code
 from grpo_studio.contract.errors import UserError, did_you_mean
 from grpo_studio.contract.errors import describe as describe_error
-from grpo_studio.engine.rewards import builtin, loader, reward_model, sandbox, trl_rewards
+from grpo_studio.engine.rewards import builtin, reward_model, sandbox, trl_rewards
 from grpo_studio.engine.rewards.runner import RewardFuncs, call_reward, exclude_non_finite_sums, is_async
 
 RewardFn = Callable[..., list]
@@ -67,12 +67,12 @@ def _validate(opts: builtin.Options, names: list[str]) -> None:
 
 
 def _load_user(entry: str):
-    """loader.load, with what its `except (Exception, SystemExit)` lets through (KeyboardInterrupt or
+    """user_code.load, with what its `except (Exception, SystemExit)` lets through (KeyboardInterrupt or
     another BaseException raised by the module at import) as the same one UserError line. A module
     that calls os._exit() at import ends the process: that cannot be contained in-process."""
     before = set(sys.modules)
     try:
-        return loader.load(entry)
+        return user_code.load(entry)
     except Exception:
         raise
     except BaseException as err:  # noqa: BLE001

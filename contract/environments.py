@@ -1,0 +1,129 @@
+"""The environment interface: what a multi-turn episode talks to (env.environment), in one of two shapes.
+
+TRL's `environment_factory` shape (a TRL user's class runs unchanged):
+
+    class Calculator:
+        def reset(self, **row) -> str | None       # a new episode; a string is appended to the last user message
+        def calculate(self, expression: str) -> str:
+            '''Evaluate an arithmetic expression.       # every public method is a tool: typed, with a docstring;
+                                                       # its JSON schema comes from transformers' get_json_schema
+            Args:
+                expression: e.g. "(3 + 4) * 5"
+            '''
+        def get_reward(self) -> float               # optional: the episode's reward, a reward column of its own
+
+The turn shape, for environments that answer the model's text rather than its tool calls:
+
+    class GuessNumber:
+        def reset(self, **row) -> list[dict]         # the episode's first messages (the prompt)
+        def step(self, text: str) -> tuple[list[dict], bool, float | None, dict]
+                                                    # (messages to the model, done, reward or None, info)
+
+One instance serves one episode: `reset` gets the dataset row's columns as keywords. `load(spec)` finds the
+class (a built-in name or `file.py:Class` / `module:Class`, as reward functions are named), makes one probe
+instance and checks it; everything wrong with the class is one UserError line naming env.environment before the
+first step. What goes wrong inside an episode (malformed tool calls, unknown tools, a tool that raises or times
+out, a wrong return type) ends that episode with a stop reason, never the run (engine/episodes.py).
+
+Pure python (no torch): the studio and `grpo-studio validate` check an environment without the engine.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+
+from grpo_studio.contract import bundled, user_code
+from grpo_studio.contract.errors import UserError, describe
+
+KEY = "env.environment"
+BUILTIN = {  # name -> presets/environments/<file>:<class>
+    "calculator": "calculator.py:Calculator",
+    "lookup": "lookup.py:Lookup",
+    "guess_number": "guess_number.py:GuessNumber",
+}
+STOPS = ("done", "max_turns", "length", "timeout", "error")  # why an episode ended (metrics env/stop/<reason>)
+RESERVED = ("reset", "step", "get_reward")  # methods of the interface, never tools
+
+
+@dataclass
+class Environment:
+    """A checked environment class: how to make an instance per episode, and what it offers."""
+
+    name: str  # the class's name: its reward column (rewards/<name>/mean), as TRL names it
+    factory: object  # called with no argument, one instance per episode
+    shape: str  # "tools" (TRL's environment_factory) or "turns" (reset -> messages, step)
+    tools: list[str] = field(default_factory=list)  # the tool methods' names (tools shape)
+    has_reward: bool = False  # get_reward (tools shape) or step's reward (turns shape) scores an episode
+
+
+def _fail(spec: str, why: str) -> UserError:
+    return UserError(why, key=KEY, value=spec)
+
+
+def resolve(spec: str) -> str:
+    """The `file.py:Class` a built-in name stands for (in the bundled presets), or the spec itself."""
+    if spec in BUILTIN:
+        return str(bundled.PRESETS / "environments" / BUILTIN[spec])
+    return spec
+
+
+def load(spec: str) -> Environment:
+    """The environment named by env.environment, checked on one probe instance."""
+    if ":" not in spec and spec not in BUILTIN:
+        raise _fail(spec, f"allowed: {', '.join(BUILTIN)}, 'file.py:Class' or 'module:Class'")
+    factory = user_code.load(resolve(spec), key=KEY, kind="class", builtins="docs/environments.md")
+    try:
+        instance = factory()
+    except Exception as err:  # noqa: BLE001 - the user's constructor: any failure is one line
+        raise _fail(spec, f"making an instance raised {describe(err)}") from None
+    cls = type(instance)
+    if not callable(getattr(instance, "reset", None)):
+        raise _fail(spec, f"{cls.__name__} has no reset method; an environment needs reset(**row)")
+    if callable(getattr(instance, "step", None)):
+        _check_arity(spec, cls, "step", 1)
+        return Environment(cls.__name__, factory, "turns", has_reward=True)
+    tools = [
+        name
+        for name, _ in inspect.getmembers(cls, predicate=inspect.isfunction)  # on the class: properties stay unread
+        if not name.startswith("_") and name not in RESERVED
+    ]
+    if not tools:
+        raise _fail(
+            spec,
+            f"{cls.__name__} has neither tools (public typed methods with docstrings) nor a step(text) method",
+        )
+    for name in tools:
+        problem = tool_schema_problem(getattr(instance, name))
+        if problem:
+            raise _fail(spec, f"tool {cls.__name__}.{name}: {problem}")
+    has_reward = callable(getattr(instance, "get_reward", None))
+    if has_reward:
+        _check_arity(spec, cls, "get_reward", 0)
+    return Environment(cls.__name__, factory, "tools", tools, has_reward)
+
+
+def _check_arity(spec: str, cls, method: str, positional: int) -> None:
+    try:
+        inspect.signature(getattr(cls, method)).bind(None, *[""] * positional)
+    except TypeError:
+        wanted = "step(self, text)" if positional else "get_reward(self)"
+        raise _fail(spec, f"{cls.__name__}.{method} must be callable as {wanted}") from None
+
+
+def tool_schema_problem(method) -> str | None:
+    """Why transformers cannot describe a tool to the model (no docstring, an untyped argument), or None."""
+    from transformers.utils import get_json_schema  # lazily: transformers is heavy, and the studio rarely needs it
+
+    try:
+        get_json_schema(method)
+    except Exception as err:  # noqa: BLE001 - transformers' TypeHintParsingException / DocstringParsingException
+        return str(err).splitlines()[0].rstrip(".") + " (a tool needs type hints and a Google-style docstring)"
+    return None
+
+
+def schemas(instance, env: Environment) -> list[dict]:
+    """The JSON schemas of an instance's tools, as the chat template lists them to the model."""
+    from transformers.utils import get_json_schema
+
+    return [get_json_schema(getattr(instance, name)) for name in env.tools]
