@@ -43,8 +43,19 @@ def validate(cfg: Config) -> None:
             key="rewards.weights",
             value=cfg.rewards.weights,
         )
-    if not cfg.rewards.funcs:
-        raise UserError("give at least one reward function", key="rewards.funcs", value=cfg.rewards.funcs)
+    if not cfg.rewards.funcs and not cfg.env.environment:
+        raise UserError(
+            "give at least one reward function (or an env.environment that scores its episodes)",
+            key="rewards.funcs",
+            value=cfg.rewards.funcs,
+        )
+    if cfg.env.environment and cfg.rollout.async_mode != "off":
+        raise UserError(
+            f"episodes of env.environment = {cfg.env.environment!r} are sampled turn by turn with the current "
+            f"weights; allowed with an environment: off",
+            key="rollout.async_mode",
+            value=cfg.rollout.async_mode,
+        )
     if cfg.rewards.sandbox == "none" and not cfg.rewards.sandbox_force_none:
         raise UserError(
             "runs model-written code unconfined, as your user (rlimits and the wall clock only); "

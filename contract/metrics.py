@@ -15,6 +15,7 @@ from dataclasses import dataclass
 COMBINE = ("mean", "sum", "min", "max")  # how data-parallel ranks combine one metric
 FN = "<fn>"  # stands for a reward function's name in a pattern
 RANK = "<i>"  # stands for a data-parallel rank's number in a pattern
+TOOL = "<tool>"  # stands for an environment's tool in a pattern
 
 
 @dataclass(frozen=True)
@@ -171,6 +172,32 @@ SCHEMA = {
             "FLOP/s",
             log=True,
         ),
+        # env.environment: multi-turn episodes (engine/episodes.py); environment tokens are in none of the above
+        Metric("env/turns_mean", "model turns per episode", "turns"),
+        Metric("env/turns_max", "most model turns of one episode", "turns", combine="max"),
+        Metric("env/tool_calls_mean", "tool calls the model wrote per episode (malformed ones too)", "calls"),
+        Metric(f"env/tool_calls/{TOOL}", "calls of one tool per episode", "calls"),
+        Metric(
+            "env/tool_failure_frac",
+            "share of tool calls that failed: malformed, unknown, raised or timed out",
+            "fraction",
+        ),
+        Metric(
+            "env/env_token_frac",
+            "share of the episodes' completion tokens that are the environment's (masked)",
+            "fraction",
+        ),
+        Metric("env/stop/done", "share of episodes the model or the environment finished", "fraction"),
+        Metric("env/stop/max_turns", "share of episodes cut at env.max_turns", "fraction"),
+        Metric("env/stop/length", "share of episodes cut at rollout.max_completion_len", "fraction"),
+        Metric("env/stop/timeout", "share of episodes ended by a tool or step() past env.tool_timeout_s", "fraction"),
+        Metric(
+            "env/stop/error",
+            "share of episodes ended by a malformed or unknown call, or a failing environment",
+            "fraction",
+        ),
+        Metric("perf/env_s", "seconds in the environment (reset, tools, step) of the step's rollout", "s"),
+        Metric("perf/model_s", "seconds in the model's turns of the step's rollout", "s"),
         Metric("perf/rollout_tok_s", "sampled completion tokens per second", "tokens/s", combine="sum"),
         Metric(
             "perf/comm_s",
@@ -255,6 +282,8 @@ def lookup(name: str) -> Metric | None:
     if ranked:
         return PER_RANK.get(f"{ranked[1]}/rank{RANK}/{ranked[2]}")
     family, _, stat = name.rpartition("/")
+    if family == "env/tool_calls":
+        return SCHEMA.get(f"{family}/{TOOL}")
     return SCHEMA.get(reward_key(FN, stat) if family.startswith("rewards/") else name)
 
 
@@ -262,7 +291,8 @@ def names(reward_funcs: list[str]) -> list[str]:
     """Every name a run with these reward functions can write, in schema order."""
     out = []
     for name in SCHEMA:
-        out += [name.replace(FN, fn) for fn in reward_funcs] if FN in name else [name]
+        if TOOL not in name:  # an environment's tools are known once it loads
+            out += [name.replace(FN, fn) for fn in reward_funcs] if FN in name else [name]
     return out
 
 

@@ -21,6 +21,14 @@ def join_prompt_completion(
     return input_ids, attention
 
 
+def spans(mask: torch.Tensor) -> torch.Tensor:
+    """Each row's completion span [B]: its columns up to its last token of mask 1. An episode's environment
+    tokens inside it have mask 0 (engine/episodes.py) and are still computed; for one completion, whose mask
+    runs from its first column, this is the mask's sum."""
+    positions = torch.arange(1, mask.shape[1] + 1, device=mask.device)
+    return (mask.bool() * positions).amax(1)
+
+
 def token_budget_groups(prompt_lens: torch.Tensor, completion_lens: torch.Tensor, budget: int) -> list[torch.Tensor]:
     """Row indices of each micro-batch under a token budget (verl's dynamic batch size, by padding):
     rows sorted longest first and taken greedily while rows × the micro-batch's own padded width

@@ -21,6 +21,8 @@ import time
 
 import torch
 
+from grpo_studio.engine.batching import spans
+
 GEN, FORWARD, TRAIN_FULL, TRAIN_LORA = 2, 2, 6, 4  # FLOPs per matmul weight per token
 
 
@@ -44,9 +46,10 @@ def step_flop(
 
 def real_tokens(attention: torch.Tensor, completion_mask: torch.Tensor) -> torch.Tensor:
     """[B] real tokens per row of a trainer batch: its prompt's (the attended part of the left-padded
-    prompt columns) plus its completion's through EOS (the padding after EOS is attended, not real)."""
+    prompt columns) plus its completion span through EOS (an episode's environment tokens included; the padding
+    after EOS is attended, not real)."""
     prompt_cols = attention.shape[1] - completion_mask.shape[1]
-    return attention[:, :prompt_cols].sum(1).cpu().float() + completion_mask.sum(1).cpu().float()
+    return attention[:, :prompt_cols].sum(1).cpu().float() + spans(completion_mask).cpu().float()
 
 
 def grpo_step_flop(

@@ -26,7 +26,7 @@ import torch
 from grpo_studio.contract import metrics as schema
 from grpo_studio.contract.config import Config
 from grpo_studio.engine import data, flops, policy_loader
-from grpo_studio.engine.batching import token_budget_batches, token_budget_groups, trim
+from grpo_studio.engine.batching import spans, token_budget_batches, token_budget_groups, trim
 from grpo_studio.engine.faults import out_of_memory
 from grpo_studio.engine.logprobs import token_logprobs, use_shared_prefix
 from grpo_studio.engine.losses import LossInputs, policy_loss
@@ -87,6 +87,7 @@ class GRPOStep:
         prompts: data.PromptStream,
         reward_fns,
         device,
+        episodes=None,
     ):
         self.cfg, self.dist, self.rundir, self.prompts, self.policy = cfg, dist, rundir, prompts, policy
         self.precision, self.model_path, self.device = precision, model_path, device
@@ -99,7 +100,9 @@ class GRPOStep:
         self.schedule = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_factor)
         self.scaler = LossScaler.from_config(cfg, precision)  # fp16; elsewhere it only skips NaN steps
         self.sampler = make_sampler(cfg, model_path, tokenizer, precision, emit_event=rundir.event, log_dir=rundir.dir)
-        self.rollouts = Rollouts(cfg, dist, prompts, tokenizer, dist.agreeing(self.sampler), reward_fns, device, rundir)
+        self.rollouts = Rollouts(
+            cfg, dist, prompts, tokenizer, dist.agreeing(self.sampler), reward_fns, device, rundir, episodes
+        )
         if not cfg.rollout.colocate:  # a rollout server may hold another run's weights: this policy is version 0
             self.sampler.load_weights(export_weights(policy), version=0)
         truncation = [
@@ -170,7 +173,7 @@ class GRPOStep:
                 batch.attention[rows],
                 _take(batch.inputs, rows),
                 batch.num_items,
-                batch.rollout.mask[rows].sum(1),
+                spans(batch.rollout.mask[rows]),
             )
             update = self._optimize(
                 self.dist.reduce_gradients(self.params, passed.loss, batch.inputs.mask[rows], self.cfg.algo.loss_type)
@@ -249,7 +252,7 @@ class GRPOStep:
         cfg, B, T = self.cfg, batch.input_ids.shape[0], batch.inputs.mask.shape[1]
         if cfg.train.micro_batch_tokens:
             parts = token_budget_batches(
-                batch.input_ids, batch.attention, T, batch.rollout.mask.sum(1), cfg.train.micro_batch_tokens
+                batch.input_ids, batch.attention, T, spans(batch.rollout.mask), cfg.train.micro_batch_tokens
             )
         else:
             size = cfg.train.micro_batch_size or B // cfg.train.steps_per_generation
@@ -283,7 +286,7 @@ class GRPOStep:
     def _accumulate(self, input_ids, attention, batch: LossInputs, num_items, lengths: torch.Tensor) -> LossPass:
         """Forward + backward over micro-batches: train.micro_batch_size rows at a time, or under
         train.micro_batch_tokens rows sorted by length and each micro-batch cut to its own longest row
-        (engine/batching.py; `lengths` are the rows' completion tokens).
+        (engine/batching.py; `lengths` are the rows' completion spans, batching.spans).
 
         Each micro-batch loss is weighted so the accumulated gradient equals the whole-batch
         loss's: by its share of rows for the per-row normalisations (grpo, dr_grpo; bnpo with

@@ -34,7 +34,7 @@ def is_conversational(prompt) -> bool:
     )
 
 
-def _template(data: DataConfig) -> str | None:
+def custom_template(data: DataConfig) -> str | None:
     """The Jinja template named by data.chat_template, or None for auto/plain."""
     value = data.chat_template
     if value in ("auto", "plain", "none"):
@@ -91,7 +91,7 @@ def prompt_text(row: dict, data: DataConfig, tokenizer=None) -> str:
             f"messages) and 'none' sends text prompts as they are; allowed: auto, "
             f"plain, a Jinja template string or a .jinja file",
         )
-    template = _template(data)
+    template = custom_template(data)
     if data.chat_template == "plain":
         return plain(prompt)
     if template is None and not has_own:
@@ -119,7 +119,7 @@ def encode_prompts(tokenizer, texts: list[str], max_len: int) -> list[list[int]]
     max_len (rollout.max_prompt_len) is refused: cutting either end would lose the template's head or the
     generation prompt. `check_prompt_lengths` finds the longest before the first step."""
     ids = [tokenizer.encode(t, add_special_tokens=False) for t in texts]
-    _refuse_longer(max(map(len, ids), default=0), max_len, "a prompt")
+    refuse_longer(max(map(len, ids), default=0), max_len, "a prompt")
     return ids
 
 
@@ -127,11 +127,11 @@ def check_prompt_lengths(rows: list[dict], data: DataConfig, tokenizer, max_len:
     """The longest rendered prompt of `rows` in tokens, refused in one line when over max_len."""
     texts = [prompt_text(row, data, tokenizer) for row in rows]
     longest = max((len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]), default=0)
-    _refuse_longer(longest, max_len, "the longest prompt of the dataset")
+    refuse_longer(longest, max_len, "the longest prompt of the dataset")
     return longest
 
 
-def _refuse_longer(longest: int, max_len: int, what: str) -> None:
+def refuse_longer(longest: int, max_len: int, what: str) -> None:
     """The one wording of the rollout.max_prompt_len rule."""
     if longest > max_len:
         raise UserError(

@@ -17,6 +17,8 @@ from grpo_studio.engine import data, prompt_render
 from grpo_studio.engine import rewards as reward_lib
 from grpo_studio.engine.advantages import compute_advantages
 from grpo_studio.engine.batching import join_prompt_completion
+from grpo_studio.engine.episodes import Episodes
+from grpo_studio.engine.episodes import metrics as episode_metrics
 from grpo_studio.engine.faults import out_of_memory
 from grpo_studio.engine.losses import LossInputs
 from grpo_studio.engine.sampler import Sampling
@@ -41,10 +43,27 @@ class GenerationBatch:
 class Rollouts:
     """The rollouts of one trainer (this rank's share of each step's prompts)."""
 
-    def __init__(self, cfg: Config, dist, prompts: data.PromptStream, tokenizer, sampler, reward_fns, device, rundir):
+    def __init__(
+        self,
+        cfg: Config,
+        dist,
+        prompts: data.PromptStream,
+        tokenizer,
+        sampler,
+        reward_fns,
+        device,
+        rundir,
+        episodes=None,
+    ):
         self.cfg, self.dist, self.prompts, self.tokenizer, self.sampler = cfg, dist, prompts, tokenizer, sampler
         self.reward_fns, self.device, self.rundir = reward_fns, device, rundir
-        self.reward_weights = torch.tensor(cfg.rewards.weights or [1.0] * len(reward_fns))
+        self.episodes: Episodes | None = episodes  # env.environment: each completion is an episode
+        self.reward_names = [name for name, _ in reward_fns]
+        weights = cfg.rewards.weights or [1.0] * len(reward_fns)
+        if episodes and episodes.env.has_reward:  # the environment's reward: a column of its own, weight 1 (TRL)
+            self.reward_names.append(episodes.env.name)
+            weights = [*weights, 1.0]
+        self.reward_weights = torch.tensor(weights)
         self.step_no = self.version = 0  # of the rollout being made (the trainer's step and policy version)
         self.pending: dict | None = None  # rollout.async_mode = one_step / in_flight: the next rollout, being sampled
 
@@ -60,11 +79,16 @@ class Rollouts:
         rows, prompts, prompt_ids = request["rows"], request["prompts"], request["prompt_ids"]
         self.sampler.sleep()  # colocated vLLM frees its memory for training; it wakes on the next generate
         mask = out.mask.to(self.device)
-        texts = self.tokenizer.batch_decode(out.completion_ids, skip_special_tokens=True)
+        G, episodes = r.num_generations, request.get("episodes")
+        if episodes:  # the rewards score an episode's last model turn; each episode has its own prompt
+            texts, per_prompt = [e.answer for e in episodes], 1
+        else:
+            texts, per_prompt = self.tokenizer.batch_decode(out.completion_ids, skip_special_tokens=True), G
 
         # 2. Rewards (TRL signature, every dataset column as a keyword) → group-relative advantages.
-        G = r.num_generations
         table = self.score(self.reward_fns, rows, G, texts)
+        if episodes and self.episodes.env.has_reward:
+            table = [[*scores, math.nan if e.reward is None else e.reward] for scores, e in zip(table, episodes)]
         rewards = torch.tensor(table, dtype=torch.float32)
         advantages, metrics = compute_advantages(rewards, self.reward_weights, G, cfg.algo.scale_rewards)
         if cfg.algo.mask_truncated_completions:
@@ -78,10 +102,12 @@ class Rollouts:
         metrics["policy/dropped_tokens"] = float(stale.sum())
 
         input_ids, attention = join_prompt_completion(
-            prompt_ids, out.completion_ids, G, self.tokenizer.pad_token_id, self.device
+            prompt_ids, out.completion_ids, per_prompt, self.tokenizer.pad_token_id, self.device
         )
-        lengths = out.mask.sum(1)
+        lengths = out.mask.sum(1)  # the model's tokens: an episode's environment tokens are not its length
         metrics.update(self._reward_metrics(rewards))
+        if episodes:
+            metrics.update(episode_metrics(episodes, self.episodes.env.tools, out.seconds))
         metrics.update(
             {
                 "completion/len_mean": lengths.mean().item(),
@@ -110,7 +136,7 @@ class Rollouts:
             # dapo's normaliser, TRL's: the rollout's active tokens, spread over its steps_per_generation steps
             num_items=self.dist.total(mask.sum()) / t.steps_per_generation,
             metrics=metrics,
-            samples=self._samples([p for p in prompts for _ in range(G)], texts, table, advantages),
+            samples=self._samples([p for p in prompts for _ in range(per_prompt)], texts, table, advantages, episodes),
         )
 
     def _request(self, at_step: int) -> dict:
@@ -118,7 +144,6 @@ class Rollouts:
         and the weights it is sampled with (step: optimizer steps done; version: weight syncs done)."""
         cfg, r, t = self.cfg, self.cfg.rollout, self.cfg.train
         rows = self.dist.shard(self.prompts.take(t.prompts_per_step * t.steps_per_generation))  # this rank's share
-        prompts = [prompt_render.prompt_text(row, cfg.data, self.tokenizer) for row in rows]
         sampling = Sampling(
             n=r.num_generations,
             max_tokens=r.max_completion_len,
@@ -127,14 +152,11 @@ class Rollouts:
             top_k=r.top_k,
             seed=data.mix_seed(t.seed, at_step),
         )
-        return {
-            "rows": rows,
-            "prompts": prompts,
-            "prompt_ids": prompt_render.encode_prompts(self.tokenizer, prompts, r.max_prompt_len),
-            "sampling": sampling,
-            "step": self.step_no,
-            "version": self.version,
-        }
+        request = {"rows": rows, "sampling": sampling, "step": self.step_no, "version": self.version}
+        if not self.episodes:  # an episode renders its own prompt when it starts
+            request["prompts"] = [prompt_render.prompt_text(row, cfg.data, self.tokenizer) for row in rows]
+            request["prompt_ids"] = prompt_render.encode_prompts(self.tokenizer, request["prompts"], r.max_prompt_len)
+        return request
 
     def _sample(self) -> tuple[dict, Rollout, float]:
         """This rollout's request, its completions and the seconds the trainer waited for them. With
@@ -147,7 +169,18 @@ class Rollouts:
         start = time.perf_counter()
         if self.cfg.rollout.async_mode == "off":
             request = self._request(self.step_no)
-            out = self.sampler.generate(request["prompt_ids"], request["sampling"])
+            if self.episodes:  # config.validate allows no other async_mode
+                out, episodes = self.episodes.run(
+                    self.sampler,
+                    request["rows"],
+                    self.cfg.rollout.num_generations,
+                    request["sampling"],
+                    self.cfg.data.prompt_column,
+                )
+                request.update(episodes=episodes, prompt_ids=[e.prompt_ids for e in episodes])
+                request["prompts"] = self.tokenizer.batch_decode(request["prompt_ids"])
+            else:
+                out = self.sampler.generate(request["prompt_ids"], request["sampling"])
             return request, out, time.perf_counter() - start
         request = self.pending or self._submit(self.step_no)
         out = self.sampler.result(request["future"])
@@ -168,6 +201,21 @@ class Rollouts:
         request["future"] = self.sampler.submit(request["prompt_ids"], request["sampling"])
         return request
 
+    def first_scores(self, rows: list[dict], sampling: Sampling) -> list[float]:
+        """Evaluation: one completion per row (with an environment, one episode), scored by the first reward
+        function, or by the environment where the run has no reward function."""
+        if self.episodes:
+            _, episodes = self.episodes.run(self.sampler, rows, 1, sampling, self.cfg.data.prompt_column)
+            if not self.reward_fns:
+                return [e.reward or 0.0 for e in episodes]
+            texts = [e.answer for e in episodes]
+        else:
+            prompts = [prompt_render.prompt_text(row, self.cfg.data, self.tokenizer) for row in rows]
+            ids = prompt_render.encode_prompts(self.tokenizer, prompts, self.cfg.rollout.max_prompt_len)
+            out = self.sampler.generate(ids, sampling)
+            texts = self.tokenizer.batch_decode(out.completion_ids, skip_special_tokens=True)
+        return [score for (score,) in self.score(self.reward_fns[:1], rows, 1, texts)]
+
     def score(self, funcs, rows: list[dict], n: int, completions: list[str]) -> list[list[float]]:
         """Rewards for n completions per row, called as TRL does: the raw prompts, and every other
         dataset column as a keyword argument."""
@@ -179,7 +227,7 @@ class Rollouts:
 
     def _reward_metrics(self, rewards: torch.Tensor) -> dict:
         out = {}
-        for j, (name, _) in enumerate(self.reward_fns):
+        for j, name in enumerate(self.reward_names):
             col = rewards[:, j]
             col = col[~torch.isnan(col)]
             out[schema.reward_key(name, "mean")] = col.mean().item() if col.numel() else float("nan")
@@ -196,10 +244,11 @@ class Rollouts:
             **fields,
         )
 
-    def _samples(self, prompts, texts, table, advantages) -> list[dict]:
-        """samples.jsonl rows of one rollout, less their step (the step that writes them)."""
-        names = [n for n, _ in self.reward_fns]
-        return [
+    def _samples(self, prompts, texts, table, advantages, episodes=None) -> list[dict]:
+        """samples.jsonl rows of one rollout, less their step (the step that writes them). An episode's row
+        also holds its turns: each model turn (trained) and environment message (masked), and why it ended."""
+        names = self.reward_names
+        rows = [
             {
                 "prompt": p,
                 "completion": c,
@@ -208,3 +257,6 @@ class Rollouts:
             }
             for p, c, row, a in zip(prompts, texts, table, advantages.tolist())
         ]
+        for row, episode in zip(rows, episodes or []):
+            row["episode"] = {"turns": episode.segments, "stop": episode.stop, "why": episode.why}
+        return rows

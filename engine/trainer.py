@@ -23,7 +23,7 @@ from grpo_studio.contract.config import Config
 from grpo_studio.contract.config import save as save_config
 from grpo_studio.contract.errors import UserError
 from grpo_studio.contract.rundir import CONFIG, METRICS, as_number, read_events, read_rows
-from grpo_studio.engine import checkpoint, data, distributed, policy_loader, prompt_render
+from grpo_studio.engine import checkpoint, data, distributed, episodes, policy_loader, prompt_render
 from grpo_studio.engine import rewards as reward_lib
 from grpo_studio.engine.faults import disk_full, disk_full_error
 from grpo_studio.engine.grpo_step import GRPOStep
@@ -76,9 +76,12 @@ class Trainer:
         self.tokenizer = policy_loader.load_tokenizer(self.model_path)
         # every prompt rendered and measured before weights load: a broken template or a too-short
         # rollout.max_prompt_len fails here, in one line
-        prompt_render.check_prompt_lengths(
-            self.prompts.rows + self.eval_rows, cfg.data, self.tokenizer, cfg.rollout.max_prompt_len
-        )
+        # (env.environment: the environment class, the chat template and every episode's first prompt)
+        self.episodes = episodes.make(cfg, self.tokenizer, self.prompts.rows + self.eval_rows)
+        if not self.episodes:
+            prompt_render.check_prompt_lengths(
+                self.prompts.rows + self.eval_rows, cfg.data, self.tokenizer, cfg.rollout.max_prompt_len
+            )
         self.device = policy_loader.device()
         self.precision = precision_plan.resolve(cfg)  # the one precision decision, handed to every consumer
         self.policy = self.dist.wrap(
@@ -97,6 +100,7 @@ class Trainer:
             self.prompts,
             reward_fns,
             self.device,
+            self.episodes,
         )
 
     @property
@@ -118,20 +122,13 @@ class Trainer:
         every = self.eval_rows[:limit] if limit else self.eval_rows
         rows, correct = self.dist.shard(every), 0  # data-parallel: each rank its part, the count summed
         if rows:
-            texts = [prompt_render.prompt_text(row, self.cfg.data, self.tokenizer) for row in rows]
-            ids = prompt_render.encode_prompts(self.tokenizer, texts, self.cfg.rollout.max_prompt_len)
-            out = sampler.generate(
-                ids,
-                Sampling(
-                    n=1,
-                    max_tokens=self.cfg.rollout.max_completion_len,
-                    temperature=self.cfg.rollout.temperature,
-                    seed=10_007,
-                ),
+            sampling = Sampling(
+                n=1,
+                max_tokens=self.cfg.rollout.max_completion_len,
+                temperature=self.cfg.rollout.temperature,
+                seed=10_007,
             )
-            completions = self.tokenizer.batch_decode(out.completion_ids, skip_special_tokens=True)
-            table = rollouts.score(rollouts.reward_fns[:1], rows, 1, completions)
-            correct = sum(1 for (score,) in table if score > 0)
+            correct = sum(1 for score in rollouts.first_scores(rows, sampling) if score > 0)
         return float(self.dist.total(torch.tensor(float(correct)))) / len(every)
 
     # ---- the run ----------------------------------------------------------------------------
