@@ -5,6 +5,15 @@
     builtin:word-problems  GSM8K-shaped one- and two-step word problems (2,000 rows): `question`, and
                            `answer` = a worked solution ending in "#### N", read as GSM8K is
                            (the reasoning system prompt, the built-in GSM8K rewards)
+    builtin:tool-arith     "What is (47 * 86) + 512? Use the calculator, then reply with only the number."
+                           answer "4554": a two-digit product plus or minus a 3-digit number, a sum times a
+                           two-digit number, or two products added, too big for a small model's head
+                           (2,000 rows; env.environment = "calculator")
+    builtin:lookup         "In what year was Drathvou Tordrein born? Use the lookup tool, then reply with only
+                           the year." answer "1892", and the town variant: the 200 invented people of
+                           presets/environments/lookup.py (400 rows; env.environment = "lookup")
+    builtin:guess-number   "Guess the number." with a `secret` column (1..50), answer the secret
+                           (500 rows; env.environment = "guess_number", whose messages are the real prompt)
 
 builtin:arith, the bundled tiny model's task, lives in engine/arith.py. Held-out rows: data.eval_size
 (auto: 200), a seeded slice as for a file.
@@ -12,7 +21,10 @@ builtin:arith, the bundled tiny model's task, lives in engine/arith.py. Held-out
 
 from __future__ import annotations
 
+import importlib.util
 import random
+
+from grpo_studio.contract import bundled
 
 SEED = 20_261_125
 NAMES = [
@@ -96,4 +108,72 @@ def word_problems(count: int = 2000) -> list[dict]:
     return rows
 
 
-TASKS = {"builtin:chat-arith": chat_arith, "builtin:word-problems": word_problems}
+def _expression(rng: random.Random) -> tuple[str, int]:
+    """One 2-3 step integer expression and its value (never negative)."""
+    kind = rng.randrange(4)
+    a, b = rng.randint(12, 99), rng.randint(12, 99)
+    if kind == 0:
+        c = rng.randint(100, 999)
+        return f"({a} * {b}) + {c}", a * b + c
+    if kind == 1:
+        c = rng.randint(100, min(999, a * b - 1))
+        return f"({a} * {b}) - {c}", a * b - c
+    if kind == 2:
+        a, b, c = rng.randint(100, 999), rng.randint(10, 99), rng.randint(12, 99)
+        return f"({a} + {b}) * {c}", (a + b) * c
+    c, d = rng.randint(12, 99), rng.randint(2, 9)
+    return f"{a} * {b} + {c} * {d}", a * b + c * d
+
+
+def tool_arith(count: int = 2000) -> list[dict]:
+    rng = random.Random(SEED + 1)
+    rows = []
+    for _ in range(count):
+        expression, value = _expression(rng)
+        prompt = f"What is {expression}? Use the calculator, then reply with only the number."
+        rows.append({"prompt": prompt, "answer": str(value)})
+    return rows
+
+
+def _people() -> list[dict]:
+    """The table of presets/environments/lookup.py, loaded by path: the presets stay standalone examples."""
+    path = bundled.PRESETS / "environments" / "lookup.py"
+    spec = importlib.util.spec_from_file_location("grpo_studio_preset_lookup", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.people()
+
+
+def lookup() -> list[dict]:
+    rows = []
+    for person in _people():
+        name = person["name"]
+        rows.append(
+            {
+                "prompt": f"In what year was {name} born? Use the lookup tool, then reply with only the year.",
+                "answer": str(person["year"]),
+            }
+        )
+        rows.append(
+            {
+                "prompt": f"In what town was {name} born? Use the lookup tool, then reply with only the town.",
+                "answer": person["town"],
+            }
+        )
+    random.Random(SEED + 2).shuffle(rows)
+    return rows
+
+
+def guess_number(repeats: int = 10) -> list[dict]:
+    rows = [{"prompt": "Guess the number.", "secret": k, "answer": str(k)} for k in range(1, 51)] * repeats
+    random.Random(SEED + 3).shuffle(rows)
+    return [dict(row) for row in rows]
+
+
+TASKS = {
+    "builtin:chat-arith": chat_arith,
+    "builtin:word-problems": word_problems,
+    "builtin:tool-arith": tool_arith,
+    "builtin:lookup": lookup,
+    "builtin:guess-number": guess_number,
+}
