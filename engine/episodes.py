@@ -217,7 +217,8 @@ class Episodes:
             return [dict(m) for m in replies], bool(done)
         start, calls = time.perf_counter(), None
         try:
-            calls = tool_calls.parse(text, self.tokenizer, ids)
+            before = episode.prompt_ids + episode.ids[: len(episode.ids) - len(ids)]  # the turn's context
+            calls = tool_calls.parse(text, self.tokenizer, ids, before, episode.tools)
             if not calls:
                 episode.why = "the model answered without a tool call"
                 return [], True

@@ -35,12 +35,18 @@ class EpisodeEnds(Exception):
         self.stop = stop
 
 
-def parse(text: str, tokenizer=None, ids: list[int] | None = None) -> list[Call]:
+def parse(
+    text: str, tokenizer=None, ids: list[int] | None = None, prefix: list[int] | None = None, tools=None
+) -> list[Call]:
     """The tool calls of one model turn (its text without the end-of-turn token); [] when it makes none.
-    A call that cannot be read raises EpisodeEnds("error")."""
+    A tokenizer's own parser reads the turn's ids after `prefix`, the ids before them, with the tools' schemas
+    typing the arguments (as TRL's parse_response). A call that cannot be read raises EpisodeEnds("error")."""
     if tokenizer is not None and ids is not None and _has_parser(tokenizer):
         try:
-            message = tokenizer.parse_response(ids)
+            if getattr(tokenizer, "response_template", None) is not None:  # transformers >= 5.13: needs the prefix
+                message = tokenizer.parse_response(ids, prefix=prefix or [], tools=tools)
+            else:  # the legacy response_schema
+                message = tokenizer.parse_response(ids)
         except Exception as err:  # noqa: BLE001 - transformers' parser on model-written text: any failure
             raise EpisodeEnds("error", f"malformed tool call ({describe(err)})") from None
         calls = [c.get("function", c) for c in (message or {}).get("tool_calls") or []]

@@ -125,18 +125,7 @@ def assert_same(trl, episode, tokenizer):
     assert episode.logprobs == logprobs
 
 
-# engine/tool_calls.parse calls tokenizer.parse_response(ids) without `prefix=`, which transformers >= 5.13 requires
-# with a new-style response_template: every turn raises ValueError, read as a malformed call (stop "error"), where
-# TRL passes prefix=prompt ids and parses the turn.
-PREFIX_BUG = pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="tool_calls.parse: tokenizer.parse_response(ids) without prefix= raises with a response_template "
-    "(transformers >= 5.13); every turn ends the episode with stop 'error'",
-)
-
-
-@pytest.mark.parametrize("parser", ["tags", pytest.param("response_template", marks=PREFIX_BUG)])
+@pytest.mark.parametrize("parser", ["tags", "response_template"])
 @pytest.mark.parametrize("name", list(SCRIPTS))
 def test_episode_ids_mask_and_logprobs_are_trls(tok, trl_tok, name, parser):  # noqa: F811
     """Each scripted conversation, with room to spare: TRL's loop and our Episodes give the same ids, mask and μ,
