@@ -150,6 +150,9 @@ PLANNER = {
 
 # key -> the test that proves it ("file::name"); each is checked to exist
 ELSEWHERE = {
+    "env.environment": "tests/test_episodes_train.py::test_an_environment_that_ends_on_its_first_step_trains_bitwise_as_plain_grpo",
+    "env.max_turns": "tests/test_episodes.py::test_max_turns_gives_n_turns_and_n_actions",
+    "env.tool_timeout_s": "tests/test_episodes.py::test_bad_input_ends_its_episode_with_a_stop_reason",
     "train.eval_before": "tests/test_studio_units.py::test_rundata_reads_a_real_run_column_for_column",
     "rollout.max_prompt_len": "tests/test_real_model.py::test_a_too_short_max_prompt_len_is_one_line_before_weights_load",
     "model.offload_checkpoints": "tests/test_every_key.py::test_offload_checkpoints_moves_saved_activations_to_host",
