@@ -4,7 +4,9 @@
 Every row holds every metric of the schema (contract/metrics.py), each drawn from its own
 seeded generator, so a metric added to the schema shows up here without shifting the others. As the
 trainer writes them: a synchronous run has no lagged tokens (lag 0, lagged k3 null), an asynchronous one
-(`lagged`) 30% of its tokens one version behind; per-rank perf and memory only with `world_size` > 1.
+(`lagged`) 30% of its tokens one version behind; per-rank perf and memory only with `world_size` > 1;
+env/* and the rollout's env/model seconds only in a multi-turn run (`episodes`: the calculator's one tool,
+and its newest samples are episodes, samples.jsonl's "episode" key as engine/rollouts.py writes it).
 Mismatch metrics scale with the dtype's drift (bf16 ≈ 8× fp16's |Δlogp|, as measured here)."""
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from grpo_studio.contract import metrics, rundir
 
 FUNCS = ["correctness", "format"]  # tiny-arith's reward functions
 LAGGED_ONLY = {"mismatch/lagged/k3", "mismatch/lagged/abs_dlogp_mean"}  # left out without lagged tokens
+ENV_ONLY = {name for name in metrics.names(FUNCS) if name.startswith("env/")} | {"perf/env_s", "perf/model_s"}
+TOOLS = ["calc"]  # the episodes' environment's tools (env/tool_calls/<tool>)
 DRIFT = {"bf16": 1.8e-3, "fp16": 2.3e-4, "fp32": 1e-7, "fp8": 6e-3}  # mean token |Δlogp| per dtype
 
 
@@ -52,15 +56,38 @@ def shapes(drift: float, lagged: float | None = None) -> dict[str, tuple[float, 
         "perf/sync_s": (0.0, 0.03, 0.0),
         "perf/trainer_wait_s": (0.0, 0.05, 0.0),
         "perf/idle_s": (0.0, 0.05, 0.0),
+        "env/turns_mean": (1.0, 0.8, 0.0),
+        "env/turns_max": (3.0, 0.0, 0.0),
+        "env/tool_calls_mean": (0.5, 0.6, 0.0),
+        f"env/tool_calls/{metrics.TOOL}": (0.5, 0.6, 0.0),
+        "env/tool_failure_frac": (0.0, 0.1, -0.5),
+        "env/env_token_frac": (0.1, 0.1, 0.0),
+        "env/stop/done": (0.6, 0.2, 0.5),
+        "env/stop/max_turns": (0.0, 0.15, -0.5),
+        "env/stop/length": (0.0, 0.05, 0.0),
+        "env/stop/timeout": (0.0, 0.0, 0.0),
+        "env/stop/error": (0.0, 0.05, -0.5),
+        "perf/env_s": (0.0, 0.05, 0.0),
+        "perf/model_s": (0.0, 0.35, 0.0),
     }
 
 
 def metrics_rows(
-    steps: int, total: int, dtype: str, seed: int, t0: float, lagged: float | None = None, world_size: int = 1
+    steps: int,
+    total: int,
+    dtype: str,
+    seed: int,
+    t0: float,
+    lagged: float | None = None,
+    world_size: int = 1,
+    episodes: bool = False,
 ) -> list[dict]:
-    """`lagged`: an asynchronous run whose lagged tokens' k3 is this many times the lag-0 k3."""
+    """`lagged`: an asynchronous run whose lagged tokens' k3 is this many times the lag-0 k3; `episodes`: a
+    multi-turn run (env/* metrics)."""
     shape = shapes(DRIFT[dtype], lagged)
-    names = metrics.names(FUNCS)
+    names = [name for name in metrics.names(FUNCS) if episodes or name not in ENV_ONLY]
+    if episodes:
+        names += [f"env/tool_calls/{tool}" for tool in TOOLS]
     if world_size > 1:
         names += [metrics.rank_key(r, pattern) for r in range(world_size) for pattern in metrics.PER_RANK]
     rngs = {name: random.Random(f"{seed}/{name}") for name in names}
@@ -98,6 +125,36 @@ def histogram_row(step: int, dtype: str, lagged: float | None = None) -> dict:
     return row
 
 
+def tool_turns(a: int, b: int, calls: int) -> list[dict]:
+    """`calls` rounds of a calculator call and its result, as engine/episodes.py records them: the model's
+    sampled text trained, the environment's tokens (a ChatML tool turn and the next assistant header) masked."""
+    turns = []
+    for _ in range(calls):
+        call = json.dumps({"name": TOOLS[0], "arguments": {"expression": f"{a}+{b}"}})
+        turns.append({"role": "model", "text": f"<tool_call>{call}</tool_call>", "trained": True})
+        env = f"\n<|im_start|>tool\n{a + b}<|im_end|>\n<|im_start|>assistant\n"
+        turns.append({"role": "env", "text": env, "trained": False})
+    return turns
+
+
+def episode_sample(step: int, a: int, b: int, finished: bool) -> dict:
+    """A samples.jsonl row of a multi-turn run: the episode, and its last model turn as the completion."""
+    if finished:
+        turns = tool_turns(a, b, 1) + [{"role": "model", "text": f"<answer>{a + b}</answer>", "trained": True}]
+        ep = {"turns": turns, "stop": "done", "why": "the model answered without a tool call"}
+    else:
+        turns = tool_turns(a, b, 2) + tool_turns(a, b, 1)[:1]
+        ep = {"turns": turns, "stop": "max_turns", "why": "env.max_turns = 3 turns taken"}
+    return {
+        "step": step,
+        "prompt": f"{a}+{b}=",
+        "completion": turns[-1]["text"],
+        "advantage": 0.7 if finished else -1.2,
+        "rewards": {"correctness": 2.0 if finished else 0.0, "format": 0.5 if finished else 0.0},
+        "episode": ep,
+    }
+
+
 def write_jsonl(path: Path, rows: list[dict]) -> None:
     path.write_text("".join(json.dumps(row) + "\n" for row in rows))
 
@@ -112,14 +169,15 @@ def write_run(
     t0: float = 1_750_000_000.0,
     lagged: float | None = None,
     world_size: int = 1,
+    episodes: bool = False,
 ) -> Path:
-    """A run directory with `steps` rows of a `total`-step run, ending in `state` (`lagged`, `world_size`:
-    metrics_rows)."""
+    """A run directory with `steps` rows of a `total`-step run, ending in `state` (`lagged`, `world_size`,
+    `episodes`: metrics_rows; `episodes` also makes the last step's samples episodes)."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     total = total or steps
     cfgmod.save(cfgmod.load("tiny-arith", [f"model.dtype={dtype}", f"train.steps={total}"]), run_dir / rundir.CONFIG)
-    write_jsonl(run_dir / rundir.METRICS, metrics_rows(steps, total, dtype, seed, t0, lagged, world_size))
+    write_jsonl(run_dir / rundir.METRICS, metrics_rows(steps, total, dtype, seed, t0, lagged, world_size, episodes))
     write_jsonl(run_dir / rundir.HISTOGRAMS, [histogram_row(steps, dtype, lagged)])
     samples = []
     for step in range(max(1, steps - 3), steps + 1):
@@ -135,6 +193,8 @@ def write_run(
                     "rewards": {"correctness": 2.0 if ok else 0.0, "format": 0.5},
                 }
             )
+    if episodes:
+        samples += [episode_sample(steps, a, b, finished) for a, b, finished in ((9, 33, False), (5, 8, True))]
     write_jsonl(run_dir / rundir.SAMPLES, samples)
     events = [{"time": t0, "event": "started", "message": "starting step 0", "total_steps": total}]
     if steps >= 20:

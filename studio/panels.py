@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass, field
 
 from grpo_studio.contract import metrics
+from grpo_studio.contract.environments import STOPS
 from grpo_studio.contract.metrics import fmt
 from grpo_studio.studio.lag import LAG0_K3, LAGGED_FRAC, LAGGED_K3
 from grpo_studio.studio.rundata import RunData
@@ -22,6 +23,7 @@ class Panel:
     needs_beta: bool = False
     gate: str = ""  # shown only once this metric has been > 0 in the run
     note: str = ""  # one line under the chart: why it looks as it does
+    family: str = ""  # add every run column under this prefix (names known only at run time: an env's tools)
 
     @property
     def log(self) -> bool:
@@ -32,6 +34,8 @@ class Panel:
         keys = list(self.keys)
         if self.rewards:
             keys += [metrics.reward_key(fn) for fn in run.reward_funcs()]
+        if self.family:
+            keys += sorted(k for k in run.columns if k.startswith(self.family) and k not in keys)
         out = []
         for key in keys:
             xs, ys = run.series(key)
@@ -52,11 +56,14 @@ class Panel:
 
 
 def short(key: str) -> str:
-    for prefix in ("mismatch/", "completion/", "perf/", "precision/", "mem/", "policy/"):
+    prefixes = ("env/tool_calls/", "env/stop/", "env/")
+    for prefix in ("mismatch/", "completion/", "perf/", "precision/", "mem/", "policy/", *prefixes):
         if key.startswith(prefix):
             return key[len(prefix) :]
     return metrics.reward_fn(key) or key
 
+
+ENV = "env/turns_mean"  # the env/* panels' gate: written by multi-turn runs only
 
 # With one update per batch π_old = π, so the ratio is 1 and the zero-mean advantages cancel.
 LOSS_NOTE = "≈0 by design: ratio 1, zero-mean advantages; gradient ≠ 0"
@@ -78,7 +85,10 @@ PANELS = {
         Panel("masked", "masked fraction", ["mismatch/masked_frac"]),
         Panel("length", "completion length", ["completion/len_mean", "completion/len_max"]),
         Panel("truncated", "truncated share", ["completion/truncated_frac"]),
-        Panel("step_time", "step time s", ["perf/step_s", "perf/rollout_s", "perf/train_s"]),
+        # perf/env_s, perf/model_s: the rollout's split in multi-turn runs only (a key without data draws no line)
+        Panel(
+            "step_time", "step time s", ["perf/step_s", "perf/rollout_s", "perf/train_s", "perf/env_s", "perf/model_s"]
+        ),
         Panel("tok_s", "rollout tokens/s", ["perf/rollout_tok_s"]),
         Panel("loss_scale", "fp16 loss scale", ["precision/loss_scale"]),
         Panel("skipped", "skipped steps", ["precision/skipped_steps"]),
@@ -86,6 +96,16 @@ PANELS = {
         Panel("lag_k3", "k3 lag 0 vs lagged", [LAG0_K3, LAGGED_K3], gate=LAGGED_FRAC),  # runs with policy lag only
         Panel("token_lag", "token policy lag", ["policy/token_lag_mean", "policy/token_lag_max"], gate=LAGGED_FRAC),
         Panel("mfu", "MFU (share of measured matmul peak)", [MFU], gate=MFU),
+        # env.environment runs only (engine/episodes.py): every episode has a model turn, so turns_mean > 0
+        Panel("turns", "model turns per episode", ["env/turns_mean", "env/turns_max"], gate=ENV),
+        Panel("tool_calls", "tool calls per episode", ["env/tool_calls_mean"], gate=ENV, family="env/tool_calls/"),
+        Panel(
+            "env_shares",
+            "share: env tokens (masked), failed tool calls",
+            ["env/env_token_frac", "env/tool_failure_frac"],
+            gate=ENV,
+        ),
+        Panel("stops", "episode stop reasons", [f"env/stop/{s}" for s in STOPS], gate=ENV),
     ]
 }
 
@@ -93,7 +113,11 @@ TABS = [
     ("overview", "Overview", ["reward", "k3"]),
     ("training", "Train", ["loss", "grad_norm", "lr", "entropy", "clip", "kl_ref"]),
     ("mismatch", "Mismatch", ["k3", "dp_max", "is", "masked", "lag_k3", "token_lag"]),
-    ("lengths", "Lengths", ["length", "truncated", "loss_scale", "skipped"]),
+    (
+        "lengths",
+        "Lengths",
+        ["length", "truncated", "loss_scale", "skipped", "turns", "tool_calls", "env_shares", "stops"],
+    ),
     ("perf", "Perf", ["step_time", "tok_s", "memory", "mfu"]),
 ]
 

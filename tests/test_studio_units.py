@@ -13,7 +13,7 @@ import psutil
 import pytest
 from textual.app import App
 
-from grpo_studio.benchmarks.synthetic_run import LAGGED_ONLY, write_run
+from grpo_studio.benchmarks.synthetic_run import ENV_ONLY, LAGGED_ONLY, write_run
 from grpo_studio.contract import metrics, rundir
 from grpo_studio.contract.metrics import fmt
 from grpo_studio.studio import launcher
@@ -93,10 +93,13 @@ def test_synthetic_rows_hold_every_schema_metric(tmp_path):
     every = set(metrics.names(["correctness", "format"]))
     lagged = RunData(write_run(tmp_path / "lagged", 3, lagged=0.3))  # an async run: the lagged tokens' mismatch too
     lagged.drain()
-    assert set(lagged.columns) | {"step", "time"} == every
+    assert set(lagged.columns) | {"step", "time"} == every - ENV_ONLY  # env/*: multi-turn runs only
+    episodic = RunData(write_run(tmp_path / "episodes", 3, episodes=True))
+    episodic.drain()
+    assert set(episodic.columns) | {"step", "time"} == every - LAGGED_ONLY | {"env/tool_calls/calc"}
     run = RunData(write_run(tmp_path / "r", 3))
     run.drain()
-    assert set(run.columns) | {"step", "time"} == every - LAGGED_ONLY
+    assert set(run.columns) | {"step", "time"} == every - LAGGED_ONLY - ENV_ONLY
     assert run.steps == [1, 2, 3] and run.histogram["edges"] == metrics.HIST_EDGES
 
 

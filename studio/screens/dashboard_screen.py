@@ -23,7 +23,7 @@ from grpo_studio.studio.messages import AskUser, DuplicateRun, ExportModel, Expo
 from grpo_studio.studio.panels import PANELS, TABS, histogram_bars, histogram_title
 from grpo_studio.studio.rundata import RunData
 from grpo_studio.studio.screens.modals import Confirm
-from grpo_studio.studio.widgets import perf_tables
+from grpo_studio.studio.widgets import perf_tables, sample_view
 from grpo_studio.studio.widgets.metric_chart import MetricChart
 
 EVENT_STYLE = {
@@ -253,7 +253,7 @@ class DashboardScreen(Screen):
                 str(row.get("step", "")),
                 fmt(row.get("advantage")),
                 *[fmt(scores.get(f)) for f in funcs],
-                repr(row.get("completion", ""))[1:-1][:120],
+                sample_view.table_cell(row),
                 repr(row.get("prompt", ""))[1:-1][-60:],
             )
         self._sample_detail(table.cursor_row)
@@ -263,12 +263,12 @@ class DashboardScreen(Screen):
             self._sample_detail(message.cursor_row)
 
     def _sample_detail(self, index: int) -> None:
-        """The highlighted sample in full: the prompt exactly as the model saw it (chat template and all),
-        then the completion."""
+        """The highlighted sample in full (widgets/sample_view.py): the prompt exactly as the model saw it,
+        then the completion, or a multi-turn episode turn by turn in a taller box."""
         if 0 <= index < len(self.sample_rows):
             row = self.sample_rows[index]
-            text = f"prompt (as rendered):\n{row.get('prompt', '')}\n\ncompletion:\n{row.get('completion', '')}"
-            self.query_one("#sample-detail", Static).update(text)
+            self.query_one("#sample-detail-box").set_class(sample_view.episode(row) is not None, "episode")
+            self.query_one("#sample-detail", Static).update(sample_view.detail(row))
 
     def _events(self) -> None:
         log = self.query_one("#events-log", RichLog)

@@ -4,4 +4,5 @@ metric_chart   MetricChart, a plotext chart that redraws only on new data, and i
 vram_panel     the VRAM panel beside the setup form: breakdown, total, fits, the solved suggestion
 perf_tables    the Perf tab's time split and the Hardware tab's per-rank rows
 reward_list    the setup form's rewards picker, with ☑ / ☐ boxes
+sample_view    one samples.jsonl row in the Samples tab: the completion, or an episode turn by turn (trained / masked)
 """
