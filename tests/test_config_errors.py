@@ -41,7 +41,11 @@ CASES = [
         ["--set", "rewards.weights=[1.0]"],
         "config error: rewards.weights = [1.0]: needs 2 values, one per rewards.funcs entry",
     ),
-    (["--set", "rewards.funcs=[]"], "config error: rewards.funcs = []: give at least one reward function"),
+    (
+        ["--set", "rewards.funcs=[]"],
+        "config error: rewards.funcs = []: give at least one reward function (or an env.environment that scores "
+        "its episodes)",
+    ),
     (["--set", "x"], "config error: --set 'x': expected section.key=value"),
     (
         ["nosuch-recipe"],

@@ -33,7 +33,9 @@ def test_a_real_trainer_row_names_exactly_the_schema(tmp_path):
     # the one family a synchronous run cannot have: the mismatch of lagged tokens (rollout.async_mode one_step /
     # in_flight; tests/test_rollout_server.py::test_token_lags_in_metrics_and_histograms checks those rows)
     lagged = {"mismatch/lagged/k3", "mismatch/lagged/abs_dlogp_mean"}
-    assert set(row) == set(metrics.names(["correctness", "format"])) - lagged
+    # and the families of multi-turn episodes (env.environment; tests/test_episodes_train.py writes those)
+    episodes = {n for n in metrics.SCHEMA if n.startswith("env/")} | {"perf/env_s", "perf/model_s"}
+    assert set(row) == set(metrics.names(["correctness", "format"])) - lagged - episodes
 
 
 def test_a_name_missing_from_the_schema_is_refused_before_it_is_written(tmp_path):
@@ -54,7 +56,9 @@ def test_reward_patterns_and_lookups():
     names = metrics.names(["a", "b"])
     assert names[:3] == ["step", "time", "epoch"]
     assert names[6:10] == ["rewards/a/mean", "rewards/b/mean", "rewards/a/std", "rewards/b/std"]
-    assert len(names) == len(metrics.SCHEMA) + 2
+    assert len(names) == len(metrics.SCHEMA) + 2 - 1  # env/tool_calls/<tool>: the tools are the environment's
+    assert metrics.lookup("env/tool_calls/add").name == "env/tool_calls/<tool>"
+    assert metrics.lookup("env/stop/done").name == "env/stop/done" and metrics.lookup("env/stop/other") is None
 
 
 def test_every_entry_says_how_ranks_combine_it():
