@@ -1,8 +1,7 @@
 """Regenerate screenshots/: the setup screen, the VRAM panel, a live dashboard mid-run and a
 bf16-vs-fp16 comparison, the Perf tab, the Mismatch tab's lag verdict on a synthetic asynchronous run, and
 the Samples tab of a synthetic multi-turn run (an episode turn by turn: trained and masked turns).
-SVG via App.save_screenshot; PNG via rsvg-convert when installed (`apt-get install -y librsvg2-bin
-fonts-firacode`), else cairosvg when importable (`pip install cairosvg`).
+SVG via App.save_screenshot; PNG via scripts/svg_png.py (Pillow and DejaVu Sans Mono), cell for cell as the SVG.
 
     python scripts/screenshots.py                  # real runs of the bundled tiny model
     python scripts/screenshots.py --model DIR      # real runs of another local model
@@ -15,11 +14,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from svg_png import convert as png  # scripts/svg_png.py, beside this script
 
 from grpo_studio.benchmarks.synthetic_run import write_run
 from grpo_studio.contract import bundled, rundir
@@ -43,18 +43,6 @@ async def shoot(app: StudioApp, name: str, size: tuple[int, int], before=None) -
         path = OUT / f"{name}.svg"
         app.save_screenshot(filename=path.name, path=str(OUT))
     return path
-
-
-def png(svg: Path) -> None:
-    if shutil.which("rsvg-convert"):
-        subprocess.run(["rsvg-convert", str(svg), "-o", str(svg.with_suffix(".png"))], check=True)
-        return
-    try:
-        import cairosvg
-    except ImportError:
-        print(f"no rsvg-convert or cairosvg: {svg.name} has no PNG", file=sys.stderr)
-        return
-    cairosvg.svg2png(url=str(svg), write_to=str(svg.with_suffix(".png")))
 
 
 def episode_shot(tmp: Path) -> Path:
