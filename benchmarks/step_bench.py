@@ -16,10 +16,10 @@ Each side takes `--warmup` untimed steps, then `--steps` timed ones; per side it
                  the peak allocated); rss_growth_gib: that peak less the RSS the side started from
                  (a later side starts from what the allocator kept of the earlier ones)
   reward_last    mean reward of the last step's rollout (reward_mean: over all timed steps)
-  mfu            achieved FLOP/s over the matmul peak measured in this run (fp32 torch.mm, best of 5)
+  mfu            achieved FLOP/s over the matmul peak measured in this run (fp32, engine/flops.py)
   sync_s, idle_s, run_mfu   ours only: the medians of the trainer's perf/sync_s (weight sync to the
                  sampler), perf/idle_s (rewards, decoding, advantages, metrics) and perf/mfu (its own
-                 per-step FLOPs over the peak it measured at start)
+                 per-step FLOPs over its cached peak)
 
 FLOPs are counted by engine/flops.py, as the trainer's perf/mfu counts them (Kaplan et al. 2020 /
 PaLM's MFU, attention's sequence-length term left out, the sequences here are short): N = the weights
@@ -277,7 +277,7 @@ def _run(w: Workload, model_path: str, say) -> dict:
     from grpo_studio.engine import flops
     from grpo_studio.engine.policy_loader import device
 
-    peak = flops.matmul_peak(str(device()), torch.float32, repeats=5, burst_s=0.2)  # fp32, as both sides train
+    peak = flops.measure_peak(str(device()), torch.float32)  # fp32, as both sides train; not the cached peak
     prompt_len = _prompt_len(model_path, w)
     sides = {}
 

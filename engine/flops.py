@@ -11,15 +11,24 @@ waste, not work):
   training, LoRA       4·N  (the frozen weights need the input gradient, 2N, not their own)
 
 Activation recomputation (gradient checkpointing) is not counted: MFU counts the model's FLOPs, not the
-hardware's. The peak is the best of a few bursts of square torch.mm on the device, in the run's dtype.
+hardware's. The peak is the best rate of a few bursts of square torch.mm and F.linear (what nn.Linear runs)
+on the device, in the run's dtype, at a few sizes: on a CPU the fp16 torch.mm kernel runs at a small fraction
+of F.linear's, so torch.mm alone made MFU read 200-380% on fp16 runs. It is cached per machine in
+$GRPO_STUDIO_CACHE (default ~/.cache/grpo-studio)/matmul_peak.json with the conditions it was measured under,
+and measured again once when a step beats it (Peak).
 """
 
 from __future__ import annotations
 
-import functools
+import json
+import os
+import platform
 import time
+from datetime import UTC, datetime
+from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 
 from grpo_studio.engine.batching import spans
 
@@ -77,23 +86,114 @@ def grpo_step_flop(
     )
 
 
-@functools.cache
-def matmul_peak(
-    device: str = "cpu", dtype: torch.dtype = torch.float32, size: int = 1024, repeats: int = 5, burst_s: float = 0.1
-) -> float:
-    """FLOP/s of the best of `repeats` bursts (≈ burst_s each) of size×size torch.mm on `device` in `dtype`:
-    the peak MFU divides by. Measured once per process and device/dtype (≈ repeats × burst_s seconds)."""
+SIZES = {"cuda": (2048, 4096, 8192), "cpu": (256, 512, 1024)}  # square matmul sizes tried per device type
+TRIALS, BURST_S, MAX_CALL_S = 3, 0.05, 0.25
+
+
+def measure_peak(device: str = "cpu", dtype: torch.dtype = torch.float32) -> float:
+    """FLOP/s: the best of TRIALS bursts (≈ BURST_S each) of torch.mm and of F.linear at each size of
+    SIZES, in `dtype` on `device`. A size whose one call would take over MAX_CALL_S at the op's rate on the size
+    below is skipped: a kernel that slow is not the peak (CPU fp16 torch.mm: ≈ 3 s at 1024)."""
     dev = torch.device(device)
-    a, b = torch.randn(size, size, device=dev, dtype=dtype), torch.randn(size, size, device=dev, dtype=dtype)
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
-    a @ b  # first call: kernel selection, lazy init
-    sync()
     best = 0.0
-    for _ in range(repeats):
-        n, t0 = 0, time.perf_counter()
-        while time.perf_counter() - t0 < burst_s:
-            a @ b
-            n += 1
-        sync()
-        best = max(best, n * 2 * size**3 / (time.perf_counter() - t0))
+    for op in (torch.mm, F.linear):
+        rate = None
+        for size in SIZES.get(dev.type, SIZES["cpu"]):
+            if rate is not None and 2 * size**3 / rate > MAX_CALL_S:
+                break
+            a, b = torch.randn(size, size, device=dev, dtype=dtype), torch.randn(size, size, device=dev, dtype=dtype)
+            op(a, b)  # first call: kernel selection, lazy init
+            sync()
+            rate = 0.0
+            for _ in range(TRIALS):
+                n, t0 = 0, time.perf_counter()
+                while n == 0 or time.perf_counter() - t0 < BURST_S:
+                    op(a, b)
+                    n += 1
+                sync()
+                rate = max(rate, n * 2 * size**3 / (time.perf_counter() - t0))
+            best = max(best, rate)
     return best
+
+
+def peak_file() -> Path:
+    return Path(os.environ.get("GRPO_STUDIO_CACHE") or "~/.cache/grpo-studio").expanduser() / "matmul_peak.json"
+
+
+def peak_conditions(device: str, dtype: torch.dtype) -> dict:
+    """What a measured peak depends on: the machine, the device and its name, the dtype, torch and its threads."""
+    dev = torch.device(device)
+    name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else platform.processor() or platform.machine()
+    return {
+        "host": platform.node(),
+        "device": str(dev),
+        "device_name": name,
+        "dtype": str(dtype).removeprefix("torch."),
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+    }
+
+
+def matmul_peak(device: str = "cpu", dtype: torch.dtype = torch.float32, *, fresh: bool = False) -> float:
+    """FLOP/s MFU divides by: the cached peak under the same conditions (peak_conditions), else measured
+    (measure_peak) and cached. fresh: measure again; the cache keeps the best of the old and the new."""
+    conditions = peak_conditions(device, dtype)
+    key = " | ".join(str(v) for v in conditions.values())
+    path = peak_file()
+    try:
+        cached = json.loads(path.read_text())
+    except (OSError, ValueError):
+        cached = {}
+    old = cached.get(key, {}).get("flop_s")
+    if old and not fresh:
+        return float(old)
+    flop_s = max(measure_peak(device, dtype), float(old or 0.0))
+    when = datetime.now(UTC).isoformat(timespec="seconds")
+    cached[key] = {
+        **conditions,
+        "flop_s": flop_s,
+        "date": when,
+        "trials": TRIALS,
+        "sizes": SIZES.get(torch.device(device).type, SIZES["cpu"]),
+    }
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(cached, indent=1))
+        tmp.replace(path)
+    except OSError:
+        pass  # a read-only cache: measured again next time
+    return flop_s
+
+
+class Peak:
+    """A run's matmul peak (matmul_peak). A step whose MFU would exceed 1 shows the peak is stale (measured
+    under load, or on a slower kernel): it is measured again, once per run, with an info event; a step that
+    still beats it is reported as it is, never capped, with one warning event: "MFU above the measured peak"."""
+
+    def __init__(self, device: str, dtype: torch.dtype, event=lambda kind, message, **extra: None):
+        self.device, self.dtype, self.event = device, dtype, event
+        self.flop_s = matmul_peak(device, dtype)
+        self.remeasured = self.flagged = False
+
+    def mfu(self, flop_s: float, step: int) -> float:
+        """`flop_s` (a step's model FLOP/s) as a share of the peak."""
+        if flop_s > self.flop_s and not self.remeasured:
+            self.remeasured, old = True, self.flop_s
+            self.flop_s = matmul_peak(self.device, self.dtype, fresh=True)
+            self.event(
+                "info",
+                f"MFU {flop_s / old:.0%} of the cached matmul peak: peak re-measured, "
+                f"{old / 1e9:.4g} → {self.flop_s / 1e9:.4g} GFLOP/s",
+                step=step,
+            )
+        if flop_s > self.flop_s and not self.flagged:
+            self.flagged = True
+            self.event(
+                "warning",
+                f"MFU above the measured peak: peak stale (step {step}: {flop_s / 1e9:.4g} GFLOP/s, "
+                f"peak {self.flop_s / 1e9:.4g}); perf/mfu is reported as measured, above 1",
+                step=step,
+            )
+        return flop_s / self.flop_s

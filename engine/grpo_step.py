@@ -92,9 +92,9 @@ class GRPOStep:
         self.cfg, self.dist, self.rundir, self.prompts, self.policy = cfg, dist, rundir, prompts, policy
         self.precision, self.model_path, self.device = precision, model_path, device
         self.params = [p for p in policy.parameters() if p.requires_grad]
-        # perf/mfu: the model's matmul weights N and this device's matmul peak in the run dtype, measured once
+        # perf/mfu: the model's matmul weights N and this device's matmul peak in the run dtype (cached per machine)
         self.matmul_params = flops.matmul_params(policy)
-        self.peak_flop_s = flops.matmul_peak(str(device), torch_dtype(precision.model_dtype))
+        self.peak = flops.Peak(str(device), torch_dtype(precision.model_dtype), rundir.event)
         dist.sync_params(self.params)
         self.optimizer = torch.optim.AdamW(self.params, lr=cfg.train.lr, weight_decay=cfg.train.weight_decay)
         self.schedule = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_factor)

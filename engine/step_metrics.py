@@ -49,8 +49,8 @@ def _perf(
     grpo: GRPOStep, batch: GenerationBatch, rows, sampled: bool, step_s: float, wait_s: float, times: StepTimes
 ) -> dict:
     """perf/flop, perf/peak_flop_s, perf/mfu and perf/idle_s of a step: its model FLOPs (engine/flops.py)
-    over its wall time and the peak measured at start; idle = the step less waiting for the rollout,
-    training (π_old, log-probs, loss, backward, AdamW) and the weight sync."""
+    over its wall time and the matmul peak (flops.Peak: measured again when this step beats it); idle = the
+    step less waiting for the rollout, training (π_old, log-probs, loss, backward, AdamW) and the weight sync."""
     flop = flops.grpo_step_flop(
         grpo.matmul_params,
         flops.real_tokens(batch.attention, batch.rollout.mask),
@@ -60,10 +60,11 @@ def _perf(
         reference=grpo.cfg.algo.beta > 0,
         lora=grpo.cfg.model.lora_rank > 0,
     )
+    mfu = grpo.peak.mfu(flop / step_s, grpo.step_no)
     return {
         "perf/flop": flop,
-        "perf/peak_flop_s": grpo.peak_flop_s,
-        "perf/mfu": flop / step_s / grpo.peak_flop_s,
+        "perf/peak_flop_s": grpo.peak.flop_s,
+        "perf/mfu": mfu,
         "perf/idle_s": max(0.0, step_s - wait_s - times.train_s - times.sync_s),
     }
 

@@ -10,7 +10,7 @@ from grpo_studio.contract.environments import STOPS
 from grpo_studio.contract.metrics import fmt
 from grpo_studio.studio.lag import LAG0_K3, LAGGED_FRAC, LAGGED_K3
 from grpo_studio.studio.rundata import RunData
-from grpo_studio.studio.widgets.metric_chart import Line, ema
+from grpo_studio.studio.widgets.metric_chart import Line, ema, percent
 from grpo_studio.studio.widgets.perf_tables import MFU
 
 
@@ -24,6 +24,7 @@ class Panel:
     gate: str = ""  # shown only once this metric has been > 0 in the run
     note: str = ""  # one line under the chart: why it looks as it does
     family: str = ""  # add every run column under this prefix (names known only at run time: an env's tools)
+    percent: bool = False  # shares shown in percent (headline and ticks), as the Perf table shows them
 
     @property
     def log(self) -> bool:
@@ -52,7 +53,7 @@ class Panel:
         key = self.keys[0] if self.keys else ""
         value = run.last(key)
         suffix = " · log10 axis" if self.log else ""
-        return f"{self.title}  {fmt(value)}{suffix}"
+        return f"{self.title}  {percent(value) if self.percent else fmt(value)}{suffix}"
 
 
 def short(key: str) -> str:
@@ -95,7 +96,7 @@ PANELS = {
         Panel("memory", "memory GiB", [metrics.PEAK_GIB, "mem/rss_gib"]),
         Panel("lag_k3", "k3 lag 0 vs lagged", [LAG0_K3, LAGGED_K3], gate=LAGGED_FRAC),  # runs with policy lag only
         Panel("token_lag", "token policy lag", ["policy/token_lag_mean", "policy/token_lag_max"], gate=LAGGED_FRAC),
-        Panel("mfu", "MFU (share of measured matmul peak)", [MFU], gate=MFU),
+        Panel("mfu", "MFU, % of measured matmul peak", [MFU], gate=MFU, percent=True),
         # env.environment runs only (engine/episodes.py): every episode has a model turn, so turns_mean > 0
         Panel("turns", "model turns per episode", ["env/turns_mean", "env/turns_max"], gate=ENV),
         Panel("tool_calls", "tool calls per episode", ["env/tool_calls_mean"], gate=ENV, family="env/tool_calls/"),

@@ -50,6 +50,10 @@ def _figure(run: RunData, pid: str, out: Path) -> Path | None:
         )  # a sparse series (eval every N steps) shows its points
     if panel.log:
         ax.set_yscale("log")
+    if panel.percent:
+        from matplotlib.ticker import PercentFormatter
+
+        ax.yaxis.set_major_formatter(PercentFormatter(1.0))
     ax.set_title(panel.title)
     ax.set_xlabel(f"step\n{panel.note}" if panel.note else "step")
     ax.grid(alpha=0.3)

@@ -4,6 +4,7 @@ screen: pure functions against hand cases, then the real app on synthetic run di
 from __future__ import annotations
 
 import contextlib
+import io
 from pathlib import Path
 
 import psutil
@@ -20,8 +21,8 @@ from grpo_studio.studio import hardware, lag
 from grpo_studio.studio.app import StudioApp
 from grpo_studio.studio.rundata import RunData
 from grpo_studio.studio.screens.setup_screen import SetupScreen
-from grpo_studio.studio.widgets.metric_chart import MetricChart
-from grpo_studio.studio.widgets.perf_tables import rank_values, time_split
+from grpo_studio.studio.widgets.metric_chart import MetricChart, percent
+from grpo_studio.studio.widgets.perf_tables import rank_values, split_table, time_split
 from grpo_studio.studio.widgets.vram_panel import VramPanel
 from tests.studio_helpers import anyio_backend, focus_field, visible_text, wait_until  # noqa: F401
 
@@ -99,6 +100,24 @@ def test_time_split_parts_add_up_to_the_step():
     assert time_split(older) == []
 
 
+def split_text(rows: list[dict]) -> str:
+    from rich.console import Console
+
+    run = RunData(Path("/nonexistent"))
+    run.add_metrics(rows)
+    console = Console(width=100, record=True, file=io.StringIO())
+    console.print(split_table(run))
+    return console.export_text()
+
+
+def test_perf_table_shows_mfu_in_percent_and_flags_one_above_the_peak():
+    row = {"step": 1, "perf/step_s": 2.0, "perf/trainer_wait_s": 1.0, "perf/sync_s": 0.25, "perf/idle_s": 0.25}
+    assert "MFU 32.54%" in split_text([{**row, "perf/mfu": 0.3254}])
+    assert "stale" not in split_text([{**row, "perf/mfu": 1.0}])
+    # above 100%: the peak it was divided by is stale (engine/flops.py Peak measures it again); shown as is
+    assert "MFU 125% (peak stale)" in split_text([{**row, "perf/mfu": 1.25}])
+
+
 def test_rank_values_gathers_every_rank_column():
     run = RunData(Path("/nonexistent"))
     run.add_metrics(
@@ -171,9 +190,14 @@ async def test_perf_tab_shows_mfu_and_the_time_split(tmp_path, no_gpu):
         run = app.screen.run
         for phase in ("wait for rollout", "train", "weight sync", "other", "sampling"):
             assert phase in text
-        assert f"MFU {run.last('perf/mfu'):.1%}" in text
+        last = run.last("perf/mfu")
+        assert f"MFU {percent(last)}" in text and "stale" not in text
         mfu = app.screen.query_one("#perf-mfu", MetricChart)
-        assert mfu.display and mfu.lines[0].ys == run.series("perf/mfu")[1]
+        assert mfu.display and mfu.lines[0].ys == run.series("perf/mfu")[1]  # the file's fractions, drawn
+        chart = visible_text(mfu)  # shown in percent, as the table shows them: headline and ticks
+        assert f"MFU, % of measured matmul peak  {percent(last)}" in chart
+        ticks = [line.split("┤")[0].strip() for line in chart.splitlines() if "┤" in line]
+        assert len(ticks) >= 2 and all(t.endswith("%") for t in ticks if t), ticks
 
 
 @pytest.mark.anyio

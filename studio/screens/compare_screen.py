@@ -63,7 +63,8 @@ class CompareScreen(Screen):
         yield Static("", id="compare-summary")
         with Grid(id="compare-grid"):
             for pid in COMPARE_PANELS:
-                yield MetricChart(PANELS[pid].title, log=PANELS[pid].log, note=PANELS[pid].note, id=f"cmp-{pid}")
+                panel = PANELS[pid]
+                yield MetricChart(panel.title, log=panel.log, percent=panel.percent, note=panel.note, id=f"cmp-{pid}")
         yield Footer()
 
     def on_mount(self) -> None:

@@ -109,7 +109,9 @@ class DashboardScreen(Screen):
                                 continue
                             if pid in ("loss_scale", "skipped") and not self.fp16:
                                 continue
-                            chart = MetricChart(panel.title, log=panel.log, note=panel.note, id=f"{tab}-{pid}")
+                            chart = MetricChart(
+                                panel.title, log=panel.log, percent=panel.percent, note=panel.note, id=f"{tab}-{pid}"
+                            )
                             chart.display = not panel.gate  # shown by _draw_tab once the run has its data
                             yield chart
             with TabPane("Δlogp", id="histogram"):

@@ -15,6 +15,11 @@ from grpo_studio.contract.metrics import fmt
 COLORS = ["cyan", "magenta", "green", "yellow", "blue", "red", "white"]
 
 
+def percent(value: float | None) -> str:
+    """A share in percent, as every figure of it on screen shows it (MFU: chart headline, ticks, Perf table)."""
+    return "–" if value is None or not math.isfinite(value) else fmt(100 * value) + "%"
+
+
 @dataclass
 class Line:
     label: str
@@ -87,6 +92,7 @@ class MetricChart(PlotextPlot):
         *,
         ylabel: str = "",
         log: bool = False,
+        percent: bool = False,
         note: str = "",
         id: str | None = None,
         classes: str | None = None,
@@ -95,6 +101,7 @@ class MetricChart(PlotextPlot):
         self.chart_title = title
         self.ylabel = ylabel
         self.use_log10 = log
+        self.percent = percent  # y ticks in percent of the plotted shares
         self.note = note
         self.lines: list[Line] = []
         self.bars: tuple[list[str], list[float]] | None = None
@@ -162,7 +169,7 @@ class MetricChart(PlotextPlot):
             plt.yticks(ys, [fmt(10.0**y) for y in ys])
         else:
             ys = ticks(y_lo, y_hi)
-            plt.yticks(ys, [fmt(y) for y in ys])
+            plt.yticks(ys, [percent(y) if self.percent else fmt(y) for y in ys])
 
     def render(self):
         self._draw()

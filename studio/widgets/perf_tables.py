@@ -11,6 +11,7 @@ from rich.table import Table
 from grpo_studio.contract import metrics
 from grpo_studio.contract.metrics import fmt
 from grpo_studio.studio.rundata import RunData
+from grpo_studio.studio.widgets.metric_chart import percent
 
 MFU = "perf/mfu"
 WAIT, SYNC, IDLE = "perf/trainer_wait_s", "perf/sync_s", "perf/idle_s"
@@ -76,7 +77,7 @@ def split_table(run: RunData) -> Table | None:
         "step",
         fmt(run.last(metrics.STEP_S)),
         fmt(mean(run, metrics.STEP_S)),
-        "" if mfu is None else f"MFU {mfu:.1%}",
+        "" if mfu is None else f"MFU {percent(mfu)}" + (" (peak stale)" if mfu > 1 else ""),
         style="bold",
     )
     return table
