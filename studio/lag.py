@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from grpo_studio.contract.dtypes import DTYPES
 from grpo_studio.contract.metrics import fmt
+from grpo_studio.studio.widgets.perf_tables import whole_percents
 
 LAG0_K3, LAGGED_K3, LAGGED_FRAC = "mismatch/lag0/k3", "mismatch/lagged/k3", "mismatch/lagged_frac"
 LAG_KEYS = (LAG0_K3, LAGGED_K3, LAGGED_FRAC, "policy/token_lag_mean", "policy/token_lag_max")
@@ -64,10 +65,12 @@ def verdict(
 
 
 def lag_shares(hist: dict | None) -> str:
-    """The latest histogram row's token counts per lag as shares: "tokens by lag 0: 70% · 1: 30%"; "" without
-    them or when no token lags."""
+    """The latest histogram row's token counts per lag as shares that add up to 100%: "tokens by lag 0: 70% ·
+    1: 30%"; "" without them or when no token lags."""
     counts = {int(k): float(v) for k, v in ((hist or {}).get("lag") or {}).items()}
     total = sum(counts.values())
     if not total or total == counts.get(0):
         return ""
-    return "tokens by lag " + " · ".join(f"{lag}: {counts[lag] / total:.0%}" for lag in sorted(counts))
+    lags = sorted(counts)
+    shares = whole_percents([counts[lag] / total for lag in lags])
+    return "tokens by lag " + " · ".join(f"{lag}: {share}%" for lag, share in zip(lags, shares))

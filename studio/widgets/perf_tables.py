@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
@@ -56,6 +57,18 @@ def time_split(run: RunData) -> list[SplitRow]:
     ]
 
 
+def whole_percents(shares: list[float]) -> list[int]:
+    """Shares as whole percents that add up to the rounded percent of their sum (100 for a split of the
+    step), by the largest-remainder method: each share's floor, then one more point to the largest
+    remainders (the earlier share first on a tie). Rounding each alone reads 99% or 101%."""
+    scaled = [round(100 * s, 9) for s in shares]  # 0.29 * 100 is 28.999…: its floor is 29
+    out = [math.floor(x) for x in scaled]
+    by_remainder = sorted(range(len(scaled)), key=lambda i: out[i] - scaled[i])
+    for i in by_remainder[: round(sum(scaled)) - sum(out)]:
+        out[i] += 1
+    return out
+
+
 def split_table(run: RunData) -> Table | None:
     rows = time_split(run)
     if not rows:
@@ -70,8 +83,9 @@ def split_table(run: RunData) -> Table | None:
     table = Table(box=None, header_style="bold", caption=caption, caption_justify="left", padding=(0, 1))
     for name, justify in (("part of step", "left"), ("last s", "right"), ("mean s", "right"), ("of step", "right")):
         table.add_column(name, justify=justify)
-    for r in rows:
-        table.add_row(r.phase, fmt(r.last), fmt(r.mean), "–" if r.share is None else f"{r.share:.0%}")
+    shares = ["–"] * len(rows) if rows[0].share is None else [f"{p}%" for p in whole_percents([r.share for r in rows])]
+    for r, share in zip(rows, shares):
+        table.add_row(r.phase, fmt(r.last), fmt(r.mean), share)
     mfu = run.last(MFU)
     table.add_row(
         "step",
