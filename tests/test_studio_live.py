@@ -19,7 +19,7 @@ from grpo_studio.studio.panels import PANELS, TABS, short
 from grpo_studio.studio.screens.compare_screen import CompareScreen
 from grpo_studio.studio.screens.dashboard_screen import DashboardScreen
 from grpo_studio.studio.screens.runs_list_screen import RunsScreen
-from grpo_studio.studio.widgets.metric_chart import MetricChart
+from grpo_studio.studio.widgets.metric_chart import MetricChart, percent
 from tests.studio_helpers import anyio_backend, tiny_model_name, visible_text, wait_until  # noqa: F401
 from tests.trained_runs import TRAINED_STEPS
 
@@ -216,7 +216,9 @@ async def test_attached_dashboard_shows_exactly_what_the_trainer_wrote(trained_r
                     assert chart.lines[-1].label == "smoothed" and chart.lines[-1].ys == smooth
                 assert len(chart.lines) == len(keys) + panel.rewards
                 suffix = " · log10 axis" if panel.log else ""
-                assert chart.chart_title == f"{panel.title}  {fmt(last.get(panel.keys[0]))}{suffix}"
+                value = last.get(panel.keys[0])  # a share in percent (MFU), as the Perf table shows it
+                shown = percent(value) if panel.percent else fmt(value)
+                assert chart.chart_title == f"{panel.title}  {shown}{suffix}"
         assert {metrics.REWARD, metrics.K3, metrics.LOSS, "lr", "precision/loss_scale"} <= seen
 
         await pilot.press(str(len(TABS) + 1))  # the Δlogp histogram
