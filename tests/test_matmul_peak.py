@@ -16,6 +16,7 @@ GFLOP = 1e9
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
     monkeypatch.setenv("GRPO_STUDIO_CACHE", str(tmp_path))
+    monkeypatch.setattr(flops.os, "getloadavg", lambda: (0.5, 0.5, 0.5))  # an idle machine
     monkeypatch.setitem(flops.SIZES, "cpu", (32, 64))  # quick
     return tmp_path / "matmul_peak.json"
 
@@ -37,6 +38,7 @@ def test_the_peak_is_measured_on_both_kernels_and_cached_with_its_conditions(cac
     assert entry["flop_s"] == first and entry["dtype"] == "float32" and entry["device"] == "cpu"
     assert entry["torch"] == torch.__version__ and entry["threads"] == torch.get_num_threads()
     assert entry["trials"] == flops.TRIALS and entry["sizes"] == [32, 64] and entry["date"][:2] == "20"
+    assert entry["load_1min"] == 0.5
     fake_measurement(monkeypatch)  # cached: no measurement
     assert flops.matmul_peak("cpu", torch.float32) == first
     fake_measurement(monkeypatch, 3 * GFLOP)
@@ -75,3 +77,11 @@ def test_a_step_above_the_re_measured_peak_is_reported_as_it_is_and_flagged_once
     assert peak.mfu(25 * GFLOP, step=2) == pytest.approx(1.25)
     assert [kind for kind, _ in events] == ["info", "warning"]
     assert events[1][1].startswith("MFU above the measured peak: peak stale")
+
+
+def test_a_cpu_peak_measured_on_busy_cpus_is_used_not_cached(cache, monkeypatch):
+    monkeypatch.setattr(flops.os, "getloadavg", lambda: (float(flops.os.cpu_count()), 0.0, 0.0))
+    fake_measurement(monkeypatch, 0.2 * GFLOP, 60 * GFLOP)
+    assert flops.matmul_peak("cpu", torch.float32) == 0.2 * GFLOP
+    assert not cache.exists()
+    assert flops.matmul_peak("cpu", torch.float32) == 60 * GFLOP  # measured again: nothing was cached
