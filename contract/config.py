@@ -54,6 +54,7 @@ from grpo_studio.contract.config_schema import (  # noqa: F401 - the keys, re-ex
     PrecisionConfig,
     ReportConfig,
     RewardsConfig,
+    WarmupConfig,
 )
 from grpo_studio.contract.config_training import (  # noqa: F401 - the keys, re-exported
     AlgoConfig,

@@ -11,7 +11,7 @@ import urllib.parse
 
 from grpo_studio.contract import alert_rules, algorithms, backend, metrics
 from grpo_studio.contract.config_bounds import MAX_SEQUENCES, MAX_TOKENS, TRACKERS
-from grpo_studio.contract.config_schema import Config
+from grpo_studio.contract.config_schema import Config, WarmupConfig
 from grpo_studio.contract.config_training import RolloutConfig
 from grpo_studio.contract.errors import UserError, did_you_mean
 
@@ -56,6 +56,7 @@ def validate(cfg: Config) -> None:
             key="rollout.async_mode",
             value=cfg.rollout.async_mode,
         )
+    _warmup_rules(cfg)
     if cfg.rewards.sandbox == "none" and not cfg.rewards.sandbox_force_none:
         raise UserError(
             "runs model-written code unconfined, as your user (rlimits and the wall clock only); "
@@ -327,4 +328,32 @@ def check_processes(
             kind=kind,
             key=prompts_key,
             value=cfg.train.prompts_per_step,
+        )
+
+
+def _warmup_rules(cfg: Config) -> None:
+    """warmup.* acts only with a warmup.source, and trains one process's adapter through a chat template."""
+    w, unset = cfg.warmup, WarmupConfig()
+    if not w.source:
+        for name in ("steps", "lr", "batch_size"):
+            if getattr(w, name) != getattr(unset, name):
+                raise UserError(
+                    "has no effect without warmup.source (the conversations to imitate); set warmup.source "
+                    f"or leave warmup.{name} at {getattr(unset, name)!r}",
+                    key=f"warmup.{name}",
+                    value=getattr(w, name),
+                )
+        return
+    if cfg.train.parallel != "none":
+        raise UserError(
+            f"warmup.source = {w.source!r}: the supervised warm-up runs in one process; allowed with a warm-up: none",
+            key="train.parallel",
+            value=cfg.train.parallel,
+        )
+    if cfg.data.chat_template in ("plain", "none") and not cfg.env.environment:
+        raise UserError(
+            f"warmup.source = {w.source!r} trains on the assistant turns of a chat template; allowed with a "
+            "warm-up: auto, a Jinja template string or a .jinja file",
+            key="data.chat_template",
+            value=cfg.data.chat_template,
         )

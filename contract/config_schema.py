@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from grpo_studio.contract.config_bounds import MAX_COEF, MAX_SCALE, MAX_SECONDS, MAX_STEPS, opt
+from grpo_studio.contract.config_bounds import MAX_COEF, MAX_SCALE, MAX_SECONDS, MAX_SEQUENCES, MAX_STEPS, opt
 from grpo_studio.contract.config_training import AlgoConfig, ModelConfig, RolloutConfig, TrainConfig
 
 
@@ -94,6 +94,19 @@ class EnvConfig:
 
 
 @dataclass
+class WarmupConfig:
+    source: str = opt(
+        "",
+        help="whole conversations to imitate before RL (a `messages` column): builtin:tool-arith-demos | "
+        "builtin:lookup-demos | file.jsonl | a Hugging Face dataset id; trained on the assistant turns "
+        "only, into the adapter RL then trains; empty = none (docs/environments.md)",
+    )
+    steps: int = opt(30, lo=1, hi=MAX_STEPS, help="warm-up optimizer steps (cross-entropy on the assistant turns)")
+    lr: float = opt(5e-4, lo=0, hi=1e4, lo_open=True, help="the warm-up's AdamW learning rate (its own optimizer)")
+    batch_size: int = opt(8, lo=1, hi=MAX_SEQUENCES, help="conversations per warm-up step")
+
+
+@dataclass
 class PrecisionConfig:
     fp8_flow: str = opt(
         "auto",
@@ -146,6 +159,7 @@ class Config:
     data: DataConfig = field(default_factory=DataConfig)
     rewards: RewardsConfig = field(default_factory=RewardsConfig)
     env: EnvConfig = field(default_factory=EnvConfig)
+    warmup: WarmupConfig = field(default_factory=WarmupConfig)
     precision: PrecisionConfig = field(default_factory=PrecisionConfig)
     report: ReportConfig = field(default_factory=ReportConfig)
     alerts: AlertsConfig = field(default_factory=AlertsConfig)

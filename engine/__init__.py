@@ -30,6 +30,7 @@ Multi-turn episodes (env.environment)
   episodes        G episodes per prompt: model turns and environment tokens in one completion span, masks exact
   tool_calls      tool calls read from a turn and run with a time bound; every failure a stop reason
   tool_template   the chat template episodes render with, checked (tools rendered, prefix-preserving, eos)
+  warmup          the supervised warm-up before RL (warmup.source): cross-entropy on whole conversations' assistant turns
 Rollouts and scale
   sampler/        rollout backends: hf, vllm, and the client of a rollout server
   rollout_server/ a vLLM engine in its own process (grpo-studio rollout-serve)

@@ -137,6 +137,17 @@ def _source_rows(data: DataConfig, split_name: str) -> list[dict]:
     return _cache[key]
 
 
+def source_rows(source: str, key: str) -> list[dict]:
+    """The rows of a dataset named as data.source names one (a built-in task, a file, a Hub id), read for
+    another key (warmup.source), whose mistakes then name that key."""
+    try:
+        return _source_rows(DataConfig(source=source), "train")
+    except UserError as err:
+        if err.key != "data.source":
+            raise
+        raise UserError(err.why, key=key, value=source, allowed=err.allowed) from None
+
+
 # ---- normalising rows ---------------------------------------------------------------------------
 
 

@@ -15,6 +15,11 @@
     builtin:guess-number   "Guess the number." with a `secret` column (1..50), answer the secret
                            (500 rows; env.environment = "guess_number", whose messages are the real prompt)
 
+Whole conversations for the supervised warm-up (warmup.source), a `messages` column each: the question, one
+tool call, the real tool's result and the answer:
+    builtin:tool-arith-demos  500 expressions of builtin:tool-arith's kinds, from another seed
+    builtin:lookup-demos      400 questions about 200 other invented people, none of them in the lookup table
+
 builtin:arith, the bundled tiny model's task, lives in engine/arith.py. Held-out rows: data.eval_size
 (auto: 200), a seeded slice as for a file.
 """
@@ -135,18 +140,18 @@ def tool_arith(count: int = 2000) -> list[dict]:
     return rows
 
 
-def _people() -> list[dict]:
-    """The table of presets/environments/lookup.py, loaded by path: the presets stay standalone examples."""
-    path = bundled.PRESETS / "environments" / "lookup.py"
-    spec = importlib.util.spec_from_file_location("grpo_studio_preset_lookup", path)
+def _preset(name: str):
+    """presets/environments/NAME.py, loaded by path: the presets stay standalone examples."""
+    path = bundled.PRESETS / "environments" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"grpo_studio_preset_{name}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.people()
+    return module
 
 
 def lookup() -> list[dict]:
     rows = []
-    for person in _people():
+    for person in _preset("lookup").people():
         name = person["name"]
         rows.append(
             {
@@ -170,10 +175,53 @@ def guess_number(repeats: int = 10) -> list[dict]:
     return [dict(row) for row in rows]
 
 
+# ---- demonstrations for the supervised warm-up (warmup.source) ---------------------------------------------
+def _tool_demo(question: str, tool: str, arguments: dict, result: str, answer: str) -> dict:
+    """One whole conversation: the question, the tool call, the tool's result, the answer."""
+    call = {"type": "function", "function": {"name": tool, "arguments": arguments}}
+    return {
+        "messages": [
+            {"role": "user", "content": question},
+            {"role": "assistant", "content": "", "tool_calls": [call]},
+            {"role": "tool", "name": tool, "content": result},
+            {"role": "assistant", "content": answer},
+        ]
+    }
+
+
+def tool_arith_demos(count: int = 500) -> list[dict]:
+    calculator, rng = _preset("calculator"), random.Random(SEED + 11)
+    rows = []
+    for _ in range(count):
+        expression, _value = _expression(rng)
+        result = calculator.evaluate(expression)  # the real tool's answer
+        question = f"What is {expression}? Use the calculator, then reply with only the number."
+        rows.append(_tool_demo(question, "calculate", {"expression": expression}, result, result))
+    return rows
+
+
+def lookup_demos(count: int = 200) -> list[dict]:
+    lookup_env = _preset("lookup")
+    known = {p["name"].lower() for p in lookup_env.people()}
+    others = [p for p in lookup_env.people(seed=SEED + 12, count=count + 40) if p["name"].lower() not in known]
+    rows = []
+    for person in others[:count]:
+        result = lookup_env.describe(person)
+        for what, answer in (("year", str(person["year"])), ("town", person["town"])):
+            question = (
+                f"In what {what} was {person['name']} born? Use the lookup tool, then reply with only the {what}."
+            )
+            rows.append(_tool_demo(question, "lookup", {"name": person["name"]}, result, answer))
+    random.Random(SEED + 13).shuffle(rows)
+    return rows
+
+
 TASKS = {
     "builtin:chat-arith": chat_arith,
     "builtin:word-problems": word_problems,
     "builtin:tool-arith": tool_arith,
     "builtin:lookup": lookup,
     "builtin:guess-number": guess_number,
+    "builtin:tool-arith-demos": tool_arith_demos,
+    "builtin:lookup-demos": lookup_demos,
 }

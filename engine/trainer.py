@@ -23,7 +23,7 @@ from grpo_studio.contract.config import Config
 from grpo_studio.contract.config import save as save_config
 from grpo_studio.contract.errors import UserError
 from grpo_studio.contract.rundir import CONFIG, METRICS, as_number, read_events, read_rows
-from grpo_studio.engine import checkpoint, data, distributed, episodes, policy_loader, prompt_render
+from grpo_studio.engine import checkpoint, data, distributed, episodes, policy_loader, prompt_render, warmup
 from grpo_studio.engine import rewards as reward_lib
 from grpo_studio.engine.faults import disk_full, disk_full_error
 from grpo_studio.engine.grpo_step import GRPOStep
@@ -57,6 +57,7 @@ class Trainer:
     def _load(self, cfg: Config) -> None:
         """Everything the run needs, under the lock: user inputs first, then the model, optimizer and sampler."""
         self.stop_requested = False
+        self.from_checkpoint = False  # resumed from a checkpoint (_restore)
         torch.manual_seed(cfg.train.seed)
 
         # user inputs first (rewards, data, model path), so mistakes surface before weights load
@@ -82,6 +83,7 @@ class Trainer:
             prompt_render.check_prompt_lengths(
                 self.prompts.rows + self.eval_rows, cfg.data, self.tokenizer, cfg.rollout.max_prompt_len
             )
+        self.warmup = warmup.prepare(cfg, self.tokenizer, self.episodes)  # warmup.source's conversations, tokenised
         self.device = policy_loader.device()
         self.precision = precision_plan.resolve(cfg)  # the one precision decision, handed to every consumer
         self.policy = self.dist.wrap(
@@ -166,6 +168,10 @@ class Trainer:
             total_steps=cfg.train.steps,
             pid=os.getpid(),
         )
+        if self.warmup and not self.from_checkpoint:  # a checkpoint's adapter holds the warm-up already
+            if not self._warm_up(progress):  # stopped: no checkpoint, so --resume warms up again from the start
+                self.rundir.event("stopped", "stopped during the warm-up", step=0)
+                return "stopped"
         # verl's val_before_train. Off by default: the extra sampling shifts later steps' μ at fp32 rounding, so
         # a run resumed past it no longer equals the uninterrupted one bit for bit (tests/test_crash_consistency.py)
         if cfg.train.eval_before and cfg.train.eval_every and self.eval_rows and not self.resume:
@@ -213,6 +219,25 @@ class Trainer:
         self.rundir.event(state, f"{state} at step {self.step_no}", step=self.step_no)
         self.outlets.event(state, f"{state} at step {self.step_no}", self.step_no)
         return state
+
+    def _warm_up(self, progress) -> bool:
+        """warmup.source: supervised steps on its conversations' assistant turns (engine/warmup.py), one
+        `warmup` event each, then the sampler takes the warmed-up weights. False when stopped (SIGTERM/SIGINT)."""
+        total = self.cfg.warmup.steps
+
+        def note(k: int, loss: float) -> bool:
+            line = f"warm-up step {k}/{total}: loss {loss:.4f}"
+            self.rundir.event("warmup", line, step=0, warmup_step=k, loss=loss)
+            if progress and (k == 1 or k == total or k % 10 == 0):
+                progress.note(line)
+            return self.stop_requested
+
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
+        warmup.run(self.warmup, self.policy, self.cfg, self.precision, pad, self.device, note)
+        if self.stop_requested:
+            return False
+        self.grpo.sampler.load_weights(export_weights(self.policy))
+        return True
 
     def close(self) -> None:
         """Release the rollout engine (vLLM holds memory and threads) and the data-parallel group; finish the
@@ -281,6 +306,7 @@ class Trainer:
             into=self.dist.load_state,
             at_most=at_most,
         )
+        self.from_checkpoint = state is not None
         if state is not None:
             self.prompts.restore(state["data_cursor"])
             grpo.resume_at(state["step"], state["counters"])

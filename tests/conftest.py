@@ -47,6 +47,37 @@ def trained_runs(tmp_path_factory) -> dict[str, Path]:
     return train(tmp_path_factory.mktemp("trained"))
 
 
+@pytest.fixture(scope="session")
+def smol_tiny_model(tmp_path_factory) -> Path:
+    """A randomly initialised 2-layer Llama with SmolLM2-135M-Instruct's real tokenizer and chat template:
+    real chat bookkeeping at a tiny model's cost."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from grpo_studio.engine.policy_loader import load_tokenizer, resolve_model_path
+
+    tokenizer = load_tokenizer(resolve_model_path("smollm2-135m-instruct"))
+    torch.manual_seed(0)
+    shape = dict(
+        hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2
+    )
+    model = LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=len(tokenizer),
+            max_position_embeddings=1024,
+            bos_token_id=tokenizer.bos_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+            pad_token_id=tokenizer.pad_token_id,
+            tie_word_embeddings=True,
+            **shape,
+        )
+    )
+    out = tmp_path_factory.mktemp("smol-tiny")
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
 def pytest_collection_modifyitems(config, items):
     import torch
 

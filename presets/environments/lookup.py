@@ -23,18 +23,24 @@ def _word(rng: random.Random, syllables: int) -> str:
     return "".join(rng.choice(ONSETS) + rng.choice(VOWELS) + rng.choice(CODAS) for _ in range(syllables)).title()
 
 
-def people() -> list[dict]:
-    """The table: [{"name", "year", "town"}], the same on every call (a fixed seed), names unique."""
-    rng = random.Random(SEED)
+def people(seed: int = SEED, count: int = COUNT) -> list[dict]:
+    """The table: [{"name", "year", "town"}], the same on every call (a fixed seed), names unique. (Another
+    seed gives other invented people: the built-in warm-up's demonstrations use them.)"""
+    rng = random.Random(seed)
     towns = sorted({_word(rng, rng.randint(1, 2)) + rng.choice(TOWN_ENDS) for _ in range(40)})
     rows, seen = [], set()
-    while len(rows) < COUNT:
+    while len(rows) < count:
         name = f"{_word(rng, 2)} {_word(rng, rng.randint(1, 2))}"
         if name.lower() in seen:
             continue
         seen.add(name.lower())
         rows.append({"name": name, "year": rng.randint(1800, 1999), "town": rng.choice(towns)})
     return rows
+
+
+def describe(person: dict) -> str:
+    """What the tool answers about one person."""
+    return f"{person['name']}: born {person['year']} in {person['town']}"
 
 
 def _key(name: str) -> str:
@@ -62,4 +68,4 @@ class Lookup:
         person = self.table.get(_key(name))
         if person is None:
             raise ValueError(f"no person named {name.strip()!r}")
-        return f"{person['name']}: born {person['year']} in {person['town']}"
+        return describe(person)
