@@ -35,6 +35,7 @@ class StudioApp(App):
     BINDINGS = [
         Binding("f2", "show_setup", "Setup", id="app.setup", show=False),
         Binding("f3", "show_runs", "Runs", id="app.runs"),
+        Binding("question_mark,f1", "keys_help", "Keys", id="app.help", show=False),
         Binding("ctrl+q", "quit", "Quit", id="app.quit", priority=True, show=False),
     ]
 
@@ -110,6 +111,17 @@ class StudioApp(App):
         if isinstance(self.screen, RunsScreen):
             return
         self.push_screen(RunsScreen(self.runs_root, mark=mark))
+
+    def action_keys_help(self) -> None:
+        from grpo_studio.studio.screens.keys_help import KeysHelp, binding_rows
+
+        screen = self.screen
+        if isinstance(screen, KeysHelp):
+            return
+        name = type(screen).__name__.removesuffix("Screen").lower()
+        self.push_screen(
+            KeysHelp([(name, binding_rows(screen, self._keymap)), ("everywhere", binding_rows(self, self._keymap))])
+        )
 
     def open_run(self, run_dir: Path) -> None:
         from grpo_studio.studio.screens.dashboard_screen import DashboardScreen

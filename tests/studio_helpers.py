@@ -49,3 +49,8 @@ def visible_text(widget) -> str:
 
     strips = widget.render_lines(Region(0, 0, widget.size.width, widget.size.height))
     return "\n".join(strip.text.rstrip() for strip in strips)
+
+
+def screen_text(app) -> str:
+    """The characters the app's top screen shows, one line per terminal row."""
+    return "\n".join(strip.text.rstrip() for strip in app.screen._compositor.render_strips())

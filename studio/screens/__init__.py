@@ -6,4 +6,5 @@
   runs_list_screen   every run under the runs folder: open, mark and compare, A/B dtype, export
   compare_screen     two or more runs overlaid on the same charts
   modals             the modal dialogs: a yes/no confirmation and a path prompt
+  keys_help          the keys help (`?` / F1): the keys of the screen below and of the app, scrolling
 """
