@@ -16,7 +16,17 @@ from grpo_studio.contract import metrics as schema
 from grpo_studio.contract.errors import UserError
 from grpo_studio.contract.run_files import CHECKPOINTS, CONFIG, EVENTS, METRICS, PIDFILE, STREAMS
 from grpo_studio.contract.run_lock import lock_holder, read_lock
-from grpo_studio.contract.run_reader import Warnings, as_number, last_row, last_state, read_toml, setting
+from grpo_studio.contract.run_reader import (
+    MAX_LINE_BYTES,
+    Warnings,
+    as_number,
+    last_row,
+    last_state,
+    open_file,
+    parse_row,
+    read_toml,
+    setting,
+)
 
 
 @dataclass
@@ -28,6 +38,7 @@ class RunState:
     total_steps: int | None = None
     last_event: str = ""
     skipped_rows: int = 0  # malformed lines its readers skipped (the tails of events.jsonl and metrics.jsonl)
+    started: float = 0.0  # when the run started (started_at): the runs list's order
     extra: dict = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)  # what could not be read, one line each ("FILE: why")
 
@@ -69,8 +80,25 @@ def run_state(run_dir: Path) -> RunState:
         total,
         last,
         skipped_events + skipped,
+        started=started_at(run_dir),
         warnings=list(warn),
     )
+
+
+def started_at(run_dir: Path) -> float:
+    """When the run started: the time of events.jsonl's first row (a resume appends, so it stays), else
+    config.toml's modification time, else 0. Unlike the folder's mtime it does not move as the run writes."""
+    fh = open_file(run_dir / EVENTS)
+    if fh is not None:
+        with fh:
+            try:
+                row = parse_row(EVENTS, fh.readline(MAX_LINE_BYTES)) or {}
+            except OSError:
+                row = {}
+        started = as_number(row.get("time"))
+        if started is not None:
+            return started
+    return _mtime(run_dir / CONFIG)
 
 
 def _is_run(path: Path) -> bool:
@@ -93,12 +121,12 @@ def list_runs(root: Path) -> list[RunState]:
         dirs = [d for d in root.iterdir() if _is_run(d)]
     except OSError:
         return []
-    return [run_state(d) for d in sorted(dirs, key=_mtime, reverse=True)]
+    return sorted(map(run_state, dirs), key=lambda st: (-st.started, st.name))  # newest first, then by name
 
 
 def run_summaries(root: Path) -> list[dict]:
-    """One row per run under `root` (newest first): what `grpo-studio runs` and the runs screen list;
-    "warnings": what could not be read, one line each."""
+    """One row per run under `root` (list_runs' order: newest start first, then by name): what `grpo-studio
+    runs` and the runs screen list; "warnings": what could not be read, one line each."""
     rows = []
     for st in list_runs(root):
         warn = Warnings()

@@ -1,6 +1,7 @@
-"""The runs list: every run under the runs folder with its state (from pid liveness and events),
-open any of them, mark two or more to compare, duplicate one with another dtype, or export its newest
-checkpoint (`grpo-studio export` in a child process: the studio never loads torch)."""
+"""The runs list: every run under the runs folder with its state (from pid liveness and events), newest
+start first (a stable order; a refresh keeps the cursor on its run). Open any of them, mark two or more to
+compare, duplicate one with another dtype, or export its newest checkpoint (`grpo-studio export` in a child
+process: the studio never loads torch)."""
 
 from __future__ import annotations
 
@@ -51,7 +52,7 @@ class RunsScreen(Screen):
 
     def action_reload(self) -> None:
         table = self.query_one(DataTable)
-        keep = table.cursor_row
+        row_now, run_now = table.cursor_row, self._current()
         self.rows = rundir.run_summaries(self.root)
         table.clear()
         for row in self.rows:
@@ -67,7 +68,9 @@ class RunsScreen(Screen):
                 row["model"],
                 key=str(row["path"]),
             )
-        if self.rows:
+        if self.rows:  # the cursor stays on its run; if that run went away, on the row it was on
+            paths = [row["path"] for row in self.rows]
+            keep = paths.index(run_now["path"]) if run_now and run_now["path"] in paths else row_now
             table.move_cursor(row=min(keep, len(self.rows) - 1))
         hint = (
             f"{len(self.rows)} runs under {self.root}.  space marks runs; c compares the marked ones; x exports"
