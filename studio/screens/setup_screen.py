@@ -7,7 +7,7 @@ import copy
 import functools
 from pathlib import Path
 
-from textual import on
+from textual import events, on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
@@ -165,6 +165,8 @@ class SetupScreen(Screen):
                     yield RewardList(*opts, id=fid, classes="rewards")
                 else:
                     yield Input(as_text(value), id=fid, compact=True, select_on_focus=False)
+            if kind == "rewards":  # the list shows 6 rows: what is selected, always in view
+                yield Static("", id="rewards-summary", classes="hint")
             if kind == "model":
                 with Horizontal(classes="row"):
                     yield Label("…or path/hub", classes="label")
@@ -257,6 +259,7 @@ class SetupScreen(Screen):
         form_error.update(general)
         form_error.display = bool(general)
         self.query_one("#dtype-hint", Static).update(DTYPE_HINTS.get(str(self._raw("model.dtype")), ""))
+        self.query_one("#rewards-summary", Static).update(self.rewards_summary())
         if not errors:
             self.cfg = cfg
         self.general_error = general
@@ -268,6 +271,17 @@ class SetupScreen(Screen):
         self.plan = vram_adapter.plan(self.cfg, self.mode, gpu, world_size=self.nproc())
         self.plan_count += 1
         self.query_one(VramPanel).show(self.plan, label)
+
+    def rewards_summary(self) -> str:
+        """ "rewards: correctness, format (2 of 12 built-in)", user functions (file.py:fn) named too."""
+        names = self._raw("rewards.funcs")
+        picked = len(self.query_one(RewardList).selected)
+        return f"rewards: {', '.join(names) or 'none'} ({picked} of {len(self.builtins)} built-in)"
+
+    @on(events.DescendantFocus, "#f-rewards-funcs")
+    def _show_rewards_box(self) -> None:
+        """Focusing the list scrolls its whole field into view: label, list, summary, user functions."""
+        self.call_after_refresh(self.query_one("#f-rewards-funcs-box").scroll_visible, animate=False)
 
     # ---- actions ----------------------------------------------------------------------------
     def action_toggle_mode(self) -> None:
