@@ -339,7 +339,8 @@ def _warmup_rules(cfg: Config) -> None:
             if getattr(w, name) != getattr(unset, name):
                 raise UserError(
                     "has no effect without warmup.source (the conversations to imitate); set warmup.source "
-                    f"or leave warmup.{name} at {getattr(unset, name)!r}",
+                    f"or leave warmup.{name} at {getattr(unset, name)!r} (no warm-up: warmup.steps, warmup.lr "
+                    "and warmup.batch_size at their defaults)",
                     key=f"warmup.{name}",
                     value=getattr(w, name),
                 )

@@ -100,7 +100,8 @@ def test_warmup_keys_without_a_source_or_with_data_parallel_are_refused():
         config.load("chat-arith", ["warmup.steps=5"])
     assert str(err.value) == (
         "config error: warmup.steps = 5: has no effect without warmup.source (the conversations to imitate); "
-        "set warmup.source or leave warmup.steps at 30"
+        "set warmup.source or leave warmup.steps at 30 (no warm-up: warmup.steps, warmup.lr and warmup.batch_size "
+        "at their defaults)"
     )
     with pytest.raises(UserError, match=r"^config error: train.parallel = 'ddp': warmup.source = 'builtin:tool"):
         config.load("chat-arith", ["warmup.source=builtin:tool-arith-demos", "train.parallel=ddp"])
