@@ -42,6 +42,10 @@ async def test_vram_panel_follows_lora_rank_and_lengths(tmp_path):
         assert screen.plan.mode == "accurate"
         base = screen.plan.total
         assert f"{base:,.2f}" in panel_text(app)
+        # the total is the phase peak, not the rows' sum: the panel says which rows it adds
+        assert "total = weights + sampler copy + train state + max(rollout KV, train activations + logits)" in (
+            panel_text(app)
+        )
 
         await type_into(pilot, "f-model-lora-rank", "128")
         assert screen.cfg.model.lora_rank == 128
@@ -130,3 +134,12 @@ async def test_reward_boxes_read_without_colour_and_fields_carry_the_config_help
         assert (
             app.screen.query_one("#f-algo-beta").tooltip == "algo.beta\nKL-to-reference coefficient (k3)\ndefault: 0.0"
         )
+
+
+def test_documented_mode_names_the_rollout_engine_the_run_uses():
+    from grpo_studio.studio import vram_adapter
+
+    for engine, says in (("hf", "this run samples with hf"), ("vllm", "0: weights shared with vLLM (Unsloth)")):
+        plan = vram_adapter.plan(cfgmod.load("chat-arith", [f"rollout.backend={engine}"]), "documented", 24.0)
+        (row,) = [r for r in plan.rows if r.name == "inference weights copy"]
+        assert says in row.formula and row.gib == 0.0

@@ -3,6 +3,7 @@ GRPO"), as published (docs/vram.md). Pure python, like contract/planner/vram.py.
 
 from __future__ import annotations
 
+from grpo_studio.contract import backend
 from grpo_studio.contract.config import Config
 from grpo_studio.contract.model_card import Card
 from grpo_studio.contract.planner.breakdown import Row, _g
@@ -41,7 +42,10 @@ def documented(card: Card, cfg: Config, variant: str = "efficient", training: Ro
         " ÷ 8 (Unsloth memory-efficient GRPO loss)" if variant == "efficient" else " (standard)"
     )
     if variant == "efficient":
+        engine = backend.resolve(r.backend, load_in_4bit=m.load_in_4bit)[0]
         infer, infer_f = 0.0, "0: weights shared with vLLM (Unsloth)"
+        if engine != "vllm":  # the doc's assumption, not this run's: the hf sampler keeps its own copy
+            infer_f = f"0: Unsloth's doc shares the weights with vLLM; this run samples with {engine} (accurate mode counts its copy)"
     else:
         infer = 2 * size_b
         infer_f = f"2 B · {size_b:g}B params (separate vLLM copy; the doc counts 1B params ≈ 1 GB)"
