@@ -40,8 +40,13 @@ class PlainProgress:
             f"loss {row.get(metrics.LOSS, float('nan')):.4f}",
             f"k3 {row.get(metrics.K3, float('nan')):.2e}",
         ]
-        if metrics.EVAL_ACCURACY in row:
-            parts.append(f"eval_acc {row[metrics.EVAL_ACCURACY]:.3f}")
+        for key, label in (
+            (metrics.EVAL_ACCURACY, "eval_acc"),
+            (metrics.EVAL_PASS_AT_K, "pass@k"),
+            (metrics.EVAL_MAJ_AT_K, "maj@k"),
+        ):
+            if key in row:
+                parts.append(f"{label} {row[key]:.3f}")
         print("  ".join(parts) + f"  eta {eta:.0f}s", file=self.stream, flush=True)
 
     def close(self) -> None:

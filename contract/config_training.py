@@ -245,6 +245,13 @@ class TrainConfig:
     )
     samples_every: int = opt(1, lo=1, hi=MAX_STEPS, help="write samples.jsonl every N steps")
     eval_every: int = opt(0, lo=0, hi=MAX_STEPS, help="held-out accuracy every N steps; 0 = off")
+    eval_k: int = opt(
+        1,
+        lo=1,
+        hi=MAX_GENERATIONS,
+        help="samples per held-out prompt at each eval: 1 = eval/accuracy of one sample; k > 1 also "
+        "eval/pass_at_k and eval/maj_at_k (eval/accuracy then pass@1 estimated from the k)",
+    )
     eval_before: bool = opt(
         False,
         help="with eval_every: also the starting weights' accuracy, before step 1 "

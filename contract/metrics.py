@@ -31,6 +31,8 @@ class Metric:
 STEP, TIME = "step", "time"
 REWARD, K3, LOSS = "reward/mean", "mismatch/k3", "loss"
 DP_MAX, PEAK_GIB, STEP_S, EVAL_ACCURACY = "mismatch/abs_dp_max", "mem/peak_gib", "perf/step_s", "eval/accuracy"
+EVAL_PASS_AT_K, EVAL_MAJ_AT_K = "eval/pass_at_k", "eval/maj_at_k"  # train.eval_k > 1 only
+EVAL_KEYS = (EVAL_ACCURACY, EVAL_PASS_AT_K, EVAL_MAJ_AT_K)  # the step-0 `eval` event's fields: these less "eval/"
 
 SCHEMA = {
     m.name: m
@@ -222,7 +224,24 @@ SCHEMA = {
             "steps",
             combine="max",
         ),
-        Metric(EVAL_ACCURACY, "share of eval prompts the first reward function scores above 0", "fraction"),
+        Metric(
+            EVAL_ACCURACY,
+            "pass@1: share of eval samples the first reward function scores above 0 (train.eval_k per "
+            "prompt: the mean over prompts of c/k, c of the k right)",
+            "fraction",
+        ),
+        Metric(
+            EVAL_PASS_AT_K,
+            "pass@k (train.eval_k > 1): share of eval prompts with at least one of their k samples right "
+            "(Chen et al. 2021's unbiased estimator with n = k)",
+            "fraction",
+        ),
+        Metric(
+            EVAL_MAJ_AT_K,
+            "maj@k (train.eval_k > 1): share of eval prompts whose most common extracted answer among the k "
+            "(ties: the first) is right; no answer counts wrong; not written when no sample has one",
+            "fraction",
+        ),
     ]
 }
 

@@ -2,6 +2,7 @@
 
 The loop
   trainer         the run's life: load, the loop, evaluate, checkpoint, resume, signals
+  evaluation      held-out pass@1, pass@k and maj@k from train.eval_k samples per prompt
   grpo_step       one optimizer step: rollout, π_old, loss and backward, AdamW, mismatch, weight sync, metrics
   step_metrics    a step's metrics row: loss, lr, perf/* (wall time, FLOPs, MFU), mem/*, micro-batches merged
   skipped_steps   steps skipped for non-finite numbers; train.max_bad_steps in a row: diverged

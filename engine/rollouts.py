@@ -201,20 +201,22 @@ class Rollouts:
         request["future"] = self.sampler.submit(request["prompt_ids"], request["sampling"])
         return request
 
-    def first_scores(self, rows: list[dict], sampling: Sampling) -> list[float]:
-        """Evaluation: one completion per row (with an environment, one episode), scored by the first reward
-        function, or by the environment where the run has no reward function."""
+    def first_scores(self, rows: list[dict], sampling: Sampling) -> tuple[list[float], list[str]]:
+        """Evaluation: sampling.n completions per row (with an environment, episodes), scored by the first reward
+        function, or by the environment where the run has no reward function; and the texts scored (an
+        episode's last model turn), row by row."""
+        n = sampling.n
         if self.episodes:
-            _, episodes = self.episodes.run(self.sampler, rows, 1, sampling, self.cfg.data.prompt_column)
-            if not self.reward_fns:
-                return [e.reward or 0.0 for e in episodes]
+            _, episodes = self.episodes.run(self.sampler, rows, n, sampling, self.cfg.data.prompt_column)
             texts = [e.answer for e in episodes]
+            if not self.reward_fns:
+                return [e.reward or 0.0 for e in episodes], texts
         else:
             prompts = [prompt_render.prompt_text(row, self.cfg.data, self.tokenizer) for row in rows]
             ids = prompt_render.encode_prompts(self.tokenizer, prompts, self.cfg.rollout.max_prompt_len)
             out = self.sampler.generate(ids, sampling)
             texts = self.tokenizer.batch_decode(out.completion_ids, skip_special_tokens=True)
-        return [score for (score,) in self.score(self.reward_fns[:1], rows, 1, texts)]
+        return [score for (score,) in self.score(self.reward_fns[:1], rows, n, texts)], texts
 
     def score(self, funcs, rows: list[dict], n: int, completions: list[str]) -> list[list[float]]:
         """Rewards for n completions per row, called as TRL does: the raw prompts, and every other

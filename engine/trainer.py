@@ -23,12 +23,11 @@ from grpo_studio.contract.config import Config
 from grpo_studio.contract.config import save as save_config
 from grpo_studio.contract.errors import UserError
 from grpo_studio.contract.rundir import CONFIG, METRICS, as_number, read_events, read_rows
-from grpo_studio.engine import checkpoint, data, distributed, episodes, policy_loader, prompt_render, warmup
+from grpo_studio.engine import checkpoint, data, distributed, episodes, evaluation, policy_loader, prompt_render, warmup
 from grpo_studio.engine import rewards as reward_lib
 from grpo_studio.engine.faults import disk_full, disk_full_error
 from grpo_studio.engine.grpo_step import GRPOStep
 from grpo_studio.engine.outlets import Outlets
-from grpo_studio.engine.sampler import Sampling
 from grpo_studio.engine.sampler.remote import RolloutServerLost
 from grpo_studio.engine.skipped_steps import last_checkpoint
 from grpo_studio.engine.weights import export_weights
@@ -116,22 +115,19 @@ class Trainer:
 
     # ---- evaluation -------------------------------------------------------------------------
     def evaluate(self, limit: int | None = None) -> float:
-        """Held-out accuracy at the run's temperature: the share of eval prompts whose one
-        sample gets a positive score from the first reward function (correctness by default)."""
+        """Held-out accuracy (pass@1) at the run's temperature (eval_metrics)."""
+        return self.eval_metrics(limit)[schema.EVAL_ACCURACY]
+
+    def eval_metrics(self, limit: int | None = None) -> dict[str, float]:
+        """The eval/* values of train.eval_k samples per eval prompt (engine/evaluation.py)."""
         sampler, rollouts = self.grpo.sampler, self.grpo.rollouts
         if self.grpo.updates:  # between the updates of a rollout the sampler still holds the weights that sampled it
             sampler.load_weights(export_weights(self.policy))
         every = self.eval_rows[:limit] if limit else self.eval_rows
-        rows, correct = self.dist.shard(every), 0  # data-parallel: each rank its part, the count summed
-        if rows:
-            sampling = Sampling(
-                n=1,
-                max_tokens=self.cfg.rollout.max_completion_len,
-                temperature=self.cfg.rollout.temperature,
-                seed=10_007,
-            )
-            correct = sum(1 for score in rollouts.first_scores(rows, sampling) if score > 0)
-        return float(self.dist.total(torch.tensor(float(correct)))) / len(every)
+        rows = self.dist.shard(every)  # data-parallel: each rank its part, the sums summed
+        sums = evaluation.sample(rollouts, rows, self.cfg) if rows else [0.0] * len(evaluation.TALLY)
+        sums = [float(self.dist.total(torch.tensor(s, dtype=torch.float64))) for s in sums]  # summed over ranks
+        return evaluation.eval_metrics(sums, len(every), self.cfg.train.eval_k)
 
     # ---- the run ----------------------------------------------------------------------------
     def run(self, progress=None) -> str:
@@ -175,10 +171,12 @@ class Trainer:
         # verl's val_before_train. Off by default: the extra sampling shifts later steps' μ at fp32 rounding, so
         # a run resumed past it no longer equals the uninterrupted one bit for bit (tests/test_crash_consistency.py)
         if cfg.train.eval_before and cfg.train.eval_every and self.eval_rows and not self.resume:
-            accuracy = self.evaluate()
-            self.rundir.event("eval", f"eval/accuracy before training: {accuracy:.3f}", step=0, accuracy=accuracy)
+            before = self.eval_metrics()
+            line = ", ".join(f"{key} {value:.3f}" for key, value in before.items())
+            fields = {key.removeprefix("eval/"): value for key, value in before.items()}  # metrics.EVAL_KEYS
+            self.rundir.event("eval", f"before training: {line}", step=0, **fields)
             if progress:
-                progress.note(f"eval_acc before training {accuracy:.3f}")
+                progress.note(f"before training: {line}")
         grpo = self.grpo  # grpo.lost: the rollout server stopped answering (in a step's weight sync, or here)
         while self.step_no < cfg.train.steps and not self._stop_agreed() and not grpo.lost:
             try:
@@ -193,7 +191,7 @@ class Trainer:
                 and self.step_no % cfg.train.eval_every == 0
                 and not (grpo.lost or stop)
             ):
-                row["eval/accuracy"] = self.evaluate()
+                row.update(self.eval_metrics())
             row = self.dist.reduce_metrics(row)  # one row for all ranks, written by rank 0
             self.rundir.metrics(row)
             self.outlets.row(row)

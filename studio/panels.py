@@ -22,6 +22,7 @@ class Panel:
     rewards: bool = False  # add rewards/<fn>/mean + a smoothed line
     needs_beta: bool = False
     gate: str = ""  # shown only once this metric has been > 0 in the run
+    logged: bool = False  # the gate opens once the metric is logged at all, 0 included
     note: str = ""  # one line under the chart: why it looks as it does
     family: str = ""  # add every run column under this prefix (names known only at run time: an env's tools)
     percent: bool = False  # shares shown in percent (headline and ticks), as the Perf table shows them
@@ -47,7 +48,7 @@ class Panel:
         return out
 
     def present(self, run: RunData) -> bool:
-        return not self.gate or any(v > 0 for v in run.series(self.gate)[1])
+        return not self.gate or any(self.logged or v > 0 for v in run.series(self.gate)[1])
 
     def headline(self, run: RunData) -> str:
         key = self.keys[0] if self.keys else ""
@@ -57,7 +58,7 @@ class Panel:
 
 
 def short(key: str) -> str:
-    prefixes = ("env/tool_calls/", "env/stop/", "env/")
+    prefixes = ("env/tool_calls/", "env/stop/", "env/", "eval/")
     for prefix in ("mismatch/", "completion/", "perf/", "precision/", "mem/", "policy/", *prefixes):
         if key.startswith(prefix):
             return key[len(prefix) :]
@@ -73,7 +74,14 @@ PANELS = {
     p.id: p
     for p in [
         Panel("reward", "reward", [metrics.REWARD], rewards=True),
-        Panel("eval", "held-out accuracy (step 0: before training)", [metrics.EVAL_ACCURACY]),
+        # pass@k and maj@k: train.eval_k > 1 only; shown once the run has evaluated
+        Panel(
+            "eval",
+            "held-out accuracy (step 0: before training)",
+            [metrics.EVAL_ACCURACY, metrics.EVAL_PASS_AT_K, metrics.EVAL_MAJ_AT_K],
+            gate=metrics.EVAL_ACCURACY,
+            logged=True,
+        ),
         Panel("k3", "KL k3", [metrics.K3]),
         Panel("loss", "loss", [metrics.LOSS], note=LOSS_NOTE),
         Panel("grad_norm", "grad norm", ["grad_norm"]),
@@ -111,7 +119,7 @@ PANELS = {
 }
 
 TABS = [
-    ("overview", "Overview", ["reward", "k3"]),
+    ("overview", "Overview", ["reward", "k3", "eval"]),
     ("training", "Train", ["loss", "grad_norm", "lr", "entropy", "clip", "kl_ref"]),
     ("mismatch", "Mismatch", ["k3", "dp_max", "is", "masked", "lag_k3", "token_lag"]),
     (

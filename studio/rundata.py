@@ -15,6 +15,7 @@ from collections import deque
 from pathlib import Path
 
 from grpo_studio.contract import metrics
+from grpo_studio.contract.metrics import EVAL_KEYS  # poll() names its rows `metrics`
 from grpo_studio.contract.run_files import CONFIG, EVENTS, HISTOGRAMS, METRICS, SAMPLES, STATE_EVENTS
 from grpo_studio.contract.run_reader import JsonlTail, Warnings, as_number, malformed, odd_numbers, read_config, setting
 from grpo_studio.contract.run_state import run_state, state_of
@@ -36,7 +37,7 @@ class RunData:
         self.total_steps: int | None = None
         self.last_state_event = ""
         self.start_time: float | None = None
-        self.eval_before: float | None = None  # eval/accuracy of the starting weights (the step-0 `eval` event)
+        self.eval_before: dict[str, float] = {}  # eval/* of the starting weights (the step-0 `eval` event)
         self.version = 0
         self._reported: dict[str, int] = {}  # skipped lines already reported, per file
         self._reported_odd: dict[str, int] = {}  # non-finite numbers already reported, per file
@@ -97,7 +98,8 @@ class RunData:
             if kind in STATE_EVENTS:
                 self.last_state_event = kind
             if kind == "eval" and event.get("step") == 0:
-                self.eval_before = as_number(event.get("accuracy"))
+                values = {key: as_number(event.get(key.removeprefix("eval/"))) for key in EVAL_KEYS}
+                self.eval_before = {key: value for key, value in values.items() if value is not None}
             if kind == "started":
                 total = event.get("total_steps")
                 self.total_steps = (
@@ -181,13 +183,11 @@ class RunData:
         return state_of(self.dir, self.last_state_event)
 
     def series(self, key: str) -> tuple[list[int], list[float]]:
-        """(steps, values) of one metric; eval/accuracy starts at step 0 with the starting weights' score."""
+        """(steps, values) of one metric; eval/* start at step 0 with the starting weights' scores."""
         col = self.columns.get(key)
         if not col:
             return [], []
-        xs, ys = (
-            ([0], [self.eval_before]) if key == metrics.EVAL_ACCURACY and self.eval_before is not None else ([], [])
-        )
+        xs, ys = ([0], [self.eval_before[key]]) if key in self.eval_before else ([], [])
         for s, v in zip(self.steps, col):
             if v is not None:
                 xs.append(s)

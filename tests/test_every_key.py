@@ -89,6 +89,7 @@ RUN = {
     "train.keep_checkpoints": ("1", ["train.save_every=1", "train.steps=3"]),
     "train.samples_every": ("2", []),
     "train.eval_every": ("1", []),
+    "train.eval_k": ("4", ["train.eval_every=1"]),
     "rewards.weights": ("[1.0, 0.25]", []),
     "precision.loss_scale_init": ("1024", FP16),
     "precision.loss_scale_growth_interval": ("1", FP16),

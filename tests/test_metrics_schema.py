@@ -12,7 +12,7 @@ from grpo_studio.contract.rundir import METRICS, RunWriter
 
 def test_a_real_trainer_row_names_exactly_the_schema(tmp_path):
     """Every optional family switched on (fp16 scaler, KL to the reference, rollout correction,
-    eval): the row the trainer wrote through RunWriter holds every schema name, and no other."""
+    eval with pass@k and maj@k): the row the trainer wrote through RunWriter holds every schema name, and no other."""
     from grpo_studio.engine.trainer import Trainer
 
     cfg = config.load(
@@ -23,6 +23,7 @@ def test_a_real_trainer_row_names_exactly_the_schema(tmp_path):
             "rollout.num_generations=2",
             "train.save_every=0",
             "train.eval_every=1",
+            "train.eval_k=2",
             "model.dtype=fp16",
             "algo.beta=0.04",
             "algo.is_level=token",
