@@ -56,6 +56,12 @@ def validate(cfg: Config) -> None:
             key="rollout.async_mode",
             value=cfg.rollout.async_mode,
         )
+    if cfg.train.eval_k > 1 and not cfg.train.eval_every:
+        raise UserError(
+            "has no effect with train.eval_every = 0 (no evaluation); set train.eval_every or leave train.eval_k at 1",
+            key="train.eval_k",
+            value=cfg.train.eval_k,
+        )
     _warmup_rules(cfg)
     if cfg.rewards.sandbox == "none" and not cfg.rewards.sandbox_force_none:
         raise UserError(

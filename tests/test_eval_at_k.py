@@ -88,6 +88,12 @@ def test_eval_k_is_bounded_in_one_line():
     with pytest.raises(UserError) as err:
         config.load("tiny-arith", ["train.eval_k=0"])
     assert "train.eval_k" in str(err.value) and "0" in str(err.value) and "\n" not in str(err.value)
+    with pytest.raises(UserError) as err:
+        config.load("tiny-arith", ["train.eval_k=4", "train.eval_every=0"])
+    assert str(err.value) == (
+        "config error: train.eval_k = 4: has no effect with train.eval_every = 0 (no evaluation); set "
+        "train.eval_every or leave train.eval_k at 1"
+    )
 
 
 def scripted(trainer, calls: list):
