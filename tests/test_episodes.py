@@ -203,7 +203,9 @@ def test_one_token_budget_rolls_back_an_overflowing_tool_result_and_cut_turns_ru
 def test_the_first_turn_is_sampled_as_a_one_turn_rollout(tok):
     """Same prompts, the rollout's seed and budget: what plain GRPO would request with n rows per prompt."""
     sampler = ScriptedSampler(tok, lambda c: "x<|im_end|>")
-    _episodes(tok, "OneStep", max_tokens=50).run(sampler, [{"prompt": "a"}, {"prompt": "b"}], 3, Sampling(3, 50, seed=7))
+    _episodes(tok, "OneStep", max_tokens=50).run(
+        sampler, [{"prompt": "a"}, {"prompt": "b"}], 3, Sampling(3, 50, seed=7)
+    )
     ((contexts, sampling),) = sampler.calls
     assert sampling == Sampling(n=1, max_tokens=50, seed=7)
     assert len(contexts) == 6 and contexts[0] == contexts[2] != contexts[3]
