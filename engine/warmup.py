@@ -95,6 +95,13 @@ def prepare(cfg: Config, tokenizer, episodes) -> list[Example]:
         if not prompt_render.is_conversational(row["messages"]):
             raise _err(source, f"`messages` must be a list of {{role, content}} messages, got {row['messages']!r:.60}")
         examples.append(transcript(render, row["messages"], tokenizer.eos_token_id, source))
+    longest, room = max(len(e.ids) for e in examples), cfg.rollout.max_prompt_len + cfg.rollout.max_completion_len
+    if longest > room:  # the VRAM planner sizes every sequence of the run at most this long
+        raise _err(
+            source,
+            f"the longest conversation renders to {longest} tokens; allowed: at most rollout.max_prompt_len + "
+            f"rollout.max_completion_len = {room}",
+        )
     return examples
 
 

@@ -15,7 +15,7 @@ from grpo_studio.contract import bundled, config
 from grpo_studio.contract.environments import load as load_env
 from grpo_studio.contract.environments import schemas
 from grpo_studio.contract.errors import UserError
-from grpo_studio.engine import tasks, warmup
+from grpo_studio.engine import episodes, tasks, warmup
 from grpo_studio.engine.policy_loader import load_tokenizer, resolve_model_path
 from grpo_studio.engine.trainer import Trainer
 
@@ -90,6 +90,19 @@ def test_bad_conversations_and_sources_are_one_line(tok):
     assert str(err.value) == (
         "config error: warmup.source = 'builtin:chat-arith': needs a `messages` column of whole conversations; "
         "found: prompt, answer"
+    )
+    cfg = config.load("tool-calc", ["rollout.max_prompt_len=100", "rollout.max_completion_len=60"])
+    calculator = load_env("calculator")
+    tools = schemas(calculator.factory(), calculator)
+    longest = max(  # each whole conversation as transformers renders it, less its final "\n"
+        len(tok.apply_chat_template(d["messages"], tools=tools, chat_template=TOOLS_TEMPLATE, return_dict=False)) - 1
+        for d in tasks.tool_arith_demos()
+    )
+    with pytest.raises(UserError) as err:
+        warmup.prepare(cfg, tok, episodes.Episodes(calculator, tok, TOOLS_TEMPLATE, cfg.env, 60))
+    assert str(err.value) == (
+        f"config error: warmup.source = 'builtin:tool-arith-demos': the longest conversation renders to {longest} "
+        "tokens; allowed: at most rollout.max_prompt_len + rollout.max_completion_len = 160"
     )
     with pytest.raises(UserError, match=r"^config error: warmup.source = 'builtin:nope': unknown built-in task"):
         warmup.prepare(config.load("chat-arith", ["warmup.source=builtin:nope"]), tok, None)
