@@ -77,10 +77,11 @@ PANELS = {
         # pass@k and maj@k: train.eval_k > 1 only; shown once the run has evaluated
         Panel(
             "eval",
-            "held-out accuracy (step 0: before training)",
+            "held-out accuracy",  # short: plotext drops a title wider than the chart (80x24: ~38 columns)
             [metrics.EVAL_ACCURACY, metrics.EVAL_PASS_AT_K, metrics.EVAL_MAJ_AT_K],
             gate=metrics.EVAL_ACCURACY,
             logged=True,
+            note="step 0: before training",
         ),
         Panel("k3", "KL k3", [metrics.K3]),
         Panel("loss", "loss", [metrics.LOSS], note=LOSS_NOTE),
