@@ -82,7 +82,7 @@ def test_bare_form_is_the_studio_on_a_recipe(capsys):
     assert err_of(capsys, "no-such-recipe") == (
         2,
         "config error: recipe 'no-such-recipe' not found: not a .toml file or a preset (presets: chat-arith, "
-        "tiny-arith, word-problems)\n",
+        "guess-number, tiny-arith, tool-calc, tool-lookup, word-problems)\n",
     )
     assert err_of(capsys, "--set", "train.stepz=3") == (
         2,

@@ -50,7 +50,7 @@ CASES = [
     (
         ["nosuch-recipe"],
         "config error: recipe 'nosuch-recipe' not found: not a .toml file or a preset (presets: "
-        "chat-arith, tiny-arith, word-problems)",
+        "chat-arith, guess-number, tiny-arith, tool-calc, tool-lookup, word-problems)",
     ),
     (["missing.toml"], "config error: recipe file 'missing.toml' does not exist"),
     (
