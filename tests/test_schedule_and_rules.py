@@ -193,7 +193,8 @@ RULES = [
     ),
     pytest.param(
         dict(rewards__funcs=[], rewards__weights=[]),
-        "config error: rewards.funcs = []: give at least one reward function",
+        "config error: rewards.funcs = []: give at least one reward function (or an env.environment that scores "
+        "its episodes)",
         [dict(rewards__funcs=["format"], rewards__weights=[])],
         id="at-least-one-func",
     ),
@@ -407,7 +408,7 @@ KEYS = [
         "config error: model.dtype = 'fp61': allowed: fp32, bf16, fp16, fp8 (did you mean 'fp16'?)",
     ),
     ("train.stpes", 3, False, "config error: unknown key 'train.stpes' (did you mean 'train.steps'?)"),
-    ("bogus.steps", 3, False, "config error: unknown key 'bogus.steps'"),
+    ("bogus.steps", 3, False, "config error: unknown key 'bogus.steps' (did you mean 'warmup.steps'?)"),
 ]
 
 

@@ -174,6 +174,9 @@ async def test_attached_dashboard_shows_exactly_what_the_trainer_wrote(trained_r
     rows = file_rows(run_dir)
     last = rows[-1]
     column = {key: [r[key] for r in rows if r.get(key) is not None] for key in {k for r in rows for k in r}}
+    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines() if line.strip()]
+    zero = [e for e in events if e["event"] == "eval" and e.get("step") == 0]
+    before = {metrics.EVAL_ACCURACY: zero[0]["accuracy"]} if zero else {}
     app = StudioApp(
         cfgmod.load(str(run_dir / rundir.CONFIG)), str(run_dir), run_dir.parent, attach=run_dir, live_hardware=False
     )
@@ -196,7 +199,7 @@ async def test_attached_dashboard_shows_exactly_what_the_trainer_wrote(trained_r
                 chart = dash.query_one(f"#{tab}-{pid}", MetricChart)
                 await wait_until(pilot, lambda: dash.drawn.get(tab) == dash.run.version, timeout=60)
                 panel = PANELS[pid]
-                if panel.gate and not any(v > 0 for v in column.get(panel.gate, [])):  # e.g. lag charts: no lag here
+                if panel.gate and not any(panel.logged or v > 0 for v in column.get(panel.gate, [])):  # e.g. no lag
                     assert not chart.display and chart.lines == []
                     continue
                 keys = list(panel.keys) + (
@@ -205,8 +208,10 @@ async def test_attached_dashboard_shows_exactly_what_the_trainer_wrote(trained_r
                 keys = [key for key in keys if key in column]  # e.g. no mismatch/masked_frac without is_level
                 assert [line.label for line in chart.lines[: len(keys)]] == [short(key) for key in keys]
                 for key, line in zip(keys, chart.lines):
-                    assert line.xs == [r["step"] for r in rows if r.get(key) is not None], key
-                    assert line.ys == column[key], key
+                    zero = before.get(key)  # eval/*: the step-0 `eval` event (train.eval_before) starts the line
+                    head = ([0], [zero]) if zero is not None else ([], [])
+                    assert line.xs == head[0] + [r["step"] for r in rows if r.get(key) is not None], key
+                    assert line.ys == head[1] + column[key], key
                     seen.add(key)
                 if panel.rewards:  # the smoothed line: EMA with alpha 0.1 of the mean reward
                     acc, smooth = None, []

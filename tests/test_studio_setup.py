@@ -125,11 +125,12 @@ async def test_reward_boxes_read_without_colour_and_fields_carry_the_config_help
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.pause()
         rewards = app.screen.query_one("#f-rewards-funcs")
-        assert [line[:6] for line in visible_text(rewards).splitlines()[:2]] == ["▐☑▌ co", "▐☐▌ in"]
+        # column 0 is the focus edge (blank, or ┃ when focused), then the box
+        assert [line[:7] for line in visible_text(rewards).splitlines()[:2]] == [" ▐☑▌ co", " ▐☐▌ in"]
         await focus_field(pilot, "f-rewards-funcs")
         await pilot.press("down", "space")  # select int
         await pilot.pause()
-        assert visible_text(rewards).splitlines()[1].startswith("▐☑▌ int:")
+        assert visible_text(rewards).splitlines()[1].startswith("┃▐☑▌ int:")
         assert "int" in app.screen.cfg.rewards.funcs
         assert (
             app.screen.query_one("#f-algo-beta").tooltip == "algo.beta\nKL-to-reference coefficient (k3)\ndefault: 0.0"
