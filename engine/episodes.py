@@ -34,7 +34,7 @@ from grpo_studio.contract import environments
 from grpo_studio.contract.environments import STOPS, Environment, schemas
 from grpo_studio.contract.errors import UserError
 from grpo_studio.engine import data, tool_calls, tool_template
-from grpo_studio.engine.prompt_render import is_conversational, refuse_longer
+from grpo_studio.engine.prompt_render import is_conversational, refuse_longer, render_ids
 from grpo_studio.engine.sampler.base import Rollout, Sampling
 from grpo_studio.engine.tool_calls import EpisodeEnds, bounded
 
@@ -72,16 +72,7 @@ class Episodes:
 
     # ---- rendering ------------------------------------------------------------------------------
     def render(self, messages: list[dict], tools, generation: bool) -> list[int]:
-        return list(
-            self.tokenizer.apply_chat_template(
-                messages,
-                tools=tools,
-                chat_template=self.template,
-                add_generation_prompt=generation,
-                tokenize=True,
-                return_dict=False,
-            )
-        )
+        return render_ids(self.tokenizer, messages, self.template, tools, generation)
 
     def env_ids(self, episode: Episode, turn: dict, replies: list[dict]) -> list[int]:
         """The environment's tokens after the model's turn: the render with its replies and the generation

@@ -59,6 +59,21 @@ def plain(messages: list[dict]) -> str:
     return "\n\n".join(str(m["content"]).strip() for m in messages) + "\n"
 
 
+def render_ids(tokenizer, messages: list[dict], template: str | None, tools, generation: bool) -> list[int]:
+    """A conversation's ids through `template` (None: the tokenizer's own), `tools` listed, with or without
+    the generation prompt: what episodes and the warm-up cut their turns from."""
+    return list(
+        tokenizer.apply_chat_template(
+            messages,
+            tools=tools,
+            chat_template=template,
+            add_generation_prompt=generation,
+            tokenize=True,
+            return_dict=False,
+        )
+    )
+
+
 def _render(tokenizer, messages: list[dict], **kwargs) -> str:
     return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **kwargs)
 

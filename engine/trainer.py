@@ -230,7 +230,7 @@ class Trainer:
                 progress.note(line)
             return self.stop_requested
 
-        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
+        pad = self.tokenizer.pad_token_id  # load_tokenizer sets it (eos when the tokenizer has none)
         warmup.run(self.warmup, self.policy, self.cfg, self.precision, pad, self.device, note)
         if self.stop_requested:
             return False

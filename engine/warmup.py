@@ -79,16 +79,7 @@ def prepare(cfg: Config, tokenizer, episodes) -> list[Example]:
         template, tools = prompt_render.custom_template(cfg.data), None
 
     def render(messages, generation):
-        return list(
-            tokenizer.apply_chat_template(
-                messages,
-                tools=tools,
-                chat_template=template,
-                add_generation_prompt=generation,
-                tokenize=True,
-                return_dict=False,
-            )
-        )
+        return prompt_render.render_ids(tokenizer, messages, template, tools, generation)
 
     examples = []
     for row in rows:

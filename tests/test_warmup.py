@@ -17,6 +17,7 @@ from grpo_studio.contract.environments import schemas
 from grpo_studio.contract.errors import UserError
 from grpo_studio.engine import episodes, tasks, warmup
 from grpo_studio.engine.policy_loader import load_tokenizer, resolve_model_path
+from grpo_studio.engine.prompt_render import render_ids
 from grpo_studio.engine.trainer import Trainer
 
 TOOLS_TEMPLATE = (bundled.PRESETS / "templates" / "chatml_tools.jinja").read_text()
@@ -28,14 +29,7 @@ def tok():
 
 
 def _renderer(tok, template, tools):
-    def render(messages, generation):
-        return list(
-            tok.apply_chat_template(
-                messages, tools=tools, chat_template=template, add_generation_prompt=generation, return_dict=False
-            )
-        )
-
-    return render
+    return lambda messages, generation: render_ids(tok, messages, template, tools, generation)
 
 
 @pytest.mark.parametrize("name, env", [("builtin:tool-arith-demos", "calculator"), ("builtin:lookup-demos", "lookup")])
