@@ -37,16 +37,10 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - comb(n - c, k) / comb(n, k)
 
 
-def vote_key(answer: str):
-    """What two answers agree on: the number's value, else the trimmed, case-folded text."""
-    number = builtin.parse_number(answer)
-    return number if number is not None else " ".join(answer.split()).casefold()
-
-
 def majority(answers: list[str | None]) -> int | None:
     """The index of the first sample giving the most common answer (ties: the answer seen first); None when
     no sample has an answer."""
-    keys = [None if a is None else vote_key(a) for a in answers]
+    keys = [None if a is None else builtin.answer_key(a) for a in answers]
     counts = Counter(key for key in keys if key is not None)
     if not counts:
         return None

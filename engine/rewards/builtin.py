@@ -87,15 +87,19 @@ def extract_answer(text: str, opts: Options = DEFAULT) -> str | None:
     return None
 
 
+def answer_key(answer: str):
+    """What two answers agree on: a number's exact value ('1,000' and '1000.0'), else the trimmed,
+    case-folded text. Correctness compares answers by it; maj@k votes by it (engine/evaluation.py)."""
+    number = parse_number(answer)
+    return number if number is not None else " ".join(answer.split()).casefold()
+
+
 def answers_match(answer: str | None, reference) -> bool:
-    """Numbers compare by exact value ('1,000' == '1000.0'); anything else by trimmed, case-folded text."""
+    """Whether an answer equals the reference by answer_key (an empty reference matches nothing)."""
     if answer is None:
         return False
-    ref = reference_answer(reference)
-    a, r = parse_number(answer), parse_number(ref)
-    if a is not None and r is not None:
-        return a == r
-    return " ".join(answer.split()).casefold() == " ".join(ref.split()).casefold() != ""
+    key = answer_key(reference_answer(reference))
+    return key != "" and answer_key(answer) == key
 
 
 def _answers(completions, opts: Options) -> list[str | None]:
