@@ -1,7 +1,9 @@
-"""Where the bundled data lives, in a source checkout and after `pip install` alike."""
+"""Where the bundled data lives, in a source checkout and after `pip install` alike; and `user_cache()`, where
+the studio keeps what it makes once (converted models, the measured matmul peak)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from grpo_studio import presets
@@ -25,3 +27,8 @@ def recipe(name: str) -> Path | None:
 def bundled_model(name: str) -> Path | None:
     path = MODELS / name
     return path if (path / "config.json").is_file() else None
+
+
+def user_cache() -> Path:
+    """$GRPO_STUDIO_CACHE, by default ~/.cache/grpo-studio."""
+    return Path(os.environ.get("GRPO_STUDIO_CACHE") or "~/.cache/grpo-studio").expanduser()

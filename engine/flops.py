@@ -30,6 +30,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from grpo_studio.contract import bundled
+from grpo_studio.contract.run_files import atomic_write_text
 from grpo_studio.engine.batching import spans
 
 GEN, FORWARD, TRAIN_FULL, TRAIN_LORA = 2, 2, 6, 4  # FLOPs per matmul weight per token
@@ -118,7 +120,7 @@ def measure_peak(device: str = "cpu", dtype: torch.dtype = torch.float32) -> flo
 
 
 def peak_file() -> Path:
-    return Path(os.environ.get("GRPO_STUDIO_CACHE") or "~/.cache/grpo-studio").expanduser() / "matmul_peak.json"
+    return bundled.user_cache() / "matmul_peak.json"
 
 
 def peak_conditions(device: str, dtype: torch.dtype) -> dict:
@@ -165,10 +167,8 @@ def matmul_peak(device: str = "cpu", dtype: torch.dtype = torch.float32, *, fres
     }
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(cached, indent=1))
-        tmp.replace(path)
-    except OSError:
+        atomic_write_text(path, json.dumps(cached, indent=1))
+    except OSError:  # also a concurrent writer's rename taking the same temporary file
         pass  # a read-only cache: measured again next time
     return flop_s
 

@@ -20,13 +20,14 @@ import shutil
 import sys
 from pathlib import Path
 
+from grpo_studio.contract import bundled
 from grpo_studio.contract.errors import UserError, describe
 
 MANIFEST = "manifest.json"
 
 
 def cache_root() -> Path:
-    return Path(os.environ.get("GRPO_STUDIO_CACHE") or "~/.cache/grpo-studio").expanduser() / "models"
+    return bundled.user_cache() / "models"
 
 
 def _key(gguf: Path) -> str:
