@@ -133,14 +133,14 @@ TABS = [
 
 
 def histogram_title(hist: dict) -> str:
-    return f"token |Δlogp| per decade (log10), step {hist.get('step')}"
+    return f"token |Δlogp| per decade, step {hist.get('step')}"
 
 
 def histogram_bars(hist: dict | None) -> tuple[list[str], list[float]]:
-    """|Δlogp| counts grouped per decade: labels are log10 of the decade's lower edge."""
+    """|Δlogp| counts grouped per decade: "=0" for exact zeros, then each decade by its lower edge (1e-8)."""
     if not hist:
         return [], []
-    labels, values = ["0"], [float(hist.get("zero", 0))]
+    labels, values = ["=0"], [float(hist.get("zero", 0))]
     if hist.get("under"):
         labels.append("<")
         values.append(float(hist["under"]))
@@ -148,7 +148,7 @@ def histogram_bars(hist: dict | None) -> tuple[list[str], list[float]]:
     for edge, count in zip(hist.get("edges", []), hist.get("counts", [])):
         groups[math.floor(math.log10(edge) + 1e-9)] = groups.get(math.floor(math.log10(edge) + 1e-9), 0) + count
     for decade in sorted(groups):
-        labels.append(str(decade))
+        labels.append(f"1e{decade}")
         values.append(groups[decade])
     if hist.get("over"):
         labels.append(">")

@@ -153,12 +153,12 @@ def file_rows(run_dir) -> list[dict]:
 
 def hand_histogram(hist: dict) -> tuple[list[str], list[float]]:
     """Per-decade bars by hand: exact zeros, underflow, 4 bins per decade from 1e-8, overflow."""
-    labels, values = ["0"], [float(hist["zero"])]
+    labels, values = ["=0"], [float(hist["zero"])]
     if hist["under"]:
         labels.append("<")
         values.append(float(hist["under"]))
     for i, decade in enumerate(range(-8, 1)):
-        labels.append(str(decade))
+        labels.append(f"1e{decade}")
         values.append(float(sum(hist["counts"][4 * i : 4 * i + 4])))
     if hist["over"]:
         labels.append(">")

@@ -20,7 +20,8 @@ from grpo_studio.studio import launcher
 from grpo_studio.studio.keymap import load_keymap
 from grpo_studio.studio.panels import LOSS_NOTE, PANELS
 from grpo_studio.studio.rundata import RunData
-from grpo_studio.studio.widgets.metric_chart import Line, MetricChart, downsample, ema, log_ticks, ticks
+from grpo_studio.studio.widgets.chart_axes import log_range, ticks
+from grpo_studio.studio.widgets.metric_chart import Line, MetricChart, downsample, ema
 from tests.studio_helpers import anyio_backend, visible_text  # noqa: F401
 from tests.trained_runs import DTYPES, TRAINED_STEPS
 
@@ -114,8 +115,13 @@ def test_ticks_are_whole_steps_and_round_values():
     assert ticks(1, 3, integer=True) == [1, 2, 3]
     assert ticks(1.5e-8, 2.1e-8) == pytest.approx([1.6e-8, 1.8e-8, 2.0e-8])
     assert ticks(-0.01, 0.01) == pytest.approx([-0.01, -0.005, 0.0, 0.005, 0.01])
-    assert [10**t for t in log_ticks(math.log10(4e-8), math.log10(1.8e-7))] == pytest.approx([5e-8, 1e-7])
-    assert log_ticks(-13.2, -5.1) == [-12, -10, -8, -6]  # whole decades when 1-2-5 marks are too many
+    lo, hi, marks = log_range(math.log10(4e-8), math.log10(1.8e-7))
+    assert [10**t for t in marks] == pytest.approx([5e-8, 1e-7]) and 10**lo == pytest.approx(4e-8)
+    # whole decades, the frame widened to them, when 1-2-5 marks are too many
+    assert log_range(-13.2, -5.1) == (-15, -5, [-15, -10, -5])
+    # less than one 1-2-5 mark: round values inside the data's frame, never 6.30957e-06
+    lo, hi, marks = log_range(math.log10(3.98e-6), math.log10(6.31e-6), 3)
+    assert [10**t for t in marks] == pytest.approx([4e-6, 5e-6, 6e-6])
 
 
 @pytest.mark.anyio
@@ -133,12 +139,19 @@ async def test_chart_labels_steps_tiny_values_and_its_note():
         chart.show([Line("loss", list(range(1, 41)), [1.5e-8 + 1.5e-10 * i for i in range(40)])])
         await pilot.pause()
         text = visible_text(chart)
-        assert "1.60e-08" in text and "2.00e-08" in text and "0.0000" not in text
+        # the frame widened to round ends (1.4e-8, 2.2e-8), labelled in one format with the digits they need
+        assert [line.split("┤")[0].strip() for line in text.splitlines() if "┤" in line] == [
+            "2.2e-08",
+            "2.0e-08",
+            "1.8e-08",
+            "1.6e-08",
+            "1.4e-08",
+        ]
         assert text.splitlines()[-2].split() == ["10", "20", "30", "40"]
         assert text.splitlines()[-1].strip() == LOSS_NOTE
         await pilot.resize_terminal(30, 14)
         await pilot.pause()
-        assert visible_text(chart).splitlines()[-1].strip() == LOSS_NOTE[:29] + "…"
+        assert visible_text(chart).splitlines()[-1].strip() == LOSS_NOTE[:28] + "…"
 
 
 def test_duplicate_with_other_dtype(tmp_path):

@@ -192,7 +192,7 @@ class DashboardScreen(Screen):
                 if chart.display != panel.present(self.run):
                     chart.display, refit = not chart.display, True
                 if chart.display:
-                    chart.show(panel.lines(self.run), panel.headline(self.run))
+                    chart.show(panel.lines(self.run), panel.headline(self.run), empty=self._empty())
             if refit:
                 self._fit_charts()
             if tab in INFO_TABS:
@@ -241,6 +241,10 @@ class DashboardScreen(Screen):
     def _refit(self, box: Static, height: int) -> None:
         if (box.outer_size.height if box.display else 0) != height:  # the info lines changed the charts' room
             self._fit_charts()
+
+    def _empty(self) -> str:
+        """What a chart without points says: the run has logged steps without its keys, or none yet."""
+        return f"not logged ({self.run.step} steps so far)" if self.run.steps else "waiting for data"
 
     def _samples(self) -> None:
         table = self.query_one("#samples-table", DataTable)

@@ -1,6 +1,7 @@
 """The studio's reusable widgets and rich renderables, shared by the screens (studio/screens/).
 
-metric_chart   MetricChart, a plotext chart that redraws only on new data, and its line maths (ema, ticks)
+metric_chart   MetricChart, a plotext chart that redraws only on new data, and its line maths (ema, downsample)
+chart_axes     a chart's ticks (round, evenly spaced), their labels (one format, distinct) and its legend line
 vram_panel     the VRAM panel beside the setup form: breakdown, total, fits, the solved suggestion
 perf_tables    the Perf tab's time split and the Hardware tab's per-rank rows
 reward_list    the setup form's rewards picker, with ☑ / ☐ boxes

@@ -1,0 +1,163 @@
+"""Charts as the terminal shows them: the real app at 80×24, 120×40 and 200×60 on runs the real trainer
+wrote (tests/trained_runs.py), every chart of every tab scrolled into view and read back from the screen.
+
+On every chart: no plot glyph outside its frame (the legend's marker glyphs excepted, on the legend line);
+the legend on its own line under the x labels, so it covers no data; y tick labels distinct, in one number
+format, on evenly spaced values and rows; x tick labels distinct. Hand cases of the axis helpers below."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+
+import pytest
+
+from grpo_studio.contract import rundir
+from grpo_studio.studio.app import StudioApp
+from grpo_studio.studio.screens.compare_screen import CompareScreen
+from grpo_studio.studio.widgets import chart_axes
+from grpo_studio.studio.widgets.metric_chart import MetricChart
+from tests.studio_helpers import anyio_backend, screen_text  # noqa: F401
+
+SIZES = [(80, 24), (120, 40), (200, 60)]
+# Glyphs only a plotted line draws (2×2 blocks and braille), never text, borders or scrollbars.
+PLOT = set("▖▗▘▝▚▞▙▛▜▟") | {chr(c) for c in range(0x2801, 0x2900)}
+CHART_TABS = "12345"  # Overview, Train, Mismatch, Lengths, Perf
+
+
+def cells(app, chart: MetricChart) -> list[str]:
+    """The chart's rectangle of the screen, one string per row, padded to its width."""
+    region = chart.region
+    rows = screen_text(app).split("\n")
+    rows += [""] * (region.bottom - len(rows))
+    return [rows[y][region.x : region.right].ljust(region.width) for y in range(region.y, region.bottom)]
+
+
+def check_chart(rows: list[str], chart: MetricChart, where: str) -> None:
+    top = next(i for i, row in enumerate(rows) if "┌" in row)
+    bottom = next(i for i, row in enumerate(rows) if "└" in row)
+    left, right = rows[top].index("┌"), rows[top].index("┐")
+    series = [line for line in chart.lines if line.xs]
+    legend = chart_axes.legend(
+        [(chart_axes.glyph(chart_axes.MARKERS[i]), line.label) for i, line in enumerate(series)],
+        chart.size.width - 1,
+    )
+    legend_rows = [i for i, row in enumerate(rows) if len(series) > 1 and row.lstrip().startswith(legend[:12])]
+    # glyphs: inside the frame, or the legend's own markers on the legend line
+    for y, row in enumerate(rows):
+        for x, ch in enumerate(row):
+            if ch in PLOT and not (top < y < bottom and left < x < right):
+                assert y in legend_rows and row[x + 1] == " ", f"{where}: plot glyph {ch!r} at row {y} col {x}\n" + (
+                    "\n".join(rows)
+                )
+    # the legend: under the x labels, never on a row of the plot
+    if len(series) > 1:
+        assert legend_rows and legend_rows[0] > bottom + 1, f"{where}: legend not under the plot\n" + "\n".join(rows)
+        for row in rows[top : bottom + 1]:
+            assert not any(line.label[:6] in row for line in series), f"{where}: a label inside the plot: {row}"
+    if not series:
+        return
+    # y ticks: distinct labels, one format, evenly spaced values on evenly spaced rows
+    marks = [(y, row[:left].strip()) for y, row in enumerate(rows[: bottom + 1]) if row[left] == "┤"]
+    labels = [text for _, text in marks]
+    assert len(labels) >= 2 and len(set(labels)) == len(labels), f"{where}: y labels {labels}"
+    kinds = {"e" in t for t in labels if t.rstrip("%") != "0"}
+    decimals = {
+        len(t.rstrip("%").split(".")[1]) if "." in t else 0 for t in labels if "e" not in t and t.rstrip("%") != "0"
+    }
+    assert len(kinds) <= 1 and len(decimals) <= 1, f"{where}: mixed number formats {labels}"
+    values = [float(t.rstrip("%")) for t in labels]
+    if chart.use_log10:  # round values on a log axis: 1e-06, 5e-06, 4e-06, never 6.30957e-06
+        assert all(float(f"{v:.1e}") == v for v in values), f"{where}: log labels not round {labels}"
+    else:
+        steps = {round(a - b, 9) for a, b in zip(values, values[1:])}
+        assert len(steps) == 1, f"{where}: uneven y ticks {labels}"
+    gaps = [b - a for (a, _), (b, _) in zip(marks, marks[1:])]
+    assert max(gaps) - min(gaps) <= 1, f"{where}: y ticks on uneven rows {gaps}"
+    # x ticks: distinct
+    xs = rows[bottom + 1].split()
+    assert xs and len(set(xs)) == len(xs) and all(re.fullmatch(r"\d+", x) for x in xs), f"{where}: x labels {xs}"
+
+
+async def check_visible_charts(app, pilot, container, where: str) -> int:
+    checked = 0
+    for chart in container.query(MetricChart):
+        if not chart.display or chart.bars is not None:
+            continue
+        chart.scroll_visible(animate=False, immediate=True)
+        await pilot.pause(0.05)
+        check_chart(cells(app, chart), chart, f"{where} {chart.id}")
+        checked += 1
+    return checked
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+async def test_every_chart_stays_in_its_frame_with_its_legend_under_it_and_distinct_ticks(trained_runs, size):
+    app = StudioApp()
+    async with app.run_test(size=size) as pilot:
+        for dtype, run_dir in trained_runs.items():
+            app.open_run(run_dir)
+            await pilot.pause()
+            checked = 0
+            for key in CHART_TABS:
+                await pilot.press(key)
+                await pilot.pause(0.2)
+                pane = app.screen.query_one("TabbedContent").active_pane
+                checked += await check_visible_charts(app, pilot, pane, f"{size} {dtype} tab {key}")
+            assert checked >= 15, checked  # every tab's charts were read, not skipped
+            await pilot.press("escape")
+            await pilot.pause()
+        app.push_screen(CompareScreen(list(trained_runs.values())))
+        await pilot.pause(0.3)
+        assert await check_visible_charts(app, pilot, app.screen, f"{size} compare") == 4
+
+
+# ---- the axis helpers by hand --------------------------------------------------------------------
+
+
+def test_labels_one_format_per_axis_the_fewest_digits_that_keep_them_distinct():
+    assert chart_axes.labels([0.0, 0.5, 1.0, 1.5]) == ["0", "0.5", "1.0", "1.5"]
+    assert chart_axes.labels([20.0, 40.0, 60.0]) == ["20", "40", "60"]
+    assert chart_axes.labels([5e4, 1e5, 1.5e5]) == ["5.0e+04", "1.0e+05", "1.5e+05"]  # not "5e+04" by "1.00e+05"
+    assert chart_axes.labels([0.998, 0.999, 1.0, 1.001]) == ["0.998", "0.999", "1.000", "1.001"]  # not "1" thrice
+    assert chart_axes.labels([5e-6, 1e-5]) == ["5e-06", "1e-05"]
+    assert chart_axes.labels([0.0, 0.25, 0.5], percent=True) == ["0%", "25%", "50%"]
+
+
+def test_nice_range_labels_both_ends_of_the_frame():
+    lo, hi, ticks = chart_axes.nice_range(0.987, 1.013, 3)
+    assert (lo, hi) == pytest.approx((0.98, 1.02)) and ticks == pytest.approx([0.98, 1.0, 1.02])
+    lo, hi, ticks = chart_axes.nice_range(0.0006, 0.0167, 3)
+    assert (lo, hi) == pytest.approx((0.0, 0.02)) and ticks == pytest.approx([0.0, 0.01, 0.02])
+    assert chart_axes.nice_range(0.0, 1462.0, 5, integer=True)[2] == pytest.approx([0, 500, 1000, 1500])
+
+
+def test_legend_cuts_the_longest_label_first_to_fit():
+    entries = [("▞", "reward/mean"), ("⠿", "correctness"), ("•", "format")]
+    assert chart_axes.legend(entries, 80) == "▞ reward/mean  ⠿ correctness  • format"
+    cut = chart_axes.legend(entries, 30)
+    assert len(cut) <= 30 and cut.endswith("• format") and "…" in cut
+
+
+@pytest.mark.anyio
+async def test_a_chart_whose_metric_the_run_never_logged_says_so_without_axes(trained_runs, tmp_path):
+    """A copy of a real run with its entropy column removed: the chart says 'not logged', no tick labels."""
+    run_dir = tmp_path / "no-entropy"
+    shutil.copytree(trained_runs["bf16"], run_dir)
+    metrics_file = run_dir / rundir.METRICS
+    rows = [json.loads(line) for line in metrics_file.read_text().splitlines()]
+    metrics_file.write_text("".join(json.dumps({k: v for k, v in r.items() if k != "entropy"}) + "\n" for r in rows))
+    app = StudioApp()
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.open_run(run_dir)
+        await pilot.pause()
+        await pilot.press("2")  # Train
+        await pilot.pause(0.2)
+        chart = app.screen.query_one("#training-entropy", MetricChart)
+        chart.scroll_visible(animate=False, immediate=True)
+        await pilot.pause(0.05)
+        text = "\n".join(cells(app, chart))
+        assert f"not logged ({rows[-1]['step']} steps so far)" in text, text
+        assert "┤" not in text and "┬" not in text, text
