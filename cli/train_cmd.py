@@ -99,6 +99,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="launch even when the pre-flight check says the run will not fit the free memory",
     )
     parser.add_argument(
+        "--rehearse",
+        action="store_true",
+        help="before the run starts, one real step on the longest prompt at the longest completion in a "
+        "throwaway directory: its peak memory next to the planner's estimate; refused when over the free memory",
+    )
+    parser.add_argument(
         "--nproc",
         type=int,
         default=1,
@@ -172,6 +178,7 @@ def run(args: argparse.Namespace) -> int:
         run_dir = run_dir or default_run_dir(args.recipe)
     if not args.in_process:  # the trainer process (each rank under torchrun) checks as it takes the lock
         check_launch(cfg, args.nproc, args.devices)
+        check_rehearse(cfg, args)
         check_free(run_dir, args.resume is not None)
         preflight_check(
             cfg, args.force, args.nproc
@@ -179,9 +186,12 @@ def run(args: argparse.Namespace) -> int:
     usable_run_dir(run_dir, "--resume" if args.resume is not None else "--run-dir")
     if not args.in_process:
         return supervise(args, run_dir)
+    rehearsed = rehearse(cfg, run_dir, args) if args.rehearse else None
     from grpo_studio.engine.trainer import Trainer  # torch loads only once the config is known to be good
 
     trainer = Trainer(cfg, run_dir, resume=args.resume is not None)
+    if rehearsed:
+        trainer.rundir.event("rehearsal", rehearsed.line(), **rehearsed.fields())
     main = trainer.dist.main  # under torchrun, rank 0 reports for all
     progress = None
     if main:
@@ -209,6 +219,43 @@ def check_launch(cfg: config.Config, nproc: int, devices: str | None) -> None:
             raise UserError(
                 f"--nproc {nproc} needs one device per process, {len(ids)} given", key="--devices", value=devices
             )
+
+
+def check_rehearse(cfg: config.Config, args: argparse.Namespace) -> None:
+    """--rehearse rehearses one process's step on single-turn prompts."""
+    if not args.rehearse:
+        return
+    if args.nproc > 1:
+        raise UserError("--rehearse rehearses one process; allowed with it: 1", key="--nproc", value=args.nproc)
+    if cfg.env.environment:
+        raise UserError(
+            "--rehearse rehearses single-turn prompts; allowed with it: '' (no environment)",
+            key="env.environment",
+            value=cfg.env.environment,
+        )
+
+
+def rehearse(cfg: config.Config, run_dir: Path, args: argparse.Namespace):
+    """One real step on the longest prompt at the longest completion, in a throwaway directory, before the run
+    loads (engine/rehearsal.py); its line printed. A peak over the free memory the pre-flight check sees stops the
+    run in one line (unless --force), leaving a new run's directory as it was."""
+    from grpo_studio.contract.planner import preflight
+
+    devs = preflight.devices()
+    verdict = preflight.check(cfg, devs)  # the pre-flight's planned total and free memory, before torch loads
+    from grpo_studio.engine import rehearsal
+
+    result = rehearsal.rehearse(cfg, verdict.need_gib, verdict.free_gib, devs[0].where())
+    print(result.line(), flush=True)
+    if result.fits or args.force:
+        return result
+    if args.resume is None and not any(run_dir.iterdir()):
+        run_dir.rmdir()
+    raise UserError(
+        f"the rehearsal step peaked at {result.measured_gib:.2f} GiB and {result.where} has "
+        f"{result.free_gib:.2f} GiB free (planned {result.planned_gib:.2f} GiB); or launch anyway with --force",
+        kind="rehearsal",
+    )
 
 
 def preflight_check(cfg: config.Config, force: bool, nproc: int = 1) -> None:
@@ -245,6 +292,7 @@ def supervise(args: argparse.Namespace, run_dir: Path) -> int:
     cmd += ["--resume", str(run_dir)] if args.resume is not None else [args.recipe, "--run-dir", str(run_dir)]
     for setting in args.sets:
         cmd += ["--set", setting]
+    cmd += [flag for flag, on in (("--rehearse", args.rehearse), ("--force", args.force)) if on]
     child, pending = None, []
 
     def forward(signum, _frame):

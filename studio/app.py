@@ -134,9 +134,11 @@ class StudioApp(App):
         self.push_screen(CompareScreen(run_dirs))
 
     # ---- training processes -----------------------------------------------------------------
-    def launch_run(self, cfg: Config, label: str | None = None, force: bool = False, nproc: int = 1) -> Path:
+    def launch_run(
+        self, cfg: Config, label: str | None = None, force: bool = False, nproc: int = 1, rehearse: bool = False
+    ) -> Path:
         run_dir = launcher.new_run_dir(self.runs_root, label or launcher.run_label(cfg))
-        self.procs.append(launcher.launch(cfg, run_dir, force, nproc))
+        self.procs.append(launcher.launch(cfg, run_dir, force, nproc, rehearse))
         self.notify(f"trainer started: {run_dir}")
         self.open_run(run_dir)
         return run_dir
@@ -193,6 +195,8 @@ class StudioApp(App):
     # ---- what the screens ask (messages.py) -------------------------------------------------
     def on_launch_requested(self, message: messages.LaunchRequested) -> None:
         devices = {"nproc": message.nproc} if message.nproc > 1 else {}
+        if message.rehearse:
+            devices["rehearse"] = True
         if message.force:
             self.launch_run(message.cfg, force=True, **devices)
         else:

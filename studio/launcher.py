@@ -36,10 +36,10 @@ def run_label(cfg: Config) -> str:
     return f"{model}-{cfg.model.dtype}"
 
 
-def launch(cfg: Config, run_dir: Path, force: bool = False, nproc: int = 1) -> subprocess.Popen:
+def launch(cfg: Config, run_dir: Path, force: bool = False, nproc: int = 1, rehearse: bool = False) -> subprocess.Popen:
     """Write the setup next to the run and start `grpo-studio train` on it, detached (`force`: past a
     refusing pre-flight check, which the user was shown; `nproc` > 1: that many data-parallel processes,
-    one per GPU, under torchrun)."""
+    one per GPU, under torchrun; `rehearse`: one rehearsal step first, `train --rehearse`)."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     setup = run_dir / "setup.toml"
@@ -48,6 +48,7 @@ def launch(cfg: Config, run_dir: Path, force: bool = False, nproc: int = 1) -> s
     cmd = [sys.executable, "-m", "grpo_studio.cli.main", "train", str(setup), "--run-dir", str(run_dir)]
     cmd += ["--force"] if force else []
     cmd += ["--nproc", str(nproc)] if nproc > 1 else []
+    cmd += ["--rehearse"] if rehearse else []
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     try:
         return subprocess.Popen(

@@ -15,11 +15,12 @@ from grpo_studio.contract.config import Config
 
 
 class LaunchRequested(Message):
-    """Start a trainer on this config (setup screen, ctrl+r); `force` once the user answered "launch anyway"."""
+    """Start a trainer on this config (setup screen, ctrl+r; ctrl+b: after a rehearsal step, `train --rehearse`);
+    `force` once the user answered "launch anyway"."""
 
-    def __init__(self, cfg: Config, force: bool = False, nproc: int = 1) -> None:
+    def __init__(self, cfg: Config, force: bool = False, nproc: int = 1, rehearse: bool = False) -> None:
         super().__init__()
-        self.cfg, self.force, self.nproc = cfg, force, nproc
+        self.cfg, self.force, self.nproc, self.rehearse = cfg, force, nproc, rehearse
 
 
 class OpenRun(Message):

@@ -18,6 +18,7 @@ class Sampling:
     top_p: float = 1.0
     top_k: int = 0  # 0 = off
     seed: int = 0
+    min_tokens: int = 0  # EOS suppressed before this many tokens (the rehearsal: every completion full length)
 
 
 class NonFiniteSampling(ArithmeticError):

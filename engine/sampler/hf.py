@@ -73,6 +73,7 @@ class HFBackend:
                 top_p=sampling.top_p,
                 top_k=sampling.top_k or None,
                 max_new_tokens=sampling.max_tokens,
+                min_new_tokens=sampling.min_tokens or None,
                 eos_token_id=self.tokenizer.eos_token_id,
                 pad_token_id=pad,
                 output_scores=True,

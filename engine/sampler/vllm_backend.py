@@ -300,6 +300,7 @@ class VLLMBackend:
                         top_p=sampling.top_p,
                         top_k=sampling.top_k or 0,
                         max_tokens=sampling.max_tokens,
+                        min_tokens=sampling.min_tokens,
                         logprobs=0,
                         detokenize=False,
                         **_FLAT,

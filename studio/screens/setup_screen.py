@@ -88,6 +88,7 @@ def as_text(value) -> str:
 class SetupScreen(Screen):
     BINDINGS = [
         Binding("ctrl+r", "launch", "Launch", id="setup.launch"),
+        Binding("ctrl+b", "rehearse", "Rehearse", id="setup.rehearse"),  # r would type into the fields
         Binding("ctrl+s", "save", "Save", id="setup.save"),
         Binding("ctrl+o", "load", "Load", id="setup.load"),
         Binding("ctrl+t", "toggle_mode", "VRAM mode", id="setup.vram_mode"),
@@ -304,7 +305,12 @@ class SetupScreen(Screen):
             return None
         return self.cfg
 
-    def action_launch(self) -> None:
+    def action_rehearse(self) -> None:
+        """Launch as ctrl+r does, the run starting with one rehearsal step on its longest prompt at the longest
+        completion (`train --rehearse`): its peak memory next to the planner's, in the run's events."""
+        self.action_launch(rehearse=True)
+
+    def action_launch(self, rehearse: bool = False) -> None:
         """Launch after the pre-flight check (contract/planner/preflight.py); a run it refuses launches only
         when the user answers yes to "launch anyway"."""
         from grpo_studio.contract.planner import preflight
@@ -316,12 +322,12 @@ class SetupScreen(Screen):
         verdict = preflight.check(cfg, preflight.devices(), world_size=self.nproc())
         nproc = self.nproc()
         if verdict.fits:
-            self.post_message(LaunchRequested(cfg, nproc=nproc))
+            self.post_message(LaunchRequested(cfg, nproc=nproc, rehearse=rehearse))
             return
 
         def done(yes: bool | None) -> None:
             if yes:
-                self.post_message(LaunchRequested(cfg, force=True, nproc=nproc))
+                self.post_message(LaunchRequested(cfg, force=True, nproc=nproc, rehearse=rehearse))
 
         self.post_message(AskUser(Confirm(f"Pre-flight: {verdict.message}. Launch anyway?"), done))
 
