@@ -11,6 +11,7 @@ run_state (a run's state, the runs list), rundir (the writer). Pure python, no t
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 METRICS = "metrics.jsonl"
@@ -24,6 +25,7 @@ PIDFILE = "trainer.pid"
 CHECKPOINTS = "checkpoints"
 STDOUT = "stdout.log"
 RUNS = Path("runs")  # where runs live unless told (--runs-dir): the studio, attach, runs, train's new runs
+FORK = "fork.json"  # a fork's parent run, the step it forked at and the change it makes (studio/fork.py)
 STATE_EVENTS = ("started", "finished", "stopped", "crashed")  # the events that change a run's state
 
 
@@ -36,3 +38,13 @@ def atomic_write_text(path: Path, text: str) -> None:
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, path)
+
+
+def checkpoint_folders(run_dir: Path) -> list[tuple[int, Path]]:
+    """The run's checkpoint folders as (step, path), oldest first (complete or not)."""
+    found = []
+    for path in (Path(run_dir) / CHECKPOINTS).glob("step-*"):
+        match = re.fullmatch(r"step-(\d+)", path.name)
+        if match and path.is_dir():
+            found.append((int(match.group(1)), path))
+    return sorted(found)

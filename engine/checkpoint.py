@@ -25,6 +25,7 @@ from pathlib import Path
 
 import torch
 
+from grpo_studio.contract.run_files import checkpoint_folders as folders
 from grpo_studio.contract.rundir import CHECKPOINTS
 
 STATE = "trainer_state.pt"
@@ -36,16 +37,6 @@ TEST_PAUSE_ENV = "GRPO_STUDIO_TEST_CHECKPOINT_PAUSE_S"
 
 class BadCheckpoint(Exception):
     """A checkpoint that cannot be trusted; str() says why, in one line."""
-
-
-def folders(run_dir: Path) -> list[tuple[int, Path]]:
-    """The run's checkpoint folders as (step, path), oldest first (complete or not)."""
-    found = []
-    for path in (Path(run_dir) / CHECKPOINTS).glob("step-*"):
-        match = re.fullmatch(r"step-(\d+)", path.name)
-        if match and path.is_dir():
-            found.append((int(match.group(1)), path))
-    return sorted(found)
 
 
 def step_of(path: str | Path) -> int:

@@ -357,6 +357,11 @@ class GRPOStep:
         self.step_no = step
         self.skips.restore(counters)
         t = self.cfg.train
+        # The config's lr and weight decay, not the checkpoint's: a fork (or --resume --set train.lr) changes them.
+        self.schedule.base_lrs = [t.lr] * len(self.optimizer.param_groups)
+        for group in self.optimizer.param_groups:
+            group.update(initial_lr=t.lr, lr=t.lr * self._lr_factor(self.schedule.last_epoch))
+            group["weight_decay"] = t.weight_decay
         self.policy_version = step // (t.steps_per_generation * t.num_iterations)  # syncs made so far
         version = {} if self.cfg.rollout.colocate else {"version": self.policy_version}  # the server numbers them
         self.sampler.load_weights(export_weights(self.policy), **version)

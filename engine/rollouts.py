@@ -13,7 +13,7 @@ import torch
 
 from grpo_studio.contract import metrics as schema
 from grpo_studio.contract.config import Config
-from grpo_studio.engine import data, prompt_render
+from grpo_studio.engine import data, prompt_render, sample_rows
 from grpo_studio.engine import rewards as reward_lib
 from grpo_studio.engine.advantages import compute_advantages
 from grpo_studio.engine.batching import join_prompt_completion
@@ -136,7 +136,18 @@ class Rollouts:
             # dapo's normaliser, TRL's: the rollout's active tokens, spread over its steps_per_generation steps
             num_items=self.dist.total(mask.sum()) / t.steps_per_generation,
             metrics=metrics,
-            samples=self._samples([p for p in prompts for _ in range(per_prompt)], texts, table, advantages, episodes),
+            samples=sample_rows.rows(
+                [p for p in prompts for _ in range(per_prompt)],
+                texts,
+                table,
+                advantages,
+                self.reward_names,
+                G,
+                out,
+                mask,
+                lambda ids: self.tokenizer.decode(ids, skip_special_tokens=True),
+                episodes,
+            ),
         )
 
     def _request(self, at_step: int) -> dict:
@@ -245,20 +256,3 @@ class Rollouts:
             step=self.step_no + 1,
             **fields,
         )
-
-    def _samples(self, prompts, texts, table, advantages, episodes=None) -> list[dict]:
-        """samples.jsonl rows of one rollout, less their step (the step that writes them). An episode's row
-        also holds its turns: each model turn (trained) and environment message (masked), and why it ended."""
-        names = self.reward_names
-        rows = [
-            {
-                "prompt": p,
-                "completion": c,
-                "advantage": a,
-                "rewards": {n: (None if math.isnan(v) else v) for n, v in zip(names, row)},
-            }
-            for p, c, row, a in zip(prompts, texts, table, advantages.tolist())
-        ]
-        for row, episode in zip(rows, episodes or []):
-            row["episode"] = {"turns": episode.segments, "stop": episode.stop, "why": episode.why}
-        return rows

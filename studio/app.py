@@ -159,6 +159,30 @@ class StudioApp(App):
 
         self.push_screen(Confirm(f"Launch a copy of {Path(run_dir).name} with model.dtype = {dtype}?"), done)
 
+    def fork_run(self, run_dir: Path, key: str, value: str) -> None:
+        """Show the fork's config diff and where it starts; on yes, write it, start it and compare it with its
+        parent (studio/fork.py)."""
+        from grpo_studio.studio import fork
+        from grpo_studio.studio.screens.compare_screen import CompareScreen
+        from grpo_studio.studio.screens.modals import Confirm
+
+        try:
+            plan = fork.plan(Path(run_dir), key, value)
+        except UserError as err:
+            self.notify(str(err), severity="error")
+            return
+
+        def done(yes: bool | None) -> None:
+            if not yes:
+                return
+            path = fork.make(plan, self.runs_root)
+            started = launcher.resume(path) if plan.step else launcher.launch(plan.cfg, path)
+            self.procs.append(started)
+            self.notify(f"fork started: {path}")
+            self.push_screen(CompareScreen([plan.parent, path]))
+
+        self.push_screen(Confirm("\n".join([*plan.lines(), "", "Launch this fork?"])), done)
+
     def export_model(self, run_dir: Path) -> None:
         """Ask for a destination, then export the run's newest checkpoint there in a child process (a folder:
         merged safetensors; FILE.gguf: f16 GGUF), showing its one line."""
@@ -210,6 +234,9 @@ class StudioApp(App):
 
     def on_duplicate_run(self, message: messages.DuplicateRun) -> None:
         self.duplicate_run(message.run_dir)
+
+    def on_fork_run(self, message: messages.ForkRun) -> None:
+        self.fork_run(message.run_dir, message.key, message.value)
 
     def on_export_model(self, message: messages.ExportModel) -> None:
         self.export_model(message.run_dir)

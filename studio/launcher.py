@@ -44,11 +44,22 @@ def launch(cfg: Config, run_dir: Path, force: bool = False, nproc: int = 1, rehe
     run_dir.mkdir(parents=True, exist_ok=True)
     setup = run_dir / "setup.toml"
     rundir.atomic_write_text(setup, cfgmod.to_toml(cfg))
+    args = [str(setup), "--run-dir", str(run_dir)]
+    args += ["--force"] if force else []
+    args += ["--nproc", str(nproc)] if nproc > 1 else []
+    args += ["--rehearse"] if rehearse else []
+    return _train(run_dir, args)
+
+
+def resume(run_dir: Path) -> subprocess.Popen:
+    """`grpo-studio train --resume RUN`, detached: a fork continuing from its parent's checkpoint (studio/fork.py)."""
+    return _train(Path(run_dir), ["--resume", str(run_dir)])
+
+
+def _train(run_dir: Path, args: list[str]) -> subprocess.Popen:
+    """`grpo-studio train ARGS` in its own session, its output appended to the run's stdout.log."""
     log = open(run_dir / rundir.STDOUT, "ab")
-    cmd = [sys.executable, "-m", "grpo_studio.cli.main", "train", str(setup), "--run-dir", str(run_dir)]
-    cmd += ["--force"] if force else []
-    cmd += ["--nproc", str(nproc)] if nproc > 1 else []
-    cmd += ["--rehearse"] if rehearse else []
+    cmd = [sys.executable, "-m", "grpo_studio.cli.main", "train", *args]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     try:
         return subprocess.Popen(

@@ -47,6 +47,14 @@ class DuplicateRun(Message):
         self.run_dir = Path(run_dir)
 
 
+class ForkRun(Message):
+    """Show the config diff, then fork this run with `key` = `value` (a doctor's suggestion) and compare the two."""
+
+    def __init__(self, run_dir: Path, key: str, value: str) -> None:
+        super().__init__()
+        self.run_dir, self.key, self.value = Path(run_dir), key, value
+
+
 class ExportModel(Message):
     """Ask for a destination, then export this run's newest checkpoint in a child process."""
 

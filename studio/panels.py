@@ -125,7 +125,7 @@ TABS = [
     ("mismatch", "Mismatch", ["k3", "dp_max", "is", "masked", "lag_k3", "token_lag"]),
     (
         "lengths",
-        "Lengths",
+        "Length",
         ["length", "truncated", "loss_scale", "skipped", "turns", "tool_calls", "env_shares", "stops"],
     ),
     ("perf", "Perf", ["step_time", "tok_s", "memory", "mfu"]),

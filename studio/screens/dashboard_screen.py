@@ -13,18 +13,20 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Header, Label, ProgressBar, RichLog, Static, TabbedContent, TabPane
+from textual.widgets import Footer, Header, Label, ProgressBar, RichLog, Static, TabbedContent, TabPane
 
 from grpo_studio.contract import metrics
 from grpo_studio.contract.errors import UserError
 from grpo_studio.contract.metrics import fmt
 from grpo_studio.studio import hardware, lag, launcher
-from grpo_studio.studio.messages import AskUser, DuplicateRun, ExportModel, ExportReport, GoBack, ShowRuns
+from grpo_studio.studio.messages import AskUser, DuplicateRun, ExportModel, ExportReport, ForkRun, GoBack, ShowRuns
 from grpo_studio.studio.panels import PANELS, TABS, histogram_bars, histogram_title
 from grpo_studio.studio.rundata import RunData
 from grpo_studio.studio.screens.modals import Confirm
-from grpo_studio.studio.widgets import perf_tables, sample_view
+from grpo_studio.studio.widgets import perf_tables
+from grpo_studio.studio.widgets.doctor_panel import DoctorPanel
 from grpo_studio.studio.widgets.metric_chart import MetricChart
+from grpo_studio.studio.widgets.samples_panel import SamplesPanel
 
 EVENT_STYLE = {
     "warning": "yellow",
@@ -41,6 +43,10 @@ EVENT_STYLE = {
 }
 ALERT = "alert"  # alerts.* firings (docs/alerts.md): the whole line highlighted, and the bell
 INFO_TABS = ("mismatch", "perf")
+# The tabs after the charts', keyed on from the number after the last chart tab's ("0" for the tenth).
+# Labels short enough for all ten tabs to fit 80 columns.
+MORE_TABS = [("histogram", "Δlogp"), ("hardware", "Device"), ("samples", "Samples"), ("events", "Log")]
+MORE_TABS += [("doctor", "Doctor")]
 VERDICT_STYLE = {"lag": "bold yellow", "precision": "bold yellow", "none": "green"}
 STATE_STYLE = {
     "running": "bold green",
@@ -66,14 +72,12 @@ class DashboardScreen(Screen):
         Binding("k", "kill", "Kill", id="dashboard.kill"),
         Binding("d", "duplicate", "A/B dtype", id="dashboard.duplicate"),
         Binding("c", "compare", "Compare", id="dashboard.compare"),
+        Binding("f", "fork", "Fork fix", id="dashboard.fork", show=False),
         Binding("e", "export", "Export", id="dashboard.export", show=False),
         Binding("x", "export_model", "Export model", id="dashboard.export_model", show=False),
         *[
-            Binding(str(i + 1), f"tab('{tab}')", label, id=f"dashboard.tab_{tab}", show=False)
-            for i, (tab, label) in enumerate(
-                [(t[0], t[1]) for t in TABS]
-                + [("histogram", "Δlogp"), ("hardware", "Hardware"), ("samples", "Samples"), ("events", "Events")]
-            )
+            Binding(str((i + 1) % 10), f"tab('{tab}')", label, id=f"dashboard.tab_{tab}", show=False)
+            for i, (tab, label) in enumerate([(t[0], t[1]) for t in TABS] + MORE_TABS)
         ],
         Binding("escape", "back", "Back", id="dashboard.back"),
     ]
@@ -85,8 +89,6 @@ class DashboardScreen(Screen):
         self.live_hardware = live_hardware
         self.drawn: dict[str, int] = {}
         self.events_seen = 0
-        self.samples_version = -1
-        self.sample_rows: list[dict] = []  # the Samples table's rows, newest first
         self.estimate_gib: float | None = None
         self.fp16 = self.run.config.get("model", {}).get("dtype") == "fp16"
 
@@ -116,14 +118,14 @@ class DashboardScreen(Screen):
                             yield chart
             with TabPane("Δlogp", id="histogram"):
                 yield MetricChart("token |Δlogp| histogram", id="histogram-chart")
-            with TabPane("Hardware", id="hardware"):
+            with TabPane("Device", id="hardware"):
                 yield Static("", id="hardware-info")
             with TabPane("Samples", id="samples"):
-                yield DataTable(id="samples-table", zebra_stripes=True, cursor_type="row")
-                with VerticalScroll(id="sample-detail-box"):
-                    yield Static("", id="sample-detail", markup=False)
-            with TabPane("Events", id="events"):
+                yield SamplesPanel(id="samples-panel")
+            with TabPane("Log", id="events"):
                 yield RichLog(id="events-log", wrap=True, markup=False, max_lines=2000)
+            with TabPane("Doctor", id="doctor"):
+                yield DoctorPanel(id="doctor-panel")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -183,8 +185,11 @@ class DashboardScreen(Screen):
             self._hardware()
         elif tab == "samples":
             self._samples()
+            self.query_one("#samples-table").focus()  # its filter keys act while the table has focus
         elif tab == "events":
             self._events()
+        elif tab == "doctor":
+            self.query_one(DoctorPanel).diagnose(self.run.dir)
         else:
             refit = False
             for chart in self.query_one(f"#{tab}").query(MetricChart):
@@ -247,34 +252,7 @@ class DashboardScreen(Screen):
         return f"not logged ({self.run.step} steps so far)" if self.run.steps else "waiting for data"
 
     def _samples(self) -> None:
-        table = self.query_one("#samples-table", DataTable)
-        funcs = self.run.reward_funcs()
-        if not table.columns:
-            table.add_columns("step", "adv", *funcs, "completion", "prompt")
-        table.clear()
-        self.sample_rows = list(self.run.samples)[::-1][:100]
-        for row in self.sample_rows:
-            scores = row.get("rewards", {})
-            table.add_row(
-                str(row.get("step", "")),
-                fmt(row.get("advantage")),
-                *[fmt(scores.get(f)) for f in funcs],
-                sample_view.table_cell(row),
-                repr(row.get("prompt", ""))[1:-1][-60:],
-            )
-        self._sample_detail(table.cursor_row)
-
-    def on_data_table_row_highlighted(self, message: DataTable.RowHighlighted) -> None:
-        if message.data_table.id == "samples-table":
-            self._sample_detail(message.cursor_row)
-
-    def _sample_detail(self, index: int) -> None:
-        """The highlighted sample in full (widgets/sample_view.py): the prompt exactly as the model saw it,
-        then the completion, or a multi-turn episode turn by turn in a taller box."""
-        if 0 <= index < len(self.sample_rows):
-            row = self.sample_rows[index]
-            self.query_one("#sample-detail-box").set_class(sample_view.episode(row) is not None, "episode")
-            self.query_one("#sample-detail", Static).update(sample_view.detail(row))
+        self.query_one(SamplesPanel).show(self.run)
 
     def _events(self) -> None:
         log = self.query_one("#events-log", RichLog)
@@ -357,6 +335,14 @@ class DashboardScreen(Screen):
 
     def action_duplicate(self) -> None:
         self.post_message(DuplicateRun(self.run.dir))
+
+    def action_fork(self) -> None:
+        """Fork the run with the Doctor tab's highlighted suggestion (the app shows the diff first)."""
+        finding = self.query_one(DoctorPanel).selected
+        if self.query_one(TabbedContent).active != "doctor" or finding is None:
+            self.notify("open the Doctor tab (0) and pick a finding to fork with its suggested change")
+            return
+        self.post_message(ForkRun(self.run.dir, finding.suggestion_key, finding.suggestion_value))
 
     def action_compare(self) -> None:
         self.post_message(ShowRuns(mark=self.run.dir))

@@ -13,11 +13,21 @@ never called trained unless the row says so. The text of every turn, the environ
 as-is: chat-template special tokens such as <|im_start|>tool and <|im_end|> stay in the text (nothing is
 stripped into a label), and every line break is kept (an empty gutter line is an empty line of the text,
 e.g. the newline an environment turn starts with), so what was masked is exactly what is shown. Colour
-(green trained, dim masked) only repeats what the markers already say."""
+(green trained, dim masked) only repeats what the markers already say.
+
+A one-completion row written with its token counts (engine/sample_rows.py) shows the completion behind the
+same gutters: "┃ " when its tokens were trained, "│ " when none were (e.g. cut at max_completion_len with
+algo.mask_truncated_completions), and ⟦ ⟧ around the text of tokens left out of an otherwise trained one.
+Above it, one line: the step, the group (its size and reward range), the advantage and each reward.
+
+Filters (`select`): all (newest first), best and worst (by advantage), zero-variance groups (every completion
+of the group got the same rewards: no advantage, no gradient), truncated; and a search of prompt and text."""
 
 from __future__ import annotations
 
 from rich.text import Text
+
+from grpo_studio.contract.metrics import fmt
 
 TRAINED_GUTTER, MASKED_GUTTER = "┃ ", "│ "
 TRAINED_STYLE, MASKED_STYLE = "green", "dim"
@@ -60,13 +70,81 @@ def table_cell(row: dict) -> str:
     return text[:120]
 
 
-def detail(row: dict) -> str | Text:
-    """The highlighted sample in full: the prompt exactly as the model saw it (chat template and all), then
-    the completion, or the episode turn by turn (module docstring)."""
+def group_key(row: dict) -> tuple:
+    return row.get("step"), row.get("group"), row.get("prompt")
+
+
+def groups(rows: list[dict]) -> dict[tuple, list[dict]]:
+    out: dict[tuple, list[dict]] = {}
+    for row in rows:
+        out.setdefault(group_key(row), []).append(row)
+    return out
+
+
+def zero_variance(group: list[dict]) -> bool:
+    """Every completion of the group got the same rewards (GRPO's advantage is 0 for all of them)."""
+    return len(group) > 1 and all(r.get("rewards") == group[0].get("rewards") for r in group)
+
+
+FILTERS = {"a": "all", "b": "best", "w": "worst", "z": "zero-variance", "t": "truncated"}
+
+
+def select(rows: list[dict], mode: str, query: str = "", limit: int = 100) -> list[dict]:
+    """The rows a filter (FILTERS' names) and a search (case-insensitive, prompt or completion) keep."""
+    q = query.lower()
+    kept = [
+        r for r in rows[::-1] if not q or q in str(r.get("prompt", "")).lower() + str(r.get("completion", "")).lower()
+    ]
+    if mode == "best":
+        kept.sort(key=lambda r: -(r.get("advantage") or 0.0))
+    elif mode == "worst":
+        kept.sort(key=lambda r: r.get("advantage") or 0.0)
+    elif mode == "zero-variance":  # groups whose completions all got the same rewards
+        flat = {k for k, g in groups(rows).items() if zero_variance(g)}
+        kept = [r for r in kept if group_key(r) in flat]
+    elif mode == "truncated":
+        kept = [r for r in kept if r.get("truncated") or (episode(r) or {}).get("stop") == "length"]
+    return kept[:limit]
+
+
+def scores_line(row: dict, group: list[dict]) -> str:
+    rewards = [sum(v for v in (r.get("rewards") or {}).values() if v is not None) for r in group]
+    where = f"step {row.get('step', '?')}"
+    if row.get("group") is not None:
+        spread = "all equal: zero variance" if zero_variance(group) else f"{fmt(min(rewards))} … {fmt(max(rewards))}"
+        where += f" · group {row['group']} ({len(group)} completions, rewards {spread})"
+    parts = [where, f"advantage {fmt(row.get('advantage'))}"]
+    parts += [f"{name} {fmt(value)}" for name, value in (row.get("rewards") or {}).items()]
+    return " · ".join(parts)
+
+
+def completion_lines(row: dict) -> tuple[str, list[str]]:
+    """The completion's header and its lines behind their gutters (module docstring)."""
+    text, n, trained = str(row.get("completion", "")), row["tokens"], row.get("trained", row["tokens"])
+    cut = ", cut at max_completion_len" if row.get("truncated") else ""
+    if trained == 0 and n:
+        return f"completion ({n} tokens{cut}; none trained):", [(MASKED_GUTTER + x).rstrip() for x in text.split("\n")]
+    marked, at = "", 0
+    for start, end in row.get("masked", []):
+        marked += text[at:start] + "⟦" + text[start:end] + "⟧"
+        at = end
+    marked += text[at:]
+    what = "all trained" if trained == n else f"{trained} trained, ⟦ ⟧ masked"
+    return f"completion ({n} tokens{cut}; {what}):", [(TRAINED_GUTTER + x).rstrip() for x in marked.split("\n")]
+
+
+def detail(row: dict, group: list[dict] | None = None) -> str | Text:
+    """The highlighted sample in full: the prompt exactly as the model saw it (chat template and all), its
+    scores, then the completion, or the episode turn by turn (module docstring)."""
     prompt = f"prompt (as rendered):\n{row.get('prompt', '')}\n\n"
+    if "tokens" in row:
+        prompt += scores_line(row, group or [row]) + "\n"
     ep = episode(row)
     if ep is None:
-        return f"{prompt}completion:\n{row.get('completion', '')}"
+        if "tokens" not in row:  # a row written before samples held token counts
+            return f"{prompt}completion:\n{row.get('completion', '')}"
+        head, lines = completion_lines(row)
+        return prompt + "\n".join([head, *lines])
     out = Text(prompt)
     out.append(f"episode ({summary(ep)}; the rewards score the last model turn):\n", style="bold")
     for turn in ep["turns"]:

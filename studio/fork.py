@@ -1,0 +1,93 @@
+"""Try a doctor's suggestion in one key: fork a run with one config change.
+
+The fork is a new run directory beside the parent. It continues from the parent's newest checkpoint when it
+can: the checkpoint folder and the parent's streams are copied, config.toml carries the change, and the trainer
+resumes there (`train --resume`, which cuts the streams back to the checkpoint's step and applies the config's
+train.lr). It starts at step 0 instead when the parent has no checkpoint before its last step, or when the change
+is to the model itself (model.*: its dtype, LoRA or weights; the checkpoint's weights would not fit it). fork.json records the parent,
+the step forked at and the change; Compare overlays parent and fork. Files only: no torch here."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from grpo_studio.contract import config as cfgmod
+from grpo_studio.contract import rundir
+from grpo_studio.contract.config import Config
+from grpo_studio.contract.run_files import CHECKPOINTS, CONFIG, EVENTS, FORK, STATE_EVENTS, STREAMS, checkpoint_folders
+from grpo_studio.contract.run_reader import read_events
+from grpo_studio.studio import launcher
+
+WEIGHT_KEYS = ("model.",)  # the model, its dtype, its LoRA: changes a checkpoint cannot carry into
+
+
+@dataclass
+class Fork:
+    parent: Path
+    key: str
+    value: str
+    cfg: Config  # the parent's config with the change
+    old: str  # the parent's value, as config.toml shows it
+    step: int  # the parent's checkpoint step the fork continues from; 0: from the start
+    why_start: str  # why it starts at step 0 (empty when it continues from a checkpoint)
+
+    def lines(self) -> list[str]:
+        """What the fork changes and where it starts: the diff shown before launching."""
+        where = (
+            f"from: {self.parent.name}'s checkpoint step-{self.step}; steps {self.step + 1}.."
+            f"{self.cfg.train.steps} trained with the change"
+            if self.step
+            else f"from: step 0 ({self.why_start}); same seed and data order as the parent"
+        )
+        return [f"fork {self.parent.name}", f"  {self.key}: {self.old} → {self.value}", f"  {where}"]
+
+
+def plan(parent: Path, key: str, value: str) -> Fork:
+    """The parent's config with `key` = `value` (refused in one line like --set), and where the fork starts."""
+    parent = Path(parent)
+    cfg = launcher.load_run_config(parent)
+    section, _, name = key.partition(".")
+    old = getattr(getattr(cfg, section, None), name, "")
+    cfgmod.set_key(cfg, key, value, from_text=True)
+    cfgmod.validate(cfg)
+    steps = [step for step, _ in checkpoint_folders(parent) if step < cfg.train.steps]
+    why = ""
+    if key.startswith(WEIGHT_KEYS):
+        why = f"{key} changes the model, so the checkpoint's weights cannot carry over"
+    elif not steps:
+        why = "no checkpoint before the parent's last step"
+    shown = ",".join(map(str, old)) if isinstance(old, list) else str(old)
+    return Fork(parent, key, value, cfg, shown, 0 if why else steps[-1], why)
+
+
+def make(fork: Fork, runs_root: Path) -> Path:
+    """Write the fork's run directory: config.toml, fork.json and, continuing from a checkpoint, that checkpoint
+    and the parent's streams and events less their state changes (the resume cuts the streams back to its step)."""
+    path = launcher.new_run_dir(runs_root, f"{fork.parent.name.split('-2')[0]}-fork")
+    path.mkdir(parents=True)
+    record = {"parent": str(fork.parent.resolve()), "step": fork.step, "set": {fork.key: fork.value}}
+    rundir.atomic_write_text(path / FORK, json.dumps(record, indent=2) + "\n")
+    if fork.step:
+        for name in STREAMS:
+            if (fork.parent / name).is_file():
+                shutil.copy2(fork.parent / name, path / name)
+        # the parent's events less its state changes: the fork's state is its own trainer's
+        kept = [e for e in read_events(fork.parent) if e.get("event") not in STATE_EVENTS]
+        note = {"time": time.time(), "event": "info", "message": f"fork of {fork.parent.name} at step {fork.step}: "}
+        note["message"] += f"{fork.key} = {fork.value}"
+        rundir.atomic_write_text(path / EVENTS, "".join(json.dumps(e) + "\n" for e in [*kept, note]))
+        shutil.copytree(fork.parent / CHECKPOINTS / f"step-{fork.step}", path / CHECKPOINTS / f"step-{fork.step}")
+        cfgmod.save(fork.cfg, path / CONFIG)
+    return path
+
+
+def parent_of(run_dir: Path) -> Path | None:
+    """The run this one was forked from (fork.json), or None."""
+    try:
+        return Path(json.loads((Path(run_dir) / FORK).read_text())["parent"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
