@@ -69,6 +69,12 @@ def shapes(drift: float, lagged: float | None = None) -> dict[str, tuple[float, 
         "env/stop/error": (0.0, 0.05, -0.5),
         "perf/env_s": (0.0, 0.05, 0.0),
         "perf/model_s": (0.0, 0.35, 0.0),
+        # shares stay shares: a healthy run's zero-variance groups, truncation and clipping fall or stay low
+        "reward/frac_zero_std": (0.05, 0.3, -0.8),
+        "completion/truncated_frac": (0.0, 0.05, 0.0),
+        "clip/region": (0.0, 0.02, 0.0),
+        "clip/low": (0.0, 0.01, 0.0),
+        "clip/high": (0.0, 0.01, 0.0),
         metrics.EVAL_ACCURACY: (0.15, 0.15, 2.0),  # shares: pass@1 <= maj@k <= pass@k, all in [0, 1]
         metrics.EVAL_MAJ_AT_K: (0.2, 0.15, 1.8),
         metrics.EVAL_PASS_AT_K: (0.3, 0.15, 1.5),

@@ -11,14 +11,16 @@ from textual.widgets import Static
 from grpo_studio.studio.vram_adapter import Plan
 
 
-def render_plan(plan: Plan, gpu_label: str, wide: bool = False) -> Group | Text:
+def render_plan(plan: Plan, gpu_label: str, width: int = 0) -> Group | Text:
+    """The plan as a table: part, GiB and, from 50 columns on, each part's formula (the wider, the more of it)."""
+    wide = width >= 50
     if plan.error:
         return Text.assemble((f"VRAM · {plan.mode}\n", "bold"), (plan.error, "bold red"))
     table = Table(box=None, expand=True, show_header=False, pad_edge=False, padding=(0, 1))
     table.add_column("part", ratio=3, overflow="fold")
     table.add_column("GiB", justify="right", no_wrap=True)
     if wide:
-        table.add_column("formula", ratio=4, overflow="ellipsis", no_wrap=True, style="dim")
+        table.add_column("formula", ratio=4 if width < 80 else 9, overflow="ellipsis", no_wrap=True, style="dim")
     table.add_row(
         Text(f"VRAM · {plan.mode} (ctrl+t)", style="bold"),
         Text("GiB", style="bold"),
@@ -67,8 +69,8 @@ class VramPanel(Static):
     def show(self, plan: Plan, gpu_label: str) -> None:
         self.plan, self.gpu_label = plan, gpu_label
         self.border_title = f"VRAM · {plan.mode}"
-        self.update(render_plan(plan, gpu_label, wide=self.size.width >= 50))
+        self.update(render_plan(plan, gpu_label, self.size.width))
 
     def on_resize(self) -> None:
         if self.plan is not None:
-            self.update(render_plan(self.plan, self.gpu_label, wide=self.size.width >= 50))
+            self.update(render_plan(self.plan, self.gpu_label, self.size.width))
