@@ -136,6 +136,17 @@ def to_toml(cfg: Config) -> str:
     return tomli_w.dumps(cfg.to_dict())
 
 
+def changes(old: Config, new: Config) -> dict[str, tuple]:
+    """The keys whose values differ between two configs: {key: (old value, new value)}, in schema order."""
+    out = {}
+    for key in all_keys():
+        section, _, name = key.partition(".")
+        a, b = getattr(getattr(old, section), name), getattr(getattr(new, section), name)
+        if a != b:
+            out[key] = (a, b)
+    return out
+
+
 def save(cfg: Config, path: Path) -> None:
     from grpo_studio.contract.rundir import atomic_write_text
 

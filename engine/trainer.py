@@ -17,8 +17,8 @@ import signal
 
 import torch
 
+from grpo_studio.contract import config, precision_plan
 from grpo_studio.contract import metrics as schema
-from grpo_studio.contract import precision_plan
 from grpo_studio.contract.config import Config
 from grpo_studio.contract.config import save as save_config
 from grpo_studio.contract.errors import UserError
@@ -44,6 +44,8 @@ class Trainer:
             self.rundir.acquire(new_run=not resume)  # refused: RunLock or UserError, nothing written
             if not resume:  # first, so a trainer killed while loading leaves a run that --resume restarts
                 save_config(cfg, self.rundir.dir / CONFIG)
+            else:  # --resume --set: config.toml says what the steps from here are trained with
+                self._record_changes(cfg)
         try:
             self._load(cfg)
         except BaseException:
@@ -52,6 +54,13 @@ class Trainer:
             else:
                 self.rundir.release()
             raise
+
+    def _record_changes(self, cfg: Config) -> None:
+        changed = config.changes(config.load(str(self.rundir.dir / CONFIG)), cfg)
+        if changed:
+            line = "; ".join(f"{key} {a} -> {b}" for key, (a, b) in changed.items())
+            self.rundir.event("config_changed", f"resumed with {line}", keys=sorted(changed))
+            save_config(cfg, self.rundir.dir / CONFIG)
 
     def _load(self, cfg: Config) -> None:
         """Everything the run needs, under the lock: user inputs first, then the model, optimizer and sampler."""

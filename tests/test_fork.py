@@ -5,6 +5,7 @@ Doctor tab from the finding to the confirmation that shows the diff."""
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 from textual.widgets import Label
@@ -12,6 +13,7 @@ from textual.widgets import Label
 from grpo_studio.contract import config as cfgmod
 from grpo_studio.contract import run_files, run_state, rundir
 from grpo_studio.contract.errors import UserError
+from grpo_studio.contract.run_reader import read_events
 from grpo_studio.engine.trainer import Trainer
 from grpo_studio.studio import fork
 from grpo_studio.studio.app import StudioApp
@@ -125,3 +127,23 @@ async def test_doctor_tab_lists_the_findings_and_f_shows_the_forks_diff_first(pa
     assert [r["step"] for r in got] == [1, 2, 3, 4]
     assert got[:2] == rows(parent)[:2]
     assert all("rewards/correctness/mean" in r and "rewards/const/mean" not in r for r in got[2:])
+
+
+def test_resume_with_a_changed_lr_trains_with_it_and_config_toml_says_so(parent, tmp_path):
+    """`train --resume RUN --set train.lr=X` (here: the Trainer as the CLI builds it): the steps after the
+    checkpoint take X (the restored optimizer and schedule would keep the old lr), config.toml holds X, and a
+    config_changed event names the key with its old and new values."""
+    run_dir = tmp_path / "run"
+    shutil.copytree(parent, run_dir)
+    shutil.rmtree(run_dir / rundir.CHECKPOINTS / "step-4")  # resume from step 2
+    old = cfgmod.load(str(run_dir / rundir.CONFIG))
+    cfg = cfgmod.load(str(run_dir / rundir.CONFIG), ["train.lr=5e-06"])
+    trainer = Trainer(cfg, run_dir, resume=True)
+    try:
+        assert trainer.run() == "finished"
+    finally:
+        trainer.close()
+    assert [r["lr"] for r in rows(run_dir)] == [old.train.lr, old.train.lr, 5e-06, 5e-06]
+    assert cfgmod.load(str(run_dir / rundir.CONFIG)).train.lr == 5e-06
+    (event,) = [e for e in read_events(run_dir) if e["event"] == "config_changed"]
+    assert event["message"] == f"resumed with train.lr {old.train.lr} -> 5e-06" and event["keys"] == ["train.lr"]
