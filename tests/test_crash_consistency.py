@@ -330,13 +330,14 @@ def test_a_lock_whose_pid_now_names_another_process_is_stale_never_signalled_and
         out = finish(proc)
         assert proc.returncode == 0, out
         new = events(run)[mark:]
-        assert [e["event"] for e in new] == ["stale_lock", "started", "checkpoint", "finished"]
+        assert [e["event"] for e in new] == ["stale_lock", "config_changed", "started", "checkpoint", "finished"]
+        assert new[1]["message"] == f"resumed with train.steps {STEPS} -> {STEPS + 1}"  # the --set, on record
         assert new[0]["pid"] == decoy.pid
         assert new[0]["message"].startswith(
             f"took over the stale lock of trainer pid {decoy.pid}: pid {decoy.pid} "
             f"now belongs to another process (started "
         )
-        assert new[1]["message"] == f"resumed at step {STEPS}"
+        assert new[2]["message"] == f"resumed at step {STEPS}"
         assert steps(run, METRICS) == list(range(1, STEPS + 2))
         assert decoy.poll() is None and not (run / PIDFILE).exists()
     finally:
