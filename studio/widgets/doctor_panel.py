@@ -5,6 +5,7 @@ in one line."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from textual.app import ComposeResult
@@ -14,6 +15,7 @@ from textual.widgets import DataTable, Static
 from grpo_studio.contract.diagnosis import Finding, read_run
 from grpo_studio.contract.diagnosis_rules import findings, healthy_line
 
+READ_EVERY_S = 10.0  # a live run's files are read again at most this often (samples.jsonl grows large)
 FORK_HINT = "f: fork this run with the suggested change (the config diff is shown first)"
 
 
@@ -40,6 +42,7 @@ class DoctorPanel(Vertical):
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
         self.found: list[Finding] = []
+        self.read_at = -READ_EVERY_S
 
     def compose(self) -> ComposeResult:
         yield Static("", id="doctor-summary", markup=False)
@@ -50,7 +53,11 @@ class DoctorPanel(Vertical):
         self.query_one(DataTable).add_columns("severity", "finding")
 
     def diagnose(self, run_dir: Path) -> None:
-        """Read the run again and list its findings (the cursor stays on its row number)."""
+        """Read the run again and list its findings (the cursor stays on its row number); on a live run at
+        most every READ_EVERY_S seconds."""
+        if time.monotonic() - self.read_at < READ_EVERY_S:
+            return
+        self.read_at = time.monotonic()
         view = read_run(run_dir)
         self.found = findings(view)
         table = self.query_one(DataTable)
