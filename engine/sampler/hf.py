@@ -5,6 +5,11 @@ trainer's and weight sync after each optimizer step goes through the same `load_
 as the vLLM backend. μ is read from generate's *processed* scores (after temperature, top-k,
 top-p), i.e. the distribution the sampler actually drew from.
 
+Each distinct prompt is computed once: its tokens but the last run through the model into a KV cache, which is
+repeated for its G samples; `generate` then starts from the last prompt token (issue 27: the prompt is most of
+a GSM8K-shaped rollout's tokens). The samples are drawn as without it (the same draws, from scores equal to
+fp32 rounding).
+
 A 4-bit base (model.load_in_4bit) is sampled unmerged: this copy holds the same NF4 base (quantising the
 same weights gives the same codes) under the same LoRA adapters, and the sync copies the adapters
 (engine/weights.py). Merging them would have to dequantise, add and re-quantise, a different base.
@@ -63,11 +68,13 @@ class HFBackend:
         pad = self.tokenizer.pad_token_id
         input_ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows], device=self.device)
         attention = torch.arange(width).unsqueeze(0) >= torch.tensor([width - len(r) for r in rows]).unsqueeze(1)
+        cache = self._prompt_cache(input_ids[:: sampling.n], attention[:: sampling.n], sampling.n)
         torch.manual_seed(sampling.seed)
         try:
             out = self.model.generate(
                 input_ids=input_ids,
                 attention_mask=attention.long().to(self.device),
+                past_key_values=cache,
                 do_sample=True,
                 temperature=sampling.temperature,
                 top_p=sampling.top_p,
@@ -95,6 +102,25 @@ class HFBackend:
             dim=1,
         )
         return rollout_from(ids, logprobs, self.tokenizer.eos_token_id, pad, start)
+
+    def _prompt_cache(self, prompt_ids: torch.Tensor, attention: torch.Tensor, n: int):
+        """The KV cache of each distinct prompt less its last token, repeated n times (None for n = 1)."""
+        from transformers import DynamicCache
+
+        if n < 2 or prompt_ids.shape[1] < 2:
+            return None
+        att = attention.long().to(self.device)
+        cache = DynamicCache(config=self.model.config)
+        positions = (att.cumsum(-1) - 1).clamp(min=0)  # generate's own position ids under left padding
+        self.model(
+            input_ids=prompt_ids[:, :-1],
+            attention_mask=att[:, :-1],
+            position_ids=positions[:, :-1],
+            past_key_values=cache,
+            use_cache=True,
+        )
+        cache.batch_repeat_interleave(n)
+        return cache
 
     @torch.no_grad()
     def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
