@@ -161,15 +161,21 @@ def stuck_formats(run: RunView) -> list[str]:
     return [fn for fn, points in means.items() if len(points) >= MIN_ROWS and all(abs(v) <= FLAT for _, v in points)]
 
 
+def no_signal(group: list[dict]) -> bool:
+    """A group of samples.jsonl rows (one prompt's completions) whose advantages are all 0: one reward for the
+    whole group, so it adds nothing to the gradient."""
+    advantages = [as_number(s.get("advantage")) for s in group]
+    return len(advantages) > 1 and all(a is not None and abs(a) <= FLAT for a in advantages)
+
+
 def equal_groups(samples: list[dict]) -> list[tuple[int, float]]:
-    """Per sampled step, the share of its completions in groups (consecutive rows of one step and prompt) whose
-    advantages are all 0: one reward for the whole group."""
+    """Per sampled step, the share of its completions in groups (consecutive rows of one step and prompt) with
+    no signal (no_signal)."""
     per_step: dict[int, list[int]] = {}
-    for (step, _), group in groupby(samples, key=lambda s: (s[schema.STEP], s.get("prompt"))):
-        advantages = [as_number(s.get("advantage")) for s in group]
-        flat = len(advantages) > 1 and all(a is not None and abs(a) <= FLAT for a in advantages)
+    for (step, _), rows in groupby(samples, key=lambda s: (s[schema.STEP], s.get("prompt"))):
+        group = list(rows)
         counts = per_step.setdefault(step, [0, 0])
-        counts[0], counts[1] = counts[0] + len(advantages) * flat, counts[1] + len(advantages)
+        counts[0], counts[1] = counts[0] + len(group) * no_signal(group), counts[1] + len(group)
     return [(step, equal / total) for step, (equal, total) in sorted(per_step.items())]
 
 

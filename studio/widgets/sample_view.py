@@ -20,13 +20,14 @@ same gutters: "┃ " when its tokens were trained, "│ " when none were (e.g. c
 algo.mask_truncated_completions), and ⟦ ⟧ around the text of tokens left out of an otherwise trained one.
 Above it, one line: the step, the group (its size and reward range), the advantage and each reward.
 
-Filters (`select`): all (newest first), best and worst (by advantage), zero-variance groups (every completion
-of the group got the same rewards: no advantage, no gradient), truncated; and a search of prompt and text."""
+Filters (`select`): all (newest first), best and worst (by advantage), zero-variance groups (every advantage of
+the group 0, the doctor's test: contract/diagnosis.no_signal), truncated; and a search of prompt and text."""
 
 from __future__ import annotations
 
 from rich.text import Text
 
+from grpo_studio.contract.diagnosis import no_signal  # the doctor's zero-variance group
 from grpo_studio.contract.metrics import fmt
 
 TRAINED_GUTTER, MASKED_GUTTER = "┃ ", "│ "
@@ -81,11 +82,6 @@ def groups(rows: list[dict]) -> dict[tuple, list[dict]]:
     return out
 
 
-def zero_variance(group: list[dict]) -> bool:
-    """Every completion of the group got the same rewards (GRPO's advantage is 0 for all of them)."""
-    return len(group) > 1 and all(r.get("rewards") == group[0].get("rewards") for r in group)
-
-
 FILTERS = {"a": "all", "b": "best", "w": "worst", "z": "zero-variance", "t": "truncated"}
 
 
@@ -100,7 +96,7 @@ def select(rows: list[dict], mode: str, query: str = "", limit: int = 100) -> li
     elif mode == "worst":
         kept.sort(key=lambda r: r.get("advantage") or 0.0)
     elif mode == "zero-variance":  # groups whose completions all got the same rewards
-        flat = {k for k, g in groups(rows).items() if zero_variance(g)}
+        flat = {k for k, g in groups(rows).items() if no_signal(g)}
         kept = [r for r in kept if group_key(r) in flat]
     elif mode == "truncated":
         kept = [r for r in kept if r.get("truncated") or (episode(r) or {}).get("stop") == "length"]
@@ -111,7 +107,7 @@ def scores_line(row: dict, group: list[dict]) -> str:
     rewards = [sum(v for v in (r.get("rewards") or {}).values() if v is not None) for r in group]
     where = f"step {row.get('step', '?')}"
     if row.get("group") is not None:
-        spread = "all equal: zero variance" if zero_variance(group) else f"{fmt(min(rewards))} … {fmt(max(rewards))}"
+        spread = "all equal: zero variance" if no_signal(group) else f"{fmt(min(rewards))} … {fmt(max(rewards))}"
         where += f" · group {row['group']} ({len(group)} completions, rewards {spread})"
     parts = [where, f"advantage {fmt(row.get('advantage'))}"]
     parts += [f"{name} {fmt(value)}" for name, value in (row.get("rewards") or {}).items()]
