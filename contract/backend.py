@@ -1,4 +1,5 @@
-"""Which rollout backend a config gets: `resolve(rollout.backend)`; "auto" = vllm when it can run here, else hf.
+"""Which rollout backend a config gets: `resolve(rollout.backend)`; "auto" = vllm when it can run here, else hf;
+and how a colocated vLLM engine takes the weights with LoRA: `sync_path` (rollout.vllm_sync).
 
 Pure python: vLLM is looked up by its package metadata, never imported. The sampler passes
 engine/sampler/vllm_backend.unavailable_reason, which adds the checks that import vLLM.
@@ -51,8 +52,9 @@ def resolve(
 ) -> tuple[str, str | None]:
     """(backend name, why vLLM cannot run here or None). "auto" falls back to hf when problem() names
     one; an explicit "vllm" stays "vllm" with the problem attached for the caller to refuse. A 4-bit base
-    (model.load_in_4bit) is sampled by hf only: "auto" is hf there (config.validate refuses "vllm")."""
-    if requested == "hf" or load_in_4bit:
+    (model.load_in_4bit) is sampled by hf under "auto" (the trainer's exact function); an explicit "vllm"
+    serves the 16-bit base under the adapter (sync_path)."""
+    if requested == "hf" or (load_in_4bit and requested == "auto"):
         return "hf", None
     why = problem()
     return ("hf" if why and requested == "auto" else "vllm"), why
@@ -75,4 +77,68 @@ def refuse_vllm_dtype(model_type: str, cfg) -> None:
             f"'fp32' for the rollout, or rollout.backend = 'hf'",
             key=key,
             value="fp16",
+        )
+
+
+# vLLM's LoRA: the ranks its max_lora_rank takes (vllm/config/lora.py MaxLoRARanks); it serves linear layers only.
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+NOT_VLLM_LORA = ("lm_head", "embed_tokens")
+
+
+def sync_path(cfg, on_cpu: bool = False) -> tuple[str, str]:
+    """How a colocated vLLM engine takes the trainer's weights (rollout.vllm_sync), and why: "adapter" (only
+    the LoRA adapter, served by vLLM's LoRA: TRL issue 5975) where vLLM's LoRA can serve it, else "merged"
+    (W + (alpha/r)·B·A, or every weight of a full fine-tune, reloaded into the engine). `auto` merges on CPU,
+    where vLLM's LoRA runs torch reference kernels that cost the rollout far more than the merged sync takes
+    (docs/performance.md), except for a 4-bit base, which vLLM can only serve through the adapter."""
+    m, choice = cfg.model, cfg.rollout.vllm_sync
+    why = no_adapter_sync(cfg)
+    if choice == "merged" or why:
+        return "merged", why or "rollout.vllm_sync = 'merged'"
+    if choice == "auto" and on_cpu and not m.load_in_4bit:
+        return "merged", (
+            "rollout.vllm_sync = 'auto' on CPU, where vLLM's LoRA kernels slow the rollout far more than "
+            "the merged sync costs (docs/performance.md); 'adapter' forces the adapter path"
+        )
+    auto = " (rollout.vllm_sync = 'auto')" if choice == "auto" else ""
+    return "adapter", f"only the rank-{m.lora_rank} LoRA adapter is sent, served by vLLM's LoRA{auto}"
+
+
+def no_adapter_sync(cfg) -> str | None:
+    """Why vLLM's LoRA cannot serve this config's adapter (None: it can)."""
+    m = cfg.model
+    bad = sorted(set(m.lora_target_modules) & set(NOT_VLLM_LORA))
+    if m.lora_rank == 0:
+        return "a full fine-tune (model.lora_rank = 0) has no adapter"
+    if not cfg.rollout.colocate:
+        return "a rollout server (rollout.colocate = false) takes merged weights over HTTP"
+    if cfg.rollout_dtype == "fp8":
+        return "the FP8 rollout quantises the merged weights (rollout.dtype = 'fp8')"
+    if m.lora_rank > VLLM_LORA_RANKS[-1]:
+        return f"model.lora_rank = {m.lora_rank} is above vLLM's largest max_lora_rank, {VLLM_LORA_RANKS[-1]}"
+    if bad:
+        return f"vLLM's LoRA serves linear layers, not {', '.join(bad)} (model.lora_target_modules)"
+    return None
+
+
+def lora_slot(rank: int) -> int:
+    """vLLM's max_lora_rank for an adapter of this rank: the smallest it takes that holds it."""
+    return next(r for r in VLLM_LORA_RANKS if r >= rank)
+
+
+def refuse_vllm_sync(cfg) -> None:
+    """One line for a rollout.vllm_sync that cannot act: 'adapter' where vLLM's LoRA cannot serve the adapter,
+    and a merged sync of a 4-bit base to vLLM (its merged weights would be another base than the trainer's)."""
+    from grpo_studio.contract.errors import UserError
+
+    why = no_adapter_sync(cfg)
+    if cfg.rollout.vllm_sync == "adapter" and why:
+        raise UserError(f"{why}; use 'auto' or 'merged'", key="rollout.vllm_sync", value="adapter")
+    if cfg.model.load_in_4bit and cfg.rollout.backend == "vllm" and sync_path(cfg)[0] == "merged":
+        raise UserError(
+            f"rollout.backend = 'vllm' syncs merged weights here ({sync_path(cfg)[1]}), which a 4-bit base "
+            f"cannot give; use rollout.vllm_sync = 'auto' (vLLM serves the 16-bit base under the adapter, "
+            f"docs/mismatch.md) or rollout.backend = 'hf'",
+            key="model.load_in_4bit",
+            value=True,
         )

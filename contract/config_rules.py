@@ -111,6 +111,7 @@ def validate(cfg: Config) -> None:
         )
     _check_updates_per_rollout(cfg, sequences)
     _refuse_truncated_is(cfg)
+    backend.refuse_vllm_sync(cfg)  # rollout.vllm_sync; a 4-bit base's merged sync to vLLM
     _check_rollout_server(cfg.rollout)
     if cfg.train.max_staleness >= 0 and cfg.rollout.async_mode == "off":
         raise UserError(
@@ -303,13 +304,6 @@ def _refuse_4bit(cfg: Config) -> None:
                 key="model.load_in_4bit",
                 value=True,
             )
-    if cfg.rollout.backend == "vllm":
-        raise UserError(
-            "rollout.backend = 'vllm': a 4-bit base is sampled with its live LoRA adapters by the hf "
-            "backend only (docs/mismatch.md); use rollout.backend = 'hf' or 'auto' (hf for a 4-bit base)",
-            key="model.load_in_4bit",
-            value=True,
-        )
 
 
 def check_processes(

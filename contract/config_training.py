@@ -121,6 +121,12 @@ class RolloutConfig:
         help="on = no torch.compile/graphs (faster start, slower decode); off = always compiled; "
         "auto = compiled, eager where a flow needs it (the simulated FP8 rollout)",
     )
+    vllm_sync: str = opt(
+        "auto",
+        choices=["auto", "adapter", "merged"],
+        help="vLLM weight sync with LoRA: adapter = only the adapter, served by vLLM's LoRA; merged = the merged "
+        "weights; auto = adapter where vLLM's LoRA can serve it (docs/performance.md)",
+    )
 
 
 @dataclass

@@ -165,6 +165,7 @@ ELSEWHERE = {
     "rollout.backend": "tests/test_vllm_train.py::test_three_step_grpo_run_with_vllm",
     "rollout.vllm_enforce_eager": "tests/test_vllm_train.py::"
     "test_compiled_vllm_with_the_simulated_fp8_rollout_is_refused_in_one_line",
+    "rollout.vllm_sync": "tests/test_vllm_adapter_sync.py::test_a_lora_run_syncs_the_adapter_with_the_merged_paths_mismatch",
     "rollout.server": "tests/test_rollout_server.py::test_twenty_step_runs_against_the_server_learn_and_carry_versions",
     "rollout.async_mode": "tests/test_rollout_server.py::test_one_step_overlaps_generation_with_training",
     "rollout.server_timeout": "tests/test_rollout_server.py::"

@@ -174,6 +174,7 @@ def test_the_planners_4bit_weight_rows_are_the_bytes_bitsandbytes_allocates(dtyp
 
 def test_auto_samples_a_4bit_base_with_hf_even_where_vllm_runs():
     assert backend.resolve("auto", lambda: None, load_in_4bit=True) == ("hf", None)
+    assert backend.resolve("vllm", lambda: None, load_in_4bit=True) == ("vllm", None)  # the adapter-only sync
     assert backend.resolve("auto", lambda: None) == ("vllm", None)
 
 
@@ -198,10 +199,10 @@ REFUSED = "config error: model.load_in_4bit = true: "
             "rollout.dtype = 'fp8': bitsandbytes 4-bit layers compute in fp32, bf16 or fp16; use one of those",
         ),
         (
-            ["rollout.backend=vllm"],
-            "rollout.backend = 'vllm': a 4-bit base is sampled with its live LoRA adapters by "
-            "the hf backend only (docs/mismatch.md); use rollout.backend = 'hf' or 'auto' (hf "
-            "for a 4-bit base)",
+            ["rollout.backend=vllm", "rollout.vllm_sync=merged"],
+            "rollout.backend = 'vllm' syncs merged weights here (rollout.vllm_sync = 'merged'), which a 4-bit "
+            "base cannot give; use rollout.vllm_sync = 'auto' (vLLM serves the 16-bit base under the adapter, "
+            "docs/mismatch.md) or rollout.backend = 'hf'",
         ),
     ],
 )

@@ -4,6 +4,7 @@ base           the interface: G completions per prompt, and the log-probs the sa
 hf             transformers `generate` on its own copy of the policy
 vllm_backend   vLLM's offline engine, in-process, colocated with the trainer
 vllm_sync      weight sync into a live vLLM engine; the simulated FP8 rollout
+vllm_lora      the adapter-only weight sync: vLLM's LoRA serves the trainer's adapter (rollout.vllm_sync)
 remote         the client of a rollout server (rollout.colocate = false)
 """
 
@@ -33,7 +34,7 @@ def make_sampler(cfg, model_path: str, tokenizer, plan, emit_event=None, local: 
 
         backend.refuse_vllm_dtype(model_type(model_path), cfg)
 
-        return VLLMBackend(cfg, model_path, tokenizer, plan, emit_event=emit_event)
+        return VLLMBackend(cfg, model_path, tokenizer, plan, emit_event=emit_event, run_dir=log_dir)
     from grpo_studio.engine.sampler.hf import HFBackend
 
     return HFBackend(model_path, tokenizer, plan, cfg.model)

@@ -10,7 +10,8 @@
   (CPU) a bf16 engine whose linears run engine/fp8.py's simulated FP8 GEMM (vllm_sync.Fp8Sim).
 * Weight sync: load_weights() after every optimizer step, through the worker's layerwise
   `reload_weights` (vllm_sync.WeightSync completes fused q/k/v and gate/up groups), then the
-  prefix cache is reset so no KV computed with the old weights is reused.
+  prefix cache is reset so no KV computed with the old weights is reused. With LoRA, where vLLM's
+  LoRA can serve it, only the adapter is sent instead (rollout.vllm_sync; vllm_lora.AdapterSync).
 * Memory: rollout.gpu_memory_utilization; with rollout.sleep on a platform with sleep mode
   (CUDA/ROCm) the engine sleeps after each rollout (level 1: weights to host RAM, KV cache
   dropped) and wakes itself for the weight sync and the next rollout (TRL colocate mode /
@@ -24,7 +25,6 @@ from __future__ import annotations
 
 import functools
 import itertools
-import logging
 import os
 import time
 from collections.abc import Callable, Iterable
@@ -43,7 +43,8 @@ from grpo_studio.contract.errors import UserError  # noqa: E402
 from grpo_studio.engine.data import mix_seed  # noqa: E402
 from grpo_studio.engine.precision import torch_dtype  # noqa: E402
 from grpo_studio.engine.sampler.base import Rollout, Sampling, rollout_from  # noqa: E402
-from grpo_studio.engine.sampler.vllm_sync import Fp8Sim, WeightSync  # noqa: E402
+from grpo_studio.engine.sampler.vllm_lora import AdapterSync  # noqa: E402
+from grpo_studio.engine.sampler.vllm_sync import Fp8Sim, WeightSync, quiet_reload_logs, refresh_tied_head  # noqa: E402
 
 CASCADE_FIXED = (0, 11, 0)  # cascade attention gave wrong outputs on A100 before this
 _FLAT: dict | None = None
@@ -86,18 +87,6 @@ def version_notes(version: str) -> list[str]:
     return notes
 
 
-def _quiet_reload_logs() -> None:
-    # layerwise reload warns about every layer it did not receive (by design with LoRA); those
-    # lines would flood stdout.log after every optimizer step.
-    for name in (
-        "vllm.model_executor.model_loader.reload.layerwise",
-        "vllm.model_executor.model_loader.reload.inplace",
-        "vllm.model_executor.model_loader.weight_utils",
-        "vllm.model_executor.model_loader.utils",
-    ):
-        logging.getLogger(name).setLevel(logging.ERROR)
-
-
 def _sampled_logprobs(logprobs, ids: list[int]) -> list[float]:
     """The sampled token's log-prob per position. FlatLogprobs (one entry per position with
     logprobs=0: the sampled token first) avoids a dict + Logprob object per token."""
@@ -106,19 +95,6 @@ def _sampled_logprobs(logprobs, ids: list[int]) -> list[float]:
     if flat is not None and starts is not None:
         return [flat[i] for i in starts[: len(ids)]]
     return [step[t].logprob for step, t in zip(logprobs, ids)]
-
-
-def _refresh_tied_head(model) -> bool:
-    """A tied lm_head shares the embedding's weight, but the reload only rebuilds embed_tokens; on
-    CPU the head keeps its own packed GEMM copy, so re-run its post-load processing."""
-    head = getattr(model, "lm_head", None)
-    embed = getattr(getattr(model, "model", None), "embed_tokens", None)
-    if head is None or embed is None or getattr(head, "weight", None) is None:
-        return False
-    if head.weight.data_ptr() != embed.weight.data_ptr():
-        return False
-    head.quant_method.process_weights_after_loading(head)
-    return True
 
 
 FP8_METHODS = {"unified": "fp8_per_block", "rollout_only": "fp8"}
@@ -161,7 +137,7 @@ def _memory_share(cfg, model_path: str, on_cpu: bool) -> float:
 class VLLMBackend:
     name = "vllm"
 
-    def __init__(self, cfg, model_path: str, tokenizer, plan, emit_event=None):
+    def __init__(self, cfg, model_path: str, tokenizer, plan, emit_event=None, run_dir=None):
         from vllm import LLM
         from vllm.platforms import current_platform
 
@@ -175,6 +151,7 @@ class VLLMBackend:
         self.fp8 = None  # None | "vllm" (its online FP8, fp8_method) | "sim" (engine/fp8.py inside vLLM)
         self._asleep = False
         self._calls = itertools.count()  # request ids of one generate call: rollout-<call>-<prompt>
+        self.adapter = AdapterSync(cfg, run_dir, self.on_cpu)  # rollout.vllm_sync: the adapter alone, or merged
 
         kwargs = dict(
             model=model_path,
@@ -187,6 +164,7 @@ class VLLMBackend:
             max_model_len=self._max_model_len(model_path, r.max_prompt_len + r.max_completion_len),
             enforce_eager=r.vllm_enforce_eager == "on",
             enable_prefix_caching=True,
+            **self.adapter.engine_kwargs(),
         )
         # On CPU, gpu_memory_utilization means a share of host RAM and is checked against free RAM
         # at start-up; VLLM_CPU_KVCACHE_SPACE (set above, GiB) makes vLLM size a fixed KV cache
@@ -211,7 +189,7 @@ class VLLMBackend:
         if r.sleep and not self.sleep_enabled:
             self.emit("info", f"rollout.sleep: vLLM on {self.platform} has no sleep mode; the engine stays awake")
 
-        _quiet_reload_logs()
+        quiet_reload_logs()
         start = time.perf_counter()
         self.llm = LLM(**kwargs)
         self.start_seconds = time.perf_counter() - start
@@ -233,6 +211,7 @@ class VLLMBackend:
             f"vLLM {self.version} on {self.platform}: {self.vllm_dtype}"
             f"{' + fp8 (' + self.fp8 + ')' if self.fp8 else ''}, engine up in {self.start_seconds:.1f}s",
         )
+        self.emit("info", self.adapter.announce())
 
     def _eager_for_fp8_sim(self, setting: str) -> bool:
         """The simulated FP8 GEMM replaces vLLM's linears after the engine is built; vLLM's compiled
@@ -309,6 +288,7 @@ class VLLMBackend:
                         seed=mix_seed(sampling.seed, i * n) % 2**63,
                         output_kind=RequestOutputKind.DELTA,
                     ),
+                    lora_request=self.adapter.request,
                 )
             while engine.has_unfinished_requests():
                 if between_steps is not None:
@@ -342,12 +322,18 @@ class VLLMBackend:
 
         self.wake()
         params = SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=1.0, detokenize=False)
-        outs = self.llm.generate([TokensPrompt(prompt_token_ids=list(s)) for s in sequences], params, use_tqdm=False)
+        prompts = [TokensPrompt(prompt_token_ids=list(s)) for s in sequences]
+        outs = self.llm.generate(prompts, params, use_tqdm=False, lora_request=self.adapter.request)
         return [[step[t].logprob for step, t in zip(o.prompt_logprobs[1:], s[1:])] for o, s in zip(outs, sequences)]
 
     # ---- weight sync -----------------------------------------------------------------------
     @torch.no_grad()
     def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        if self.adapter.serves(named_tensors):  # the trainer's policy: only its LoRA adapter (vllm_lora.py)
+            if self._asleep:
+                self.llm.wake_up(tags=["weights"])  # the adapter's slots live with the weights
+            return self.adapter.load(self.llm, named_tensors)
+        self.adapter.drop(self.llm)  # whole weights: no adapter on top of them
         batch = self.sync.prepare(named_tensors)
         if not batch:
             return
@@ -359,7 +345,7 @@ class VLLMBackend:
             # older vLLM without layerwise reload: the model's own loader (fine for unpacked weights)
             self.llm.apply_model(lambda model: model.load_weights(iter(batch)))
         if any(name.endswith("embed_tokens.weight") for name, _ in batch):
-            self.llm.apply_model(_refresh_tied_head)
+            self.llm.apply_model(refresh_tied_head)
         if self._fp8sim is not None:
             self._fp8sim.update(batch)
             self.llm.apply_model(self._fp8sim.install)
@@ -378,6 +364,7 @@ class VLLMBackend:
             self._asleep = False
 
     def close(self) -> None:
+        self.adapter.close()
         llm, self.llm = getattr(self, "llm", None), None
         if llm is None:
             return

@@ -13,6 +13,7 @@ missing siblings: the last value we sent, or the checkpoint's (unchanged) value 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -99,6 +100,31 @@ class WeightSync:
 def _layer_key(name: str):
     parts = name.split(".")
     return [int(p) if p.isdigit() else p for p in parts[:-2]], parts[-2:]
+
+
+def quiet_reload_logs() -> None:
+    # layerwise reload warns about every layer it did not receive (by design with LoRA); those
+    # lines would flood stdout.log after every optimizer step.
+    for name in (
+        "vllm.model_executor.model_loader.reload.layerwise",
+        "vllm.model_executor.model_loader.reload.inplace",
+        "vllm.model_executor.model_loader.weight_utils",
+        "vllm.model_executor.model_loader.utils",
+    ):
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
+def refresh_tied_head(model) -> bool:
+    """A tied lm_head shares the embedding's weight, but the reload only rebuilds embed_tokens; on
+    CPU the head keeps its own packed GEMM copy, so re-run its post-load processing."""
+    head = getattr(model, "lm_head", None)
+    embed = getattr(getattr(model, "model", None), "embed_tokens", None)
+    if head is None or embed is None or getattr(head, "weight", None) is None:
+        return False
+    if head.weight.data_ptr() != embed.weight.data_ptr():
+        return False
+    head.quant_method.process_weights_after_loading(head)
+    return True
 
 
 # --------------------------------------------------------------------------------------------
