@@ -47,6 +47,20 @@ SCHEMA = {
         ),
         Metric(f"rewards/{FN}/mean", "mean score of one reward function (unscored completions left out)"),
         Metric(f"rewards/{FN}/std", "std of one reward function's scores"),
+        Metric(
+            "sampling/groups_kept",
+            "algo.dynamic_sampling: groups with reward signal in the rollout (DAPO, arXiv 2503.14476)",
+            "groups",
+            combine="sum",
+        ),
+        Metric(
+            "sampling/groups_dropped",
+            "algo.dynamic_sampling: groups sampled for the rollout and left out of it (rewards all equal, "
+            "or beyond the rollout's prompts)",
+            "groups",
+            combine="sum",
+        ),
+        Metric("sampling/rounds", "algo.dynamic_sampling: sampling rounds the rollout took", "rounds", combine="max"),
         Metric(LOSS, "policy loss of the step"),
         Metric("grad_norm", "global gradient L2 norm before clipping (inf on a skipped step)"),
         Metric("lr", "learning rate after the step"),

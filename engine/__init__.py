@@ -7,6 +7,7 @@ The loop
   step_metrics    a step's metrics row: loss, lr, perf/* (wall time, FLOPs, MFU), mem/*, micro-batches merged
   skipped_steps   steps skipped for non-finite numbers; train.max_bad_steps in a row: diverged
   rollouts        where batches come from: prompts -> G completions each, rewards, advantages
+  dynamic_sampling  DAPO's dynamic sampling: rounds until a rollout's groups have reward signal
   sample_rows     samples.jsonl rows: prompt, completion, rewards, advantage, group, trained tokens
   advantages      group-relative advantages (GRPO, arXiv 2402.03300)
   losses          policy losses: normalisation, PPO clipping, rollout-correction IS, KL

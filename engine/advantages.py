@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 
 STD_EPS = 1e-4  # TRL adds 1e-4 to the std before dividing
+ZERO_STD = 1e-8  # a reward std this small is no signal (torch.isclose(std, 0)'s tolerance; NaN is none either)
 
 
 def nanstd(x: torch.Tensor, dim: int | None = None) -> torch.Tensor:
@@ -20,6 +21,15 @@ def nanstd(x: torch.Tensor, dim: int | None = None) -> torch.Tensor:
     correction = torch.where(count > 1, count / (count - 1), torch.full_like(var, float("nan")))
     std = torch.sqrt(var * correction)
     return std.squeeze(dim) if dim is not None else std.reshape(())
+
+
+def weighted_totals(rewards: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """Each completion's reward [N] from per-function rewards [N, F]: r_i = Σ_k w_k r_ik, skipping functions
+    that returned None (NaN); NaN where every function did (excluded from the baseline, advantage 0)."""
+    rewards = rewards.float()
+    total = (rewards * weights.to(rewards).unsqueeze(0)).nansum(dim=1)
+    total[torch.isnan(rewards).all(dim=1)] = float("nan")
+    return total
 
 
 def compute_advantages(
@@ -35,12 +45,7 @@ def compute_advantages(
         raise ValueError(f"scale_rewards = {scale!r}: allowed: group, batch, none")
     if rewards.dim() != 2 or rewards.shape[0] % group_size:
         raise ValueError(f"rewards shape {tuple(rewards.shape)}: need [N, F] with N a multiple of {group_size}")
-    rewards = rewards.float()
-    unscorable = torch.isnan(rewards).all(dim=1)
-
-    # r_i = Σ_k w_k r_ik, skipping functions that returned None
-    total = (rewards * weights.to(rewards).unsqueeze(0)).nansum(dim=1)
-    total[unscorable] = float("nan")  # excluded from the baseline, advantage 0 below
+    total = weighted_totals(rewards, weights)
 
     grouped = total.view(-1, group_size)
     mean = torch.nanmean(grouped, dim=1).repeat_interleave(group_size)
@@ -58,6 +63,6 @@ def compute_advantages(
     metrics = {
         "reward/mean": torch.nanmean(total).item(),
         "reward/std": nanstd(total).item(),
-        "reward/frac_zero_std": torch.isclose(std, torch.zeros_like(std)).float().mean().item(),
+        "reward/frac_zero_std": (std <= ZERO_STD).float().mean().item(),
     }
     return advantages, metrics

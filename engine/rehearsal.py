@@ -99,6 +99,7 @@ def rehearse(cfg: Config, planned_gib: float, free_gib: float, where: str) -> Re
 
     quiet = copy.deepcopy(cfg)
     quiet.report.to, quiet.alerts.rules, quiet.alerts.on = [], [], []
+    quiet.algo.dynamic_sampling = False  # each further round is one more rollout of the same peak memory
     cuda = torch.cuda.is_available()
     if cuda:
         torch.cuda.reset_peak_memory_stats()

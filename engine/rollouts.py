@@ -13,7 +13,7 @@ import torch
 
 from grpo_studio.contract import metrics as schema
 from grpo_studio.contract.config import Config
-from grpo_studio.engine import data, prompt_render, sample_rows
+from grpo_studio.engine import data, dynamic_sampling, prompt_render, sample_rows
 from grpo_studio.engine import rewards as reward_lib
 from grpo_studio.engine.advantages import compute_advantages
 from grpo_studio.engine.batching import join_prompt_completion
@@ -72,23 +72,26 @@ class Rollouts:
         group-relative advantages: one rollout, as the batch of the optimizer steps that train on it.
         step_no: optimizer steps done; version: weight syncs to the sampler done."""
         self.step_no, self.version = step_no, version
-        cfg, r, t = self.cfg, self.cfg.rollout, self.cfg.train
-        # 1. Rollout: G completions per prompt, with μ = the sampler's per-token log-probs.
-        with out_of_memory("rollout", self.step_no + 1, self.rundir.dir):
-            request, out, waited = self._sample()
-        rows, prompts, prompt_ids = request["rows"], request["prompts"], request["prompt_ids"]
-        self.sampler.sleep()  # colocated vLLM frees its memory for training; it wakes on the next generate
-        mask = out.mask.to(self.device)
-        G, episodes = r.num_generations, request.get("episodes")
-        if episodes:  # the rewards score an episode's last model turn; each episode has its own prompt
-            texts, per_prompt = [e.answer for e in episodes], 1
+        cfg, t, G = self.cfg, self.cfg.train, self.cfg.rollout.num_generations
+        # 1-2. Rollout (G completions per prompt, μ = the sampler's per-token log-probs) → rewards; with
+        #      algo.dynamic_sampling in rounds until its groups have reward signal (DAPO, arXiv 2503.14476).
+        sampling = {}
+        if cfg.algo.dynamic_sampling:
+            scored, sampling = dynamic_sampling.fill(
+                self._scored,
+                self.reward_weights,
+                G,
+                cfg.algo.dynamic_sampling_max_rounds,
+                self.tokenizer.pad_token_id,
+                self.dist,
+                lambda message: self.rundir.event("warning", message, step=self.step_no + 1),
+            )
         else:
-            texts, per_prompt = self.tokenizer.batch_decode(out.completion_ids, skip_special_tokens=True), G
-
-        # 2. Rewards (TRL signature, every dataset column as a keyword) → group-relative advantages.
-        table = self.score(self.reward_fns, rows, G, texts)
-        if episodes and self.episodes.env.has_reward:
-            table = [[*scores, math.nan if e.reward is None else e.reward] for scores, e in zip(table, episodes)]
+            scored = self._scored(0)
+        request, out, waited, texts, table = scored.request, scored.out, scored.waited, scored.texts, scored.table
+        prompts, prompt_ids, episodes = request["prompts"], request["prompt_ids"], request.get("episodes")
+        mask = out.mask.to(self.device)
+        # → group-relative advantages (of the kept groups)
         rewards = torch.tensor(table, dtype=torch.float32)
         advantages, metrics = compute_advantages(rewards, self.reward_weights, G, cfg.algo.scale_rewards)
         if cfg.algo.mask_truncated_completions:
@@ -102,7 +105,7 @@ class Rollouts:
         metrics["policy/dropped_tokens"] = float(stale.sum())
 
         input_ids, attention = join_prompt_completion(
-            prompt_ids, out.completion_ids, per_prompt, self.tokenizer.pad_token_id, self.device
+            prompt_ids, out.completion_ids, scored.per_prompt, self.tokenizer.pad_token_id, self.device
         )
         lengths = out.mask.sum(1)  # the model's tokens: an episode's environment tokens are not its length
         metrics.update(self._reward_metrics(rewards))
@@ -120,6 +123,7 @@ class Rollouts:
                 "perf/overlap_frac": min(1.0, max(0.0, 1.0 - waited / max(out.seconds, 1e-9))),
             }
         )
+        metrics.update(sampling)
         return GenerationBatch(
             step=request["step"],
             rollout=out,
@@ -137,7 +141,7 @@ class Rollouts:
             num_items=self.dist.total(mask.sum()) / t.steps_per_generation,
             metrics=metrics,
             samples=sample_rows.rows(
-                [p for p in prompts for _ in range(per_prompt)],
+                [p for p in prompts for _ in range(scored.per_prompt)],
                 texts,
                 table,
                 advantages,
@@ -150,7 +154,23 @@ class Rollouts:
             ),
         )
 
-    def _request(self, at_step: int) -> dict:
+    def _scored(self, round_no: int) -> dynamic_sampling.Scored:
+        """One round of this rollout's prompts sampled (round_no > 0: algo.dynamic_sampling's next prompts)
+        and scored by the reward functions (TRL signature, every dataset column as a keyword)."""
+        with out_of_memory("rollout", self.step_no + 1, self.rundir.dir):
+            request, out, waited = self._sample(round_no)
+        self.sampler.sleep()  # colocated vLLM frees its memory for training; it wakes on the next generate
+        G, episodes = self.cfg.rollout.num_generations, request.get("episodes")
+        if episodes:  # the rewards score an episode's last model turn; each episode has its own prompt
+            texts, per_prompt = [e.answer for e in episodes], 1
+        else:
+            texts, per_prompt = self.tokenizer.batch_decode(out.completion_ids, skip_special_tokens=True), G
+        table = self.score(self.reward_fns, request["rows"], G, texts)
+        if episodes and self.episodes.env.has_reward:
+            table = [[*scores, math.nan if e.reward is None else e.reward] for scores, e in zip(table, episodes)]
+        return dynamic_sampling.Scored(request, out, waited, texts, table, per_prompt)
+
+    def _request(self, at_step: int, round_no: int = 0) -> dict:
         """The prompts and sampling settings of the rollout whose first update is optimizer step at_step + 1,
         and the weights it is sampled with (step: optimizer steps done; version: weight syncs done)."""
         cfg, r, t = self.cfg, self.cfg.rollout, self.cfg.train
@@ -161,7 +181,10 @@ class Rollouts:
             temperature=r.temperature,
             top_p=r.top_p,
             top_k=r.top_k,
-            seed=data.mix_seed(t.seed, at_step),
+            # a later round of algo.dynamic_sampling samples with a seed of its own
+            seed=data.mix_seed(data.mix_seed(t.seed, at_step), round_no)
+            if round_no
+            else data.mix_seed(t.seed, at_step),
         )
         request = {"rows": rows, "sampling": sampling, "step": self.step_no, "version": self.version}
         if not self.episodes:  # an episode renders its own prompt when it starts
@@ -169,7 +192,7 @@ class Rollouts:
             request["prompt_ids"] = prompt_render.encode_prompts(self.tokenizer, request["prompts"], r.max_prompt_len)
         return request
 
-    def _sample(self) -> tuple[dict, Rollout, float]:
+    def _sample(self, round_no: int) -> tuple[dict, Rollout, float]:
         """This rollout's request, its completions and the seconds the trainer waited for them. With
         rollout.async_mode = one_step (verl's one-step off-policy) they were requested one rollout ago, from
         the rollout server, and the next request goes out now, before this rollout's updates: the server
@@ -179,7 +202,7 @@ class Rollouts:
         t = self.cfg.train
         start = time.perf_counter()
         if self.cfg.rollout.async_mode == "off":
-            request = self._request(self.step_no)
+            request = self._request(self.step_no, round_no)
             if self.episodes:  # config.validate allows no other async_mode
                 out, episodes = self.episodes.run(
                     self.sampler,

@@ -27,6 +27,7 @@ def test_a_real_trainer_row_names_exactly_the_schema(tmp_path):
             "model.dtype=fp16",
             "algo.beta=0.04",
             "algo.is_level=token",
+            "algo.dynamic_sampling=true",
         ],
     )
     assert Trainer(cfg, tmp_path).run() == "finished"
