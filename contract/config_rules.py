@@ -12,7 +12,7 @@ import urllib.parse
 from grpo_studio.contract import alert_rules, algorithms, backend, metrics
 from grpo_studio.contract.config_bounds import MAX_SEQUENCES, MAX_TOKENS, TRACKERS
 from grpo_studio.contract.config_schema import Config, WarmupConfig
-from grpo_studio.contract.config_training import RolloutConfig
+from grpo_studio.contract.config_training import AlgoConfig, RolloutConfig
 from grpo_studio.contract.errors import UserError, did_you_mean
 
 
@@ -110,6 +110,7 @@ def validate(cfg: Config) -> None:
             value=cfg.train.prompts_per_step,
         )
     _check_updates_per_rollout(cfg, sequences)
+    _check_dynamic_sampling(cfg)
     _refuse_truncated_is(cfg)
     backend.refuse_vllm_sync(cfg)  # rollout.vllm_sync; a 4-bit base's merged sync to vLLM
     _check_rollout_server(cfg.rollout)
@@ -265,6 +266,33 @@ def _check_updates_per_rollout(cfg: Config, sequences: int) -> None:
             f"checkpoint never falls between the updates of one rollout; or 0 = only at the end",
             key="train.save_every",
             value=t.save_every,
+        )
+
+
+def _check_dynamic_sampling(cfg: Config) -> None:
+    """DAPO dynamic sampling scores a round before it samples the next (engine/dynamic_sampling.py)."""
+    a, default = cfg.algo, AlgoConfig().dynamic_sampling_max_rounds
+    if not a.dynamic_sampling:
+        if a.dynamic_sampling_max_rounds != default:
+            raise UserError(
+                f"has no effect with algo.dynamic_sampling = false; set it true or leave this at {default}",
+                key="algo.dynamic_sampling_max_rounds",
+                value=a.dynamic_sampling_max_rounds,
+            )
+        return
+    if cfg.rollout.async_mode != "off":
+        raise UserError(
+            f"with rollout.async_mode = {cfg.rollout.async_mode!r} the next rollout is requested before this "
+            f"one is scored, so no round can refill it; allowed with dynamic sampling: async_mode off",
+            key="algo.dynamic_sampling",
+            value=True,
+        )
+    if cfg.env.environment:
+        raise UserError(
+            f"not with env.environment = {cfg.env.environment!r}: multi-turn episodes are not resampled; "
+            f"allowed: false with an environment",
+            key="algo.dynamic_sampling",
+            value=True,
         )
 
 

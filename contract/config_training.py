@@ -17,6 +17,7 @@ from grpo_studio.contract.config_bounds import (
     MAX_COEF,
     MAX_GENERATIONS,
     MAX_PROMPTS,
+    MAX_ROUNDS,
     MAX_SCALE,
     MAX_SECONDS,
     MAX_SEQUENCES,
@@ -170,6 +171,18 @@ class AlgoConfig:
         "ppo", choices=["ppo", "pg"], help="ppo = clipped surrogate; pg = -sg(w)·A·log pi (vanilla policy gradient)"
     )
     use_bias_correction_kl: bool = opt(True, help="TRL's default: multiply the k3 KL term by pi/pi_old")
+    dynamic_sampling: bool = opt(
+        False,
+        help="DAPO dynamic sampling: groups whose rewards are all equal (no gradient) are dropped and more "
+        "prompts sampled until the rollout holds only groups with signal (docs/algorithms.md)",
+    )
+    dynamic_sampling_max_rounds: int = opt(
+        4,
+        lo=1,
+        hi=MAX_ROUNDS,
+        help="sampling rounds of one rollout with algo.dynamic_sampling, the first included; when they run "
+        "out, the first dropped groups fill the rollout and a warning event says so",
+    )
 
 
 @dataclass

@@ -172,6 +172,10 @@ ELSEWHERE = {
     "test_killed_server_stops_the_run_with_a_checkpoint_and_one_event",
     "precision.fp8_flow": "tests/test_precision.py::test_fp8_flow_resolution",
     "precision.loss_scale_backoff": "tests/test_fp16_run.py::test_fp16_run_loss_scale_grows_after_interval_and_no_nan",
+    "algo.dynamic_sampling": "tests/test_dynamic_sampling.py::"
+    "test_rounds_refill_the_rollout_with_groups_that_have_signal",
+    "algo.dynamic_sampling_max_rounds": "tests/test_dynamic_sampling.py::"
+    "test_the_round_limit_fills_with_the_first_dropped_groups_and_warns",
     "train.best_metric": "tests/test_knobs_small.py::test_keep_checkpoints_keeps_the_newest_and_the_best",
     "train.max_bad_steps": "tests/test_divergence.py::test_a_nan_streak_stops_the_run_naming_cause_and_last_good_checkpoint",
     "train.micro_batch_size": "tests/test_trainer.py::test_micro_batches_accumulate_to_the_whole_batch_gradient",
