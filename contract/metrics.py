@@ -148,6 +148,13 @@ SCHEMA = {
             combine="max",
         ),
         Metric(
+            "perf/skipped_backward_rows",
+            "rows of the step whose backward was skipped: every row of their micro-batch had advantage 0, "
+            "so their gradient is exactly 0 (engine/zero_advantage.py)",
+            "rows",
+            combine="sum",
+        ),
+        Metric(
             "perf/trainer_wait_s",
             "time the trainer waited for the step's rollout (on its first step)",
             "s",
@@ -178,7 +185,7 @@ SCHEMA = {
         Metric(
             "perf/flop",
             "model FLOPs of the step (engine/flops.py: 2N per generated or forwarded token, 4N LoRA / "
-            "6N full per trained token)",
+            "6N full per trained token, 2N where its backward was skipped)",
             "FLOP",
             log=True,
         ),

@@ -11,6 +11,7 @@ The loop
   sample_rows     samples.jsonl rows: prompt, completion, rewards, advantage, group, trained tokens
   advantages      group-relative advantages (GRPO, arXiv 2402.03300)
   losses          policy losses: normalisation, PPO clipping, rollout-correction IS, KL
+  zero_advantage  micro-batches whose every advantage is 0: backward skipped, the update bitwise the same
   logprobs        per-token log-probs under the training model (materialised or chunked)
   chunked_logsoftmax  the chunked path's autograd Function: log-probs over vocabulary tiles, no [N, V] logits
   batching        batch layout for the trainer's forward (token budgets, trimming)

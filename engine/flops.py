@@ -9,6 +9,7 @@ waste, not work):
   forward, no grad     2·N  (π_old, the reference model)
   training, full       6·N  (forward 2N, backward 4N: the input gradient 2N and the weight gradient 2N)
   training, LoRA       4·N  (the frozen weights need the input gradient, 2N, not their own)
+  backward skipped     2·N  (a row of a zero-advantage micro-batch: engine/zero_advantage.py)
 
 Activation recomputation (gradient checkpointing) is not counted: MFU counts the model's FLOPs, not the
 hardware's. The peak is the best rate of a few bursts of square torch.mm and F.linear (what nn.Linear runs)
@@ -72,18 +73,21 @@ def grpo_step_flop(
     old_logps: bool,
     reference: bool,
     lora: bool,
+    untrained: torch.Tensor | None = None,
 ) -> float:
     """Model FLOPs of one trainer step on a rollout whose rows hold `tokens` real tokens each ([B]): its
     generation when this process sampled it on this step (an in-process sampler, the rollout's first
     step), π_old over the whole rollout when computed on this step, and this step's `rows` trained on
-    (plus their reference forward when algo.beta > 0)."""
+    (plus their reference forward when algo.beta > 0); those of them in `untrained` only went forward
+    (their backward skipped: engine/zero_advantage.py)."""
     mine = float(tokens[rows].sum())
+    skipped = float(tokens[untrained].sum()) if untrained is not None else 0.0
     everything = float(tokens.sum())
     return step_flop(
         n_params,
         generated=everything if sampled_here else 0.0,
-        forward=(everything if old_logps else 0.0) + (mine if reference else 0.0),
-        trained=mine,
+        forward=(everything if old_logps else 0.0) + (mine if reference else 0.0) + skipped,
+        trained=mine - skipped,
         lora=lora,
     )
 

@@ -25,7 +25,7 @@ import torch
 
 from grpo_studio.contract import metrics as schema
 from grpo_studio.contract.config import Config
-from grpo_studio.engine import data, flops, policy_loader
+from grpo_studio.engine import data, flops, policy_loader, zero_advantage
 from grpo_studio.engine.batching import spans, token_budget_batches, token_budget_groups, trim
 from grpo_studio.engine.faults import out_of_memory
 from grpo_studio.engine.logprobs import token_logprobs, use_shared_prefix
@@ -48,6 +48,7 @@ class LossPass:
     logps: torch.Tensor  # π of the rows [B, T], detached; 0 past a micro-batch's cut (no completion token there)
     loss: float  # the rows' loss value (micro-batches weighted as their gradients)
     metrics: dict  # the loss's metrics (engine/losses.py), row-weighted over the micro-batches
+    skipped: torch.Tensor  # the rows (of the step's) whose backward was skipped (engine/zero_advantage.py)
 
 
 @dataclasses.dataclass
@@ -293,7 +294,10 @@ class GRPOStep:
         micro_batch_size, each micro-batch its own token mean as in TRL), for bnpo under a token budget
         by its share of the active tokens (the whole batch's token mean, as verl's dynamic batch size),
         and not at all for dapo, which already divides by `num_items` (the step's share of the rollout's
-        active tokens)."""
+        active tokens).
+
+        A micro-batch whose rows all have advantage 0 (with algo.beta = 0) has a gradient of exactly 0: its
+        forward and loss run as before, its backward is skipped (engine/zero_advantage.py)."""
         cfg, B, T = self.cfg, input_ids.shape[0], batch.mask.shape[1]
         budget = cfg.train.micro_batch_tokens
         if budget:
@@ -304,6 +308,7 @@ class GRPOStep:
             groups = [torch.arange(start, min(start + size, B)) for start in range(0, B, size)]
         self.optimizer.zero_grad(set_to_none=True)
         logps_all, total, metrics = None, 0.0, {}
+        skip, skipped = zero_advantage.skippable(cfg, self.dist, self.precision), zero_advantage.Skipped()
         for rows in groups:
             ids, att, width = input_ids[rows], attention[rows], T
             if budget:
@@ -328,13 +333,19 @@ class GRPOStep:
                 weight = 1.0
             elif cfg.algo.loss_type == "bnpo" and budget:
                 weight = (part_inputs.mask.sum() / batch.mask.sum().clamp(min=1.0)).item()
-            self.scaler.scale(loss * weight * self.rank_weight).backward()  # fsdp: its share, before the reduce
-            total += loss.item() * weight
+            part_loss = loss.item()
+            if skip and zero_advantage.zero_gradient(part_inputs.advantages, part_loss):  # its gradient: all 0
+                skipped.add(loss, rows)
+            else:
+                self.scaler.scale(loss * weight * self.rank_weight).backward()  # fsdp: its share, before the reduce
+            total += part_loss * weight
             if logps_all is None:
                 logps_all = logps.new_zeros(B, T)
             logps_all[rows.to(logps.device), :width] = logps.detach()
             merge_metrics(metrics, part, share)
-        return LossPass(logps_all, total, metrics)
+            del loss, logps  # a skipped backward's graph goes before the next forward
+        skipped.fill()
+        return LossPass(logps_all, total, metrics, skipped.rows())
 
     def _optimize(self, loss: float) -> Update:
         """(fp16) unscale, skip on inf/NaN → clip → AdamW step → LR schedule. A skipped step does not

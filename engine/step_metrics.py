@@ -37,16 +37,26 @@ def taken_row(
             "perf/rollout_s": batch.rollout.seconds if sampled else 0.0,
             "perf/train_s": metrics["perf/step_s"] - times.rollout_s,
             "perf/sync_s": times.sync_s,
+            "perf/skipped_backward_rows": float(len(passed.skipped)),
         }
     )
     if not sampled:  # the waiting happened on the rollout's first step
         metrics.update({"perf/trainer_wait_s": 0.0, "perf/overlap_frac": 0.0})
-    metrics.update(_perf(grpo, batch, rows, sampled, metrics["perf/step_s"], metrics["perf/trainer_wait_s"], times))
+    metrics.update(
+        _perf(grpo, batch, rows, passed, sampled, metrics["perf/step_s"], metrics["perf/trainer_wait_s"], times)
+    )
     return metrics
 
 
 def _perf(
-    grpo: GRPOStep, batch: GenerationBatch, rows, sampled: bool, step_s: float, wait_s: float, times: StepTimes
+    grpo: GRPOStep,
+    batch: GenerationBatch,
+    rows,
+    passed: LossPass,
+    sampled: bool,
+    step_s: float,
+    wait_s: float,
+    times: StepTimes,
 ) -> dict:
     """perf/flop, perf/peak_flop_s, perf/mfu and perf/idle_s of a step: its model FLOPs (engine/flops.py)
     over its wall time and the matmul peak (flops.Peak: measured again when this step beats it); idle = the
@@ -59,6 +69,7 @@ def _perf(
         old_logps=sampled and batch.inputs.old_logps is not None,
         reference=grpo.cfg.algo.beta > 0,
         lora=grpo.cfg.model.lora_rank > 0,
+        untrained=rows[passed.skipped],
     )
     mfu = grpo.peak.mfu(flop / step_s, grpo.step_no)
     return {

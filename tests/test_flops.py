@@ -68,6 +68,16 @@ def test_step_flop_by_hand(sampled_here, old_logps, reference, lora, per_token):
     assert got == HAND_N * (per_token["all"] * 24 + per_token["mine"] * 9)
 
 
+@pytest.mark.parametrize(("lora", "train"), [(True, 4), (False, 6)])
+def test_rows_whose_backward_was_skipped_count_as_a_forward(lora, train):
+    """engine/zero_advantage.py: row 3 of the step's rows 1 and 3 only went forward (2N per token)."""
+    tokens, rows = torch.tensor([6.0, 5.0, 9.0, 4.0]), torch.tensor([1, 3])
+    got = flops.grpo_step_flop(
+        HAND_N, tokens, rows, sampled_here=False, old_logps=False, reference=False, lora=lora, untrained=rows[1:]
+    )
+    assert got == HAND_N * (train * 5 + 2 * 4)
+
+
 def test_trainer_rows_carry_mfu_from_their_own_numbers(tmp_path, monkeypatch):
     """Two steps on one rollout (steps_per_generation 2): the first generates it and computes π_old over it,
     each trains on its half with LoRA, so their FLOPs add up to (2 + 2 + 4)·N per real token of the rollout,

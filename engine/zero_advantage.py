@@ -1,0 +1,67 @@
+"""Micro-batches that cannot move the weights: their backward is skipped, the update stays bitwise the same.
+
+With algo.beta = 0 every term of the loss (engine/losses.py: PPO-clip or pg, × rollout-correction weights) is
+a product with the row's advantage; entropy is a metric only. A micro-batch whose rows all have advantage
+exactly 0 (a zero-variance group's rows) has loss exactly 0 and, when that loss is finite, a gradient of
+exactly 0 in every parameter it reaches: backward is linear in its incoming gradient, so zeros in, zeros
+out. Adding it changes no .grad, so its backward is skipped. Its forward still runs as before (π for the
+mismatch telemetry, the loss's metrics: entropy, ratios, clip fractions), with the same micro-batches, so
+every value the step computes is the one it computes without skipping.
+
+One thing a backward of zeros does change: a parameter it reaches whose .grad was None gets a zero
+.grad, and AdamW then steps it (weight decay, moment decay) where it would skip a None. `Skipped` keeps
+the parameters each skipped loss reaches (its autograd graph) and gives those a zero .grad at the end
+(a mixture-of-experts layer whose expert only a skipped micro-batch routed to; a step whose every
+micro-batch is skipped).
+
+Off (`skippable`) where that is not exact: algo.beta > 0 (the KL term's gradient needs no advantage), more
+than one process (FSDP reduce-scatters on every backward; ddp's one all-reduce after the micro-batches
+would see the same .grads, but no test covers it yet), and fp16 (a forward that overflows where the loss does not read turns a
+backward of zeros into NaN there, a skipped step without skipping, a taken one with it).
+docs/performance.md, "Zero-advantage micro-batches".
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def skippable(cfg, dist, precision) -> bool:
+    """Whether this run may skip the backward of zero-advantage micro-batches at all."""
+    return cfg.algo.beta == 0 and dist.world == 1 and not precision.loss_scaling
+
+
+def zero_gradient(advantages: torch.Tensor, loss: float) -> bool:
+    """The micro-batch's gradient is exactly 0: every advantage is 0 and the loss is 0 (so finite)."""
+    return loss == 0.0 and not bool(advantages.any())
+
+
+class Skipped:
+    """The skipped micro-batches of one step: their rows, and the parameters their losses reach."""
+
+    def __init__(self):
+        self.parts: list[torch.Tensor] = []
+        self.reached: dict[int, torch.Tensor] = {}
+
+    def rows(self) -> torch.Tensor:
+        """The skipped rows' indices."""
+        return torch.cat(self.parts) if self.parts else torch.zeros(0, dtype=torch.long)
+
+    def add(self, loss: torch.Tensor, rows: torch.Tensor) -> None:
+        self.parts.append(rows.cpu())
+        seen, todo = set(), [loss.grad_fn]
+        while todo:
+            node = todo.pop()
+            if node is None or node in seen:
+                continue
+            seen.add(node)
+            leaf = getattr(node, "variable", None)  # AccumulateGrad: a leaf, here a trained parameter
+            if leaf is not None:
+                self.reached[id(leaf)] = leaf
+            todo.extend(fn for fn, _ in node.next_functions)
+
+    def fill(self) -> None:
+        """A zero .grad where a skipped backward would have left one and none is there (AdamW steps it)."""
+        for p in self.reached.values():
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
