@@ -3,7 +3,7 @@
 It keeps a separate model (like vLLM does), so the rollout precision can differ from the
 trainer's and weight sync after each optimizer step goes through the same `load_weights` path
 as the vLLM backend. μ is read from generate's *processed* scores (after temperature, top-k,
-top-p), i.e. the distribution the sampler actually drew from.
+top-p), i.e. the distribution the sampler actually drew from, one step at a time (SampledLogprobs).
 
 Each distinct prompt is computed once: its tokens but the last run through the model into a KV cache, which is
 repeated for its G samples; `generate` then starts from the last prompt token (issue 27: the prompt is most of
@@ -39,6 +39,41 @@ def _keep_training_kernel(model) -> None:
             module.support_avx512bf16_for_cpu = False
 
 
+class SampledLogprobs:
+    """A logits processor, last in generate's list: it sees the scores the sampler draws from (after the
+    temperature, top-k and top-p warpers) and keeps log μ of each drawn token, one step behind (the token
+    drawn from step t's scores is the last input id at step t + 1). generate's output_scores would keep every
+    step's B × V scores instead: 64 rows × 49152 × 128 steps in fp32 is 1.6 GB."""
+
+    def __init__(self):
+        self.logps: list[torch.Tensor] = []
+        self.last: torch.Tensor | None = None  # log-softmax of the latest step's scores, its token not yet drawn
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        if self.last is not None:
+            self.logps.append(self.last.gather(1, input_ids[:, -1:]).squeeze(1))
+        self.last = torch.log_softmax(scores.float(), dim=-1)
+        return scores
+
+    def result(self, ids: torch.Tensor) -> torch.Tensor:
+        """log μ [B, T] of the completion tokens `ids` [B, T]."""
+        if ids.shape[1] == 0:
+            return ids.new_zeros(ids.shape, dtype=torch.float32)
+        return torch.stack([*self.logps, self.last.gather(1, ids[:, -1:]).squeeze(1)], dim=1)
+
+
+def warpers(sampling: Sampling) -> list:
+    """generate's own sampling warpers for `sampling`, in its order (temperature, top-k, top-p)."""
+    from transformers import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+
+    out = [TemperatureLogitsWarper(sampling.temperature)] if sampling.temperature != 1.0 else []
+    if sampling.top_k:
+        out.append(TopKLogitsWarper(top_k=sampling.top_k))
+    if sampling.top_p < 1.0:
+        out.append(TopPLogitsWarper(top_p=sampling.top_p))
+    return out
+
+
 class HFBackend:
     name = "hf"
 
@@ -69,22 +104,27 @@ class HFBackend:
         input_ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows], device=self.device)
         attention = torch.arange(width).unsqueeze(0) >= torch.tensor([width - len(r) for r in rows]).unsqueeze(1)
         cache = self._prompt_cache(input_ids[:: sampling.n], attention[:: sampling.n], sampling.n)
+        from transformers import LogitsProcessorList
+
+        recorder = SampledLogprobs()
         torch.manual_seed(sampling.seed)
         try:
-            out = self.model.generate(
+            sequences = self.model.generate(
                 input_ids=input_ids,
                 attention_mask=attention.long().to(self.device),
                 past_key_values=cache,
                 do_sample=True,
-                temperature=sampling.temperature,
-                top_p=sampling.top_p,
-                top_k=sampling.top_k or None,
+                # the warpers are passed as processors so the recorder runs after them (generate appends its
+                # own warpers after the processors it is given); its own are off, stated: left out, transformers
+                # falls back to top_k = 50
+                temperature=1.0,
+                top_k=None,
+                top_p=1.0,
+                logits_processor=LogitsProcessorList([*warpers(sampling), recorder]),
                 max_new_tokens=sampling.max_tokens,
                 min_new_tokens=sampling.min_tokens or None,
                 eos_token_id=self.tokenizer.eos_token_id,
                 pad_token_id=pad,
-                output_scores=True,
-                return_dict_in_generate=True,
             )
         except RuntimeError as err:
             # torch.multinomial checks its probabilities on the host before drawing (CPU and CUDA alike):
@@ -92,16 +132,8 @@ class HFBackend:
             if "probability tensor contains" not in str(err):
                 raise
             raise NonFiniteSampling("non-finite sampler probabilities") from None
-        ids = out.sequences[:, width:]
-        # log μ(y_t) = log_softmax(processed scores at step t)[y_t], one step at a time (no B×T×V copy)
-        logprobs = torch.stack(
-            [
-                torch.log_softmax(score.float(), dim=-1).gather(1, ids[:, t : t + 1]).squeeze(1)
-                for t, score in enumerate(out.scores)
-            ],
-            dim=1,
-        )
-        return rollout_from(ids, logprobs, self.tokenizer.eos_token_id, pad, start)
+        ids = sequences[:, width:]
+        return rollout_from(ids, recorder.result(ids), self.tokenizer.eos_token_id, pad, start)
 
     def _prompt_cache(self, prompt_ids: torch.Tensor, attention: torch.Tensor, n: int):
         """The KV cache of each distinct prompt less its last token, repeated n times (None for n = 1)."""
