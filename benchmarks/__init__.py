@@ -15,7 +15,9 @@ wall-clock targets in tests (these machines are shared and noisy).
   fault_cases          the fault suite's generated cases (also run by tests/test_fault_suite.py)
   fault_trials         the fault suite's slow trials: kill -9, a full disk, divergence, two trainers
   synthetic_run        run directories written without training (studio tests, screenshots, damaged runs)
-  step_measure         step_bench's model preparation, peak memory and per-side summary
+  step_sides           one side of step_bench (TRL's, ours per backend) in a process of its own
+  step_parity          step_bench's parity line: both sides' gradients on one shared rollout
+  step_measure         step_bench's model preparation, memory readings and per-side summary
   vram_cases           vram_accuracy_bench's configurations and the tiny models they build
   tensor_bytes         counting tensor bytes (live peaks, persistent state) for vram_accuracy_bench
 """

@@ -1,25 +1,42 @@
 """`grpo-studio bench step --vs trl [--json]`: whole optimizer steps, TRL 1.16's GRPOTrainer against ours.
 
-Both sides, back to back in one process, get the same model, data (the bundled arithmetic task),
-rewards (the tiny-arith recipe's correctness + format), batch shape (prompts × G), completion
-length cap, LoRA (rank, alpha 32, all linear layers, no dropout), learning rate, seed, loss (dapo,
-ε = 0.2, β = 0, one update per rollout), no gradient checkpointing (our default; TRL's default is on,
-and it also turns the KV cache off while generating) and hf rollout; ours also with vLLM
-(`--backends hf,vllm`) and with `--micro-batch-tokens` (train.micro_batch_tokens; TRL pads).
-Each side takes `--warmup` untimed steps, then `--steps` timed ones; per side it reports:
+Two workloads (`--workload`):
+
+  random        the bundled tiny-arith recipe (its data, correctness + format rewards) on `--model`
+                (default: the bundled tiny model, or a random Qwen3 `random:LxHxI`)
+  gsm8k-shaped  the word-problems recipe on the real SmolLM2-135M-Instruct: its chat template, the GSM8K
+                reasoning system prompt, generated GSM8K-shaped questions and the GSM8K reward set;
+                8 prompts × 8, ≤ 128 tokens, micro-batches of 16 rows (TRL: accumulation over the same)
+
+Both sides get the same model, data, rewards, batch shape (prompts × G), completion length cap, LoRA
+(rank, alpha, all linear layers, no dropout), learning rate, seed, loss (the recipe's: dapo, ε = 0.2,
+β = 0, one update per rollout), no gradient checkpointing (our default; TRL's default is on, and it also
+turns the KV cache off while generating) and hf rollout; ours also with vLLM (`--backends hf,vllm`) and
+with `--micro-batch-tokens` (train.micro_batch_tokens; TRL pads). TRL gets each prompt as the text ours
+renders, so both tokenise the same prompt.
+
+Each side runs in a Python process of its own (step_sides.py), so its peak RSS is its own and not what an
+earlier side left behind. With `--vs trl`, a first process computes both sides' gradients on one shared
+rollout (step_parity.py) and the report's parity line gives their distance before any timing. Each side
+takes `--warmup` untimed steps, then `--steps` timed ones; per side it reports:
 
   step_s         median seconds per optimizer step (rollout + rewards + forward/backward + AdamW)
   rollout_s      median seconds inside the sampler (ours: Sampler.generate; TRL: _generate_single_turn)
   gen_tok_s      completion tokens (EOS included, padding not) / rollout seconds
   train_tok_s    prompt + completion tokens / (step_s − rollout_s)
-  peak_rss_gib   the process's peak resident memory while the side was built and stepped (on CUDA also
-                 the peak allocated); rss_growth_gib: that peak less the RSS the side started from
-                 (a later side starts from what the allocator kept of the earlier ones)
+  peak_rss_gib   the side's process's peak resident memory (getrusage; on CUDA also the peak allocated)
+  memory         where it went: RSS after the libraries' imports, once the trainer is built (model,
+                 sampler), at the peak; the bytes of the model's weights and of the optimizer's state
   reward_last    mean reward of the last step's rollout (reward_mean: over all timed steps)
   mfu            achieved FLOP/s over the matmul peak measured in this run (fp32, engine/flops.py)
   sync_s, idle_s, run_mfu   ours only: the medians of the trainer's perf/sync_s (weight sync to the
                  sampler), perf/idle_s (rewards, decoding, advantages, metrics) and perf/mfu (its own
                  per-step FLOPs over its cached peak)
+
+The report also counts the prompt tokens per step that ours computes once per group instead of once per
+completion (prefix_tokens_saved; from the workload's shape): in the rollout (hf: each prompt prefilled once
+into a KV cache its G samples share; vLLM: its prefix cache) and in training (train.shared_prefix = auto,
+for prompts of at least 16 tokens in micro-batches that hold whole groups). TRL computes every copy.
 
 FLOPs are counted by engine/flops.py, as the trainer's perf/mfu counts them (Kaplan et al. 2020 /
 PaLM's MFU, attention's sequence-length term left out, the sequences here are short): N = the weights
@@ -37,17 +54,32 @@ lm_head) gets a constant coordinate 0, which makes coordinate 0 of the final hid
 constant h₀ > 0, and the EOS row gets b/h₀ more there. It is part of the weights both sides load.
 
     grpo-studio bench step --vs trl                                  # tiny-arith, 16 prompts × 8, ≤ 8 tokens
+    grpo-studio bench step --vs trl --workload gsm8k-shaped --backends hf,vllm   # the real model
     grpo-studio bench step --vs trl --model random:8x768x2048 --prompts 8 --max-tokens 32 --backends hf,vllm
 """
 
 from __future__ import annotations
 
+import json
 import shutil
+import subprocess
+import sys
 import tempfile
-import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
-from grpo_studio.benchmarks.step_measure import PeakMemory, model_path_of, summary
+from grpo_studio.benchmarks.step_measure import model_path_of, summary
+
+WORKLOADS = {  # --workload: the recipe and the flags' defaults
+    "random": {"recipe": "tiny-arith", "model": "tiny-arith", "prompts": 16, "max_tokens": 8, "lr": 2e-3},
+    "gsm8k-shaped": {
+        "recipe": "word-problems",
+        "model": "smollm2-135m-instruct",
+        "prompts": 8,
+        "max_tokens": 128,
+        "lr": 5e-4,
+    },
+}
 
 
 @dataclass
@@ -68,182 +100,49 @@ class Workload:
     vs: str  # trl | none
     micro_batch_tokens: int = 0  # ours: train.micro_batch_tokens (TRL pads every row to the longest)
     profile: int = 0  # > 0: torch.profiler over one more step of ours per backend, its top ops by self time
+    recipe: str = "tiny-arith"  # the recipe both sides are set up from (data, rewards, loss, system prompt)
 
 
-# ---- the model ------------------------------------------------------------------------------
+# ---- the sides, each in a process of its own -------------------------------------------------------------
 
 
-def _config(w: Workload, model_path: str, backend: str):
-    from grpo_studio.contract import config
-
-    return config.load(
-        "tiny-arith",
-        [
-            f"model.name={model_path}",
-            f"model.lora_rank={w.lora_rank}",
-            f"rollout.backend={backend}",
-            f"rollout.num_generations={w.generations}",
-            f"rollout.max_completion_len={w.max_tokens}",
-            f"train.prompts_per_step={w.prompts}",
-            f"train.lr={w.lr}",
-            f"train.seed={w.seed}",
-            f"train.steps={w.warmup + w.steps}",
-            f"train.micro_batch_tokens={w.micro_batch_tokens}",
-            "train.save_every=0",
-            "train.eval_every=0",
-            "algo.is_level=none",
-        ],
-    )
+def side_process(name: str, w: Workload, model_path: str) -> dict:
+    """Run one side (step_sides.py) in a fresh Python, so its peak RSS is its own; its output JSON."""
+    with tempfile.TemporaryDirectory() as tmp:
+        spec, out = Path(tmp) / "workload.json", Path(tmp) / "out.json"
+        spec.write_text(json.dumps({**asdict(w), "backends": list(w.backends)}))
+        argv = [sys.executable, "-m", "grpo_studio.benchmarks.step_sides", name, str(spec), model_path, str(out)]
+        proc = subprocess.run(argv, stdout=sys.stderr, stderr=subprocess.PIPE, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"bench step: side {name} failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
+        return json.loads(out.read_text())
 
 
-def run_ours(w: Workload, model_path: str, backend: str, report_side) -> None:
-    """Our Trainer, stepped as `grpo-studio train` steps it; report_side(n_params, steps, mem)."""
-    from grpo_studio.engine import flops
-    from grpo_studio.engine.trainer import Trainer
+def prefix_tokens_saved(w: Workload, prompt_len: float, micro_batch_size: int) -> dict:
+    """Prompt tokens per step that ours computes once per group instead of once per completion: in the rollout
+    (hf: each prompt prefilled once into a KV cache shared by its G samples; vLLM: its prefix cache) and in
+    training (train.shared_prefix: each distinct prompt of a micro-batch run once). TRL saves neither."""
+    from grpo_studio.engine.logprobs import SHARED_PREFIX_MIN_TOKENS
 
-    cfg = _config(w, model_path, backend)
-    with tempfile.TemporaryDirectory() as tmp, PeakMemory() as mem:
-        trainer = Trainer(cfg, f"{tmp}/run")
-        trainer.rundir.acquire()
-        try:
-            rows = [trainer.step() for _ in range(w.warmup + w.steps)][w.warmup :]
-            top = profile_step(trainer, w.profile) if w.profile else None
-        finally:
-            trainer.rundir.release()
-            trainer.close()
-        n_params = flops.matmul_params(trainer.policy)
     B = w.prompts * w.generations
-    steps = [
-        {
-            "step_s": r["perf/step_s"],
-            "rollout_s": r["perf/rollout_s"],
-            "completion_tokens": r["completion/len_mean"] * B,
-            "reward": sum(v for k, v in r.items() if k.startswith("rewards/") and k.endswith("/mean")),
-            "sync_s": r["perf/sync_s"],
-            "idle_s": r["perf/idle_s"],
-            "run_mfu": r["perf/mfu"],
-        }
-        for r in rows
-    ]
-    report_side(n_params, steps, mem, top)
-
-
-def profile_step(trainer, rows: int) -> list[dict]:
-    """The `rows` operators with the most self CPU time (self CUDA time on a GPU) in one step of `trainer`."""
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-
-    cuda = torch.cuda.is_available()
-    with profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])) as prof:
-        trainer.step()
-    events = prof.key_averages()
-    key = (lambda e: e.self_device_time_total) if cuda else (lambda e: e.self_cpu_time_total)
-    total = sum(map(key, events)) or 1
-    return [
-        {"op": e.key, "self_s": round(key(e) / 1e6, 4), "share": round(key(e) / total, 4), "calls": e.count}
-        for e in sorted(events, key=key, reverse=True)[:rows]
-    ]
-
-
-def run_trl(w: Workload, model_path: str, report_side) -> None:
-    """TRL 1.16's GRPOTrainer as a user drives it (GRPOConfig + train()), on our settings."""
-    import datasets
-    import transformers
-    from peft import LoraConfig
-    from trl import GRPOConfig, GRPOTrainer
-
-    from grpo_studio.engine import data, flops, rewards
-
-    cfg = _config(w, model_path, "hf")
-    rows = data.load_rows(cfg.data, "train")
-    funcs = [fn for _, fn in rewards.build(cfg.rewards)]
-    B = w.prompts * w.generations
-    lora = (
-        LoraConfig(
-            r=w.lora_rank,
-            lora_alpha=cfg.model.lora_alpha,
-            lora_dropout=0.0,
-            target_modules="all-linear",
-            task_type="CAUSAL_LM",
-        )
-        if w.lora_rank
-        else None
-    )
-    steps, marks = [], {}
-
-    class Timer(transformers.TrainerCallback):
-        def on_step_begin(self, args, state, control, **kw):
-            marks.update(t0=time.perf_counter(), rollout=0.0)
-
-        def on_step_end(self, args, state, control, **kw):
-            steps.append({"step_s": time.perf_counter() - marks["t0"], "rollout_s": marks["rollout"]})
-
-        def on_log(self, args, state, control, logs=None, **kw):
-            if logs and "reward" in logs and steps:
-                steps[-1].update(reward=logs["reward"], completion_tokens=logs["completions/mean_length"] * B)
-
-    with tempfile.TemporaryDirectory() as tmp, PeakMemory() as mem:
-        args = GRPOConfig(
-            output_dir=tmp,
-            use_cpu=not _cuda(),
-            per_device_train_batch_size=B,
-            num_generations=w.generations,
-            max_completion_length=w.max_tokens,
-            temperature=cfg.rollout.temperature,
-            learning_rate=w.lr,
-            lr_scheduler_type="constant",
-            warmup_steps=0,
-            weight_decay=0.0,
-            max_grad_norm=cfg.train.grad_clip,
-            beta=0.0,
-            loss_type=cfg.algo.loss_type,
-            epsilon=cfg.algo.epsilon,
-            scale_rewards="group",
-            max_steps=w.warmup + w.steps,
-            seed=w.seed,
-            logging_steps=1,
-            save_strategy="no",
-            report_to="none",
-            disable_tqdm=True,
-            bf16=False,
-            fp16=False,
-            gradient_checkpointing=cfg.model.gradient_checkpointing,
-        )  # TRL's default is on
-        trainer = GRPOTrainer(
-            model=model_path,
-            reward_funcs=funcs,
-            args=args,
-            peft_config=lora,
-            train_dataset=datasets.Dataset.from_list(rows),
-        )
-        generate = trainer._generate_single_turn
-
-        def timed(*a, **k):  # the sampler's share of the step, as ours reports perf/rollout_s
-            t0 = time.perf_counter()
-            try:
-                return generate(*a, **k)
-            finally:
-                marks["rollout"] += time.perf_counter() - t0
-
-        trainer._generate_single_turn = timed
-        trainer.add_callback(Timer())
-        trainer.train()
-        n_params = flops.matmul_params(trainer.model)
-    report_side(n_params, steps[w.warmup :], mem, None)
-
-
-def _cuda() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
+    rows = micro_batch_size or B
+    groups_per_micro = [len({r // w.generations for r in range(s, min(s + rows, B))}) for s in range(0, B, rows)]
+    repeats = B - sum(groups_per_micro)  # rows whose prompt their micro-batch already computed
+    shared = not w.micro_batch_tokens and prompt_len >= SHARED_PREFIX_MIN_TOKENS  # train.shared_prefix = auto
+    return {
+        "per_step": round(B * prompt_len),
+        "rollout": round(w.prompts * (w.generations - 1) * prompt_len),
+        "train": round(repeats * prompt_len) if shared else 0,
+    }
 
 
 def _prompt_len(model_path: str, w: Workload) -> float:
     """Mean prompt tokens per sequence over the training rows (both sides draw from them)."""
+    from grpo_studio.benchmarks.step_sides import bench_config
     from grpo_studio.engine import data, prompt_render
     from grpo_studio.engine.policy_loader import load_tokenizer
 
-    cfg = _config(w, model_path, "hf")
+    cfg = bench_config(w, model_path, "hf")
     tok = load_tokenizer(model_path)
     texts = [prompt_render.prompt_text(r, cfg.data, tok) for r in data.load_rows(cfg.data, "train")]
     ids = prompt_render.encode_prompts(tok, texts, cfg.rollout.max_prompt_len)
@@ -251,7 +150,7 @@ def _prompt_len(model_path: str, w: Workload) -> float:
 
 
 def run(w: Workload, progress=None) -> dict:
-    """TRL (unless vs = none) then ours per backend, back to back: the JSON report."""
+    """The parity line and TRL (unless vs = none), then ours per backend, each in its own process: the report."""
     from grpo_studio.contract.errors import UserError
     from grpo_studio.engine.sampler import vllm_backend
 
@@ -274,38 +173,38 @@ def run(w: Workload, progress=None) -> dict:
 def _run(w: Workload, model_path: str, say) -> dict:
     import torch
 
+    from grpo_studio.benchmarks.step_sides import bench_config
     from grpo_studio.engine import flops
     from grpo_studio.engine.policy_loader import device
 
     peak = flops.measure_peak(str(device()), torch.float32)  # fp32, as both sides train; not the cached peak
     prompt_len = _prompt_len(model_path, w)
-    sides = {}
-
-    def side(name):
-        def report(n_params, steps, mem, top):
-            sides[name] = summary(steps, w, n_params, prompt_len, peak, mem)
-            sides[name]["matmul_params"] = n_params
-            if top:
-                sides[name]["profile"] = top
-
-        return report
-
-    if w.vs == "trl":
-        say("trl")
-        run_trl(w, model_path, side("trl"))
-    for backend in w.backends:
-        say(f"ours ({backend})")
-        run_ours(w, model_path, backend, side(f"ours_{backend}"))
+    micro_batch_size = bench_config(w, model_path, "hf").train.micro_batch_size
     report = {
         "workload": {
             **asdict(w),
             "backends": list(w.backends),
             "torch_threads": torch.get_num_threads(),
             "prompt_len_mean": round(prompt_len, 2),
+            "micro_batch_size": micro_batch_size,
         },
         "matmul_peak_gflop_s": round(peak / 1e9, 2),
-        "sides": sides,
     }
+    if w.vs == "trl":
+        say("parity: both sides' gradients on one shared rollout")
+        report["parity"] = side_process("parity", w, model_path)
+    sides = {}
+    for name in (["trl"] if w.vs == "trl" else []) + [f"ours_{b}" for b in w.backends]:
+        say(name)
+        out = side_process(name, w, model_path)
+        sides[name] = {
+            **summary(out["steps"], w, out["n_params"], prompt_len, peak, out),
+            "matmul_params": out["n_params"],
+        }
+        if out["profile"]:
+            sides[name]["profile"] = out["profile"]
+    report["sides"] = sides
+    report["prefix_tokens_saved"] = prefix_tokens_saved(w, prompt_len, micro_batch_size)
     if "trl" in sides:
         report["speedup_vs_trl"] = {
             name: round(sides["trl"]["step_s"] / s["step_s"], 3) for name, s in sides.items() if name != "trl"
@@ -332,6 +231,28 @@ def print_report(report: dict) -> None:
             f"  {name:10s} {s['step_s']:8.3f} {s['rollout_s']:8.3f} {s['train_s']:8.3f} {s['gen_tok_s']:10.1f} "
             f"{s['train_tok_s']:11.1f} {s['completion_len_mean']:6.1f} {s['peak_rss_gib']:9.2f} "
             f"{s['reward_last']:7.3f} {s['mfu']:6.1%} {ratio:>7s}"
+        )
+    parity = report.get("parity")
+    if parity:
+        verdict = "same gradient" if parity["ok"] else "DIFFERENT gradients: the timings compare different work"
+        print(
+            f"  parity on one shared rollout ({parity['rows']} rows, {parity['completion_tokens']} completion "
+            f"tokens, {parity['advantages']} advantages): |g_ours − g_trl| / |g_trl| = {parity['grad_rel_l2']:.2e} over {parity['weights']} weights, "
+            f"loss {parity['loss_ours']:.6g} vs {parity['loss_trl']:.6g}: {verdict}"
+            if "grad_rel_l2" in parity
+            else f"  parity: {parity['why']}"
+        )
+    saved = report["prefix_tokens_saved"]
+    print(
+        f"  prompt tokens per step {saved['per_step']}; ours computes once per group instead of per completion: "
+        f"{saved['rollout']} in the rollout, {saved['train']} in training (TRL: 0)"
+    )
+    print("  memory (GiB, each side in its own process): after imports → built → peak RSS; weights, optimizer")
+    for name, s in report["sides"].items():
+        m = s["memory"]
+        print(
+            f"    {name:10s} {m['imports_gib']:.2f} → {m['built_gib']:.2f} → {m['peak_rss_gib']:.2f}; "
+            f"weights {m['weights_gib']:.2f}, optimizer {m['optimizer_gib']:.3f}, sampler {m['sampler']}"
         )
     for name, s in report["sides"].items():
         if "profile" in s:

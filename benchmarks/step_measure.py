@@ -1,11 +1,10 @@
 """What `grpo-studio bench step` (step_bench.py) measures with: the workload's model (a random one gets an EOS bias
-for realistic lengths), a side's peak memory, and a side's summary from its timed steps."""
+for realistic lengths), a side's memory, and a side's summary from its timed steps."""
 
 from __future__ import annotations
 
 import math
 import statistics
-import threading
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -48,37 +47,33 @@ def add_eos_bias(path: str, mean_len: int) -> float:
     return bias
 
 
-class PeakMemory:
-    """Peak RSS (and CUDA peak allocated) over a `with` block, sampled every 20 ms on a thread."""
+def rss_gib() -> float:
+    """This process's resident memory now, GiB."""
+    import psutil
+
+    return round(psutil.Process().memory_info().rss / 2**30, 3)
+
+
+class CudaPeak:
+    """CUDA's peak allocated bytes over a `with` block (`peak`: None without a GPU)."""
 
     def __enter__(self):
-        import psutil
         import torch
 
-        self.proc, self.peak, self._stop = psutil.Process(), 0, threading.Event()
-        self.start = self.proc.memory_info().rss  # what earlier sides left in this process
-        self.cuda = torch.cuda.is_available()
+        self.cuda, self.peak = torch.cuda.is_available(), None
         if self.cuda:
             torch.cuda.reset_peak_memory_stats()
-        self._thread = threading.Thread(target=self._poll, daemon=True)
-        self._thread.start()
         return self
-
-    def _poll(self):
-        while not self._stop.wait(0.02):
-            self.peak = max(self.peak, self.proc.memory_info().rss)
 
     def __exit__(self, *exc):
         import torch
 
-        self._stop.set()
-        self._thread.join()
-        self.peak = max(self.peak, self.proc.memory_info().rss)
-        self.cuda_peak = torch.cuda.max_memory_allocated() if self.cuda else None
+        self.peak = torch.cuda.max_memory_allocated() if self.cuda else None
 
 
-def summary(steps: list[dict], w: Workload, n_params: int, prompt_len: float, peak: float, mem: PeakMemory) -> dict:
-    """One side's report from its timed steps: each {step_s, rollout_s, completion_tokens, reward}."""
+def summary(steps: list[dict], w: Workload, n_params: int, prompt_len: float, peak: float, side: dict) -> dict:
+    """One side's report from its timed steps (each {step_s, rollout_s, completion_tokens, reward}) and the
+    memory its process measured (step_sides.py: RSS after imports, once built, at its peak; CUDA's peak)."""
     from grpo_studio.engine import flops
 
     B = w.prompts * w.generations
@@ -97,9 +92,9 @@ def summary(steps: list[dict], w: Workload, n_params: int, prompt_len: float, pe
         "flop_per_step": flop,
         "achieved_gflop_s": float(f"{flop / step_s / 1e9:.4g}"),
         "mfu": float(f"{flop / step_s / peak:.4g}"),
-        "peak_rss_gib": round(mem.peak / 2**30, 3),
-        "rss_growth_gib": round((mem.peak - mem.start) / 2**30, 3),
-        **({"cuda_peak_gib": round(mem.cuda_peak / 2**30, 3)} if mem.cuda_peak is not None else {}),
+        "peak_rss_gib": side["memory"]["peak_rss_gib"],
+        "memory": side["memory"],
+        **({"cuda_peak_gib": round(side["cuda_peak"] / 2**30, 3)} if side["cuda_peak"] is not None else {}),
         "reward_last": round(steps[-1]["reward"], 4),
         "reward_mean": round(statistics.mean(s["reward"] for s in steps), 4),
         "steps_s": [round(s["step_s"], 4) for s in steps],

@@ -188,14 +188,22 @@ def step_arguments(p: argparse.ArgumentParser) -> None:
         help="the baseline run first (default trl: TRL's GRPOTrainer; none: ours only)",
     )
     p.add_argument(
-        "--model",
-        default="tiny-arith",
-        help="preset id, local folder, or random:LAYERSxHIDDEN[xINTERMEDIATE] (a random Qwen3 with the "
-        "bundled char tokenizer and an EOS bias, e.g. random:8x768x2048, ~50M parameters)",
+        "--workload",
+        default="random",
+        choices=["random", "gsm8k-shaped"],
+        help="random: the tiny-arith recipe on --model; gsm8k-shaped: the word-problems recipe on the real "
+        "SmolLM2-135M-Instruct (chat template, GSM8K system prompt and rewards), 8 prompts, 128 tokens",
     )
-    p.add_argument("--prompts", type=int, default=16, help="prompts per step (default 16)")
+    p.add_argument(
+        "--model",
+        default=None,
+        help="preset id, local folder, or random:LAYERSxHIDDEN[xINTERMEDIATE] (a random Qwen3 with the "
+        "bundled char tokenizer and an EOS bias, e.g. random:8x768x2048, ~50M parameters); "
+        "default: the workload's (tiny-arith; gsm8k-shaped: smollm2-135m-instruct)",
+    )
+    p.add_argument("--prompts", type=int, default=None, help="prompts per step (default 16; gsm8k-shaped 8)")
     p.add_argument("--generations", type=int, default=8, help="completions per prompt (default 8)")
-    p.add_argument("--max-tokens", type=int, default=8, help="max completion tokens (default 8)")
+    p.add_argument("--max-tokens", type=int, default=None, help="max completion tokens (default 8; gsm8k-shaped 128)")
     p.add_argument(
         "--mean-len",
         type=int,
@@ -205,7 +213,7 @@ def step_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--steps", type=int, default=5, help="timed steps per side (default 5)")
     p.add_argument("--warmup", type=int, default=1, help="untimed steps per side before them (default 1)")
     p.add_argument("--lora-rank", type=int, default=16, help="LoRA rank, 0 = full fine-tune (default 16)")
-    p.add_argument("--lr", type=float, default=2e-3, help="learning rate (default 2e-3)")
+    p.add_argument("--lr", type=float, default=None, help="learning rate (default 2e-3; gsm8k-shaped 5e-4)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--backends", default="hf", help="our rollout backends, comma list from hf, vllm (default hf)")
     p.add_argument(
@@ -234,6 +242,9 @@ def _mean_len(args: argparse.Namespace) -> int:
 def run_step(args: argparse.Namespace) -> int:
     from grpo_studio.benchmarks import step_bench as step
 
+    for key, value in step.WORKLOADS[args.workload].items():  # the flags left out take the workload's defaults
+        if key != "recipe" and getattr(args, key) is None:
+            setattr(args, key, value)
     backends = tuple(b for b in args.backends.split(",") if b)
     if not backends or set(backends) - {"hf", "vllm"}:
         raise UserError("a comma list from hf, vllm", kind="bench", key="--backends", value=args.backends)
@@ -270,6 +281,7 @@ def run_step(args: argparse.Namespace) -> int:
         vs=args.vs,
         micro_batch_tokens=args.micro_batch_tokens,
         profile=args.profile,
+        recipe=step.WORKLOADS[args.workload]["recipe"],
     )
     progress = None if args.json else (lambda n: print(f"measuring {n} ...", file=sys.stderr, flush=True))
     measure_and_show(args, lambda: step.run(workload, progress), step.print_report)

@@ -75,12 +75,25 @@ def test_report_has_both_sides_with_consistent_numbers(report):
         assert s["train_tok_s"] == pytest.approx(tokens / s["train_s"], rel=1e-2)
         assert s["mfu"] == pytest.approx(s["flop_per_step"] / s["step_s"] / peak, rel=1e-2, abs=1e-4)
         assert s["achieved_gflop_s"] == pytest.approx(s["flop_per_step"] / s["step_s"] / 1e9, rel=1e-2)
-        assert s["peak_rss_gib"] > 0.1 and 0 <= s["rss_growth_gib"] <= s["peak_rss_gib"]
+        m = s["memory"]  # the side's own process: imports ≤ built ≤ peak, and its weights inside the peak
+        assert 0.1 < m["imports_gib"] <= m["built_gib"] <= m["peak_rss_gib"] == s["peak_rss_gib"]
+        assert 0 < m["optimizer_gib"] < m["weights_gib"] < m["peak_rss_gib"] and m["sampler"] == "hf"
         assert 0 <= s["reward_last"] <= 2.0 and 0 <= s["reward_mean"] <= 2.0  # correctness (0/1) + format (≤ 1)
     trl, ours = report["sides"]["trl"], report["sides"]["ours_hf"]
     assert report["speedup_vs_trl"] == {"ours_hf": pytest.approx(trl["step_s"] / ours["step_s"], rel=1e-2)}
     assert "idle_s" not in trl and 0 <= ours["idle_s"] < ours["step_s"] and 0 < ours["sync_s"] < ours["step_s"]
     assert ours["run_mfu"] > 0  # the trainer's own perf/mfu (tests/test_flops.py checks its arithmetic)
+    parity = report["parity"]  # TRL's compute_loss and our step on one shared rollout: the same gradient
+    assert parity["ok"] and parity["grad_rel_l2"] < 1e-4 and parity["rows"] == B
+    assert parity["loss_ours"] == pytest.approx(parity["loss_trl"], rel=1e-5, abs=1e-7)
+    # LoRA r16 on every linear layer: r · (in + out) per layer, over 2 layers (the lm_head is not adapted)
+    assert parity["weights"] == 2 * 16 * ((256 + 256) + 2 * (256 + 128) + (256 + 256) + 3 * (256 + 512))
+    saved = report["prefix_tokens_saved"]  # tiny-arith's prompts are under 16 tokens: no shared prefix in training
+    assert saved == {
+        "per_step": round(B * w["prompt_len_mean"]),
+        "rollout": round(PROMPTS * (G - 1) * w["prompt_len_mean"]),
+        "train": 0,
+    }
     top = ours["profile"]
     assert len(top) == 3 and "profile" not in trl
     assert all(0 < op["share"] <= 1 and op["calls"] >= 1 for op in top)
@@ -100,3 +113,33 @@ def test_bad_flags_are_one_line_with_exit_2(args, message, tmp_path):
     proc = run_cli("bench", "step", *args, cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip().splitlines() == [message]
+
+
+def test_gsm8k_shaped_workload_is_the_real_model_through_its_chat_template_at_equal_gradients(tmp_path):
+    """The real SmolLM2-135M-Instruct on the word-problems recipe (chat template, GSM8K system prompt and
+    rewards), at its smallest: the parity line says both sides take the same gradient on a shared rollout."""
+    proc = run_cli(
+        "bench",
+        "step",
+        *("--workload", "gsm8k-shaped", "--json", "--prompts", "1", "--generations", "2"),
+        *("--max-tokens", "8", "--steps", "1", "--warmup", "0"),
+        cwd=tmp_path,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout)
+    w = report["workload"]
+    assert (w["recipe"], w["model"], w["lr"], w["micro_batch_size"]) == (
+        "word-problems",
+        "smollm2-135m-instruct",
+        5e-4,
+        16,
+    )
+    # system prompt + question under ChatML: far above the 16 tokens train.shared_prefix = auto needs
+    assert 60 < w["prompt_len_mean"] < 128
+    parity = report["parity"]
+    assert parity["ok"] and parity["grad_rel_l2"] < 1e-4 and parity["rows"] == 2, parity
+    # SmolLM2-135M: 30 layers; LoRA r16 on q, k, v, o (576→576, 576→192 ×2, 576→576) and gate, up, down (576↔1536)
+    assert parity["weights"] == 30 * 16 * (2 * (576 + 576) + 2 * (576 + 192) + 3 * (576 + 1536))
+    assert report["prefix_tokens_saved"]["train"] == round(w["prompt_len_mean"])  # 2 rows, one prompt
+    assert set(report["sides"]) == {"trl", "ours_hf"}

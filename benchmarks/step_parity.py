@@ -1,0 +1,88 @@
+"""`bench step`'s parity line: before anything is timed, both sides' gradients on one shared rollout.
+
+Our Trainer samples one rollout (prompts, G completions, rewards, advantages) and takes its gradient as a
+step does (GRPOStep._accumulate, micro-batches and shared prefix included). TRL's GRPOTrainer, built on the
+same settings (step_sides.trl_trainer), gets our LoRA weights copied in by name and computes its loss on the
+same rows with its own `compute_loss` (in eval mode: the whole batch at once, no accumulation scaling), then
+backward. Where the rollout's rewards are all equal (a zero gradient would match vacuously) both sides get
+the same seeded N(0, 1) advantages instead, and the line says so. The line reports the relative L2 distance of the two gradients over every trainable weight; the
+timed steps are comparable only where it is small (fp32 rounding: about 1e-6).
+"""
+
+from __future__ import annotations
+
+import tempfile
+
+from grpo_studio.benchmarks.step_bench import Workload
+
+TOLERANCE = 1e-4  # relative L2 distance of the two gradients that still counts as the same gradient
+
+
+def gradient_parity(w: Workload, model_path: str) -> dict:
+    import torch
+
+    from grpo_studio.benchmarks.step_sides import bench_config, trl_trainer
+    from grpo_studio.engine.batching import spans
+    from grpo_studio.engine.trainer import Trainer
+
+    cfg = bench_config(w, model_path, "hf", steps=1)
+    with tempfile.TemporaryDirectory() as tmp:
+        trainer = Trainer(cfg, f"{tmp}/run")
+        trainer.rundir.acquire()
+        try:
+            step = trainer.grpo
+            batch = step.rollouts.next(0, 0)
+            source = "the rollout's"
+            if not batch.inputs.advantages.any():  # all rewards equal: a zero gradient would pass vacuously
+                gen = torch.Generator().manual_seed(w.seed)
+                batch.inputs.advantages = torch.randn(batch.inputs.advantages.shape, generator=gen).to(
+                    batch.inputs.advantages
+                )
+                source = "seeded N(0, 1) (the rollout's rewards were all equal)"
+            ours_loss = step._accumulate(
+                batch.input_ids, batch.attention, batch.inputs, batch.num_items, spans(batch.rollout.mask)
+            ).loss
+            trained = {n: p for n, p in trainer.policy.named_parameters() if p.requires_grad}
+            weights = {n: p.detach().clone() for n, p in trained.items()}
+            ours = {n: p.grad.detach().clone() for n, p in trained.items()}
+        finally:
+            trainer.rundir.release()
+            trainer.close()
+        theirs = trl_trainer(w, model_path, cfg, tmp, steps=1)
+        model = theirs.model
+        named = {n: p for n, p in model.named_parameters() if p.requires_grad}
+        if set(named) != set(weights):
+            differ = sorted(set(named) ^ set(weights))
+            return {"ok": False, "why": f"the trained weights' names differ, e.g. {differ[:2]}"}
+        with torch.no_grad():
+            for n, v in weights.items():
+                named[n].copy_(v.to(named[n].device))
+        model.eval()
+        T = batch.inputs.mask.shape[1]
+        mask = batch.inputs.mask
+        advantages = batch.inputs.advantages
+        inputs = {
+            "prompt_ids": batch.input_ids[:, :-T],
+            "prompt_mask": batch.attention[:, :-T],
+            "completion_ids": batch.input_ids[:, -T:],
+            "completion_mask": mask.to(batch.attention.dtype),
+            "advantages": advantages,
+            "num_items_in_batch": torch.as_tensor(float(batch.num_items)),
+        }
+        model.zero_grad(set_to_none=True)
+        trl_loss = theirs.compute_loss(model, inputs)
+        trl_loss.backward()
+        a = torch.cat([ours[n].flatten().double().cpu() for n in sorted(ours)])
+        b = torch.cat([named[n].grad.flatten().double().cpu() for n in sorted(ours)])
+    distance = ((a - b).norm() / b.norm().clamp(min=1e-30)).item()
+    return {
+        "ok": distance < TOLERANCE,
+        "grad_rel_l2": float(f"{distance:.3g}"),
+        "loss_ours": float(f"{ours_loss:.6g}"),
+        "loss_trl": float(f"{trl_loss.item():.6g}"),
+        "advantages": source,
+        "rows": int(mask.shape[0]),
+        "completion_tokens": int(mask.sum().item()),
+        "weights": int(a.numel()),
+        "tolerance": TOLERANCE,
+    }
