@@ -2,15 +2,16 @@
 
 Our Trainer samples one rollout (prompts, G completions, rewards, advantages) and takes its gradient as a
 step does (GRPOStep._accumulate, micro-batches and shared prefix included). TRL's GRPOTrainer, built on the
-same settings (step_sides.trl_trainer), gets our LoRA weights copied in by name and computes its loss on the
-same rows with its own `compute_loss` (in eval mode: the whole batch at once, no accumulation scaling), then
-backward. Where the rollout's rewards are all equal (a zero gradient would match vacuously) both sides get
+same settings (step_sides.trl_trainer), gets our LoRA weights copied in by name and takes its gradient on the
+same rows as its training pass does: its micro-batches (per_device_train_batch_size rows), each through its own
+`compute_loss` (scaled for gradient accumulation) and backward. Where the rollout's rewards are all equal (a zero gradient would match vacuously) both sides get
 the same seeded N(0, 1) advantages instead, and the line says so. The line reports the relative L2 distance of the two gradients over every trainable weight; the
 timed steps are comparable only where it is small (fp32 rounding: about 1e-6).
 """
 
 from __future__ import annotations
 
+import gc
 import tempfile
 
 from grpo_studio.benchmarks.step_bench import Workload
@@ -48,6 +49,8 @@ def gradient_parity(w: Workload, model_path: str) -> dict:
         finally:
             trainer.rundir.release()
             trainer.close()
+        del trainer, step, trained  # one model at a time in memory
+        gc.collect()
         theirs = trl_trainer(w, model_path, cfg, tmp, steps=1)
         model = theirs.model
         named = {n: p for n, p in model.named_parameters() if p.requires_grad}
@@ -57,21 +60,27 @@ def gradient_parity(w: Workload, model_path: str) -> dict:
         with torch.no_grad():
             for n, v in weights.items():
                 named[n].copy_(v.to(named[n].device))
-        model.eval()
-        T = batch.inputs.mask.shape[1]
-        mask = batch.inputs.mask
-        advantages = batch.inputs.advantages
-        inputs = {
-            "prompt_ids": batch.input_ids[:, :-T],
-            "prompt_mask": batch.attention[:, :-T],
-            "completion_ids": batch.input_ids[:, -T:],
-            "completion_mask": mask.to(batch.attention.dtype),
-            "advantages": advantages,
-            "num_items_in_batch": torch.as_tensor(float(batch.num_items)),
-        }
+        T, mask = batch.inputs.mask.shape[1], batch.inputs.mask
+        micro = theirs.args.per_device_train_batch_size
+        # TRL's training pass: its micro-batches, each loss scaled for accumulation, one backward each
+        model.train()
+        theirs.current_gradient_accumulation_steps = theirs.args.gradient_accumulation_steps
         model.zero_grad(set_to_none=True)
-        trl_loss = theirs.compute_loss(model, inputs)
-        trl_loss.backward()
+        trl_loss = 0.0
+        for rows in torch.arange(mask.shape[0]).split(micro):
+            loss = theirs.compute_loss(
+                model,
+                {
+                    "prompt_ids": batch.input_ids[rows, :-T],
+                    "prompt_mask": batch.attention[rows, :-T],
+                    "completion_ids": batch.input_ids[rows, -T:],
+                    "completion_mask": mask[rows].to(batch.attention.dtype),
+                    "advantages": batch.inputs.advantages[rows],
+                    "num_items_in_batch": torch.as_tensor(float(batch.num_items)),
+                },
+            )
+            loss.backward()
+            trl_loss += loss.item()
         a = torch.cat([ours[n].flatten().double().cpu() for n in sorted(ours)])
         b = torch.cat([named[n].grad.flatten().double().cpu() for n in sorted(ours)])
     distance = ((a - b).norm() / b.norm().clamp(min=1e-30)).item()
@@ -79,7 +88,7 @@ def gradient_parity(w: Workload, model_path: str) -> dict:
         "ok": distance < TOLERANCE,
         "grad_rel_l2": float(f"{distance:.3g}"),
         "loss_ours": float(f"{ours_loss:.6g}"),
-        "loss_trl": float(f"{trl_loss.item():.6g}"),
+        "loss_trl": float(f"{trl_loss:.6g}"),
         "advantages": source,
         "rows": int(mask.shape[0]),
         "completion_tokens": int(mask.sum().item()),
