@@ -264,12 +264,15 @@ RULES = [
         id="4bit-no-fp8-rollout",
     ),
     pytest.param(
-        dict(model__load_in_4bit=True, rollout__backend="vllm"),
-        "config error: model.load_in_4bit = true: rollout.backend = 'vllm': a 4-bit base is sampled with "
-        "its live LoRA adapters by the hf backend only (docs/mismatch.md); use rollout.backend = 'hf' or "
-        "'auto' (hf for a 4-bit base)",
-        [dict(model__load_in_4bit=False, rollout__backend="vllm")],
-        id="4bit-hf-only",
+        dict(model__load_in_4bit=True, rollout__backend="vllm", rollout__vllm_sync="merged"),
+        "config error: model.load_in_4bit = true: rollout.backend = 'vllm' syncs merged weights here "
+        "(rollout.vllm_sync = 'merged'), which a 4-bit base cannot give; use rollout.vllm_sync = 'auto' (vLLM "
+        "serves the 16-bit base under the adapter, docs/mismatch.md) or rollout.backend = 'hf'",
+        [
+            dict(model__load_in_4bit=False, rollout__backend="vllm", rollout__vllm_sync="merged"),
+            dict(model__load_in_4bit=True, rollout__backend="vllm", rollout__vllm_sync="auto"),
+        ],
+        id="4bit-vllm-adapter-only",
     ),
     pytest.param(
         dict(train__prompts_per_step=1024, rollout__num_generations=1024, train__steps_per_generation=2),
