@@ -136,13 +136,11 @@ def prefix_tokens_saved(w: Workload, prompt_len: float, micro_batch_size: int) -
     }
 
 
-def _prompt_len(model_path: str, w: Workload) -> float:
+def _prompt_len(model_path: str, cfg) -> float:
     """Mean prompt tokens per sequence over the training rows (both sides draw from them)."""
-    from grpo_studio.benchmarks.step_sides import bench_config
     from grpo_studio.engine import data, prompt_render
     from grpo_studio.engine.policy_loader import load_tokenizer
 
-    cfg = bench_config(w, model_path, "hf")
     tok = load_tokenizer(model_path)
     texts = [prompt_render.prompt_text(r, cfg.data, tok) for r in data.load_rows(cfg.data, "train")]
     ids = prompt_render.encode_prompts(tok, texts, cfg.rollout.max_prompt_len)
@@ -178,8 +176,8 @@ def _run(w: Workload, model_path: str, say) -> dict:
     from grpo_studio.engine.policy_loader import device
 
     peak = flops.measure_peak(str(device()), torch.float32)  # fp32, as both sides train; not the cached peak
-    prompt_len = _prompt_len(model_path, w)
-    micro_batch_size = bench_config(w, model_path, "hf").train.micro_batch_size
+    cfg = bench_config(w, model_path, "hf")
+    prompt_len, micro_batch_size = _prompt_len(model_path, cfg), cfg.train.micro_batch_size
     report = {
         "workload": {
             **asdict(w),
@@ -237,7 +235,8 @@ def print_report(report: dict) -> None:
         verdict = "same gradient" if parity["ok"] else "DIFFERENT gradients: the timings compare different work"
         print(
             f"  parity on one shared rollout ({parity['rows']} rows, {parity['completion_tokens']} completion "
-            f"tokens, {parity['advantages']} advantages): |g_ours − g_trl| / |g_trl| = {parity['grad_rel_l2']:.2e} over {parity['weights']} weights, "
+            f"tokens, {parity['advantages']} advantages): |g_ours − g_trl| / |g_trl| = "
+            f"{parity['grad_rel_l2']:.2e} over {parity['weights']} weights, "
             f"loss {parity['loss_ours']:.6g} vs {parity['loss_trl']:.6g}: {verdict}"
             if "grad_rel_l2" in parity
             else f"  parity: {parity['why']}"

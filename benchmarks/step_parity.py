@@ -3,10 +3,11 @@
 Our Trainer samples one rollout (prompts, G completions, rewards, advantages) and takes its gradient as a
 step does (GRPOStep._accumulate, micro-batches and shared prefix included). TRL's GRPOTrainer, built on the
 same settings (step_sides.trl_trainer), gets our LoRA weights copied in by name and takes its gradient on the
-same rows as its training pass does: its micro-batches (per_device_train_batch_size rows), each through its own
-`compute_loss` (scaled for gradient accumulation) and backward. Where the rollout's rewards are all equal (a zero gradient would match vacuously) both sides get
-the same seeded N(0, 1) advantages instead, and the line says so. The line reports the relative L2 distance of the two gradients over every trainable weight; the
-timed steps are comparable only where it is small (fp32 rounding: about 1e-6).
+same rows as its training pass does: its micro-batches (per_device_train_batch_size rows), each through its
+own `compute_loss` (scaled for gradient accumulation) and backward. Where the rollout's rewards are all equal
+(a zero gradient would match vacuously) both sides get the same seeded N(0, 1) advantages instead, and the
+line says so. The line reports the relative L2 distance of the two gradients over every trainable weight;
+the timed steps are comparable only where it is small (fp32 rounding: about 1e-6 to 1e-4).
 """
 
 from __future__ import annotations

@@ -11,14 +11,16 @@ operators; the parent (step_bench.py) turns them into the report.
 from __future__ import annotations
 
 import json
-import resource
 import sys
 import tempfile
 import time
 from dataclasses import asdict
+from pathlib import Path
 
 from grpo_studio.benchmarks.step_bench import Workload
 from grpo_studio.benchmarks.step_measure import CudaPeak, rss_gib
+from grpo_studio.benchmarks.tensor_bytes import persistent_tensors, unique_storages
+from grpo_studio.engine.rehearsal import peak_rss
 
 
 def bench_config(w: Workload, model_path: str, backend: str, steps: int | None = None):
@@ -46,19 +48,16 @@ def bench_config(w: Workload, model_path: str, backend: str, steps: int | None =
     )
 
 
-def tensor_gib(tensors) -> float:
+def gib(tensors) -> float:
     """GiB held by `tensors`, each storage counted once (tied weights share one)."""
-    seen, total = set(), 0
-    for t in tensors:
-        storage = t.untyped_storage()
-        if storage.data_ptr() not in seen:
-            seen.add(storage.data_ptr())
-            total += storage.nbytes()
-    return round(total / 2**30, 3)
+    return round(sum(t.untyped_storage().nbytes() for t in unique_storages(tensors)) / 2**30, 3)
 
 
-def optimizer_gib(optimizer) -> float:
-    return tensor_gib(v for state in optimizer.state.values() for v in state.values() if hasattr(v, "untyped_storage"))
+def model_memory(memory: dict, model, optimizer, sampler: str) -> None:
+    """The side's persistent bytes into `memory`: the model's weights and buffers, the optimizer's state."""
+    memory["weights_gib"] = gib([*model.parameters(), *model.buffers()])
+    memory["optimizer_gib"] = gib(persistent_tensors([], optimizer))
+    memory["sampler"] = sampler
 
 
 def run_ours(w: Workload, model_path: str, backend: str, memory: dict) -> dict:
@@ -73,12 +72,10 @@ def run_ours(w: Workload, model_path: str, backend: str, memory: dict) -> dict:
         try:
             rows = [trainer.step() for _ in range(w.warmup + w.steps)][w.warmup :]
             top = profile_step(trainer, w.profile) if w.profile else None
+            model_memory(memory, trainer.policy, trainer.grpo.optimizer, trainer.grpo.sampler.name)
         finally:
             trainer.rundir.release()
-        memory["weights_gib"] = tensor_gib([*trainer.policy.parameters(), *trainer.policy.buffers()])
-        memory["optimizer_gib"] = optimizer_gib(trainer.grpo.optimizer)
-        memory["sampler"] = trainer.grpo.sampler.name
-        trainer.close()
+            trainer.close()
         n_params = flops.matmul_params(trainer.policy)
     B = w.prompts * w.generations
     steps = [
@@ -220,22 +217,18 @@ def run_trl(w: Workload, model_path: str, memory: dict) -> dict:
         trainer._generate_single_turn = timed
         trainer.add_callback(Timer())
         trainer.train()
-        memory["weights_gib"] = tensor_gib([*trainer.model.parameters(), *trainer.model.buffers()])
-        memory["optimizer_gib"] = optimizer_gib(trainer.optimizer)
-        memory["sampler"] = "hf"
+        model_memory(memory, trainer.model, trainer.optimizer, "hf")
         n_params = flops.matmul_params(trainer.model)
     return {"steps": steps[w.warmup :], "n_params": n_params, "cuda_peak": mem.peak, "profile": None}
 
 
 def main(argv: list[str]) -> int:
     side, workload_json, model_path, out = argv
-    memory = {"imports_gib": 0.0}
-    w = Workload(**{**json.loads(open(workload_json).read())})
+    w = Workload(**json.loads(Path(workload_json).read_text()))
     w.backends = tuple(w.backends)
-    import torch  # noqa: F401  (the libraries every side loads, counted before its model)
-    import transformers  # noqa: F401
+    import transformers  # noqa: F401  (the libraries every side loads, counted before its model; torch is in)
 
-    memory["imports_gib"] = rss_gib()
+    memory = {"imports_gib": rss_gib()}
     if side == "parity":
         from grpo_studio.benchmarks.step_parity import gradient_parity
 
@@ -244,9 +237,8 @@ def main(argv: list[str]) -> int:
         result = run_trl(w, model_path, memory)
     else:
         result = run_ours(w, model_path, side.removeprefix("ours_"), memory)
-    memory["peak_rss_gib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 3)  # KiB on Linux
-    with open(out, "w") as fh:
-        json.dump({**result, "memory": memory, "workload": asdict(w)}, fh)
+    memory["peak_rss_gib"] = round(peak_rss() / 2**30, 3)
+    Path(out).write_text(json.dumps({**result, "memory": memory, "workload": asdict(w)}))
     return 0
 
 

@@ -86,7 +86,7 @@ def _rss() -> int:
     return psutil.Process().memory_info().rss
 
 
-def _peak_rss() -> int:
+def peak_rss() -> int:
     """The process's peak RSS so far in bytes (ru_maxrss: KiB on Linux, bytes on macOS)."""
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak if sys.platform == "darwin" else peak * 1024
@@ -115,7 +115,7 @@ def rehearse(cfg: Config, planned_gib: float, free_gib: float, where: str) -> Re
             grpo.rollouts.sampler = FullLength(grpo.rollouts.sampler)
             trainer.step()
             completion_tokens = int(grpo.batch.rollout.mask.sum(1).min())
-            peak = torch.cuda.max_memory_allocated() - before if cuda else _peak_rss() - before
+            peak = torch.cuda.max_memory_allocated() - before if cuda else peak_rss() - before
         finally:
             trainer.close()
             trainer = grpo = None  # the policy, its optimizer and the sampler go with them
