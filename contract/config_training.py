@@ -217,6 +217,12 @@ class TrainConfig:
         "(eager/sdpa full attention, no gradient checkpointing) and the micro-batch "
         "repeats a prompt of at least 16 tokens",
     )
+    score_zero_advantage: bool = opt(
+        False,
+        help="also run the forward of micro-batches whose rows all have advantage 0 (their "
+        "backward is skipped either way: a gradient of exactly 0), so entropy and the "
+        "rollout/train mismatch are measured on every row; off: on the rows trained, faster",
+    )
     steps_per_generation: int = opt(
         1,
         lo=1,

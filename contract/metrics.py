@@ -155,6 +155,13 @@ SCHEMA = {
             combine="sum",
         ),
         Metric(
+            "perf/skipped_forward_rows",
+            "of those, the rows not run forward either (train.score_zero_advantage off): the loss's metrics and "
+            "the mismatch are over the other rows",
+            "rows",
+            combine="sum",
+        ),
+        Metric(
             "perf/trainer_wait_s",
             "time the trainer waited for the step's rollout (on its first step)",
             "s",

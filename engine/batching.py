@@ -46,6 +46,23 @@ def token_budget_groups(prompt_lens: torch.Tensor, completion_lens: torch.Tensor
     return groups
 
 
+def micro_batches(
+    order: torch.Tensor, zero: torch.Tensor, size: int, prompt_lens=None, completion_lens=None, budget: int = 0
+) -> list[torch.Tensor]:
+    """Row indices of each micro-batch of the rows in `order`: `size` rows at a time, or under a token budget
+    (token_budget_groups) when `budget`. Rows flagged in `zero` ([B] bool, in the order given; all False: no
+    split) are batched after the others and never share a micro-batch with them."""
+    parts = [order[~zero[order]], order[zero[order]]] if bool(zero.any()) else [order]
+    if not budget:
+        return [rows for part in parts if len(part) for rows in part.split(size)]
+    return [
+        part[g]
+        for part in parts
+        if len(part)
+        for g in token_budget_groups(prompt_lens[part], completion_lens[part], budget)
+    ]
+
+
 def trim(
     input_ids: torch.Tensor,
     attention: torch.Tensor,

@@ -74,13 +74,14 @@ def grpo_step_flop(
     reference: bool,
     lora: bool,
     untrained: torch.Tensor | None = None,
+    unrun: torch.Tensor | None = None,
 ) -> float:
     """Model FLOPs of one trainer step on a rollout whose rows hold `tokens` real tokens each ([B]): its
     generation when this process sampled it on this step (an in-process sampler, the rollout's first
     step), π_old over the whole rollout when computed on this step, and this step's `rows` trained on
     (plus their reference forward when algo.beta > 0); those of them in `untrained` only went forward
-    (their backward skipped: engine/zero_advantage.py)."""
-    mine = float(tokens[rows].sum())
+    (their backward skipped: engine/zero_advantage.py), and those in `unrun` not at all."""
+    mine = float(tokens[rows].sum()) - (float(tokens[unrun].sum()) if unrun is not None else 0.0)
     skipped = float(tokens[untrained].sum()) if untrained is not None else 0.0
     everything = float(tokens.sum())
     return step_flop(

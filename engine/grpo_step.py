@@ -26,7 +26,7 @@ import torch
 from grpo_studio.contract import metrics as schema
 from grpo_studio.contract.config import Config
 from grpo_studio.engine import data, flops, policy_loader, zero_advantage
-from grpo_studio.engine.batching import spans, token_budget_batches, token_budget_groups, trim
+from grpo_studio.engine.batching import micro_batches, spans, token_budget_batches, trim
 from grpo_studio.engine.faults import out_of_memory
 from grpo_studio.engine.logprobs import token_logprobs, use_shared_prefix
 from grpo_studio.engine.losses import LossInputs, policy_loss
@@ -48,7 +48,8 @@ class LossPass:
     logps: torch.Tensor  # π of the rows [B, T], detached; 0 past a micro-batch's cut (no completion token there)
     loss: float  # the rows' loss value (micro-batches weighted as their gradients)
     metrics: dict  # the loss's metrics (engine/losses.py), row-weighted over the micro-batches
-    skipped: torch.Tensor  # the rows (of the step's) whose backward was skipped (engine/zero_advantage.py)
+    skipped: torch.Tensor  # the rows (of the step's) run forward only (engine/zero_advantage.py)
+    unscored: torch.Tensor  # the rows not run at all: their logps are 0, the metrics are over the others
 
 
 @dataclasses.dataclass
@@ -189,16 +190,20 @@ class GRPOStep:
         # 5. Rollout/train mismatch: μ against π under the weights that sampled (π_old, or with one update
         #    per rollout this step's π, whose rows are then the whole batch), on the first pass only.
         #    Split by token lag (rollout.async_mode one_step / in_flight: μ of lagged tokens is older weights').
+        #    Over the rows π was computed on (zero-advantage rows not run: engine/zero_advantage.py).
         if sampled:
-            pi = (passed.logps if batch.inputs.old_logps is None else batch.inputs.old_logps).cpu()
-            out = batch.rollout
-            batch.metrics.update(mismatch_metrics(out.logprobs, pi, out.mask))
-            batch.metrics.update(lag_metrics(out.logprobs, pi, out.mask, batch.lags))
+            pi, out, mask = batch.inputs.old_logps, batch.rollout, batch.rollout.mask
+            if pi is None:
+                pi, mask = passed.logps.cpu(), mask.clone()
+                mask[rows[passed.unscored]] = 0
+            pi = pi.cpu()
+            batch.metrics.update(mismatch_metrics(out.logprobs, pi, mask))
+            batch.metrics.update(lag_metrics(out.logprobs, pi, mask, batch.lags))
             self.rundir.histogram(
                 {
                     "step": self.step_no + 1,
-                    **self.dist.merge_histogram(dlogp_histogram(out.logprobs, pi, out.mask)),
-                    "lag": merge_lag_counts(self.dist.gather([lag_counts(out.mask, batch.lags)])),
+                    **self.dist.merge_histogram(dlogp_histogram(out.logprobs, pi, mask)),
+                    "lag": merge_lag_counts(self.dist.gather([lag_counts(mask, batch.lags)])),
                 }
             )
 
@@ -296,20 +301,22 @@ class GRPOStep:
         and not at all for dapo, which already divides by `num_items` (the step's share of the rollout's
         active tokens).
 
-        A micro-batch whose rows all have advantage 0 (with algo.beta = 0) has a gradient of exactly 0: its
-        forward and loss run as before, its backward is skipped (engine/zero_advantage.py)."""
+        A micro-batch whose rows all have advantage 0 (with algo.beta = 0) has a gradient of exactly 0: its backward
+        is skipped, and unless train.score_zero_advantage its forward too; such rows are batched after the others
+        where that leaves the update the same (engine/zero_advantage.py)."""
         cfg, B, T = self.cfg, input_ids.shape[0], batch.mask.shape[1]
-        budget = cfg.train.micro_batch_tokens
-        if budget:
-            prompt_lens = attention[:, :-T].sum(1).cpu()
-            groups = token_budget_groups(prompt_lens, lengths.cpu(), budget)
-        else:
-            size = cfg.train.micro_batch_size or B
-            groups = [torch.arange(start, min(start + size, B)) for start in range(0, B, size)]
+        budget, size = cfg.train.micro_batch_tokens, cfg.train.micro_batch_size or B
+        prompt_lens = attention[:, :-T].sum(1).cpu() if budget else None
+        order, zero = torch.arange(B), torch.zeros(B, dtype=torch.bool)
+        if zero_advantage.packable(cfg):
+            order, zero = zero_advantage.signal_first(batch.advantages.cpu()), batch.advantages.cpu() == 0
+        groups = micro_batches(order, zero, size, prompt_lens, lengths.cpu(), budget)
         self.optimizer.zero_grad(set_to_none=True)
-        logps_all, total, metrics = None, 0.0, {}
         skip, skipped = zero_advantage.skippable(cfg, self.dist, self.precision), zero_advantage.Skipped()
-        for rows in groups:
+        unrun = zero_advantage.unscored(groups, batch.advantages, skip, cfg.train.score_zero_advantage)
+        scored = sum(len(rows) for rows, out in zip(groups, unrun) if not out)
+        logps_all, total, metrics = torch.zeros(B, T, device=batch.mask.device), 0.0, {}
+        for rows in (rows for rows, out in zip(groups, unrun) if not out):
             ids, att, width = input_ids[rows], attention[rows], T
             if budget:
                 ids, att, width = trim(ids, att, T, prompt_lens[rows], lengths[rows])
@@ -327,8 +334,7 @@ class GRPOStep:
                 num_items_in_batch=num_items,
                 rollout_backend=self.sampler.name,
             )
-            share = len(rows) / B
-            weight = share  # means over rows (GRPO arXiv 2402.03300, Dr. GRPO arXiv 2503.20783): by their share
+            weight = len(rows) / B  # means over rows (GRPO arXiv 2402.03300, Dr. GRPO arXiv 2503.20783): by their share
             if cfg.algo.loss_type == "dapo":  # token sum over the rollout's active tokens (DAPO, arXiv 2503.14476)
                 weight = 1.0
             elif cfg.algo.loss_type == "bnpo" and budget:
@@ -339,13 +345,12 @@ class GRPOStep:
             else:
                 self.scaler.scale(loss * weight * self.rank_weight).backward()  # fsdp: its share, before the reduce
             total += part_loss * weight
-            if logps_all is None:
-                logps_all = logps.new_zeros(B, T)
             logps_all[rows.to(logps.device), :width] = logps.detach()
-            merge_metrics(metrics, part, share)
+            merge_metrics(metrics, part, len(rows) / scored)  # over the rows run
             del loss, logps  # a skipped backward's graph goes before the next forward
         skipped.fill()
-        return LossPass(logps_all, total, metrics, skipped.rows())
+        unscored = [rows for rows, out in zip(groups, unrun) if out]
+        return LossPass(logps_all, total, metrics, skipped.rows(), torch.cat(unscored) if unscored else order[:0])
 
     def _optimize(self, loss: float) -> Update:
         """(fp16) unscale, skip on inf/NaN → clip → AdamW step → LR schedule. A skipped step does not

@@ -37,7 +37,8 @@ def taken_row(
             "perf/rollout_s": batch.rollout.seconds if sampled else 0.0,
             "perf/train_s": metrics["perf/step_s"] - times.rollout_s,
             "perf/sync_s": times.sync_s,
-            "perf/skipped_backward_rows": float(len(passed.skipped)),
+            "perf/skipped_backward_rows": float(len(passed.skipped) + len(passed.unscored)),
+            "perf/skipped_forward_rows": float(len(passed.unscored)),
         }
     )
     if not sampled:  # the waiting happened on the rollout's first step
@@ -70,6 +71,7 @@ def _perf(
         reference=grpo.cfg.algo.beta > 0,
         lora=grpo.cfg.model.lora_rank > 0,
         untrained=rows[passed.skipped],
+        unrun=rows[passed.unscored],
     )
     mfu = grpo.peak.mfu(flop / step_s, grpo.step_no)
     return {

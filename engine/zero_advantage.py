@@ -18,6 +18,14 @@ Off (`skippable`) where that is not exact: algo.beta > 0 (the KL term's gradient
 than one process (FSDP reduce-scatters on every backward; ddp's one all-reduce after the micro-batches
 would see the same .grads, but no test covers it yet), and fp16 (a forward that overflows where the loss does not read turns a
 backward of zeros into NaN there, a skipped step without skipping, a taken one with it).
+Gathered and not run at all (train.score_zero_advantage = false, the default): where every row weighs the same
+in the gradient whatever micro-batch holds it (`packable`), the micro-batches are formed with the rows of
+non-zero advantage first, so the zero-advantage rows fill micro-batches of their own, and those skip their
+forward as well (`unscored`): issue 27 on a GSM8K-shaped rollout of a 135M chat model, where most groups
+have no reward spread. The update is the same; the metrics of the loss (entropy, ratios, clip fractions) and
+the rollout/train mismatch are then over the rows that were run. One micro-batch always runs, so a step whose
+rows all have advantage 0 still measures the mismatch.
+
 docs/performance.md, "Zero-advantage micro-batches".
 """
 
@@ -29,6 +37,28 @@ import torch
 def skippable(cfg, dist, precision) -> bool:
     """Whether this run may skip the backward of zero-advantage micro-batches at all."""
     return cfg.algo.beta == 0 and dist.world == 1 and not precision.loss_scaling
+
+
+def packable(cfg) -> bool:
+    """Whether the step's zero-advantage rows may be gathered into micro-batches of their own: algo.beta = 0 (so
+    they can be skipped) and a loss whose rows weigh the same whatever micro-batch holds them (all but bnpo
+    under train.micro_batch_size, where each micro-batch is its own token mean, as in TRL)."""
+    return cfg.algo.beta == 0 and not (cfg.algo.loss_type == "bnpo" and not cfg.train.micro_batch_tokens)
+
+
+def signal_first(advantages: torch.Tensor) -> torch.Tensor:
+    """The rows' order with every row of non-zero (or NaN) advantage first, each part in its own order."""
+    return torch.argsort((advantages == 0).to(torch.int8), stable=True)
+
+
+def unscored(micro_batches: list[torch.Tensor], advantages: torch.Tensor, skip: bool, score: bool) -> list[bool]:
+    """Which micro-batches skip their forward too: those whose rows all have advantage 0, unless skipping is
+    off or train.score_zero_advantage asks for their forward; the first runs when all would be skipped (the
+    step's mismatch telemetry then has its rows)."""
+    out = [skip and not score and not bool(advantages[rows].any()) for rows in micro_batches]
+    if out and all(out):
+        out[0] = False
+    return out
 
 
 def zero_gradient(advantages: torch.Tensor, loss: float) -> bool:

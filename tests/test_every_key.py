@@ -184,6 +184,7 @@ ELSEWHERE = {
     "train.max_staleness": "tests/test_rollout_server.py::test_resumed_in_flight_run_takes_prompts_once_and_staleness_0_drops_lagged_tokens",
     "train.dist_timeout_s": "tests/test_distributed.py::test_a_lost_rank_ends_the_run",
     "train.shared_prefix": "tests/test_shared_prefix.py::test_shared_prefix_runs_in_the_trainer",
+    "train.score_zero_advantage": "tests/test_skip_zero_advantage.py::test_skipping_zero_advantage_micro_batches_is_bitwise_exact",
     "data.split": "tests/test_data.py::test_data_errors_are_one_line",
     "data.subset": "tests/test_data.py::test_hf_dataset_offline_fails_with_one_line",
     "data.eval_split": "tests/test_data.py::test_data_errors_are_one_line",

@@ -1,12 +1,14 @@
-"""The backward of a micro-batch whose rows all have advantage 0 is skipped (engine/zero_advantage.py), and
-the update is bitwise the one without skipping.
+"""Micro-batches whose rows all have advantage 0 are not trained (engine/zero_advantage.py): their backward is
+skipped, and by default their forward too, with such rows batched after the others; the update is bitwise the
+one without skipping.
 
 Oracle: the same run with skipping switched off (zero_advantage.skippable patched to False): after every
-step each trained parameter is torch.equal to the oracle's, and the metrics row is the same but for perf/*
-and mem/* (timings, memory; perf/skipped_backward_rows counts what was skipped). Each case trains one
-rollout with two updates (train.num_iterations = 2: π_old) on the bundled tiny-arith model in fp32, with a
-reward that is constant on about half of the prompts (their groups' advantages are all 0) and varies on the
-others, so some micro-batches are skipped and some are not."""
+step each trained parameter is torch.equal to the oracle's. With train.score_zero_advantage (forwards kept) the
+metrics row is the same but for perf/* and mem/* (timings, memory; perf/skipped_backward_rows counts what was
+skipped); without it the loss and grad norm are, and the mismatch telemetry is the oracle's over the rows run.
+Each case trains one rollout with two updates (train.num_iterations = 2: π_old) on the bundled tiny-arith model
+in fp32, with a reward that is constant on about half of the prompts (their groups' advantages are all 0) and
+varies on the others, so some micro-batches are skipped and some are not."""
 
 from __future__ import annotations
 
@@ -19,7 +21,8 @@ import pytest
 import torch
 
 from grpo_studio.contract import config, precision_plan
-from grpo_studio.engine import zero_advantage
+from grpo_studio.engine import grpo_step, zero_advantage
+from grpo_studio.engine.batching import micro_batches
 from grpo_studio.engine.trainer import Trainer
 
 STEPS, P, G = 2, 4, 4
@@ -66,14 +69,18 @@ def nothing(prompts, completions, **_):
     return [0.0] * len(completions)
 
 
-def train(tmp_path, settings, reward, skip: bool):
-    """The rows of STEPS steps and the trained parameters after each."""
+def train(tmp_path, settings, reward, skip: bool, seen: list | None = None):
+    """The rows of STEPS steps and the trained parameters after each; `seen` gets the (μ, π, mask) of each
+    mismatch measurement."""
     cfg = config.load("tiny-arith", [*SETTINGS, *settings])
     trainer = Trainer(cfg, tmp_path)
     trainer.grpo.rollouts.reward_fns = [("correctness", reward), ("format", nothing)]
     with pytest.MonkeyPatch.context() as patch:
         if not skip:
             patch.setattr(zero_advantage, "skippable", lambda *_: False)
+        if seen is not None:
+            measure = grpo_step.mismatch_metrics
+            patch.setattr(grpo_step, "mismatch_metrics", lambda *args: seen.append(args) or measure(*args))
         trainer.rundir.acquire()
         try:
             start = [p.detach().clone() for p in trainer.grpo.params]
@@ -92,21 +99,43 @@ def same_row(row: dict) -> dict:
     return {k: "nan" if isinstance(v, float) and math.isnan(v) else v for k, v in keep.items()}
 
 
-def assert_same_updates(ours, theirs):
+def assert_same_updates(ours, theirs, whole_row=True):
     (rows, params, _), (their_rows, their_params, _) = ours, theirs
     for k in range(STEPS):
-        assert same_row(rows[k]) == same_row(their_rows[k]), f"step {k + 1}"
+        if whole_row:
+            assert same_row(rows[k]) == same_row(their_rows[k]), f"step {k + 1}"
+        assert (rows[k]["loss"], rows[k]["grad_norm"]) == (their_rows[k]["loss"], their_rows[k]["grad_norm"])
         for p, q in zip(params[k], their_params[k]):
             assert torch.equal(p, q), f"step {k + 1}"
         assert their_rows[k]["perf/skipped_backward_rows"] == 0.0
 
 
+def assert_mismatch_over_the_rows_run(ours, theirs):
+    """Each mismatch measurement sees the oracle's μ, and its π and mask on the rows run (a row not run has
+    a mask of 0 there)."""
+    assert len(ours) == len(theirs) > 0
+    for (mu, pi, mask), (their_mu, their_pi, their_mask) in zip(ours, theirs):
+        assert torch.equal(mu, their_mu)
+        left_out = (mask.sum(1) == 0) & (their_mask.sum(1) > 0)
+        assert torch.equal(mask, their_mask * ~left_out[:, None])
+        run = mask.bool()
+        assert torch.equal(pi[run], their_pi[run])
+
+
 @pytest.mark.parametrize("case", CASES)
 def test_skipping_zero_advantage_micro_batches_is_bitwise_exact(tmp_path, case):
-    ours = train(tmp_path / "skip", CASES[case], half_constant, skip=True)
-    assert_same_updates(ours, train(tmp_path / "full", CASES[case], half_constant, skip=False))
-    skipped = sum(r["perf/skipped_backward_rows"] for r in ours[0])
+    seen, their_seen = [], []
+    full = train(tmp_path / "full", CASES[case], half_constant, skip=False, seen=their_seen)
+    scored = train(tmp_path / "score", [*CASES[case], "train.score_zero_advantage=true"], half_constant, skip=True)
+    assert_same_updates(scored, full)
+    skipped = sum(r["perf/skipped_backward_rows"] for r in scored[0])
     assert 0 < skipped < STEPS * P * G, "some micro-batches skipped, some trained"
+    assert sum(r["perf/skipped_forward_rows"] for r in scored[0]) == 0
+
+    ours = train(tmp_path / "skip", CASES[case], half_constant, skip=True, seen=seen)  # forwards skipped too
+    assert_same_updates(ours, full, whole_row=False)
+    assert 0 < sum(r["perf/skipped_forward_rows"] for r in ours[0]) <= skipped
+    assert_mismatch_over_the_rows_run(seen, their_seen)
 
 
 def test_every_micro_batch_skipped_still_steps_adamw(tmp_path):
@@ -114,9 +143,10 @@ def test_every_micro_batch_skipped_still_steps_adamw(tmp_path):
     on zero gradients) exactly as with the backward of zeros."""
     settings = ["model.lora_rank=0", *MICRO]
     ours = train(tmp_path / "skip", settings, constant, skip=True)
-    assert_same_updates(ours, train(tmp_path / "full", settings, constant, skip=False))
+    assert_same_updates(ours, train(tmp_path / "full", settings, constant, skip=False), whole_row=False)
     rows, params, start = ours
     assert [r["perf/skipped_backward_rows"] for r in rows] == [float(P * G)] * STEPS
+    assert [r["perf/skipped_forward_rows"] for r in rows] == [float(P * G - 4)] * STEPS  # the first one runs
     assert all(r["grad_norm"] == 0.0 for r in rows)
     assert any(not torch.equal(p, q) for p, q in zip(params[-1], start)), "weight decay moved the weights"
 
@@ -161,3 +191,43 @@ def test_zero_gradient_needs_every_advantage_and_the_loss_zero():
     assert not zero_advantage.zero_gradient(torch.tensor([0.0, 1e-30]), 0.0)
     assert not zero_advantage.zero_gradient(torch.tensor([0.0, math.nan]), 0.0)
     assert not zero_advantage.zero_gradient(torch.zeros(2), math.nan)  # 0·inf IS weight: the step is skipped
+
+
+def test_zero_advantage_rows_fill_micro_batches_of_their_own():
+    """Hand-made: rows 1, 2 and 4 have advantage 0. By size 2: [0, 3], [5], then [1, 2], [4]. Under a budget of
+    12 tokens (rows longest first, each micro-batch's rows × its widest prompt + completion within it), apart."""
+    adv = torch.tensor([0.5, 0.0, 0.0, -1.0, 0.0, 2.0])
+    order, zero = zero_advantage.signal_first(adv), adv == 0
+    assert [g.tolist() for g in micro_batches(order, zero, 2)] == [[0, 3], [5], [1, 2], [4]]
+    prompts, completions = torch.tensor([2] * 6), torch.tensor([1, 4, 2, 3, 1, 2])
+    by_tokens = micro_batches(order, zero, 0, prompts, completions, budget=12)
+    assert [g.tolist() for g in by_tokens] == [[3, 5], [0], [1, 2], [4]]
+    assert [g.tolist() for g in micro_batches(torch.arange(6), torch.zeros(6, dtype=torch.bool), 4)] == [
+        [0, 1, 2, 3],
+        [4, 5],
+    ]
+
+
+@pytest.mark.parametrize(
+    ("settings", "packs"),
+    [
+        (["algo.loss_type=grpo"], True),
+        (["algo.loss_type=dapo"], True),
+        (["algo.loss_type=dr_grpo"], True),
+        (["algo.loss_type=bnpo", "train.micro_batch_size=4"], False),
+        (["algo.loss_type=bnpo", "train.micro_batch_tokens=40"], True),
+        (["algo.beta=0.04"], False),
+    ],
+    ids=["grpo", "dapo", "dr_grpo", "bnpo-micro-batch-mean", "bnpo-token-budget", "kl-to-reference"],
+)
+def test_zero_advantage_rows_are_gathered_only_where_the_update_stays_the_same(settings, packs):
+    assert zero_advantage.packable(config.load("tiny-arith", settings)) is packs
+
+
+def test_one_micro_batch_runs_when_every_one_could_be_skipped():
+    zero, signal = torch.zeros(4), torch.tensor([0.0, 1.0, 0.0, 0.0])
+    parts = [torch.tensor([0, 1]), torch.tensor([2, 3])]
+    assert zero_advantage.unscored(parts, zero, skip=True, score=False) == [False, True]
+    assert zero_advantage.unscored(parts, signal, skip=True, score=False) == [False, True]
+    assert zero_advantage.unscored(parts, zero, skip=True, score=True) == [False, False]
+    assert zero_advantage.unscored(parts, zero, skip=False, score=False) == [False, False]
