@@ -241,6 +241,14 @@ def print_report(report: dict) -> None:
             if "grad_rel_l2" in parity
             else f"  parity: {parity['why']}"
         )
+    B = w["prompts"] * w["generations"]
+    for name, s in report["sides"].items():
+        if "rows_trained" in s:
+            print(
+                f"  {name}: rows trained / run forward per timed step "
+                f"{', '.join(f'{t:g}/{r:g}' for t, r in zip(s['rows_trained'], s['rows_run']))} of {B} "
+                "(zero-advantage micro-batches skipped; TRL trains every row)"
+            )
     saved = report["prefix_tokens_saved"]
     print(
         f"  prompt tokens per step {saved['per_step']}; ours computes once per group instead of per completion: "

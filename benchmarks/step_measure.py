@@ -91,7 +91,10 @@ def summary(steps: list[dict], w: Workload, n_params: int, prompt_len: float, pe
         "train_tok_s": float(f"{tokens / (step_s - rollout_s):.4g}"),
         "flop_per_step": flop,
         "achieved_gflop_s": float(f"{flop / step_s / 1e9:.4g}"),
-        "mfu": float(f"{flop / step_s / peak:.4g}"),
+        # ours counts only the work it ran (zero-advantage rows skipped: engine/zero_advantage.py)
+        "mfu": statistics.median(s["run_mfu"] for s in steps)
+        if "run_mfu" in steps[0]
+        else float(f"{flop / step_s / peak:.4g}"),
         "peak_rss_gib": side["memory"]["peak_rss_gib"],
         "memory": side["memory"],
         **({"cuda_peak_gib": round(side["cuda_peak"] / 2**30, 3)} if side["cuda_peak"] is not None else {}),
@@ -104,4 +107,5 @@ def summary(steps: list[dict], w: Workload, n_params: int, prompt_len: float, pe
             for k in ("sync_s", "idle_s", "run_mfu")
             if k in steps[0]
         },
+        **{k: [s[k] for s in steps] for k in ("rows_trained", "rows_run") if k in steps[0]},
     }

@@ -87,6 +87,8 @@ def run_ours(w: Workload, model_path: str, backend: str, memory: dict) -> dict:
             "sync_s": r["perf/sync_s"],
             "idle_s": r["perf/idle_s"],
             "run_mfu": r["perf/mfu"],
+            "rows_trained": B - r["perf/skipped_backward_rows"],
+            "rows_run": B - r["perf/skipped_forward_rows"],
         }
         for r in rows
     ]

@@ -50,11 +50,11 @@ def micro_batches(
     order: torch.Tensor, zero: torch.Tensor, size: int, prompt_lens=None, completion_lens=None, budget: int = 0
 ) -> list[torch.Tensor]:
     """Row indices of each micro-batch of the rows in `order`: `size` rows at a time, or under a token budget
-    (token_budget_groups) when `budget`. Rows flagged in `zero` ([B] bool, in the order given; all False: no
-    split) are batched after the others and never share a micro-batch with them."""
-    parts = [order[~zero[order]], order[zero[order]]] if bool(zero.any()) else [order]
+    (token_budget_groups) when `budget`, where the rows flagged in `zero` ([B] bool; all False: none) are
+    packed apart from the others, after them."""
     if not budget:
-        return [rows for part in parts if len(part) for rows in part.split(size)]
+        return list(order.split(size))
+    parts = [order[~zero[order]], order[zero[order]]] if bool(zero.any()) else [order]
     return [
         part[g]
         for part in parts

@@ -308,7 +308,7 @@ class GRPOStep:
         budget, size = cfg.train.micro_batch_tokens, cfg.train.micro_batch_size or B
         prompt_lens = attention[:, :-T].sum(1).cpu() if budget else None
         order, zero = torch.arange(B), torch.zeros(B, dtype=torch.bool)
-        if zero_advantage.packable(cfg):
+        if zero_advantage.packable(cfg, self.dist):
             order, zero = zero_advantage.signal_first(batch.advantages.cpu()), batch.advantages.cpu() == 0
         groups = micro_batches(order, zero, size, prompt_lens, lengths.cpu(), budget)
         self.optimizer.zero_grad(set_to_none=True)

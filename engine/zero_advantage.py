@@ -20,8 +20,8 @@ would see the same .grads, but no test covers it yet), and fp16 (a forward that 
 backward of zeros into NaN there, a skipped step without skipping, a taken one with it).
 Gathered and not run at all (train.score_zero_advantage = false, the default): where every row weighs the same
 in the gradient whatever micro-batch holds it (`packable`), the micro-batches are formed with the rows of
-non-zero advantage first, so the zero-advantage rows fill micro-batches of their own, and those skip their
-forward as well (`unscored`): issue 27 on a GSM8K-shaped rollout of a 135M chat model, where most groups
+non-zero advantage first, so the zero-advantage rows fill the micro-batches after them, and those whose rows
+all have advantage 0 skip their forward as well (`unscored`): issue 27 on a GSM8K-shaped rollout of a 135M chat model, where most groups
 have no reward spread. The update is the same; the metrics of the loss (entropy, ratios, clip fractions) and
 the rollout/train mismatch are then over the rows that were run. One micro-batch always runs, so a step whose
 rows all have advantage 0 still measures the mismatch.
@@ -39,11 +39,13 @@ def skippable(cfg, dist, precision) -> bool:
     return cfg.algo.beta == 0 and dist.world == 1 and not precision.loss_scaling
 
 
-def packable(cfg) -> bool:
-    """Whether the step's zero-advantage rows may be gathered into micro-batches of their own: algo.beta = 0 (so
-    they can be skipped) and a loss whose rows weigh the same whatever micro-batch holds them (all but bnpo
-    under train.micro_batch_size, where each micro-batch is its own token mean, as in TRL)."""
-    return cfg.algo.beta == 0 and not (cfg.algo.loss_type == "bnpo" and not cfg.train.micro_batch_tokens)
+def packable(cfg, dist) -> bool:
+    """Whether the step's zero-advantage rows may be gathered after the others: algo.beta = 0 (so they can be
+    skipped), one process (ranks must run the same micro-batches) and a loss whose rows weigh the same
+    whatever micro-batch holds them (all but bnpo under train.micro_batch_size, where each micro-batch is its
+    own token mean, as in TRL)."""
+    bnpo_per_micro_batch = cfg.algo.loss_type == "bnpo" and not cfg.train.micro_batch_tokens
+    return cfg.algo.beta == 0 and dist.world == 1 and not bnpo_per_micro_batch
 
 
 def signal_first(advantages: torch.Tensor) -> torch.Tensor:

@@ -194,11 +194,12 @@ def test_zero_gradient_needs_every_advantage_and_the_loss_zero():
 
 
 def test_zero_advantage_rows_fill_micro_batches_of_their_own():
-    """Hand-made: rows 1, 2 and 4 have advantage 0. By size 2: [0, 3], [5], then [1, 2], [4]. Under a budget of
-    12 tokens (rows longest first, each micro-batch's rows × its widest prompt + completion within it), apart."""
+    """Hand-made: rows 1, 2 and 4 have advantage 0. By size 2 (as many micro-batches as before): [0, 3], [5, 1],
+    [2, 4]. Under a budget of 12 tokens (rows longest first, each micro-batch's rows × its widest prompt +
+    completion within it), each part packed on its own, the zero rows last."""
     adv = torch.tensor([0.5, 0.0, 0.0, -1.0, 0.0, 2.0])
     order, zero = zero_advantage.signal_first(adv), adv == 0
-    assert [g.tolist() for g in micro_batches(order, zero, 2)] == [[0, 3], [5], [1, 2], [4]]
+    assert [g.tolist() for g in micro_batches(order, zero, 2)] == [[0, 3], [5, 1], [2, 4]]
     prompts, completions = torch.tensor([2] * 6), torch.tensor([1, 4, 2, 3, 1, 2])
     by_tokens = micro_batches(order, zero, 0, prompts, completions, budget=12)
     assert [g.tolist() for g in by_tokens] == [[3, 5], [0], [1, 2], [4]]
@@ -209,19 +210,21 @@ def test_zero_advantage_rows_fill_micro_batches_of_their_own():
 
 
 @pytest.mark.parametrize(
-    ("settings", "packs"),
+    ("settings", "world", "packs"),
     [
-        (["algo.loss_type=grpo"], True),
-        (["algo.loss_type=dapo"], True),
-        (["algo.loss_type=dr_grpo"], True),
-        (["algo.loss_type=bnpo", "train.micro_batch_size=4"], False),
-        (["algo.loss_type=bnpo", "train.micro_batch_tokens=40"], True),
-        (["algo.beta=0.04"], False),
+        (["algo.loss_type=grpo"], 1, True),
+        (["algo.loss_type=dapo"], 1, True),
+        (["algo.loss_type=dr_grpo"], 1, True),
+        (["algo.loss_type=bnpo", "train.micro_batch_size=4"], 1, False),
+        (["algo.loss_type=bnpo", "train.micro_batch_tokens=40"], 1, True),
+        (["algo.beta=0.04"], 1, False),
+        (["algo.loss_type=dapo"], 2, False),
     ],
-    ids=["grpo", "dapo", "dr_grpo", "bnpo-micro-batch-mean", "bnpo-token-budget", "kl-to-reference"],
+    ids=["grpo", "dapo", "dr_grpo", "bnpo-micro-batch-mean", "bnpo-token-budget", "kl-to-reference", "two-ranks"],
 )
-def test_zero_advantage_rows_are_gathered_only_where_the_update_stays_the_same(settings, packs):
-    assert zero_advantage.packable(config.load("tiny-arith", settings)) is packs
+def test_zero_advantage_rows_are_gathered_only_where_the_update_stays_the_same(settings, world, packs):
+    cfg = config.load("tiny-arith", settings)
+    assert zero_advantage.packable(cfg, SimpleNamespace(world=world)) is packs
 
 
 def test_one_micro_batch_runs_when_every_one_could_be_skipped():
