@@ -18,7 +18,8 @@ Off (`skippable`) where that is not exact: algo.beta > 0 (the KL term's gradient
 than one process (FSDP reduce-scatters on every backward; ddp's one all-reduce after the micro-batches
 would see the same .grads, but no test covers it yet), and fp16 (a forward that overflows where the loss does not read turns a
 backward of zeros into NaN there, a skipped step without skipping, a taken one with it).
-Gathered and not run at all (train.score_zero_advantage = false, the default): where every row weighs the same
+Gathered and not run at all (train.score_zero_advantage = false, the default; true keeps the micro-batches and
+forwards as above): where every row weighs the same
 in the gradient whatever micro-batch holds it (`packable`), the micro-batches are formed with the rows of
 non-zero advantage first, so the zero-advantage rows fill the micro-batches after them, and those whose rows
 all have advantage 0 skip their forward as well (`unscored`): issue 27 on a GSM8K-shaped rollout of a 135M chat model, where most groups
@@ -40,12 +41,13 @@ def skippable(cfg, dist, precision) -> bool:
 
 
 def packable(cfg, dist) -> bool:
-    """Whether the step's zero-advantage rows may be gathered after the others: algo.beta = 0 (so they can be
+    """Whether the step's zero-advantage rows are gathered after the others: train.score_zero_advantage off (they
+    are then not run; with it on the micro-batches are as without skipping), algo.beta = 0 (so they can be
     skipped), one process (ranks must run the same micro-batches) and a loss whose rows weigh the same
     whatever micro-batch holds them (all but bnpo under train.micro_batch_size, where each micro-batch is its
     own token mean, as in TRL)."""
     bnpo_per_micro_batch = cfg.algo.loss_type == "bnpo" and not cfg.train.micro_batch_tokens
-    return cfg.algo.beta == 0 and dist.world == 1 and not bnpo_per_micro_batch
+    return cfg.algo.beta == 0 and dist.world == 1 and not bnpo_per_micro_batch and not cfg.train.score_zero_advantage
 
 
 def signal_first(advantages: torch.Tensor) -> torch.Tensor:

@@ -42,6 +42,7 @@ STEP_SETS = [
     "model.dtype=fp32",
     "train.lr=0.05",
     "train.grad_clip=0",
+    "train.score_zero_advantage=true",  # one process gathers zero-advantage rows apart; ranks cannot (zero_advantage)
 ]
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
 
@@ -201,11 +202,20 @@ def test_ddp_step_equals_one_process(ddp_steps, loss_type, tmp_path):
     assert max((ref["grads"][n] - g).abs().max().item() for n, g in ddp["grads"].items()) <= 1e-6 * scale
     # peft starts every lora_B at zero: the step moved them, and both sides to the same weights
     assert max(w.abs().max().item() for n, w in ref["weights"].items() if "lora_B" in n) > 1e-3
-    moved = {n: (ref["weights"][n] - w).abs().max().item() for n, w in ddp["weights"].items()}
-    if loss_type == "bnpo":  # its rank weight (tokens share) rounds in fp32; AdamW's ε amplifies that where g ≈ 0
-        assert max(moved.values()) < 1e-3
-    else:
-        assert max(moved.values()) < 1e-6
+    assert_same_first_adamw_step(ref, ddp, scale)
+
+
+def assert_same_first_adamw_step(ref: dict, got: dict, scale: float) -> None:
+    """The weights after AdamW's first step, lr·g/(|g| + ε), agree to 1e-6 wherever |g| ≥ 1e-4 of the largest:
+    where g is near ε that step turns the fp32 rounding of a sum over other rows (other micro-batches, the
+    ranks' reduce) into a weight difference up to lr, and there only the gradients (compared above) say more."""
+    checked = 0
+    for n, w in got["weights"].items():
+        firm = ref["grads"][n].abs() >= 1e-4 * scale
+        if firm.any():
+            assert (ref["weights"][n] - w)[firm].abs().max().item() < 1e-6, n
+        checked += int(firm.sum())
+    assert checked > 0
 
 
 RUN_SETS = [

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 from cli_helpers import ROOT, run_cli
-from test_distributed import one_step, torchrun_results
+from test_distributed import assert_same_first_adamw_step, one_step, torchrun_results
 
 FSDP_SETS = ["train.shared_prefix=off"]  # the one-process oracle on the plain path too (fsdp: auto is off)
 FULL = ["model.lora_rank=0"]
@@ -66,8 +66,7 @@ def test_fsdp_step_equals_one_process(fsdp_steps, case, tmp_path):
     scale = max(g.abs().max().item() for g in ref["grads"].values())
     assert scale > 1e-4
     assert max((ref["grads"][n] - g).abs().max().item() for n, g in got["grads"].items()) <= 1e-6 * scale
-    moved = max((ref["weights"][n] - w).abs().max().item() for n, w in got["weights"].items())
-    assert moved < (1e-3 if loss_type == "bnpo" else 1e-6)  # bnpo: as in test_distributed (fp32 token share)
+    assert_same_first_adamw_step(ref, got, scale)
 
 
 RUN_SETS = [

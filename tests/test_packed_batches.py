@@ -40,6 +40,7 @@ def rollout(tmp_path_factory):
             "train.save_every=0",
             "train.eval_every=0",
             "algo.loss_type=grpo",
+            "train.score_zero_advantage=true",  # every row run, in the budget's own layout
         ],
     )
     trainer = Trainer(cfg, tmp_path_factory.mktemp("packed") / "run")

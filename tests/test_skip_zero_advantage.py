@@ -124,17 +124,22 @@ def assert_mismatch_over_the_rows_run(ours, theirs):
 
 @pytest.mark.parametrize("case", CASES)
 def test_skipping_zero_advantage_micro_batches_is_bitwise_exact(tmp_path, case):
-    seen, their_seen = [], []
-    full = train(tmp_path / "full", CASES[case], half_constant, skip=False, seen=their_seen)
-    scored = train(tmp_path / "score", [*CASES[case], "train.score_zero_advantage=true"], half_constant, skip=True)
-    assert_same_updates(scored, full)
+    scoring = [*CASES[case], "train.score_zero_advantage=true"]  # the micro-batches as without skipping
+    scored = train(tmp_path / "score", scoring, half_constant, skip=True)
+    assert_same_updates(scored, train(tmp_path / "score-full", scoring, half_constant, skip=False))
     skipped = sum(r["perf/skipped_backward_rows"] for r in scored[0])
     assert 0 < skipped < STEPS * P * G, "some micro-batches skipped, some trained"
     assert sum(r["perf/skipped_forward_rows"] for r in scored[0]) == 0
 
-    ours = train(tmp_path / "skip", CASES[case], half_constant, skip=True, seen=seen)  # forwards skipped too
+    seen, their_seen = [], []  # the default: zero-advantage rows gathered, and not run
+    ours = train(tmp_path / "skip", CASES[case], half_constant, skip=True, seen=seen)
+    full = train(tmp_path / "full", CASES[case], half_constant, skip=False, seen=their_seen)
     assert_same_updates(ours, full, whole_row=False)
-    assert 0 < sum(r["perf/skipped_forward_rows"] for r in ours[0]) <= skipped
+    assert (
+        0
+        < sum(r["perf/skipped_forward_rows"] for r in ours[0])
+        <= sum(r["perf/skipped_backward_rows"] for r in ours[0])
+    )
     assert_mismatch_over_the_rows_run(seen, their_seen)
 
 
@@ -225,6 +230,8 @@ def test_zero_advantage_rows_fill_micro_batches_of_their_own():
 def test_zero_advantage_rows_are_gathered_only_where_the_update_stays_the_same(settings, world, packs):
     cfg = config.load("tiny-arith", settings)
     assert zero_advantage.packable(cfg, SimpleNamespace(world=world)) is packs
+    scoring = config.load("tiny-arith", [*settings, "train.score_zero_advantage=true"])
+    assert not zero_advantage.packable(scoring, SimpleNamespace(world=world))
 
 
 def test_one_micro_batch_runs_when_every_one_could_be_skipped():

@@ -25,7 +25,7 @@ SMALL = [
     "rollout.max_completion_len=6",
     "train.save_every=0",
     "train.eval_every=0",
-    "train.seed=1",
+    "train.seed=3",  # its rollout: rows of a reward spread with different lengths (grpo and dapo then differ)
 ]
 
 
