@@ -54,7 +54,7 @@ def micro_batches(
     packed apart from the others, after them."""
     if not budget:
         return list(order.split(size))
-    parts = [order[~zero[order]], order[zero[order]]] if bool(zero.any()) else [order]
+    parts = order[~zero[order]], order[zero[order]]
     return [
         part[g]
         for part in parts

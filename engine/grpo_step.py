@@ -194,7 +194,7 @@ class GRPOStep:
         if sampled:
             pi, out, mask = batch.inputs.old_logps, batch.rollout, batch.rollout.mask
             if pi is None:
-                pi, mask = passed.logps.cpu(), mask.clone()
+                pi, mask = passed.logps, mask.clone()
                 mask[rows[passed.unscored]] = 0
             pi = pi.cpu()
             batch.metrics.update(mismatch_metrics(out.logprobs, pi, mask))
@@ -309,14 +309,17 @@ class GRPOStep:
         prompt_lens = attention[:, :-T].sum(1).cpu() if budget else None
         order, zero = torch.arange(B), torch.zeros(B, dtype=torch.bool)
         if zero_advantage.packable(cfg, self.dist):
-            order, zero = zero_advantage.signal_first(batch.advantages.cpu()), batch.advantages.cpu() == 0
+            zero = batch.advantages.cpu() == 0
+            order = zero_advantage.signal_first(zero)
         groups = micro_batches(order, zero, size, prompt_lens, lengths.cpu(), budget)
         self.optimizer.zero_grad(set_to_none=True)
         skip, skipped = zero_advantage.skippable(cfg, self.dist, self.precision), zero_advantage.Skipped()
         unrun = zero_advantage.unscored(groups, batch.advantages, skip, cfg.train.score_zero_advantage)
-        scored = sum(len(rows) for rows, out in zip(groups, unrun) if not out)
+        run = [rows for rows, out in zip(groups, unrun) if not out]
+        unscored = [rows for rows, out in zip(groups, unrun) if out]
+        scored = sum(map(len, run))
         logps_all, total, metrics = torch.zeros(B, T, device=batch.mask.device), 0.0, {}
-        for rows in (rows for rows, out in zip(groups, unrun) if not out):
+        for rows in run:
             ids, att, width = input_ids[rows], attention[rows], T
             if budget:
                 ids, att, width = trim(ids, att, T, prompt_lens[rows], lengths[rows])
@@ -349,7 +352,6 @@ class GRPOStep:
             merge_metrics(metrics, part, len(rows) / scored)  # over the rows run
             del loss, logps  # a skipped backward's graph goes before the next forward
         skipped.fill()
-        unscored = [rows for rows, out in zip(groups, unrun) if out]
         return LossPass(logps_all, total, metrics, skipped.rows(), torch.cat(unscored) if unscored else order[:0])
 
     def _optimize(self, loss: float) -> Update:

@@ -1,31 +1,32 @@
-"""Micro-batches that cannot move the weights: their backward is skipped, the update stays bitwise the same.
+"""Micro-batches that cannot move the weights: not trained, the update stays bitwise the same.
 
 With algo.beta = 0 every term of the loss (engine/losses.py: PPO-clip or pg, × rollout-correction weights) is
 a product with the row's advantage; entropy is a metric only. A micro-batch whose rows all have advantage
 exactly 0 (a zero-variance group's rows) has loss exactly 0 and, when that loss is finite, a gradient of
 exactly 0 in every parameter it reaches: backward is linear in its incoming gradient, so zeros in, zeros
-out. Adding it changes no .grad, so its backward is skipped. Its forward still runs as before (π for the
-mismatch telemetry, the loss's metrics: entropy, ratios, clip fractions), with the same micro-batches, so
-every value the step computes is the one it computes without skipping.
+out. Adding it changes no .grad, so its backward is skipped.
+
+Its forward (train.score_zero_advantage = false, the default): where every row weighs the same in the gradient
+whatever micro-batch holds it (`packable`), the rows of non-zero advantage are batched first, so the
+zero-advantage rows fill the micro-batches after them, and those whose rows all have advantage 0 are not run
+at all (`unscored`; issue 27: on a GSM8K-shaped rollout of a 135M chat model most groups have no reward
+spread). The metrics of the loss (entropy, ratios, clip fractions) and the rollout/train mismatch are then
+over the rows that were run; one micro-batch always runs, so every step measures the mismatch. With
+train.score_zero_advantage = true the micro-batches are those of a run without skipping and each one's
+forward runs (π for the mismatch telemetry, the loss's metrics), so every value the step computes is the one
+it computes without skipping.
 
 One thing a backward of zeros does change: a parameter it reaches whose .grad was None gets a zero
 .grad, and AdamW then steps it (weight decay, moment decay) where it would skip a None. `Skipped` keeps
 the parameters each skipped loss reaches (its autograd graph) and gives those a zero .grad at the end
-(a mixture-of-experts layer whose expert only a skipped micro-batch routed to; a step whose every
-micro-batch is skipped).
+(a step whose every micro-batch is skipped; with forwards run, a mixture-of-experts expert only a skipped
+micro-batch routed to).
 
 Off (`skippable`) where that is not exact: algo.beta > 0 (the KL term's gradient needs no advantage), more
 than one process (FSDP reduce-scatters on every backward; ddp's one all-reduce after the micro-batches
-would see the same .grads, but no test covers it yet), and fp16 (a forward that overflows where the loss does not read turns a
-backward of zeros into NaN there, a skipped step without skipping, a taken one with it).
-Gathered and not run at all (train.score_zero_advantage = false, the default; true keeps the micro-batches and
-forwards as above): where every row weighs the same
-in the gradient whatever micro-batch holds it (`packable`), the micro-batches are formed with the rows of
-non-zero advantage first, so the zero-advantage rows fill the micro-batches after them, and those whose rows
-all have advantage 0 skip their forward as well (`unscored`): issue 27 on a GSM8K-shaped rollout of a 135M chat model, where most groups
-have no reward spread. The update is the same; the metrics of the loss (entropy, ratios, clip fractions) and
-the rollout/train mismatch are then over the rows that were run. One micro-batch always runs, so a step whose
-rows all have advantage 0 still measures the mismatch.
+would see the same .grads, but no test covers it yet), and fp16 (a forward that overflows where the loss
+does not read turns a backward of zeros into NaN there, a skipped step without skipping, a taken one with
+it).
 
 docs/performance.md, "Zero-advantage micro-batches".
 """
@@ -50,9 +51,10 @@ def packable(cfg, dist) -> bool:
     return cfg.algo.beta == 0 and dist.world == 1 and not bnpo_per_micro_batch and not cfg.train.score_zero_advantage
 
 
-def signal_first(advantages: torch.Tensor) -> torch.Tensor:
-    """The rows' order with every row of non-zero (or NaN) advantage first, each part in its own order."""
-    return torch.argsort((advantages == 0).to(torch.int8), stable=True)
+def signal_first(zero: torch.Tensor) -> torch.Tensor:
+    """The rows' order with every row not flagged in `zero` (advantage == 0; NaN is not) first, each part in its
+    own order."""
+    return torch.argsort(zero.to(torch.int8), stable=True)
 
 
 def unscored(micro_batches: list[torch.Tensor], advantages: torch.Tensor, skip: bool, score: bool) -> list[bool]:

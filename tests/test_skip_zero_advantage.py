@@ -203,7 +203,8 @@ def test_zero_advantage_rows_fill_micro_batches_of_their_own():
     [2, 4]. Under a budget of 12 tokens (rows longest first, each micro-batch's rows × its widest prompt +
     completion within it), each part packed on its own, the zero rows last."""
     adv = torch.tensor([0.5, 0.0, 0.0, -1.0, 0.0, 2.0])
-    order, zero = zero_advantage.signal_first(adv), adv == 0
+    zero = adv == 0
+    order = zero_advantage.signal_first(zero)
     assert [g.tolist() for g in micro_batches(order, zero, 2)] == [[0, 3], [5, 1], [2, 4]]
     prompts, completions = torch.tensor([2] * 6), torch.tensor([1, 4, 2, 3, 1, 2])
     by_tokens = micro_batches(order, zero, 0, prompts, completions, budget=12)
