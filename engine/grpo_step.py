@@ -235,8 +235,9 @@ class GRPOStep:
             order = torch.randperm(n, generator=torch.Generator().manual_seed(data.mix_seed(t.seed, self.step_no)))
         return list(order.view(t.steps_per_generation, -1)) * t.num_iterations
 
-    def _logps(self, model, input_ids, attention, completion_len, with_entropy=False):
-        """Per-token log-probs (and entropies) of the completion tokens at the sampler's temperature."""
+    def _logps(self, model, input_ids, attention, completion_len, lengths=None, with_entropy=False):
+        """Per-token log-probs (and entropies) of the completion tokens at the sampler's temperature; given the rows'
+        completion spans `lengths`, 0 after them on the paths that leave those positions out (token_logprobs)."""
         mode = "off" if self.cfg.train.parallel == "fsdp" else self.cfg.train.shared_prefix  # fsdp: config refuses on
         shared = use_shared_prefix(mode, model, input_ids, attention, completion_len)
         return token_logprobs(
@@ -248,6 +249,7 @@ class GRPOStep:
             with_entropy=with_entropy,
             logits_chunk=self.cfg.model.logits_chunk,
             shared_prefix=shared,
+            spans=lengths,
         )
 
     @torch.no_grad()
@@ -266,20 +268,20 @@ class GRPOStep:
                 (torch.arange(i, min(i + size, B)), batch.input_ids[i : i + size], batch.attention[i : i + size], T)
                 for i in range(0, B, size)
             ]
-        old = torch.zeros(B, T, device=batch.input_ids.device)
+        old, lengths = torch.zeros(B, T, device=batch.input_ids.device), spans(batch.rollout.mask)
         with policy_loader.autocast(cfg):
             for rows, ids, attention, width in parts:
-                old[rows.to(old.device), :width] = self._logps(self.policy, ids, attention, width)[0]
+                old[rows.to(old.device), :width] = self._logps(self.policy, ids, attention, width, lengths[rows])[0]
         return old
 
     @torch.no_grad()
-    def _reference_logps(self, input_ids, attention, completion_len):
+    def _reference_logps(self, input_ids, attention, completion_len, lengths):
         """π_ref for the k3 KL (GRPO, arXiv 2402.03300): with LoRA the base model with adapters disabled (no second copy)."""
         if self.cfg.algo.beta <= 0:
             return None
         if self.cfg.model.lora_rank > 0:
             with self.policy.disable_adapter():
-                return self._logps(self.policy, input_ids, attention, completion_len)[0]
+                return self._logps(self.policy, input_ids, attention, completion_len, lengths)[0]
         if self.reference is None:  # full fine-tune: a frozen copy of the starting weights
             self.reference = policy_loader.load_policy(
                 self.cfg,
@@ -287,7 +289,7 @@ class GRPOStep:
                 self.precision,
             ).to(self.device)
             self.reference.requires_grad_(False)
-        return self._logps(self.reference, input_ids, attention, completion_len)[0]
+        return self._logps(self.reference, input_ids, attention, completion_len, lengths)[0]
 
     def _accumulate(self, input_ids, attention, batch: LossInputs, num_items, lengths: torch.Tensor) -> LossPass:
         """Forward + backward over micro-batches: train.micro_batch_size rows at a time, or under
@@ -325,8 +327,8 @@ class GRPOStep:
                 ids, att, width = trim(ids, att, T, prompt_lens[rows], lengths[rows])
             part_inputs = _take(batch, rows, width)
             with policy_loader.autocast(cfg), policy_loader.offload_activations(cfg):
-                logps, entropy = self._logps(self.policy, ids, att, width, with_entropy=True)
-                ref_logps = self._reference_logps(ids, att, width)
+                logps, entropy = self._logps(self.policy, ids, att, width, lengths[rows], with_entropy=True)
+                ref_logps = self._reference_logps(ids, att, width, lengths[rows])
             old_logps = logps.detach() if batch.old_logps is None else part_inputs.old_logps  # TRL _compute_loss
             loss, part = policy_loss(
                 dataclasses.replace(

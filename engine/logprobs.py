@@ -42,8 +42,11 @@ def token_logprobs(
     with_entropy: bool = False,
     logits_chunk: int = 0,
     shared_prefix: bool = False,
+    spans: torch.Tensor | None = None,
 ):
-    """Return (logps [B, T], entropy [B, T] or None) for the last `completion_len` tokens."""
+    """Return (logps [B, T], entropy [B, T] or None) for the last `completion_len` tokens. `spans` [B]: each
+    row's completion span (batching.spans); on the hidden-state paths (shared prefix, chunked) the lm_head and
+    log-softmax run on those positions only, the padding after them reads 0."""
     targets = input_ids[:, -completion_len:]
     if logits_chunk == 0 and not shared_prefix:
         out = model(
@@ -60,22 +63,27 @@ def token_logprobs(
     head = model.get_output_embeddings()
     scale, softcap = head_transform(model)
     _check_head_transform(model, input_ids[:1], attention_mask[:1], hidden[0], head.weight, scale, softcap)
-    if logits_chunk == 0:
-        return materialised_logps(
-            _final_logits(head(hidden), scale, softcap), targets, temperature, chunk_rows, with_entropy
-        )
     B, T = targets.shape
-    logps, entropy = fused_logps(
-        hidden.reshape(B * T, -1),
-        head.weight,
-        targets.reshape(-1),
-        temperature,
-        logits_chunk,
-        scale,
-        softcap,
-        with_entropy,
-    )
-    return logps.view(B, T), (entropy.view(B, T) if with_entropy else None)
+    scored = torch.ones_like(targets, dtype=torch.bool) if spans is None else _within(spans.to(targets.device), T)
+    hidden, targets = hidden[scored], targets[scored]  # [N, H], [N]: each scored position a row
+    if logits_chunk == 0:  # the same N×V logits at once as chunk_rows rows of T
+        logits = _final_logits(head(hidden), scale, softcap).unsqueeze(1)
+        logps, entropy = materialised_logps(logits, targets.unsqueeze(1), temperature, chunk_rows * T, with_entropy)
+    else:
+        logps, entropy = fused_logps(
+            hidden, head.weight, targets, temperature, logits_chunk, scale, softcap, with_entropy
+        )
+    return _spread(logps, scored), (_spread(entropy, scored) if with_entropy else None)
+
+
+def _within(spans: torch.Tensor, T: int) -> torch.Tensor:
+    """[B, T] bool: the positions inside each row's completion span."""
+    return torch.arange(T, device=spans.device) < spans.unsqueeze(1)
+
+
+def _spread(values: torch.Tensor, scored: torch.Tensor) -> torch.Tensor:
+    """[N] values of the scored positions back into [B, T], 0 elsewhere (differentiable)."""
+    return values.new_zeros(scored.shape).masked_scatter(scored, values.reshape(-1))
 
 
 def _completion_hidden(model, input_ids, attention_mask, T):

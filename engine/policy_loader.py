@@ -116,7 +116,10 @@ def load_base(path: str, dtype: torch.dtype, quant=None):
     """The base model with its weights in `dtype`; `quant` a transformers quantization config (4-bit) or None."""
     from transformers import AutoModelForCausalLM
 
+    from grpo_studio.engine.grouped_sdpa import use_grouped_sdpa
+
     quiet_transformers()
+    use_grouped_sdpa()
     with _loading(path):
         return AutoModelForCausalLM.from_pretrained(path, dtype=dtype, quantization_config=quant)
 

@@ -164,3 +164,32 @@ def test_chunked_refuses_an_unknown_logit_transform():
         "config error: model.logits_chunk = 4: CohereForCausalLM transforms its logits in a "
         "way the chunked path does not reproduce; set model.logits_chunk = 0"
     )
+
+
+@pytest.mark.parametrize("chunk, shared", [(0, True), (5, False), (5, True)], ids=["shared", "chunked", "both"])
+def test_spans_score_only_each_rows_completion_span(chunk, shared):
+    """token_logprobs(spans=...) on the hidden-state paths: the lm_head and log-softmax run on the positions
+    inside each row's span only. Oracle: the same call without spans, at those positions (values, entropies
+    and the gradient of a loss that reads only them); the positions after a span read exactly 0."""
+    path = resolve_model_path("tiny-arith")
+    (ids, attn), T = _batch(load_tokenizer(path))
+    ids, attn = ids.repeat(2, 1), attn.repeat(2, 1)  # each prompt twice, so the shared path has groups
+    lengths = torch.tensor([T, 4, 1, 6, T - 1, 2])
+    inside = torch.arange(T) < lengths.unsqueeze(1)
+    weights = torch.randn(ids.shape[0], T, generator=torch.Generator().manual_seed(0)) * inside
+    results = []
+    for spans in (None, lengths):
+        torch.manual_seed(0)
+        cfg = config.load("tiny-arith", ["model.lora_rank=16"])
+        policy = load_policy(cfg, path, resolve(cfg))
+        logps, entropy = token_logprobs(
+            policy, ids, attn, T, 0.7, with_entropy=True, logits_chunk=chunk, shared_prefix=shared, spans=spans
+        )
+        (logps * weights).sum().backward()
+        grads = {n: p.grad.clone() for n, p in policy.named_parameters() if p.grad is not None}
+        results.append((logps.detach(), entropy, grads))
+    (full, full_entropy, _), (cut, cut_entropy, _) = results
+    assert bool((cut[~inside] == 0).all() and (cut_entropy[~inside] == 0).all())
+    assert bool((full_entropy[~inside] != 0).any())  # the oracle scored them: the zeros above are not its values
+    results[0] = (full * inside, full_entropy * inside, results[0][2])
+    assert_same_logps_entropy_and_grads(results, atol=1e-5)

@@ -26,6 +26,7 @@ import torch
 
 from grpo_studio.contract import algorithms, config
 from grpo_studio.engine import data
+from grpo_studio.engine.batching import spans
 from grpo_studio.engine.trainer import Trainer
 from tests.test_losses_trl_parity import GRPOTrainer, trl_is_ratio, trl_trainer
 
@@ -147,7 +148,7 @@ def test_four_updates_on_one_rollout_equal_trl(tmp_path, monkeypatch, case):
     b = trainer.grpo.batch
     T = b.inputs.mask.shape[1]
     with torch.no_grad():
-        sampled = trainer.grpo._logps(start, b.input_ids, b.attention, T)[0]
+        sampled = trainer.grpo._logps(start, b.input_ids, b.attention, T, spans(b.rollout.mask))[0]
     torch.testing.assert_close(b.inputs.old_logps, sampled, atol=TOL, rtol=0)
 
     assert len(plans) == len(seen) == STEPS

@@ -72,7 +72,7 @@ def test_token_budget_gives_the_whole_batch_loss_and_gradients(rollout, loss_typ
     inputs = batch.inputs
     if off_policy:  # π_old away from π so the clip acts, and the reference pass (adapters off) runs
         with torch.no_grad():
-            pi = trainer.grpo._logps(trainer.policy, batch.input_ids, batch.attention, inputs.mask.shape[1])[0]
+            pi = trainer.grpo._logps(trainer.policy, batch.input_ids, batch.attention, inputs.mask.shape[1], lengths)[0]
         noise = 0.3 * torch.randn(pi.shape, generator=torch.Generator().manual_seed(3))
         inputs = type(inputs)(**{**vars(inputs), "old_logps": pi + noise})
     try:
