@@ -20,6 +20,7 @@ The loop
 Models and precision
   policy_loader   tokenizer and model from a preset, a folder, a .gguf or the HF cache; LoRA via peft
   gguf_cache      a .gguf file as a Hugging Face folder, converted once and cached
+  grouped_sdpa    transformers' sdpa attention reading grouped KV heads in place on CPU (no repeated KV cache)
   precision       torch dtypes, the FP16 dynamic loss scaler, gradient clipping
   fp8             FP8 (e4m3) linear layers, shared by the rollout and the trainer
   weights         the trainer's weights for the rollout engine (HF names, LoRA merged)
