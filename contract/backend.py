@@ -142,3 +142,27 @@ def refuse_vllm_sync(cfg) -> None:
             key="model.load_in_4bit",
             value=True,
         )
+
+
+VLLM_ONLY = ("gpu_memory_utilization", "sleep", "vllm_enforce_eager", "vllm_sync")  # rollout.* keys only vLLM reads
+
+
+def refuse_vllm_keys_with_hf(cfg) -> None:
+    """One line for a vLLM-only rollout key set away from its default while rollout.backend = 'hf' asks for the
+    hf sampler, which would not read it. ('auto' falling back to hf where vLLM cannot run keeps them: the same
+    config samples with vLLM on a machine that has it.)"""
+    from grpo_studio.contract.config_training import RolloutConfig
+    from grpo_studio.contract.errors import UserError, show
+
+    if cfg.rollout.backend != "hf":
+        return
+    defaults = RolloutConfig()
+    for key in VLLM_ONLY:
+        value, default = getattr(cfg.rollout, key), getattr(defaults, key)
+        if value != default:
+            raise UserError(
+                f"only the vLLM rollout reads it, and rollout.backend = 'hf'; leave it at {show(default)} "
+                f"or set rollout.backend = 'vllm' or 'auto'",
+                key=f"rollout.{key}",
+                value=value,
+            )

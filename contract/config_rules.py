@@ -113,6 +113,7 @@ def validate(cfg: Config) -> None:
     _check_dynamic_sampling(cfg)
     _refuse_truncated_is(cfg)
     backend.refuse_vllm_sync(cfg)  # rollout.vllm_sync; a 4-bit base's merged sync to vLLM
+    backend.refuse_vllm_keys_with_hf(cfg)  # rollout.* keys only vLLM reads, with the hf sampler asked for
     _check_rollout_server(cfg.rollout)
     if cfg.train.max_staleness >= 0 and cfg.rollout.async_mode == "off":
         raise UserError(

@@ -9,8 +9,8 @@ import pytest
 from cli_helpers import ENV, ROOT, run_cli
 
 import grpo_studio.cli.main
-from grpo_studio.contract import config
-from grpo_studio.contract.errors import UserError
+from grpo_studio.contract import backend, config
+from grpo_studio.contract.errors import UserError, show
 
 CASES = [
     (["--set", "train.stepz=3"], "config error: unknown key 'train.stepz' (did you mean 'train.steps'?)"),
@@ -118,3 +118,25 @@ def test_resolved_config_round_trips_through_toml(tmp_path):
     path = tmp_path / "config.toml"
     config.save(cfg, path)
     assert config.load(str(path)) == cfg
+
+
+VLLM_ONLY_VALUES = {  # key: (given, as the message shows it, its default as shown)
+    "gpu_memory_utilization": ("0.5", "0.5", "'auto'"),
+    "sleep": ("true", "true", "false"),
+    "vllm_enforce_eager": ("on", "'on'", "'auto'"),
+    "vllm_sync": ("merged", "'merged'", "'auto'"),
+}
+
+
+@pytest.mark.parametrize("key", backend.VLLM_ONLY)
+def test_a_vllm_only_key_is_refused_with_the_hf_sampler_and_kept_otherwise(key):
+    given, shown, default = VLLM_ONLY_VALUES[key]
+    with pytest.raises(UserError) as err:
+        config.load("tiny-arith", ["rollout.backend=hf", f"rollout.{key}={given}"])
+    assert err.value.line() == (
+        f"config error: rollout.{key} = {shown}: only the vLLM rollout reads it, and rollout.backend = 'hf'; "
+        f"leave it at {default} or set rollout.backend = 'vllm' or 'auto'"
+    )
+    for requested in ("vllm", "auto"):  # auto: vLLM where it can run, so the same config keeps its meaning there
+        loaded = config.load("tiny-arith", [f"rollout.backend={requested}", f"rollout.{key}={given}"])
+        assert show(getattr(loaded.rollout, key)) == shown
