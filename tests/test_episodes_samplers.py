@@ -61,7 +61,6 @@ def _run(run: Path, model: Path, *sets: str) -> tuple[dict, list[dict]]:
             "train.prompts_per_step=2",
             "rollout.num_generations=4",
             "rollout.max_completion_len=64",
-            "rollout.vllm_enforce_eager=on",
             "train.eval_every=0",
             "train.save_every=0",
             *sets,
@@ -79,8 +78,8 @@ def _run(run: Path, model: Path, *sets: str) -> tuple[dict, list[dict]]:
 
 SAMPLERS = {
     "hf": ["rollout.backend=hf"],
-    "vllm": ["rollout.backend=vllm"],
-    "server": ["rollout.backend=vllm", "rollout.colocate=false"],
+    "vllm": ["rollout.backend=vllm", "rollout.vllm_enforce_eager=on"],
+    "server": ["rollout.backend=vllm", "rollout.vllm_enforce_eager=on", "rollout.colocate=false"],
 }
 
 

@@ -233,7 +233,7 @@ def test_auto_share_is_the_rollouts_need_with_headroom():
 
 
 def test_a_number_is_used_as_given():
-    cfg = cfgmod.load("tiny-arith", [*BIG, "rollout.gpu_memory_utilization=0.5"])
+    cfg = cfgmod.load("tiny-arith", [*BIG, "rollout.backend=vllm", "rollout.gpu_memory_utilization=0.5"])
     assert vram.vllm_share(model_card.load("qwen3-8b"), cfg, 80.0) == 0.5
 
 
