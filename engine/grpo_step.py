@@ -258,17 +258,16 @@ class GRPOStep:
         train.micro_batch_tokens in _accumulate's length-sorted, trimmed micro-batches (0 past a micro-batch's
         cut, where no completion token is), else in chunks of one step's micro-batch rows."""
         cfg, B, T = self.cfg, batch.input_ids.shape[0], batch.inputs.mask.shape[1]
+        lengths = spans(batch.rollout.mask)
         if cfg.train.micro_batch_tokens:
-            parts = token_budget_batches(
-                batch.input_ids, batch.attention, T, spans(batch.rollout.mask), cfg.train.micro_batch_tokens
-            )
+            parts = token_budget_batches(batch.input_ids, batch.attention, T, lengths, cfg.train.micro_batch_tokens)
         else:
             size = cfg.train.micro_batch_size or B // cfg.train.steps_per_generation
             parts = [
                 (torch.arange(i, min(i + size, B)), batch.input_ids[i : i + size], batch.attention[i : i + size], T)
                 for i in range(0, B, size)
             ]
-        old, lengths = torch.zeros(B, T, device=batch.input_ids.device), spans(batch.rollout.mask)
+        old = torch.zeros(B, T, device=batch.input_ids.device)
         with policy_loader.autocast(cfg):
             for rows, ids, attention, width in parts:
                 old[rows.to(old.device), :width] = self._logps(self.policy, ids, attention, width, lengths[rows])[0]
