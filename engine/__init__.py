@@ -46,6 +46,7 @@ Around the run
   trackers        tracker fan-out (report.to)
   alerts          alert rules and events, delivered
   faults          out-of-memory and full-disk as one line
+  host_memory     glibc's malloc keeping what a CPU micro-batch frees (no page faults on the next one)
   rehearsal       train --rehearse: one real step on the longest prompt at full completion length, its peak memory
   export          a checkpoint as merged safetensors, GGUF, or a Hub push
 """

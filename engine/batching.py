@@ -47,20 +47,15 @@ def token_budget_groups(prompt_lens: torch.Tensor, completion_lens: torch.Tensor
 
 
 def micro_batches(
-    order: torch.Tensor, zero: torch.Tensor, size: int, prompt_lens=None, completion_lens=None, budget: int = 0
+    zero: torch.Tensor, size: int, prompt_lens=None, completion_lens=None, budget: int = 0
 ) -> list[torch.Tensor]:
-    """Row indices of each micro-batch of the rows in `order`: `size` rows at a time, or under a token budget
-    (token_budget_groups) when `budget`, where the rows flagged in `zero` ([B] bool; all False: none) are
-    packed apart from the others, after them."""
+    """Row indices of each micro-batch of B rows: `size` rows at a time in order, or under a token budget
+    (token_budget_groups) when `budget`; the rows flagged in `zero` ([B] bool; all False: none) are batched
+    apart from the others, after them (so no micro-batch holds both)."""
+    parts = [part for part in (torch.nonzero(~zero).flatten(), torch.nonzero(zero).flatten()) if len(part)]
     if not budget:
-        return list(order.split(size))
-    parts = order[~zero[order]], order[zero[order]]
-    return [
-        part[g]
-        for part in parts
-        if len(part)
-        for g in token_budget_groups(prompt_lens[part], completion_lens[part], budget)
-    ]
+        return [rows for part in parts for rows in part.split(size)]
+    return [part[g] for part in parts for g in token_budget_groups(prompt_lens[part], completion_lens[part], budget)]
 
 
 def trim(

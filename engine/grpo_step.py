@@ -303,16 +303,15 @@ class GRPOStep:
         active tokens).
 
         A micro-batch whose rows all have advantage 0 (with algo.beta = 0) has a gradient of exactly 0: its backward
-        is skipped, and unless train.score_zero_advantage its forward too; such rows are batched after the others
-        where that leaves the update the same (engine/zero_advantage.py)."""
+        is skipped, and unless train.score_zero_advantage its forward too; such rows are batched apart from the
+        others, after them, where that leaves the update the same (engine/zero_advantage.py)."""
         cfg, B, T = self.cfg, input_ids.shape[0], batch.mask.shape[1]
         budget, size = cfg.train.micro_batch_tokens, cfg.train.micro_batch_size or B
         prompt_lens = attention[:, :-T].sum(1).cpu() if budget else None
-        order, zero = torch.arange(B), torch.zeros(B, dtype=torch.bool)
-        if zero_advantage.packable(cfg, self.dist):
+        zero = torch.zeros(B, dtype=torch.bool)
+        if zero_advantage.packable(cfg, self.dist, self.precision):
             zero = batch.advantages.cpu() == 0
-            order = zero_advantage.signal_first(zero)
-        groups = micro_batches(order, zero, size, prompt_lens, lengths.cpu(), budget)
+        groups = micro_batches(zero, size, prompt_lens, lengths.cpu(), budget)
         self.optimizer.zero_grad(set_to_none=True)
         skip, skipped = zero_advantage.skippable(cfg, self.dist, self.precision), zero_advantage.Skipped()
         unrun = zero_advantage.unscored(groups, batch.advantages, skip, cfg.train.score_zero_advantage)
@@ -353,7 +352,9 @@ class GRPOStep:
             merge_metrics(metrics, part, len(rows) / scored)  # over the rows run
             del loss, logps  # a skipped backward's graph goes before the next forward
         skipped.fill()
-        return LossPass(logps_all, total, metrics, skipped.rows(), torch.cat(unscored) if unscored else order[:0])
+        return LossPass(
+            logps_all, total, metrics, skipped.rows(), torch.cat(unscored) if unscored else zero.nonzero()[:0, 0]
+        )
 
     def _optimize(self, loss: float) -> Update:
         """(fp16) unscale, skip on inf/NaN → clip → AdamW step → LR schedule. A skipped step does not

@@ -23,7 +23,17 @@ from grpo_studio.contract.config import Config
 from grpo_studio.contract.config import save as save_config
 from grpo_studio.contract.errors import UserError
 from grpo_studio.contract.rundir import CONFIG, METRICS, as_number, read_events, read_rows
-from grpo_studio.engine import checkpoint, data, distributed, episodes, evaluation, policy_loader, prompt_render, warmup
+from grpo_studio.engine import (
+    checkpoint,
+    data,
+    distributed,
+    episodes,
+    evaluation,
+    host_memory,
+    policy_loader,
+    prompt_render,
+    warmup,
+)
 from grpo_studio.engine import rewards as reward_lib
 from grpo_studio.engine.faults import disk_full, disk_full_error
 from grpo_studio.engine.grpo_step import GRPOStep
@@ -93,6 +103,7 @@ class Trainer:
             )
         self.warmup = warmup.prepare(cfg, self.tokenizer, self.episodes)  # warmup.source's conversations, tokenised
         self.device = policy_loader.device()
+        host_memory.keep_freed_memory(self.device)  # CPU: what a micro-batch frees is kept for the next one
         self.precision = precision_plan.resolve(cfg)  # the one precision decision, handed to every consumer
         self.policy = self.dist.wrap(
             policy_loader.load_policy(cfg, self.model_path, self.precision).to(self.device), cfg

@@ -7,10 +7,9 @@ exactly 0 in every parameter it reaches: backward is linear in its incoming grad
 out. Adding it changes no .grad, so its backward is skipped.
 
 Its forward (train.score_zero_advantage = false, the default): where every row weighs the same in the gradient
-whatever micro-batch holds it (`packable`), the rows of non-zero advantage are batched first, so the
-zero-advantage rows fill the micro-batches after them, and those whose rows all have advantage 0 are not run
-at all (`unscored`; issue 27: on a GSM8K-shaped rollout of a 135M chat model most groups have no reward
-spread). The metrics of the loss (entropy, ratios, clip fractions) and the rollout/train mismatch are then
+whatever micro-batch holds it (`packable`), the zero-advantage rows fill micro-batches of their own after the
+others' (engine/batching.py micro_batches), and those are not run at all (`unscored`; issue 27: on a
+GSM8K-shaped rollout of a 135M chat model most groups have no reward spread). The metrics of the loss (entropy, ratios, clip fractions) and the rollout/train mismatch are then
 over the rows that were run; one micro-batch always runs, so every step measures the mismatch. With
 train.score_zero_advantage = true the micro-batches are those of a run without skipping and each one's
 forward runs (π for the mismatch telemetry, the loss's metrics), so every value the step computes is the one
@@ -41,20 +40,14 @@ def skippable(cfg, dist, precision) -> bool:
     return cfg.algo.beta == 0 and dist.world == 1 and not precision.loss_scaling
 
 
-def packable(cfg, dist) -> bool:
-    """Whether the step's zero-advantage rows are gathered after the others: train.score_zero_advantage off (they
-    are then not run; with it on the micro-batches are as without skipping), algo.beta = 0 (so they can be
-    skipped), one process (ranks must run the same micro-batches) and a loss whose rows weigh the same
-    whatever micro-batch holds them (all but bnpo under train.micro_batch_size, where each micro-batch is its
-    own token mean, as in TRL)."""
+def packable(cfg, dist, precision) -> bool:
+    """Whether the step's zero-advantage rows are batched apart from the others, in micro-batches of their own
+    after them: train.score_zero_advantage off (they are then not run; with it on the micro-batches are as
+    without skipping), skipping possible (`skippable`; in fp16 a micro-batch of them would run all the same) and
+    a loss whose rows weigh the same whatever micro-batch holds them (all but bnpo under
+    train.micro_batch_size, where each micro-batch is its own token mean, as in TRL)."""
     bnpo_per_micro_batch = cfg.algo.loss_type == "bnpo" and not cfg.train.micro_batch_tokens
-    return cfg.algo.beta == 0 and dist.world == 1 and not bnpo_per_micro_batch and not cfg.train.score_zero_advantage
-
-
-def signal_first(zero: torch.Tensor) -> torch.Tensor:
-    """The rows' order with every row not flagged in `zero` (advantage == 0; NaN is not) first, each part in its
-    own order."""
-    return torch.argsort(zero.to(torch.int8), stable=True)
+    return skippable(cfg, dist, precision) and not bnpo_per_micro_batch and not cfg.train.score_zero_advantage
 
 
 def unscored(micro_batches: list[torch.Tensor], advantages: torch.Tensor, skip: bool, score: bool) -> list[bool]:

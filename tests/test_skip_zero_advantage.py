@@ -1,9 +1,9 @@
 """Micro-batches whose rows all have advantage 0 are not trained (engine/zero_advantage.py): their backward is
-skipped, and by default their forward too, with such rows batched after the others; the update is bitwise the
-one without skipping.
+skipped, and by default their forward too, with such rows batched apart from the others, after them; the update is
+bitwise the one without skipping.
 
-Oracle: the same run with skipping switched off (zero_advantage.skippable patched to False): after every
-step each trained parameter is torch.equal to the oracle's. With train.score_zero_advantage (forwards kept) the
+Oracle: the same run with skipping switched off (zero_advantage.skippable patched to False, the micro-batches
+kept): after every step each trained parameter is torch.equal to the oracle's. With train.score_zero_advantage (forwards kept) the
 metrics row is the same but for perf/* and mem/* (timings, memory; perf/skipped_backward_rows counts what was
 skipped); without it the loss and grad norm are, and the mismatch telemetry is the oracle's over the rows run.
 Each case trains one rollout with two updates (train.num_iterations = 2: π_old) on the bundled tiny-arith model
@@ -76,7 +76,9 @@ def train(tmp_path, settings, reward, skip: bool, seen: list | None = None):
     trainer = Trainer(cfg, tmp_path)
     trainer.grpo.rollouts.reward_fns = [("correctness", reward), ("format", nothing)]
     with pytest.MonkeyPatch.context() as patch:
-        if not skip:
+        if not skip:  # the same micro-batches, none of them skipped
+            layout = zero_advantage.packable(cfg, trainer.grpo.dist, trainer.grpo.precision)
+            patch.setattr(zero_advantage, "packable", lambda *_: layout)
             patch.setattr(zero_advantage, "skippable", lambda *_: False)
         if seen is not None:
             measure = grpo_step.mismatch_metrics
@@ -199,20 +201,15 @@ def test_zero_gradient_needs_every_advantage_and_the_loss_zero():
 
 
 def test_zero_advantage_rows_fill_micro_batches_of_their_own():
-    """Hand-made: rows 1, 2 and 4 have advantage 0. By size 2 (as many micro-batches as before): [0, 3], [5, 1],
-    [2, 4]. Under a budget of 12 tokens (rows longest first, each micro-batch's rows × its widest prompt +
-    completion within it), each part packed on its own, the zero rows last."""
-    adv = torch.tensor([0.5, 0.0, 0.0, -1.0, 0.0, 2.0])
-    zero = adv == 0
-    order = zero_advantage.signal_first(zero)
-    assert [g.tolist() for g in micro_batches(order, zero, 2)] == [[0, 3], [5, 1], [2, 4]]
+    """Hand-made: rows 1, 2 and 4 have advantage 0. By size 2: the others [0, 3], [5], then [1, 2], [4]. Under a
+    budget of 12 tokens (rows longest first, each micro-batch's rows × its widest prompt + completion within it),
+    each part packed on its own, the zero rows last. With no zero rows: size rows at a time, in order."""
+    zero = torch.tensor([0.5, 0.0, 0.0, -1.0, 0.0, 2.0]) == 0
+    assert [g.tolist() for g in micro_batches(zero, 2)] == [[0, 3], [5], [1, 2], [4]]
     prompts, completions = torch.tensor([2] * 6), torch.tensor([1, 4, 2, 3, 1, 2])
-    by_tokens = micro_batches(order, zero, 0, prompts, completions, budget=12)
+    by_tokens = micro_batches(zero, 0, prompts, completions, budget=12)
     assert [g.tolist() for g in by_tokens] == [[3, 5], [0], [1, 2], [4]]
-    assert [g.tolist() for g in micro_batches(torch.arange(6), torch.zeros(6, dtype=torch.bool), 4)] == [
-        [0, 1, 2, 3],
-        [4, 5],
-    ]
+    assert [g.tolist() for g in micro_batches(torch.zeros(6, dtype=torch.bool), 4)] == [[0, 1, 2, 3], [4, 5]]
 
 
 @pytest.mark.parametrize(
@@ -225,14 +222,25 @@ def test_zero_advantage_rows_fill_micro_batches_of_their_own():
         (["algo.loss_type=bnpo", "train.micro_batch_tokens=40"], 1, True),
         (["algo.beta=0.04"], 1, False),
         (["algo.loss_type=dapo"], 2, False),
+        (["model.dtype=fp16"], 1, False),  # not skipped: a micro-batch of their own would run all the same
     ],
-    ids=["grpo", "dapo", "dr_grpo", "bnpo-micro-batch-mean", "bnpo-token-budget", "kl-to-reference", "two-ranks"],
+    ids=[
+        "grpo",
+        "dapo",
+        "dr_grpo",
+        "bnpo-micro-batch-mean",
+        "bnpo-token-budget",
+        "kl-to-reference",
+        "two-ranks",
+        "fp16-loss-scaling",
+    ],
 )
 def test_zero_advantage_rows_are_gathered_only_where_the_update_stays_the_same(settings, world, packs):
     cfg = config.load("tiny-arith", settings)
-    assert zero_advantage.packable(cfg, SimpleNamespace(world=world)) is packs
+    dist = SimpleNamespace(world=world)
+    assert zero_advantage.packable(cfg, dist, precision_plan.resolve(cfg)) is packs
     scoring = config.load("tiny-arith", [*settings, "train.score_zero_advantage=true"])
-    assert not zero_advantage.packable(scoring, SimpleNamespace(world=world))
+    assert not zero_advantage.packable(scoring, dist, precision_plan.resolve(scoring))
 
 
 def test_one_micro_batch_runs_when_every_one_could_be_skipped():
