@@ -13,6 +13,7 @@ The loop
   losses          policy losses: normalisation, PPO clipping, rollout-correction IS, KL
   zero_advantage  micro-batches whose every advantage is 0: backward skipped, the update bitwise the same
   logprobs        per-token log-probs under the training model (materialised or chunked)
+  completion_packing  a prompt's completions packed side by side into fewer rows for the shared-prefix pass
   chunked_logsoftmax  the chunked path's autograd Function: log-probs over vocabulary tiles, no [N, V] logits
   batching        batch layout for the trainer's forward (token budgets, trimming)
   mismatch        rollout/train mismatch telemetry from (mu, pi, mask)

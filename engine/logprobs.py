@@ -14,7 +14,8 @@ chunked (model.logits_chunk = N > 0): the lm_head and log-softmax run in tiles o
     (c·tanh(z/c)); the first call on a model checks one row against the model's own logits.
 
 shared prefix (train.shared_prefix): each distinct prompt of a batch runs once and its KV cache is
-    indexed out to the rows that share it before their completions run (`_shared_prefix_hidden`).
+    indexed out to the rows that share it before their completions run (`_shared_prefix_hidden`), given
+    the rows' completion spans packed side by side into fewer rows (engine/completion_packing.py).
 
 Log-probs use the same temperature as the sampler (TRL issue 4159: comparing μ at T with π at
 T=1 makes the mismatch metric and the IS weights meaningless).
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import torch
 
+from grpo_studio.engine import completion_packing
 from grpo_studio.engine.chunked_logsoftmax import ChunkedLogSoftmax
 
 
@@ -57,14 +59,15 @@ def token_logprobs(
             use_cache=False,
         )
         return materialised_logps(out.logits[:, :-1, :], targets, temperature, chunk_rows, with_entropy)  # t → t+1
-    hidden = (_shared_prefix_hidden if shared_prefix else _completion_hidden)(
-        model, input_ids, attention_mask, completion_len
-    )
+    if shared_prefix:
+        hidden = _shared_prefix_hidden(model, input_ids, attention_mask, completion_len, spans)
+    else:
+        hidden = _completion_hidden(model, input_ids, attention_mask, completion_len)
     head = model.get_output_embeddings()
     scale, softcap = head_transform(model)
-    _check_head_transform(model, input_ids[:1], attention_mask[:1], hidden[0], head.weight, scale, softcap)
     B, T = targets.shape
     scored = torch.ones_like(targets, dtype=torch.bool) if spans is None else _within(spans.to(targets.device), T)
+    _check_head_transform(model, input_ids[:1], attention_mask[:1], hidden[0], scored[0], head.weight, scale, softcap)
     hidden, targets = hidden[scored], targets[scored]  # [N, H], [N]: each scored position a row
     if logits_chunk == 0:  # the same N×V logits at once as chunk_rows rows of T
         logits = _final_logits(head(hidden), scale, softcap).unsqueeze(1)
@@ -100,11 +103,13 @@ def prefix_groups(input_ids, attention_mask, T) -> tuple[torch.Tensor, torch.Ten
     return torch.unique(prompts, dim=0, return_inverse=True)
 
 
-def _shared_prefix_hidden(model, input_ids, attention_mask, T):
+def _shared_prefix_hidden(model, input_ids, attention_mask, T, spans=None):
     """_completion_hidden with each distinct prompt run once: the prompt pass fills a KV cache that is
     indexed out to the rows sharing it (autograd sums their gradients into the one pass, index_select's
-    backward), then the completions run on it. Same positions, same masks, same attention: exact up to
-    the summation order of the attention kernels (see shared_prefix_refusal for where it applies)."""
+    backward), then the completions run on it; given the rows' completion spans, packed into fewer rows where
+    that saves one (engine/completion_packing.py; positions after a span then hold another row's values, which
+    token_logprobs does not read). Same positions, same masks, same attention: exact up to the summation order
+    of the attention kernels (see shared_prefix_refusal for where it applies)."""
     from transformers import DynamicCache
 
     unique, rows = prefix_groups(input_ids, attention_mask, T)
@@ -115,14 +120,29 @@ def _shared_prefix_hidden(model, input_ids, attention_mask, T):
     prompt = decoder(
         input_ids=ids, attention_mask=mask, position_ids=position_ids(mask), past_key_values=cache, use_cache=True
     ).last_hidden_state
-    cache.batch_select_indices(rows)
-    completion = decoder(
-        input_ids=input_ids[:, -T:],
-        attention_mask=attention_mask,
-        past_key_values=cache,
-        position_ids=position_ids(attention_mask)[:, -T:],
-        use_cache=True,
-    ).last_hidden_state
+    packing = None
+    if spans is not None and bool(attention_mask[:, -T:].all()):
+        packing = completion_packing.pack(input_ids[:, -T:], rows, mask.sum(1), spans)
+    if packing is None:
+        cache.batch_select_indices(rows)
+        completion = decoder(
+            input_ids=input_ids[:, -T:],
+            attention_mask=attention_mask,
+            past_key_values=cache,
+            position_ids=position_ids(attention_mask)[:, -T:],
+            use_cache=True,
+        ).last_hidden_state
+    else:
+        cache.batch_select_indices(packing.slot_prompt)
+        eager = model.config.get_text_config()._attn_implementation == "eager"
+        packed = decoder(
+            input_ids=packing.ids,
+            attention_mask=completion_packing.attention_mask(packing, mask, prompt.dtype if eager else None),
+            past_key_values=cache,
+            position_ids=packing.positions,
+            use_cache=True,
+        ).last_hidden_state
+        completion = packed.flatten(0, 1)[packing.gather]  # [B, T, H]: each row's inputs back in place
     # the last prompt position predicts the first completion token
     return torch.cat([prompt[rows, -1:, :], completion[:, :-1, :]], dim=1)
 
@@ -227,9 +247,9 @@ def head_transform(model) -> tuple[float, float | None]:
 
 
 @torch.no_grad()
-def _check_head_transform(model, ids, attention, hidden_row, weight, scale, softcap) -> None:
-    """Once per model: the chunked logits of one row must equal the model's own, else the model
-    transforms its logits in a way this path does not know (refused in one line)."""
+def _check_head_transform(model, ids, attention, hidden_row, scored, weight, scale, softcap) -> None:
+    """Once per model: the chunked logits of one row's scored positions must equal the model's own, else the
+    model transforms its logits in a way this path does not know (refused in one line)."""
     if getattr(model, "_grpo_head_checked", False):
         return
     from grpo_studio.contract.errors import UserError
@@ -241,11 +261,11 @@ def _check_head_transform(model, ids, attention, hidden_row, weight, scale, soft
         position_ids=position_ids(attention),
         logits_to_keep=T + 1,
         use_cache=False,
-    ).logits[0, :-1]
+    ).logits[0, :-1][scored]
     # a wrong transform is off by its scale; rounding is off by the logits' dtype (bf16: 2^-7 relative)
     tol = max(1e-3, 2 * torch.finfo(own.dtype).eps)
     own = own.float()
-    ours = _final_logits(torch.nn.functional.linear(hidden_row, weight).float(), scale, softcap)
+    ours = _final_logits(torch.nn.functional.linear(hidden_row[scored], weight).float(), scale, softcap)
     if not torch.allclose(ours, own, rtol=tol, atol=tol * max(1.0, own.abs().max().item())):
         raise UserError(
             f"{type(model).__name__} transforms its logits in a way the chunked path does not "
