@@ -81,10 +81,13 @@ def test_rows_whose_backward_was_skipped_count_as_a_forward(lora, train):
 def test_trainer_rows_carry_mfu_from_their_own_numbers(tmp_path, monkeypatch):
     """Two steps on one rollout (steps_per_generation 2): the first generates it and computes π_old over it,
     each trains on its half with LoRA, so their FLOPs add up to (2 + 2 + 4)·N per real token of the rollout,
-    the prompt tokens re-counted from samples.jsonl. perf/mfu = perf/flop / perf/step_s / perf/peak_flop_s."""
+    the prompt tokens re-counted from samples.jsonl. perf/mfu = perf/flop / perf/step_s / perf/peak_flop_s.
+    Zero-advantage skipping is off, so every row is trained (the skipped rows' count: the test above)."""
+    from grpo_studio.engine import zero_advantage
     from grpo_studio.engine.trainer import Trainer
 
     monkeypatch.setenv("GRPO_STUDIO_CACHE", str(tmp_path / "cache"))  # the peak measured here, not a cached one
+    monkeypatch.setattr(zero_advantage, "skippable", lambda *_: False)
     P, G = 2, 2
     cfg = config.load(
         "tiny-arith",

@@ -35,6 +35,7 @@ STEPS = 4  # num_iterations × steps_per_generation: one rollout
 SETTINGS = [
     "train.num_iterations=2",
     "train.steps_per_generation=2",
+    "train.score_zero_advantage=true",  # every row run, so the entropy and clip metrics are over TRL's rows
     f"train.steps={STEPS}",
     "train.save_every=0",
     "train.eval_every=0",

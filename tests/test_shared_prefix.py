@@ -159,10 +159,12 @@ def test_auto_is_on_where_a_long_prompt_repeats(prompt_len, repeats, expected):
 
 
 def test_shared_prefix_runs_in_the_trainer(tmp_path, monkeypatch):
-    """Its numbers equal the plain path's (above); here: the trainer takes it for every log-prob pass."""
-    from grpo_studio.engine import logprobs
+    """Its numbers equal the plain path's (above); here: the trainer takes it for every log-prob pass (zero-advantage
+    skipping off, so each pass has every row)."""
+    from grpo_studio.engine import logprobs, zero_advantage
     from grpo_studio.engine.trainer import Trainer
 
+    monkeypatch.setattr(zero_advantage, "skippable", lambda *_: False)
     calls = []
     shared = logprobs._shared_prefix_hidden
     monkeypatch.setattr(logprobs, "_shared_prefix_hidden", lambda *a: calls.append(a[1].shape[0]) or shared(*a))
