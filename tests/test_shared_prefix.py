@@ -8,24 +8,19 @@ from __future__ import annotations
 
 import pytest
 import torch
+from prompt_groups import grouped_batch
 
 from grpo_studio.contract import config
 from grpo_studio.contract.precision_plan import resolve
-from grpo_studio.engine.batching import join_prompt_completion
 from grpo_studio.engine.logprobs import prefix_groups, shared_prefix_refusal, token_logprobs
-from grpo_studio.engine.policy_loader import load_policy, load_tokenizer, resolve_model_path
+from grpo_studio.engine.policy_loader import load_policy, resolve_model_path
 
 G, T = 3, 9
 
 
 @pytest.fixture(scope="module")
 def batch():
-    tokenizer = load_tokenizer(resolve_model_path("tiny-arith"))
-    prompts = [tokenizer.encode(p, add_special_tokens=False) for p in ("1+2=", "23+45=", "17+300=")]
-    g = torch.Generator().manual_seed(0)
-    completions = torch.randint(3, tokenizer.vocab_size, (len(prompts) * G, T), generator=g)
-    ids, att = join_prompt_completion(prompts, completions, G, tokenizer.pad_token_id)
-    order = torch.randperm(ids.shape[0], generator=g)  # groups need not be contiguous (micro-batch shuffles)
+    ids, att, order, g = grouped_batch(G, T)
     return ids[order], att[order], torch.randn(ids.shape[0], T, generator=g)
 
 
