@@ -352,9 +352,8 @@ class GRPOStep:
             merge_metrics(metrics, part, len(rows) / scored)  # over the rows run
             del loss, logps  # a skipped backward's graph goes before the next forward
         skipped.fill()
-        return LossPass(
-            logps_all, total, metrics, skipped.rows(), torch.cat(unscored) if unscored else zero.nonzero()[:0, 0]
-        )
+        none = torch.zeros(0, dtype=torch.long)
+        return LossPass(logps_all, total, metrics, skipped.rows(), torch.cat(unscored) if unscored else none)
 
     def _optimize(self, loss: float) -> Update:
         """(fp16) unscale, skip on inf/NaN → clip → AdamW step → LR schedule. A skipped step does not
