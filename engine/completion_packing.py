@@ -50,11 +50,12 @@ def first_fit(prompt_of_row: list[int], needs: list[int], width: int) -> list[li
 
 
 def pack(completion_ids: torch.Tensor, prompt_of_row: torch.Tensor, prompt_lens: torch.Tensor, spans: torch.Tensor):
-    """The Packing of rows [B, T] whose completion spans are `spans`, or None where it saves no row."""
+    """The Packing of rows [B, T] whose completion spans are `spans`, or None where it saves no row or no row
+    needs an input (every span at most 1 token: the prompt pass predicts them all; the unpacked pass runs)."""
     B, T = completion_ids.shape
     needs = (spans - 1).clamp(min=0).tolist()
     slots = first_fit(prompt_of_row.tolist(), needs, T)
-    if len(slots) >= B:
+    if not slots or len(slots) >= B:
         return None
     S = len(slots)
     ids = completion_ids.new_zeros(S, T)

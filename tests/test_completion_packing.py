@@ -14,7 +14,7 @@ from prompt_groups import grouped_batch
 
 from grpo_studio.contract import config
 from grpo_studio.contract.precision_plan import resolve
-from grpo_studio.engine.completion_packing import first_fit
+from grpo_studio.engine.completion_packing import first_fit, pack
 from grpo_studio.engine.logprobs import token_logprobs
 from grpo_studio.engine.policy_loader import load_policy, resolve_model_path
 
@@ -28,6 +28,19 @@ def test_first_fit_packs_each_prompts_rows_longest_first():
     rows of 4 share one; row 5 needs none and is in none; rows of different prompts never share."""
     assert first_fit([0, 0, 0, 1, 1, 0], [5, 3, 2, 4, 4, 0], 8) == [[0, 1], [2], [3, 4]]
     assert first_fit([0, 1], [2, 2], 8) == [[0], [1]]
+
+
+def test_rows_that_save_nothing_or_need_no_input_are_not_packed():
+    """None (the unpacked pass) where packing saves no row, and where every completion is one token, whose
+    log-prob the prompt's last position gives (a rollout of immediate EOS)."""
+    ids, prompts, prompt_lens = torch.zeros(4, 8, dtype=torch.long), torch.tensor([0, 0, 1, 1]), torch.tensor([3, 5])
+    assert pack(ids, prompts, prompt_lens, torch.tensor([1, 1, 1, 1])) is None
+    assert pack(ids, prompts, prompt_lens, torch.tensor([8, 8, 8, 8])) is None
+    packed = pack(ids, prompts, prompt_lens, torch.tensor([4, 5, 8, 1]))
+    assert packed.slot_prompt.tolist() == [0, 1] and packed.segment[0, :7].tolist() == [1] * 4 + [0] * 3
+    assert packed.positions[0, :7].tolist() == [3, 4, 5, 6, 3, 4, 5] and packed.positions[1, :7].tolist() == list(
+        range(5, 12)
+    )
 
 
 @pytest.fixture(scope="module")
