@@ -71,7 +71,7 @@ def pack(completion_ids: torch.Tensor, prompt_of_row: torch.Tensor, prompt_lens:
             local[s, offset : offset + n] = torch.arange(n)
             gather[r, :n] = s * T + offset + torch.arange(n)
             offset += n
-    slot_prompt = prompt_of_row[torch.tensor([rows[0] for rows in slots])]
+    slot_prompt = prompt_of_row.cpu()[torch.tensor([rows[0] for rows in slots])]
     positions = prompt_lens.cpu()[slot_prompt].unsqueeze(1) + local
     device = completion_ids.device
     return Packing(slot_prompt.to(device), ids, positions.to(device), segment.to(device), gather.to(device))
