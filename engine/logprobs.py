@@ -134,7 +134,7 @@ def _shared_prefix_hidden(model, input_ids, attention_mask, T, spans=None):
         ).last_hidden_state
     else:
         cache.batch_select_indices(packing.slot_prompt)
-        eager = model.config.get_text_config()._attn_implementation == "eager"
+        eager = attention_implementation(model) == "eager"
         packed = decoder(
             input_ids=packing.ids,
             attention_mask=completion_packing.attention_mask(packing, mask, prompt.dtype if eager else None),
@@ -173,12 +173,17 @@ def use_shared_prefix(mode: str, model, input_ids, attention_mask, T) -> bool:
     )
 
 
+def attention_implementation(model) -> str:
+    """The attention function the model's layers call (transformers' name; none set: eager)."""
+    return getattr(model.config.get_text_config(), "_attn_implementation", None) or "eager"
+
+
 def shared_prefix_refusal(model) -> str | None:
     """Why train.shared_prefix cannot run this model exactly (None: it can): it needs a decoder that takes
     a DynamicCache, eager or sdpa attention, and full attention in every layer (a sliding window or a
     recurrent/linear-attention layer would see a different context through the cache)."""
     cfg = model.config.get_text_config()
-    attention = getattr(cfg, "_attn_implementation", None) or "eager"
+    attention = attention_implementation(model)
     if attention not in ("eager", "sdpa"):
         return f"attention implementation {attention!r} (supported: eager, sdpa)"
     kinds = set(getattr(cfg, "layer_types", None) or [])
