@@ -14,6 +14,10 @@ wall-clock targets in tests (these machines are shared and noisy).
   faults_bench         the fault suite as real processes: one line and exit 2 for mistakes, no tracebacks
   fault_cases          the fault suite's generated cases (also run by tests/test_fault_suite.py)
   fault_trials         the fault suite's slow trials: kill -9, a full disk, divergence, two trainers
+  fault_probes         the fault suite's probes (hostile cases that are not a command line) and how they run
+  hostile_environments, hostile_model_text, hostile_rollout_server, hostile_readers, hostile_resume,
+  hostile_data, hostile_signals, hostile_cache
+                       each feature's hostile cases, one category each (fault_probes.HOSTILE)
   synthetic_run        run directories written without training (studio tests, screenshots, damaged runs)
   step_sides           one side of step_bench (TRL's, ours per backend) in a process of its own
   step_parity          step_bench's parity line: both sides' gradients on one shared rollout

@@ -32,6 +32,7 @@ class Case:
     expect: str = REFUSED
     files: dict[str, bytes | str] = field(default_factory=dict)  # relative path -> content, written before
     prepare: Callable[[Path], None] | None = None  # anything files cannot say (a directory, a mode)
+    slow: bool = False  # trains for long or starts vLLM: `bench faults` only, not tests/test_fault_suite.py
 
     def materialise(self, tmp: Path) -> list[str]:
         for rel, content in self.files.items():

@@ -9,6 +9,9 @@ own, with a time limit, and is judged:
   hang        still running at the time limit
   wrong       anything else (a refusal in two lines, a refused run that left files, exit 1, ...)
 
+The hostile cases of each feature follow (benchmarks/fault_probes.py: environments, model text, the rollout
+server, readers, resume, data, signals, the model cache), command lines and probes alike.
+
 Then, unless --fast, the slow trials (benchmarks/fault_trials.py: kill -9 and resume, a full disk, divergence,
 two trainers on one run directory), which also count the steps a run directory lost or holds twice.
 
@@ -27,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grpo_studio.benchmarks.fault_cases import CRASHED, REFUSED, Case, fast_cases
+from grpo_studio.benchmarks.fault_probes import Probe, hostile_cases
 
 TIMEOUT_S = 120
 VERDICTS = ("held", "traceback", "hang", "wrong", "skipped")
@@ -114,9 +118,16 @@ def _cwd(path: Path):
         os.chdir(before)
 
 
-def judge(case: Case, in_process: bool) -> tuple[str, Outcome]:
+def judge(case: Case | Probe, in_process: bool) -> tuple[str, Outcome]:
+    """A command-line case or a probe (benchmarks/fault_probes.py), in a fresh folder; a probe's detail is its
+    Outcome's stderr."""
+    from grpo_studio.benchmarks import fault_probes
+
     with tempfile.TemporaryDirectory(prefix="fault-") as folder:
         tmp = Path(folder)
+        if isinstance(case, Probe):
+            verdict, detail = (fault_probes.run_in_process if in_process else fault_probes.run_process)(case, tmp)
+            return verdict, Outcome(0 if verdict == "held" else 1, "", detail)
         argv = case.materialise(tmp)
         outcome = run_in_process(argv, tmp) if in_process else run_process(argv, tmp)
         return outcome.verdict(case, tmp), outcome
@@ -136,7 +147,10 @@ def run(in_process: bool = False, cases: list[Case] | None = None, slow: bool = 
         if verdict not in ("held", "skipped") or lost or twice:
             failures.append({"category": category, "case": name, "verdict": verdict, "detail": detail})
 
-    for case in fast_cases() if cases is None else cases:
+    for case in fast_cases() + hostile_cases() if cases is None else cases:
+        if case.slow and not slow:
+            record(case.category, case.name, "skipped", detail="slow: runs without --fast")
+            continue
         verdict, outcome = judge(case, in_process)
         record(case.category, case.name, verdict, detail=f"exit {outcome.code}: {outcome.stderr.strip()[-400:]}")
     if slow:

@@ -88,3 +88,12 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The largest source files, after every run (tests/test_layout.py: a report, not a rule)."""
+    from test_layout import largest_files
+
+    terminalreporter.section("largest source files")
+    for lines, path in largest_files():
+        terminalreporter.write_line(f"{lines:6d}  {path}")

@@ -2,7 +2,7 @@
 
 - no two modules share a name, so a name says which file it is;
 - every package's __init__ docstring lists what is really in its folder, and nothing that is not;
-- no source file reaches 400 lines.
+- the largest source files are reported (a report, not a rule: modules are cut along seams, not at a count).
 """
 
 import ast
@@ -12,7 +12,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 ROOMS = ("contract", "engine", "studio", "cli", "benchmarks", "presets", "scripts")
-MAX_LINES = 400
+LARGEST = 10
 
 
 def sources() -> list[Path]:
@@ -62,7 +62,13 @@ def test_every_package_docstring_lists_its_folder():
     assert checked >= 8
 
 
-def test_no_source_file_reaches_400_lines():
-    sizes = {str(p.relative_to(ROOT)): len(p.read_text().splitlines()) for p in sources()}
-    assert len(sizes) > 100
-    assert {path: n for path, n in sizes.items() if n >= MAX_LINES} == {}
+def largest_files() -> list[tuple[int, str]]:
+    """(lines, path) of the LARGEST largest source files, largest first: printed by `make test` (conftest.py)."""
+    sizes = [(len(p.read_text().splitlines()), str(p.relative_to(ROOT))) for p in sources()]
+    return sorted(sizes, reverse=True)[:LARGEST]
+
+
+def test_the_largest_files_report_reads_the_tree():
+    top = largest_files()
+    assert len(top) == LARGEST and top == sorted(top, reverse=True)
+    assert top[-1][0] > 0 and all((ROOT / path).is_file() for _, path in top)

@@ -1,0 +1,7 @@
+"""The fault suite's hostile cases for cache (benchmarks/fault_probes.py says how they run)."""
+
+from __future__ import annotations
+
+
+def cases() -> list:
+    return []
