@@ -25,7 +25,7 @@ from pathlib import Path
 from grpo_studio.contract.config import DataConfig
 from grpo_studio.contract.errors import UserError, describe, did_you_mean, user_path
 from grpo_studio.engine import arith, tasks
-from grpo_studio.engine.prompt_render import BuiltMessages, is_conversational
+from grpo_studio.engine.prompt_render import BuiltMessages, kind_of, message_problem
 
 EVAL_SEED = 1234
 FILE_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet")
@@ -42,33 +42,75 @@ def _err(key: str, value, why: str) -> UserError:
 # ---- reading sources ----------------------------------------------------------------------------
 
 
+class _Twice(ValueError):
+    """A record or a header names one column twice (the reader would keep one of them silently)."""
+
+
+def _object(pairs: list[tuple]) -> dict:
+    """json's object hook: a dict, refusing a key given twice."""
+    obj = dict(pairs)
+    if len(obj) < len(pairs):
+        seen: set = set()
+        raise _Twice(next(k for k, _ in pairs if k in seen or seen.add(k)))
+    return obj
+
+
+def _refuse_twice(names: list, source: str, where: str) -> None:
+    try:
+        _object([(n, None) for n in names])
+    except _Twice as err:
+        raise _err("source", source, f"{where} names column {err.args[0]!r} twice") from None
+
+
+def _json(text: str, source: str, where: str):
+    try:
+        return json.loads(text, object_pairs_hook=_object)
+    except _Twice as err:
+        raise _err("source", source, f"{where} names {err.args[0]!r} twice") from None
+    except json.JSONDecodeError as err:
+        raise _err("source", source, f"{where} is not valid JSON ({err.msg})") from None
+    except RecursionError:
+        raise _err("source", source, f"{where} nests deeper than Python's JSON reader allows") from None
+    except ValueError as err:  # an integer over 4,300 digits
+        raise _err("source", source, f"{where} is not valid JSON ({describe(err)})") from None
+
+
 def _read_file(path: Path, source: str) -> list[dict]:
+    """A file's records; a UTF-8 byte-order mark (Excel's CSV) is not part of the first column's name."""
     suffix = path.suffix.lower()
     try:
         if suffix == ".parquet":
             import pyarrow.parquet as pq
 
-            return pq.read_table(path).to_pylist()
+            table = pq.read_table(path)
+            _refuse_twice(table.column_names, source, "the file")
+            return table.to_pylist()
         if suffix == ".csv":
-            with path.open(newline="", encoding="utf-8") as fh:
-                return [dict(r) for r in csv.DictReader(fh)]
-        text = path.read_text(encoding="utf-8")
+            csv.field_size_limit(1 << 30)  # the default 128 KiB refuses a long prompt as a malformed file
+            with path.open(newline="", encoding="utf-8-sig") as fh:
+                reader = csv.DictReader(fh)
+                _refuse_twice(reader.fieldnames or [], source, "the header")
+                return [dict(r) for r in reader]
+        text = path.read_text(encoding="utf-8-sig")
         if suffix == ".json" and text.lstrip().startswith("["):
-            rows = json.loads(text)
+            rows = _json(text, source, "the file")
+            lines = None
         else:
-            rows = []
+            rows, lines = [], []
             for n, line in enumerate(text.splitlines(), 1):
                 if line.strip():
-                    try:
-                        rows.append(json.loads(line))
-                    except json.JSONDecodeError as err:
-                        raise _err("source", source, f"line {n} is not valid JSON ({err.msg})") from None
+                    rows.append(_json(line, source, f"line {n}"))
+                    lines.append(n)
     except UserError:
         raise
     except Exception as err:  # unreadable parquet, bad encoding, ...
         raise _err("source", source, f"cannot read the file ({describe(err)})") from None
-    if not all(isinstance(r, dict) for r in rows):
-        raise _err("source", source, "every record must be an object with named columns")
+    for i, row in enumerate(rows):
+        if not isinstance(row, dict):
+            where = f"line {lines[i]}" if lines else f"record {i + 1}"
+            raise _err(
+                "source", source, f"{where} is {kind_of(row)}; every record must be an object with named columns"
+            )
     return rows
 
 
@@ -195,14 +237,11 @@ def normalize(rows: list[dict], data: DataConfig) -> list[dict]:
     system = system_prompt(data, gsm8k)
     out = []
     for number, row in enumerate(rows, 1):
-        new, prompt = dict(row), row.get(pcol)
-        chat = is_conversational(prompt)
-        prompt = prompt if chat else "" if prompt is None else str(prompt)
-        if not ("".join(str(m.get("content") or "") for m in prompt) if chat else prompt).strip():
-            raise _err("source", data.source, f"row {number} has an empty prompt (column {pcol!r})")
-        if not chat and system:
+        new, prompt = dict(row), _prompt(row.get(pcol), f"row {number}", pcol, data)
+        _refuse_unencodable(row, f"row {number}", data)
+        if isinstance(prompt, str) and system:
             prompt = BuiltMessages([{"role": "system", "content": system}, {"role": "user", "content": prompt}])
-        elif chat and system and prompt[0].get("role") != "system":
+        elif isinstance(prompt, list) and system and prompt[0]["role"] != "system":
             prompt = [{"role": "system", "content": system}, *prompt]
         new["prompt"] = prompt
         if acol in row:
@@ -212,6 +251,51 @@ def normalize(rows: list[dict], data: DataConfig) -> list[dict]:
             new["answer"] = answer
         out.append(new)
     return out
+
+
+def _prompt(value, where: str, column: str, data: DataConfig) -> str | list[dict]:
+    """A row's prompt: text, or a list of chat messages (prompt_render.message_problem); anything else, an
+    empty one, or messages that are not a chat are refused naming the row."""
+    if isinstance(value, (list, tuple)):
+        problem = message_problem(value)
+        if problem:
+            raise _err("source", data.source, f"{where}, column {column!r}: {problem}")
+        text = "".join(m["content"] for m in value)
+        value = list(value)
+    elif value is None or isinstance(value, str):
+        text = value = value or ""
+    else:
+        raise _err(
+            "source",
+            data.source,
+            f"{where}, column {column!r} holds {kind_of(value)}; allowed: text or a list of chat messages",
+        )
+    if not text.strip():
+        raise _err("source", data.source, f"{where} has an empty prompt (column {column!r})")
+    return value
+
+
+def _refuse_unencodable(row: dict, where: str, data: DataConfig) -> None:
+    """Text no tokenizer can take (a lone surrogate such as '\\ud800', which JSON escapes can spell) in any
+    column, at any depth, refused naming the row and the column."""
+    stack = [*row.items(), *((column, column) for column in row if isinstance(column, str))]
+    while stack:
+        column, value = stack.pop()
+        if isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as err:
+                raise _err(
+                    "source",
+                    data.source,
+                    f"{where}, column {column!r}: text that cannot be encoded as UTF-8 ({err.reason}: "
+                    f"{value[err.start]!r} at character {err.start}); allowed: valid Unicode text",
+                ) from None
+        elif isinstance(value, dict):
+            stack += [(column, v) for v in value.values()]
+            stack += [(column, k) for k in value if isinstance(k, str)]
+        elif isinstance(value, (list, tuple)):
+            stack += [(column, v) for v in value]
 
 
 def eval_size(data: DataConfig) -> int:

@@ -34,6 +34,51 @@ def is_conversational(prompt) -> bool:
     )
 
 
+# The roles chat templates render: ChatML's (SmolLM2, Qwen) and Llama's system/user/assistant/tool, and the
+# developer turn of OpenAI's harmony format (gpt-oss). Anything else renders wrongly or raises in the template.
+ROLES = ("system", "developer", "user", "assistant", "tool")
+
+
+def kind_of(value) -> str:
+    """A JSON value's kind as the messages name it ("a number", "null", "a list of 3")."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "text"
+    if isinstance(value, dict):
+        return "an object"
+    if isinstance(value, (list, tuple)):
+        return f"a list of {len(value)}"
+    return type(value).__name__
+
+
+def message_problem(messages: list | tuple) -> str | None:
+    """What keeps `messages` from being a chat prompt, or None: every message an object with a role of ROLES
+    and text content, and at least one user turn."""
+    if not messages:
+        return "the message list is empty"
+    for number, message in enumerate(messages, 1):
+        if not isinstance(message, dict):
+            return f"message {number} is {kind_of(message)}, not an object with role and content"
+        if "role" not in message:
+            hint = " (ShareGPT's from/value: rename them role/content)" if "from" in message else ""
+            return f"message {number} has no role{hint}; allowed: {', '.join(ROLES)}"
+        role = message["role"]
+        if role not in ROLES:
+            return f"message {number} has role {role!r}; allowed: {', '.join(ROLES)}"
+        if not isinstance(message.get("content"), str):
+            what = "no content" if "content" not in message else f"content {kind_of(message['content'])}"
+            return f'message {number} ({role}) has {what}; allowed: text ("" for none)'
+    if not any(m["role"] == "user" for m in messages):
+        roles = ", ".join(dict.fromkeys(m["role"] for m in messages))
+        return f"no user turn (roles: {roles})"
+    return None
+
+
 def custom_template(data: DataConfig) -> str | None:
     """The Jinja template named by data.chat_template, or None for auto/plain."""
     value = data.chat_template
