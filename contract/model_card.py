@@ -9,6 +9,7 @@ Hugging Face cache. Parameter counts are computed from the architecture; the car
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -163,14 +164,54 @@ def _from_card_file(path: Path) -> Card:
 
 
 def _read_config_json(path: Path, name: str) -> dict:
-    """A model's config.json as a dict; unreadable, not UTF-8, not JSON or not a JSON object: one line."""
+    """A model's config.json as a dict; unreadable, not UTF-8, not JSON, not a JSON object or holding a number
+    that is not finite: one line."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+    except (OSError, ValueError, RecursionError) as err:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         raise UserError(f"cannot read {path}: {describe(err)}", kind="vram", key="model.name", value=name) from None
     if not isinstance(data, dict):
         raise UserError(f"{path} is not a JSON object of model settings", kind="vram", key="model.name", value=name)
+    refuse_non_finite(data, path, name, "vram")
     return data
+
+
+def non_finite(data) -> tuple[str, float] | None:
+    """The first number of a JSON value (in document order, at any depth) that is NaN or infinite, as (its
+    dotted path, the number); None when every number is finite. Python's json reads NaN, Infinity, -Infinity
+    and 1e999 (inf) without complaint, and transformers trains on them."""
+    stack: list[tuple[str, object]] = [("", data)]
+    while stack:
+        where, value = stack.pop()
+        if isinstance(value, float) and not math.isfinite(value):
+            return where, value
+        if isinstance(value, dict):
+            stack += reversed([(f"{where}.{k}" if where else str(k), v) for k, v in value.items()])
+        elif isinstance(value, list):
+            stack += reversed([(f"{where}[{i}]", v) for i, v in enumerate(value)])
+    return None
+
+
+def refuse_non_finite(data, path: Path, name: str, kind: str = "config") -> None:
+    """A model config whose numbers are not all finite (rms_norm_eps = NaN trains to NaN) refused in one line
+    naming the file, the field and the value."""
+    found = non_finite(data)
+    if found:
+        field, value = found
+        raise UserError(
+            f"{path} sets {field} = {value}; allowed: finite numbers", kind=kind, key="model.name", value=name
+        )
+
+
+def check_model_folder(folder: Path, name: str) -> None:
+    """Before a model folder's weights load: its config.json's numbers are finite. A config.json that cannot
+    be read or parsed is left to the loader, which names the reason."""
+    path = folder / "config.json"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return
+    refuse_non_finite(data, path, name)
 
 
 def from_config_json(data: dict, name: str) -> Card:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from grpo_studio.contract import bundled, packaged
+from grpo_studio.contract import bundled, model_card, packaged
 from grpo_studio.contract.config import Config
 from grpo_studio.contract.errors import UserError, describe, did_you_mean, user_path
 from grpo_studio.engine import gguf_cache
@@ -32,7 +32,15 @@ logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)
 
 def resolve_model_path(name: str) -> str:
     """A preset id, a packaged model or .gguf file (as its cached HF folder), a local folder with config.json,
-    or a hub id already in the local HF cache."""
+    or a hub id already in the local HF cache; a local folder whose config.json holds a number that is not
+    finite is refused before anything loads (model_card.check_model_folder)."""
+    path = _model_path(name)
+    if Path(path).is_dir():
+        model_card.check_model_folder(Path(path), name)
+    return path
+
+
+def _model_path(name: str) -> str:
     with user_path("model.name", name):  # a name too long, a NUL byte, an unreadable folder
         preset = bundled.bundled_model(name)
         if preset is not None:
@@ -42,7 +50,8 @@ def resolve_model_path(name: str) -> str:
             if not packaged.is_gguf(name):
                 local = packaged.gguf_file(name)
             elif not local.is_file():
-                raise UserError("file not found", key="model.name", value=name)
+                why = "a folder, not a .gguf file" if local.is_dir() else "file not found"
+                raise UserError(why, key="model.name", value=name)
             return str(gguf_cache.hf_folder(local, name))
         if local.is_dir():
             if (local / "config.json").is_file():
