@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import field
 
-from grpo_studio.contract import algorithms, dtypes
+from grpo_studio.contract import algorithms, dtypes, loss_types
 
 
 def opt(default, *, choices=None, lo=None, hi=None, lo_open=False, item=None, auto=None, help=""):
@@ -24,7 +24,7 @@ def opt(default, *, choices=None, lo=None, hi=None, lo_open=False, item=None, au
 
 DTYPES = list(dtypes.DTYPES)
 ALGOS = list(algorithms.PRESETS)
-LOSS_TYPES = ["grpo", "bnpo", "dr_grpo", "dapo"]
+LOSS_TYPES = list(loss_types.BY_NAME)
 TRACKERS = ("tensorboard", "trackio", "wandb")  # report.to: each an extra of the same name (docs/trackers.md)
 # Upper bounds no real run reaches, so a typo (an extra 000) is refused before anything allocates.
 MAX_STEPS = 10_000_000  # optimizer steps, and every "every N steps" key

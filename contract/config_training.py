@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from grpo_studio.contract import loss_types
 from grpo_studio.contract.config_bounds import (
     ALGOS,
     AUTO,
@@ -136,9 +137,7 @@ class AlgoConfig:
     loss_type: str = opt(
         "dapo",
         choices=LOSS_TYPES,
-        help="how token losses are averaged: per sequence (grpo), "
-        "per batch token (bnpo), by B·L_max (dr_grpo), over the "
-        "rollout's tokens (dapo, TRL's default)",
+        help="how token losses are averaged: " + ", ".join(kind.summary for kind in loss_types.BY_NAME.values()),
     )
     epsilon: float = opt(0.2, lo=0, hi=MAX_COEF, help="clip range below: ratio >= 1 - epsilon")
     epsilon_high: float = opt(0.2, lo=0, hi=MAX_COEF, help="clip range above: ratio <= 1 + epsilon_high")

@@ -5,7 +5,7 @@ so group advantages stay exact), scores them and trains on them; the gradients a
 with one all-reduce after the step's last backward, each rank's first multiplied by its share of the
 global normaliser, so the update equals the one-process update on the whole batch (grpo and dr_grpo
 divide by sequences, bnpo by active tokens, dapo by the rollout's token count `num_items`, which is made
-global before the loss). The sum also makes fp16's found_inf global: an inf on one rank is an inf on all,
+global before the loss; each loss type says which: contract/loss_types.py rank_units). The sum also makes fp16's found_inf global: an inf on one rank is an inf on all,
 so every rank skips the step and shrinks its loss scale alike. Metrics are combined as the schema says
 (contract/metrics.py `combine`), histograms summed, samples gathered; only rank 0 writes the run
 directory and holds its lock.
@@ -32,6 +32,7 @@ import torch.distributed as dist
 
 from grpo_studio.contract import metrics as schema
 from grpo_studio.contract.config import Config, check_processes
+from grpo_studio.contract.loss_types import LossType
 from grpo_studio.contract.rundir import RunWriter
 from grpo_studio.engine.sampler.base import NonFiniteSampling
 
@@ -60,7 +61,7 @@ class Single:
         """The policy as this group trains it (FSDP: sharded)."""
         return policy
 
-    def backward_weight(self, mask: torch.Tensor, loss_type: str) -> float:
+    def backward_weight(self, mask: torch.Tensor, loss_type: LossType) -> float:
         """What this rank's loss is multiplied by before its backward (FSDP: its share; others: 1)."""
         return 1.0
 
@@ -79,7 +80,7 @@ class Single:
         """The sampler as the rollouts use it (data-parallel: one rank's non-finite rollout fails on all)."""
         return sampler
 
-    def reduce_gradients(self, params, loss: float, mask: torch.Tensor, loss_type: str) -> float:
+    def reduce_gradients(self, params, loss: float, mask: torch.Tensor, loss_type: LossType) -> float:
         return loss
 
     def reduce_metrics(self, row: dict) -> dict:
@@ -203,7 +204,7 @@ class Group(Single):
         for p in params:
             self._collective(dist.broadcast, p.data, 0)
 
-    def reduce_gradients(self, params, loss: float, mask: torch.Tensor, loss_type: str) -> float:
+    def reduce_gradients(self, params, loss: float, mask: torch.Tensor, loss_type: LossType) -> float:
         """Sum Σ_r w_r·∇L_r into every rank's .grad, where L_r is this rank's loss normalised over its own rows
         (grpo, dr_grpo: its sequences; bnpo: its active tokens; dapo: already the global num_items) and w_r
         its share of the global normaliser. Returns the global loss Σ_r w_r·L_r."""
@@ -223,11 +224,11 @@ class Group(Single):
     def agreeing(self, sampler):
         return Agreeing(sampler, self)
 
-    def share(self, mask: torch.Tensor, loss_type: str) -> float:
-        """w_r, this rank's share of the global loss normaliser (a collective)."""
-        if loss_type == "dapo":
+    def share(self, mask: torch.Tensor, loss_type: LossType) -> float:
+        """w_r, this rank's share of the global loss normaliser (a collective; 1 where the normaliser is global)."""
+        mine = loss_type.rank_units(mask)
+        if mine is None:
             return 1.0
-        mine = mask.sum() if loss_type == "bnpo" else torch.tensor(float(mask.shape[0]))
         return float(mine) / max(float(self.total(mine)), 1e-30)
 
     def reduce_metrics(self, row: dict) -> dict:
@@ -339,11 +340,11 @@ class Sharded(Group):
     def sync_params(self, params) -> None:
         super().sync_params([p for p in params if not hasattr(p, "device_mesh")])  # shards: nothing to sync
 
-    def backward_weight(self, mask: torch.Tensor, loss_type: str) -> float:
+    def backward_weight(self, mask: torch.Tensor, loss_type: LossType) -> float:
         self._weight = self.share(mask, loss_type)
         return self._weight
 
-    def reduce_gradients(self, params, loss: float, mask: torch.Tensor, loss_type: str) -> float:
+    def reduce_gradients(self, params, loss: float, mask: torch.Tensor, loss_type: LossType) -> float:
         """The gradient is already the sum (reduce-scatter in the backward); the loss is summed alike."""
         return float(self.total(torch.tensor(loss * self._weight)))
 

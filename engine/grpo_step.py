@@ -23,6 +23,7 @@ import time
 
 import torch
 
+from grpo_studio.contract import loss_types
 from grpo_studio.contract import metrics as schema
 from grpo_studio.contract.config import Config
 from grpo_studio.engine import data, flops, policy_loader, zero_advantage
@@ -127,6 +128,11 @@ class GRPOStep:
         self.policy_version = 0  # weight syncs to the sampler so far (a rollout server numbers them the same)
         self.lost: RolloutServerLost | None = None  # the rollout server stopped answering: the run stops
 
+    @property
+    def loss_type(self) -> loss_types.LossType:
+        """algo.loss_type's object: its normaliser, micro-batch weight and rank share (contract/loss_types.py)."""
+        return loss_types.of(self.cfg.algo.loss_type)
+
     # ---- schedule -------------------------------------------------------------------------
     def _lr_factor(self, done: int) -> float:
         """LambdaLR's multiplier after `done` optimizer steps: linear warm-up, then linear decay, a cosine
@@ -169,7 +175,7 @@ class GRPOStep:
                 batch.inputs.old_logps = self._old_logps(batch)
             # 4. π on this step's rows at the sampler's temperature, loss and backward, one micro-batch at
             #    a time (gradient accumulation); then clip, one AdamW step and the LR schedule.
-            self.rank_weight = self.dist.backward_weight(batch.inputs.mask[rows], self.cfg.algo.loss_type)
+            self.rank_weight = self.dist.backward_weight(batch.inputs.mask[rows], self.loss_type)
             passed = self._accumulate(
                 batch.input_ids[rows],
                 batch.attention[rows],
@@ -178,7 +184,7 @@ class GRPOStep:
                 spans(batch.rollout.mask[rows]),
             )
             update = self._optimize(
-                self.dist.reduce_gradients(self.params, passed.loss, batch.inputs.mask[rows], self.cfg.algo.loss_type)
+                self.dist.reduce_gradients(self.params, passed.loss, batch.inputs.mask[rows], self.loss_type)
             )
         times.train_s = time.perf_counter() - t_train
         self.skips.judge(self.step_no + 1, update.skipped, self.cfg.train)
@@ -295,12 +301,8 @@ class GRPOStep:
         train.micro_batch_tokens rows sorted by length and each micro-batch cut to its own longest row
         (engine/batching.py; `lengths` are the rows' completion spans, batching.spans).
 
-        Each micro-batch loss is weighted so the accumulated gradient equals the whole-batch
-        loss's: by its share of rows for the per-row normalisations (grpo, dr_grpo; bnpo with
-        micro_batch_size, each micro-batch its own token mean as in TRL), for bnpo under a token budget
-        by its share of the active tokens (the whole batch's token mean, as verl's dynamic batch size),
-        and not at all for dapo, which already divides by `num_items` (the step's share of the rollout's
-        active tokens).
+        Each micro-batch loss is weighted so the accumulated gradient equals the whole-batch loss's, as the loss
+        type says (contract/loss_types.py micro_batch_weight).
 
         A micro-batch whose rows all have advantage 0 (with algo.beta = 0) has a gradient of exactly 0: its backward
         is skipped, and unless train.score_zero_advantage its forward too; such rows are batched apart from the
@@ -337,11 +339,7 @@ class GRPOStep:
                 num_items_in_batch=num_items,
                 rollout_backend=self.sampler.name,
             )
-            weight = len(rows) / B  # means over rows (GRPO arXiv 2402.03300, Dr. GRPO arXiv 2503.20783): by their share
-            if cfg.algo.loss_type == "dapo":  # token sum over the rollout's active tokens (DAPO, arXiv 2503.14476)
-                weight = 1.0
-            elif cfg.algo.loss_type == "bnpo" and budget:
-                weight = (part_inputs.mask.sum() / batch.mask.sum().clamp(min=1.0)).item()
+            weight = self.loss_type.micro_batch_weight(part_inputs.mask, batch.mask, bool(budget))
             part_loss = loss.item()
             if skip and zero_advantage.zero_gradient(part_inputs.advantages, part_loss):  # its gradient: all 0
                 skipped.add(loss, rows)

@@ -6,7 +6,7 @@ One function, `policy_loss`, read top to bottom:
 2. the per-token objective: PPO-clip of r = π_θ/π_old (token, or GSPO sequence ratio),
    or the vanilla policy gradient -A·log π_θ;
 3. per-token loss × w, + β·k3 KL to the reference;
-4. the loss_type normalisation (grpo | bnpo | dr_grpo | dapo).
+4. the loss_type normalisation (contract/loss_types.py: grpo | bnpo | dr_grpo | dapo).
 
 Numerically it reproduces TRL 1.16 `GRPOTrainer._compute_loss` (and the IS-ratio lines of
 `_generate_and_score_completions`) for every knob TRL shares; tests/test_losses_trl_parity.py
@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from grpo_studio.contract import loss_types
 from grpo_studio.contract.algorithms import rollout_is_level
 from grpo_studio.contract.config import AlgoConfig
 from grpo_studio.contract.errors import UserError
@@ -98,29 +99,6 @@ def rollout_correction(
     return weights, metrics
 
 
-def aggregate(
-    per_token_loss: Tensor,
-    mask: Tensor,
-    loss_type: str,
-    max_completion_len: int | None,
-    num_items_in_batch: int | Tensor | None,
-) -> Tensor:
-    """Reduce the per-token loss to a scalar with TRL 1.16's normalisation for `loss_type`."""
-    masked = per_token_loss * mask
-    if loss_type == "grpo":  # mean over tokens of each sequence, then over sequences
-        return (masked.sum(-1) / mask.sum(-1).clamp(min=1.0)).mean()
-    if loss_type == "bnpo":  # mean over the active tokens of this batch
-        return masked.sum() / mask.sum().clamp(min=1.0)
-    if loss_type == "dr_grpo":  # constant normaliser B·L_max (Dr. GRPO, arXiv 2503.20783)
-        if not max_completion_len or max_completion_len <= 0:
-            raise UserError("algo.loss_type = 'dr_grpo' needs rollout.max_completion_len > 0")
-        return masked.sum() / (per_token_loss.size(0) * max_completion_len)
-    if loss_type == "dapo":  # token sum over the active tokens of the whole generation batch (DAPO eq. 8)
-        total = mask.sum() if num_items_in_batch is None else torch.as_tensor(num_items_in_batch, dtype=mask.dtype)
-        return masked.sum() / total.clamp(min=1.0)
-    raise UserError(key="algo.loss_type", value=loss_type, allowed=("grpo", "bnpo", "dr_grpo", "dapo"))
-
-
 def policy_loss(
     inp: LossInputs,
     algo: AlgoConfig,
@@ -192,6 +170,6 @@ def policy_loss(
     if inp.entropy is not None:
         metrics["entropy"] = masked_mean(inp.entropy.detach(), mask)
 
-    # 4. Normalise.
-    loss = aggregate(per_token_loss, mask, algo.loss_type, max_completion_len, num_items_in_batch)
+    # 4. Normalise, as the loss type says (contract/loss_types.py).
+    loss = loss_types.of(algo.loss_type).normalise(per_token_loss * mask, mask, max_completion_len, num_items_in_batch)
     return loss, metrics

@@ -34,6 +34,8 @@ from __future__ import annotations
 
 import torch
 
+from grpo_studio.contract import loss_types
+
 
 def skippable(cfg, dist, precision) -> bool:
     """Whether this run may skip the backward of zero-advantage micro-batches at all."""
@@ -44,10 +46,9 @@ def packable(cfg, dist, precision) -> bool:
     """Whether the step's zero-advantage rows are batched apart from the others, in micro-batches of their own
     after them: train.score_zero_advantage off (they are then not run; with it on the micro-batches are as
     without skipping), skipping possible (`skippable`; in fp16 a micro-batch of them would run all the same) and
-    a loss whose rows weigh the same whatever micro-batch holds them (all but bnpo under
-    train.micro_batch_size, where each micro-batch is its own token mean, as in TRL)."""
-    bnpo_per_micro_batch = cfg.algo.loss_type == "bnpo" and not cfg.train.micro_batch_tokens
-    return skippable(cfg, dist, precision) and not bnpo_per_micro_batch and not cfg.train.score_zero_advantage
+    a loss type whose rows weigh the same whatever micro-batch holds them (contract/loss_types.py)."""
+    anywhere = loss_types.of(cfg.algo.loss_type).same_weight_anywhere(bool(cfg.train.micro_batch_tokens))
+    return skippable(cfg, dist, precision) and anywhere and not cfg.train.score_zero_advantage
 
 
 def unscored(micro_batches: list[torch.Tensor], advantages: torch.Tensor, skip: bool, score: bool) -> list[bool]:
