@@ -82,15 +82,19 @@ def _read_file(path: Path, source: str) -> list[dict]:
         if suffix == ".parquet":
             import pyarrow.parquet as pq
 
-            table = pq.read_table(path)
-            _refuse_twice(table.column_names, source, "the file")
-            return table.to_pylist()
+            _refuse_twice(pq.read_schema(path).names, source, "the file")  # read_table fails on them unnamed
+            return pq.read_table(path).to_pylist()
         if suffix == ".csv":
             csv.field_size_limit(1 << 30)  # the default 128 KiB refuses a long prompt as a malformed file
             with path.open(newline="", encoding="utf-8-sig") as fh:
                 reader = csv.DictReader(fh)
                 _refuse_twice(reader.fieldnames or [], source, "the header")
-                return [dict(r) for r in reader]
+                rows = [dict(r) for r in reader]
+            for number, row in enumerate(rows, 1):
+                if None in row:  # DictReader's key for the fields past the header's
+                    width = len(reader.fieldnames or [])
+                    raise _err("source", source, f"row {number} has more fields than the header's {width}")
+            return rows
         text = path.read_text(encoding="utf-8-sig")
         if suffix == ".json" and text.lstrip().startswith("["):
             rows = _json(text, source, "the file")
@@ -200,7 +204,7 @@ def is_gsm8k(rows: list[dict]) -> bool:
 
 
 def _columns(row: dict) -> str:
-    return ", ".join(map(str, row))  # a CSV row longer than its header has a None column
+    return ", ".join(map(str, row))
 
 
 def _prompt_column(data: DataConfig, rows: list[dict]) -> str:
