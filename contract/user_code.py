@@ -4,18 +4,77 @@
 A file path is resolved against the working directory (absolute paths work as is) and loaded as
 a module of its own; `module:name` is imported with importlib. Every failure is one
 UserError line naming the config key, the entry and what is allowed.
+
+`guarded` is the one way the engine calls into such code once loaded (a reward function, an environment's
+constructor, reset, tools, step, get_reward): on a daemon thread, under a time bound, with everything it raises,
+SystemExit and KeyboardInterrupt included, caught and explained inside that bound.
 """
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import importlib
 import importlib.util
 import inspect
 import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from grpo_studio.contract.errors import UserError, describe, user_path
+
+
+class CallTimeout(BaseException):
+    """Raised inside user code's thread when it outlives its bound. A BaseException, so `except Exception` in user
+    code does not swallow it."""
+
+
+@dataclass
+class Guarded:
+    """What one guarded call came to: its value, or what it raised (explained), or that it ran past its bound."""
+
+    value: object = None
+    error: BaseException | None = None
+    explained: object = None  # explain(error), computed inside the bound (an exception's __str__ is user code too)
+    timed_out: bool = False
+
+
+def guarded(
+    fn: Callable[[], object], timeout_s: float, explain: Callable[[BaseException], object], name: str = "user-code"
+) -> Guarded:
+    """fn() on a daemon thread, waited on for at most timeout_s (> 0) seconds. Past the bound the thread gets an
+    asynchronous CallTimeout (which ends pure-Python loops) and is abandoned if it is stuck in C code; its result
+    is never read. Converting what fn returns belongs inside fn, so it is bounded too."""
+    box: dict = {}
+
+    def target():
+        try:  # the outer try: a timeout may also land while an exception is being explained
+            try:
+                box["value"] = fn()
+            except CallTimeout:
+                box["timeout"] = True
+            except BaseException as err:  # noqa: BLE001 - SystemExit, KeyboardInterrupt from user code too
+                try:
+                    box["error"] = (err, explain(err))
+                except Exception:  # noqa: BLE001 - an exception whose explanation fails still has a type
+                    box["error"] = (err, type(err).__name__)
+        except CallTimeout:
+            box["timeout"] = True
+
+    worker = threading.Thread(target=target, name=name, daemon=True)
+    worker.start()
+    worker.join(timeout_s)
+    if worker.is_alive():
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(worker.ident), ctypes.py_object(CallTimeout))
+        worker.join(0.5)  # pure-Python loops end here; a thread stuck in C code is abandoned (daemon)
+        return Guarded(timed_out=True)
+    if "error" in box:
+        return Guarded(error=box["error"][0], explained=box["error"][1])
+    if "value" not in box:  # a timeout, also one that landed after the call but before its value was kept
+        return Guarded(timed_out=True)
+    return Guarded(value=box["value"])
 
 
 def _fail(spec: str, why: str, key: str = "rewards.funcs") -> UserError:
@@ -39,15 +98,38 @@ def _load_file(spec: str, path: Path, key: str, kind: str):
         sys.modules[name] = module  # dataclasses / pickling inside the file need it registered
         try:
             mod_spec.loader.exec_module(module)
-        except (Exception, SystemExit) as err:  # sys.exit() at import must not end the trainer
+        except BaseException as err:  # a half-run module must not be found next time
             del sys.modules[name]
+            if not isinstance(err, (Exception, SystemExit)):  # sys.exit() at import must not end the trainer
+                raise
             return None, _fail(spec, f"loading {path.name} raised {describe(err)}", key)
     return module, None
 
 
-def load(spec: str, key: str = "rewards.funcs", kind: str = "function", builtins: str = "`grpo-studio rewards`"):
+def load(
+    spec: str,
+    key: str = "rewards.funcs",
+    kind: str = "function",
+    builtins: str = "`grpo-studio rewards`",
+    bound: tuple[str, float] | None = None,
+):
     """The callable named by 'path/to/file.py:name' or 'package.module:name' (kind: what it should be, a
-    function or a class, as the errors name it; builtins: where the built-in names are listed)."""
+    function or a class, as the errors name it; builtins: where the built-in names are listed). With `bound`
+    (a time bound's key and seconds: environments) it is found guarded, so a module that hangs at import, or
+    raises KeyboardInterrupt there, is one line too."""
+    if bound is None:
+        return _find(spec, key, kind, builtins)
+    done = guarded(lambda: _find(spec, key, kind, builtins), bound[1], describe)
+    if isinstance(done.error, UserError):
+        raise done.error
+    if done.error is not None:
+        raise _fail(spec, f"loading it raised {done.explained}", key)
+    if done.timed_out:
+        raise _fail(spec, f"loading it ran past {bound[0]} = {bound[1]:g} s", key)
+    return done.value
+
+
+def _find(spec: str, key: str, kind: str, builtins: str):
     target, sep, name = spec.rpartition(":")
     if not sep or not target or not name:
         raise _fail(spec, f"expected a built-in name (see {builtins}), 'file.py:{kind}' or 'module:{kind}'", key)

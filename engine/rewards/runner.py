@@ -1,8 +1,8 @@
 """Calling one reward function so that nothing it does can stop training.
 
-Each call runs in a daemon worker thread that the caller waits on for at most `timeout_s`.
-On timeout the worker gets an asynchronous `RewardTimeout` (which ends pure-Python loops) and
-is abandoned if it is stuck in C code; every sample of that call becomes None. Because the
+Each call runs guarded (contract/user_code.py `guarded`, the guard environments share): in a daemon
+worker thread that the caller waits on for at most `timeout_s`. On timeout the worker gets an
+asynchronous `RewardTimeout` (which ends pure-Python loops) and is abandoned if it is stuck in C code; every sample of that call becomes None. Because the
 function runs in a worker thread, signal-based timeouts inside it (e.g. math_verify's
 `parsing_timeout`) cannot be used there: pass `parsing_timeout=None`, or set
 rewards.timeout_s = 0 to call functions directly in the trainer's thread (no bound).
@@ -21,22 +21,18 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import ctypes
 import inspect
 import math
 import struct
-import threading
 import time
 import traceback
+
+from grpo_studio.contract import user_code
+from grpo_studio.contract.user_code import CallTimeout as RewardTimeout  # the asynchronous timeout, as rewards name it
 
 _MISSING = object()
 MESSAGE_CHARS = 500  # an error message longer than this is cut (a 5 MB message would fill events.jsonl)
 TRACE_PART_CHARS = 2000  # each part of a traceback (a frame, the exception line) likewise
-
-
-class RewardTimeout(BaseException):
-    """Raised inside a reward function's thread when it outlives rewards.timeout_s.
-    A BaseException, so `except Exception` in user code does not swallow it."""
 
 
 class RewardFuncs(list):
@@ -76,31 +72,15 @@ def _run(fn, kwargs: dict, timeout: float, n: int):
             return _call(fn, kwargs, timeout, n), None, None, False
         except Exception as err:
             return None, _exc_text(err), _trace(err), False
-    box: dict = {}
-
-    def target():
-        try:  # the outer try: a timeout may also land while an exception's text is being formatted
-            try:
-                box["result"] = _call(fn, kwargs, timeout, n)
-            except RewardTimeout:
-                box["timeout"] = True
-            except BaseException as err:  # noqa: BLE001 - SystemExit/KeyboardInterrupt from a reward too
-                box["error"] = (_exc_text(err), _trace(err))
-        except RewardTimeout:
-            box["timeout"] = True
-
-    worker = threading.Thread(target=target, name="reward-call", daemon=True)
-    worker.start()
-    worker.join(timeout)
-    if worker.is_alive():
-        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(worker.ident), ctypes.py_object(RewardTimeout))
-        worker.join(0.5)  # pure-Python loops end here; a thread stuck in C code is abandoned (daemon)
+    # the guard of all user code (SystemExit/KeyboardInterrupt from a reward too), the error formatted inside it
+    done = user_code.guarded(
+        lambda: _call(fn, kwargs, timeout, n), timeout, lambda err: (_exc_text(err), _trace(err)), "reward-call"
+    )
+    if done.timed_out:
         return None, None, None, True
-    if "error" in box:
-        return None, box["error"][0], box["error"][1], False
-    if "result" not in box:  # a timeout, also one that landed after the call but before its result was kept
-        return None, None, None, True
-    return box["result"], None, None, False
+    if done.error is not None:
+        return None, done.explained[0], done.explained[1], False
+    return done.value, None, None, False
 
 
 def clip(text: str, limit: int = MESSAGE_CHARS) -> str:
