@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from grpo_studio.cli.parser import add_recipe
-from grpo_studio.contract import config, metrics, rundir
+from grpo_studio.contract import config, metrics, resume_rules, rundir
 from grpo_studio.contract.errors import UserError, user_path
 from grpo_studio.contract.rundir import CONFIG, RUNS
 
@@ -165,6 +165,7 @@ def run(args: argparse.Namespace) -> int:
                 f"write them back (the recipe and --set values it was started with), then resume"
             )
         cfg = config.load(str(resume / CONFIG), args.sets)
+        resume_rules.check(resume, cfg, {config.parse_override(s)[0] for s in args.sets})  # before anything loads
         run_dir = resume
     else:
         run_dir = (

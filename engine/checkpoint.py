@@ -1,6 +1,7 @@
 """Checkpoints: checkpoints/step-N/ holds the PEFT adapter (or full weights) in the layout
 `PeftModel.from_pretrained` / `from_pretrained` load, plus trainer_state.pt with the optimizer,
-LR schedule, fp16 loss scaler, RNG, data cursor and the trainer's counters, and manifest.json (step,
+LR schedule, fp16 loss scaler, RNG, data cursor and the trainer's counters, config.toml (the config the weights were
+trained with, which a resume compares against: contract/resume_rules.py) and manifest.json (step,
 every file's size and sha256), written last. The folder is written as .step-N.tmp and renamed into
 place, so a step-N folder is whole; the manifest still catches what a rename cannot (a file the disk
 lost or damaged).
@@ -25,8 +26,9 @@ from pathlib import Path
 
 import torch
 
+from grpo_studio.contract.errors import UserError
 from grpo_studio.contract.run_files import checkpoint_folders as folders
-from grpo_studio.contract.rundir import CHECKPOINTS
+from grpo_studio.contract.rundir import CHECKPOINTS, CONFIG
 
 STATE = "trainer_state.pt"
 MANIFEST = "manifest.json"
@@ -86,10 +88,12 @@ def save(
     data_cursor: dict,
     counters: dict,
     full: tuple[dict, dict] | None = None,
+    config_text: str | None = None,
 ) -> Path | None:
     """Write checkpoints/step-N (None if it exists). `counters`: the trainer's own running counts. `full`:
     the (model, optimizer) state dicts gathered from a sharded policy (FSDP, engine/fsdp.py full_state),
-    saved in the same layout as the policy's own: a consolidated adapter or HF folder."""
+    saved in the same layout as the policy's own: a consolidated adapter or HF folder. `config_text`: the run's
+    config as TOML, remembered as the checkpoint's config.toml."""
     final = Path(run_dir) / CHECKPOINTS / f"step-{step}"
     if final.exists():
         return None
@@ -110,6 +114,8 @@ def save(
         },
         tmp / STATE,
     )
+    if config_text is not None:
+        (tmp / CONFIG).write_text(config_text)
     files = {}
     for f in sorted(p for p in tmp.rglob("*") if p.is_file()):
         _fsync(f)
@@ -162,11 +168,20 @@ def restore(
             os.replace(path, aside)
             on_skip(step, path, f"{why} (moved to {aside.name})")
             continue
-        if into:
-            into(policy, optimizer, weights, state["optimizer"])
-        else:
-            _weights_into(policy, weights)
-            optimizer.load_state_dict(state["optimizer"])
+        try:
+            if into:
+                into(policy, optimizer, weights, state["optimizer"])
+            else:
+                _weights_into(policy, weights)
+                optimizer.load_state_dict(state["optimizer"])
+        except torch.OutOfMemoryError:
+            raise
+        except (RuntimeError, ValueError, KeyError) as err:  # sound, but trained with another model or shape
+            raise UserError(
+                f"checkpoint {path.name} does not fit the model this config builds ({_first_mismatch(err)}); "
+                f"resume with the model settings it was trained with, or start a new run",
+                kind="resume",
+            ) from None
         schedule.load_state_dict(state["schedule"])
         scaler.load_state_dict(state["scaler"])
         torch.set_rng_state(state["rng"])
@@ -174,6 +189,13 @@ def restore(
             torch.cuda.set_rng_state_all(state["cuda_rng"])
         return state
     return None
+
+
+def _first_mismatch(err: Exception) -> str:
+    """The first line of a load error that names a tensor (torch lists every mismatched one), else its first line."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()] or [type(err).__name__]
+    line = next((line for line in lines if "size mismatch" in line or "Missing key" in line), lines[0])
+    return line.rstrip(".")[:240]
 
 
 def check(path: Path, step: int, digests: bool = True) -> None:

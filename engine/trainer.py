@@ -17,7 +17,7 @@ import signal
 
 import torch
 
-from grpo_studio.contract import config, precision_plan
+from grpo_studio.contract import config, precision_plan, resume_rules
 from grpo_studio.contract import metrics as schema
 from grpo_studio.contract.config import Config
 from grpo_studio.contract.config import save as save_config
@@ -66,7 +66,9 @@ class Trainer:
             raise
 
     def _record_changes(self, cfg: Config) -> None:
-        changed = config.changes(config.load(str(self.rundir.dir / CONFIG)), cfg)
+        """--resume with another config (--set, or an edited config.toml; cli/train_cmd.py has refused what the
+        checkpoint cannot carry): a `config_changed` event against what the newest checkpoint was trained with."""
+        changed = config.changes(resume_rules.reference(self.rundir.dir)[1], cfg)
         if changed:
             line = "; ".join(f"{key} {a} -> {b}" for key, (a, b) in changed.items())
             self.rundir.event("config_changed", f"resumed with {line}", keys=sorted(changed))
@@ -106,7 +108,7 @@ class Trainer:
         host_memory.keep_freed_memory(self.device)  # CPU: what a micro-batch frees is kept for the next one
         self.precision = precision_plan.resolve(cfg)  # the one precision decision, handed to every consumer
         self.policy = self.dist.wrap(
-            policy_loader.load_policy(cfg, self.model_path, self.precision).to(self.device), cfg
+            policy_loader.load_policy(cfg, self.model_path, self.precision).to(self.device), self.precision
         )  # fsdp: sharded
         self.policy.train()  # transformers only checkpoints activations in train mode
         self.grpo = GRPOStep(
@@ -285,6 +287,7 @@ class Trainer:
             self.prompts.state(),
             grpo.skips.counters(),
             full,
+            config.to_toml(self.cfg),
         )
         if path is None:
             return
