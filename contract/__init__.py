@@ -20,6 +20,7 @@ every process may read it: the studio, `grpo-studio runs`, the VRAM planner and 
   run_reader      the tolerant readers of a run directory: odd files are warnings, never tracebacks
   run_lock        trainer.pid: which live trainer holds a run directory
   run_state       a run's state (the lock, the last state event), the runs list, held_run
+  resume_rules    what a resume may change: the keys a checkpoint cannot carry, the config it remembers
   diagnosis       what the doctor's rules read: the RunView, the Finding type, the thresholds, windows and spikes
   diagnosis_rules the doctor's rules: a run's metrics, samples and events -> findings, most important first
   errors          UserError, the one user-error type (key, value, why, allowed), and the one "did you mean"
