@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import urllib.parse
 
-from grpo_studio.contract import alert_rules, algorithms, backend, metrics
+from grpo_studio.contract import alert_rules, algorithms, backend, dtypes, metrics
 from grpo_studio.contract.config_bounds import MAX_SEQUENCES, MAX_TOKENS, TRACKERS
 from grpo_studio.contract.config_schema import Config, WarmupConfig
 from grpo_studio.contract.config_training import AlgoConfig, RolloutConfig
@@ -78,7 +78,7 @@ def validate(cfg: Config) -> None:
         )
     if cfg.model.load_in_4bit:
         _refuse_4bit(cfg)
-    if cfg.rollout_dtype == "fp8" and cfg.model.dtype not in ("bf16", "fp8"):
+    if dtypes.quantised(cfg.rollout_dtype) and not dtypes.holds_fp8_masters(cfg.model.dtype):
         raise UserError(
             f"rollout.dtype = 'fp8' with model.dtype = {cfg.model.dtype!r}: "
             f"fp8 rollout pairs with model.dtype 'bf16' (rollout_only) or 'fp8' (unified)"
@@ -214,7 +214,7 @@ def _check_fsdp(cfg: Config) -> None:
             "bitsandbytes 4-bit weights cannot be sharded; use train.parallel = 'ddp'",
         ),
         ("model.dtype", m.dtype): (
-            m.dtype == "fp8",
+            dtypes.quantised(m.dtype),
             "the fp8 linears are not sharded; use bf16 or train.parallel = 'ddp'",
         ),
     }
@@ -224,9 +224,14 @@ def _check_fsdp(cfg: Config) -> None:
 
 
 def _check_rollout_server(r: RolloutConfig) -> None:
-    """rollout.server / async_mode only mean something for a rollout server (docs/rollout_server.md)."""
+    """rollout.server / server_secret_file / async_mode only mean something for a rollout server
+    (docs/rollout_server.md)."""
     if r.colocate:
-        for key, value, off in (("server", r.server, ""), ("async_mode", r.async_mode, "off")):
+        for key, value, off in (
+            ("server", r.server, ""),
+            ("server_secret_file", r.server_secret_file, ""),
+            ("async_mode", r.async_mode, "off"),
+        ):
             if value != off:
                 raise UserError(
                     "needs rollout.colocate = false (a rollout server); the colocated engine "
@@ -240,6 +245,12 @@ def _check_rollout_server(r: RolloutConfig) -> None:
             "rollout.colocate = false runs vLLM in a rollout server; use rollout.backend = 'vllm' or 'auto'",
             key="rollout.backend",
             value="hf",
+        )
+    if r.server_secret_file and not r.server:
+        raise UserError(
+            "needs rollout.server: a server started for the run gets a secret made for it",
+            key="rollout.server_secret_file",
+            value=r.server_secret_file,
         )
     host, _, port = r.server.rpartition(":")
     if r.server and not (host and port.isdigit() and 0 < int(port) < 65536):
@@ -327,7 +338,7 @@ def _refuse_4bit(cfg: Config) -> None:
             value=True,
         )
     for key, dtype in (("model.dtype", m.dtype), ("rollout.dtype", cfg.rollout_dtype)):
-        if dtype == "fp8":
+        if dtypes.quantised(dtype):
             raise UserError(
                 f"{key} = 'fp8': bitsandbytes 4-bit layers compute in fp32, bf16 or fp16; use one of those",
                 key="model.load_in_4bit",

@@ -103,6 +103,11 @@ class RolloutConfig:
         help="colocate = false: the rollout server's host:port (grpo-studio rollout-serve); "
         "empty = start one on 127.0.0.1 for the run",
     )
+    server_secret_file: str = opt(
+        "",
+        help="with rollout.server: a file (mode 0600) holding the server's secret; empty = the environment "
+        "variable GRPO_STUDIO_ROLLOUT_SECRET, else none (a server started for the run makes its own)",
+    )
     server_timeout: float = opt(
         120.0,
         lo=1,

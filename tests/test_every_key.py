@@ -168,6 +168,8 @@ ELSEWHERE = {
     "rollout.vllm_sync": "tests/test_vllm_adapter_sync.py::test_a_lora_run_syncs_the_adapter_with_the_merged_paths_mismatch",
     "rollout.server": "tests/test_rollout_server.py::test_twenty_step_runs_against_the_server_learn_and_carry_versions",
     "rollout.async_mode": "tests/test_rollout_server.py::test_one_step_overlaps_generation_with_training",
+    "rollout.server_secret_file": "tests/test_rollout_server_auth.py::"
+    "test_a_trainer_reaches_the_server_only_with_its_secret",
     "rollout.server_timeout": "tests/test_rollout_server.py::"
     "test_killed_server_stops_the_run_with_a_checkpoint_and_one_event",
     "precision.fp8_flow": "tests/test_precision.py::test_fp8_flow_resolution",

@@ -4,7 +4,7 @@ The group is built from its own TCPStore, not torch.distributed's default group 
 helper owns for DDP): gloo on CPU, NCCL on CUDA, as TRL's VLLMClient / vLLM's StatelessProcessGroup do it.
 Weights travel as broadcasts of one flat buffer per layer (the tensors of `model.layers.N`, or of one
 top-level module, of one dtype), described beforehand by a JSON plan that the HTTP request carries;
-nothing touches the disk.
+nothing touches the disk. The receiver checks a plan against its model's parameters before it allocates.
 """
 
 from __future__ import annotations
@@ -15,7 +15,10 @@ from collections.abc import Iterable
 
 import torch
 
+from grpo_studio.contract.errors import did_you_mean
+
 DTYPE_NAMES = {str(d).removeprefix("torch."): d for d in (torch.float32, torch.bfloat16, torch.float16)}
+STORE_CONNECT_S = 30.0  # the server's wait for the trainer's store, which opens as it asks the server to join
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -39,11 +42,14 @@ class Group:
 
 
 def open_group(host: str, port: int, rank: int, backend: str, timeout_s: float) -> Group:
-    """A two-rank process group (rank 0 = trainer, hosting the store; rank 1 = server)."""
+    """A two-rank process group (rank 0 = trainer, hosting the store; rank 1 = server, which waits at most
+    STORE_CONNECT_S to reach the store)."""
     import torch.distributed as dist
 
     timeout = datetime.timedelta(seconds=timeout_s)
-    store = dist.TCPStore(host, port, 2, rank == 0, timeout=timeout)
+    connect = timeout if rank == 0 else datetime.timedelta(seconds=min(timeout_s, STORE_CONNECT_S))
+    store = dist.TCPStore(host, port, 2, rank == 0, timeout=connect)
+    store.set_timeout(timeout)
     if backend == "nccl":
         group = dist.ProcessGroupNCCL(store, rank, 2, dist.ProcessGroupNCCL.Options())
     else:
@@ -79,6 +85,27 @@ def plan(parts: list[list[tuple[str, torch.Tensor]]]) -> list[dict]:
         {"dtype": str(part[0][1].dtype).removeprefix("torch."), "tensors": [[name, list(t.shape)] for name, t in part]}
         for part in parts
     ]
+
+
+def check_plan(chunk_plan: list[dict], shapes: dict[str, tuple[int, ...]]) -> None:
+    """ValueError (one line) unless every chunk has a dtype the receiver takes and every tensor is, once, a
+    parameter of the served model with its shape: nothing is allocated for a plan that fails."""
+    seen = set()
+    for i, chunk in enumerate(chunk_plan):
+        if chunk["dtype"] not in DTYPE_NAMES:
+            raise ValueError(f"plan[{i}].dtype = {chunk['dtype']!r}: allowed: {', '.join(DTYPE_NAMES)}")
+        for name, shape in chunk["tensors"]:
+            if name not in shapes:
+                raise ValueError(
+                    f"plan[{i}]: {name[:200]!r} is not a parameter of the served model{did_you_mean(name[:200], shapes)}"
+                )
+            if tuple(shape) != shapes[name]:
+                raise ValueError(
+                    f"plan[{i}]: {name} has shape {list(shape)[:8]}; the served model's is {list(shapes[name])}"
+                )
+            if name in seen:
+                raise ValueError(f"plan[{i}]: {name} comes twice")
+            seen.add(name)
 
 
 def _broadcast(group, buffer: torch.Tensor) -> None:

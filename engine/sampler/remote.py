@@ -5,7 +5,9 @@ in-process backend); weights go over a torch.distributed group of their own (rol
 one broadcast per layer, each sync numbered: the server reports the version that produced each rollout
 (rollout.async_mode = in_flight: a sync enters a running generation, and each token's version comes back).
 With rollout.server empty the sampler starts the server itself (a subprocess on 127.0.0.1, its log in
-the run directory's rollout_server.log) and stops it on close().
+the run directory's rollout_server.log, a secret of its own made for the run and handed over in the
+child's environment) and stops it on close(). A named server gets the secret of rollout.server_secret_file
+or GRPO_STUDIO_ROLLOUT_SECRET (rollout_server/auth.py); a request it refuses is one line naming why.
 
 A server that stops answering for rollout.server_timeout seconds raises RolloutServerLost; the trainer
 then writes a checkpoint, logs a `rollout_server_lost` event and ends the run (engine/trainer.py).
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import os
 import subprocess
 import sys
 import tempfile
@@ -27,7 +30,7 @@ import torch
 
 from grpo_studio.contract.dtypes import DTYPES
 from grpo_studio.contract.errors import UserError
-from grpo_studio.engine.rollout_server import transport
+from grpo_studio.engine.rollout_server import auth, transport
 from grpo_studio.engine.sampler.base import Rollout, Sampling
 
 START_LIMIT_S = 900  # an auto-started server's vLLM start-up (compiling on a slow CPU takes minutes)
@@ -60,8 +63,11 @@ class RemoteSampler:
         self.pending: concurrent.futures.Future | None = None
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         self.dtype = DTYPES[plan.rollout_dtype].torch  # the engine dtype the server must run
+        self.secret_file = cfg.rollout.server_secret_file
         if cfg.rollout.server:
             self.address = cfg.rollout.server
+            self.secret = auth.read_secret(cfg.rollout.server_secret_file, "rollout.server_secret_file")
+            self.http.headers.update(auth.header(self.secret))
             self._wait_until_up(self.timeout, f"no rollout server answers at {self.address}")
         else:
             self.address = self._start(cfg, log_dir)
@@ -84,10 +90,15 @@ class RemoteSampler:
             "--port",
             str(port),
         ]
+        self.secret = auth.new_secret()  # in the child's environment, which only this user can read
+        env = {**os.environ, auth.SECRET_ENV: self.secret}
         with open(self.log, "ab") as log:
-            self.process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            self.process = subprocess.Popen(
+                cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env
+            )
         address = f"127.0.0.1:{port}"
         self.address = address
+        self.http.headers.update(auth.header(self.secret))
         self._wait_until_up(START_LIMIT_S, f"the rollout server did not start (see {self.log})")
         self.emit("info", f"rollout server up on {address} (pid {self.process.pid}), log: {self.log}")
         return address
@@ -147,11 +158,32 @@ class RemoteSampler:
             raise RolloutServerLost(
                 f"rollout server {self.address} lost during /{path}: {type(err).__name__}: {str(err)[:200]}"
             ) from None
+        if answer.status_code == 401:
+            raise UserError(
+                f"the rollout server at {self.address} wants a secret this trainer does not have: give it its "
+                f"secret's file (mode 0600), or set {auth.SECRET_ENV}",
+                key="rollout.server_secret_file",
+                value=self.secret_file,
+            )
+        if 400 <= answer.status_code < 500:  # this trainer's request, refused: the server was set up otherwise
+            raise UserError(
+                f"the rollout server refused /{path}: HTTP {answer.status_code} {self._why(answer)}",
+                key="rollout.server",
+                value=self.address,
+            )
         if not answer.ok:
             raise RolloutServerLost(
-                f"rollout server {self.address} failed /{path}: HTTP {answer.status_code} {answer.text[:300]}"
+                f"rollout server {self.address} failed /{path}: HTTP {answer.status_code} {self._why(answer)}"
             )
         return answer.json()
+
+    @staticmethod
+    def _why(answer) -> str:
+        """The server's one line, {"error": ...}, or the start of whatever else answered."""
+        try:
+            return str(answer.json()["error"])[:300]
+        except (ValueError, KeyError, TypeError):
+            return answer.text[:300]
 
     # ---- rollout ---------------------------------------------------------------------------
     def generate(self, prompt_ids: list[list[int]], sampling: Sampling) -> VersionedRollout:

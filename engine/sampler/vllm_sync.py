@@ -43,6 +43,16 @@ class Checkpoint:
     def names(self) -> set[str]:
         return set(self._where)
 
+    def shapes(self) -> dict[str, tuple[int, ...]]:
+        """Every tensor's shape, from the files' headers (nothing is loaded)."""
+        from safetensors import safe_open
+
+        out = {}
+        for file in set(self._where.values()):
+            with safe_open(str(file), framework="pt") as f:
+                out.update({name: tuple(f.get_slice(name).get_shape()) for name in f.keys()})
+        return out
+
     def get(self, name: str) -> torch.Tensor:
         from safetensors import safe_open
 
