@@ -4,6 +4,7 @@ when piped."""
 from __future__ import annotations
 
 import argparse
+import ctypes
 import os
 import signal
 import subprocess
@@ -69,13 +70,29 @@ class RichProgress(PlainProgress):
         self.task = self.bar.add_task("train", total=total, reward="-", k3="-")
         self.bar.start()
 
+    def attached(self) -> bool:
+        """Whether the bar still has its terminal: after a SIGHUP (rundir.detach_output) it stops, and the steps go
+        on as PlainProgress's lines into stdout.log."""
+        if self.bar.live.is_started and not os.isatty(1):
+            self.bar.stop()
+        return self.bar.live.is_started
+
     def warn(self, message: str) -> None:
-        self.bar.console.print(f"[yellow]warning:[/] {message}")
+        if self.attached():
+            self.bar.console.print(f"[yellow]warning:[/] {message}")
+        else:
+            super().warn(message)
 
     def note(self, message: str) -> None:
-        self.bar.console.print(message, markup=False)
+        if self.attached():
+            self.bar.console.print(message, markup=False)
+        else:
+            super().note(message)
 
     def update(self, row: dict) -> None:
+        if not self.attached():
+            super().update(row)
+            return
         self.bar.update(
             self.task,
             completed=row[metrics.STEP],
@@ -188,9 +205,14 @@ def run(args: argparse.Namespace) -> int:
     if not args.in_process:
         return supervise(args, run_dir)
     rehearsed = rehearse(cfg, run_dir, args) if args.rehearse else None
-    from grpo_studio.engine.trainer import Trainer  # torch loads only once the config is known to be good
+    from grpo_studio.engine.trainer import StoppedLoading, Trainer  # torch loads once the config is known good
 
-    trainer = Trainer(cfg, run_dir, resume=args.resume is not None)
+    try:
+        trainer = Trainer(cfg, run_dir, resume=args.resume is not None)
+    except StoppedLoading as stopped:  # exit 0, as a stop mid-run
+        if stopped.main:
+            print(f"{stopped}: {run_dir}", flush=True)
+        return 0
     if rehearsed:
         trainer.rundir.event("rehearsal", rehearsed.line(), **rehearsed.fields())
     main = trainer.dist.main  # under torchrun, rank 0 reports for all
@@ -275,8 +297,11 @@ def preflight_check(cfg: config.Config, force: bool, nproc: int = 1) -> None:
 def supervise(args: argparse.Namespace, run_dir: Path) -> int:
     """Train in a child process (this command with --no-supervisor) and outlive it: a trainer that dies
     without saying goodbye (os._exit in a reward function, SIGKILL from the OOM killer) gets its `crashed`
-    event and loses its lock here. SIGTERM and SIGINT are passed on, so a stop stays graceful. Returns
-    the child's exit code (128 + N when signal N killed it)."""
+    event and loses its lock here. SIGTERM and SIGINT are passed on, so a stop stays graceful. SIGHUP (the
+    terminal closed) detaches the run: this process keeps watching, it and the trainer write on into
+    RUN/stdout.log. The trainer never outlives this process: when it dies the trainer is sent SIGTERM and stops
+    gracefully, writing its own `stopped` (_child_setup). Returns the child's exit code (128 + N when signal N
+    killed it)."""
     cmd = [sys.executable, "-m", "grpo_studio.cli.main", "train", IN_PROCESS]
     env = dict(os.environ)
     if args.devices is not None:
@@ -297,17 +322,24 @@ def supervise(args: argparse.Namespace, run_dir: Path) -> int:
     child, pending = None, []
 
     def forward(signum, _frame):
-        if signum == signal.SIGINT and args.nproc == 1 and _terminal_sent_it():
+        if signum == signal.SIGHUP:
+            rundir.detach_output(run_dir)  # and the trainer too (a `kill -HUP` may have reached only this process)
+        elif signum == signal.SIGINT and args.nproc == 1 and _terminal_sent_it():
             return  # Ctrl-C reached the trainer from the terminal already
         if child is None:
             pending.append(signum)
         else:
             _send(child, signum, args.nproc)
 
-    old = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
+    old = {sig: signal.signal(sig, forward) for sig in PASSED_ON}
     try:
         # torchrun in its own process group: Ctrl-C reaches it only through _send, never as torchrun's own signal
-        child = subprocess.Popen(cmd, env=env, process_group=0 if args.nproc > 1 else None)
+        child = subprocess.Popen(
+            cmd,
+            env=env,
+            process_group=0 if args.nproc > 1 else None,
+            preexec_fn=_child_setup(os.getpid(), hold=args.nproc == 1),
+        )
         for signum in pending:
             _send(child, signum, args.nproc)
         code = child.wait()
@@ -319,6 +351,30 @@ def supervise(args: argparse.Namespace, run_dir: Path) -> int:
         if crash:
             print(f"run error: {crash}; the run is marked crashed: {run_dir}", file=sys.stderr, flush=True)
     return code if code >= 0 else 128 - code
+
+
+PASSED_ON = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)  # what the trainer handles (engine/trainer.py _Signals)
+PR_SET_PDEATHSIG = 1  # prctl(2)
+
+
+def _child_setup(supervisor: int, hold: bool):
+    """What the trainer's process does before it runs python (subprocess's preexec_fn): on Linux it asks for SIGTERM
+    when this process dies (PR_SET_PDEATHSIG), so it stops gracefully instead of training on unwatched; `hold` (the
+    trainer itself, not torchrun) blocks PASSED_ON until the trainer's handlers are in place, so a stop or hangup
+    sent while python starts waits for them instead of killing it. A supervisor already gone gets the same SIGTERM."""
+    prctl = getattr(ctypes.CDLL(None), "prctl", None) if sys.platform == "linux" else None
+
+    def setup() -> None:
+        if hold:
+            signal.pthread_sigmask(signal.SIG_BLOCK, PASSED_ON)
+        if prctl is not None:
+            prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != supervisor:  # died before prctl
+            if not hold:  # torchrun: not started, so nothing to stop
+                os._exit(128 + signal.SIGTERM)
+            os.kill(os.getpid(), signal.SIGTERM)  # blocked: the trainer's handler takes it as a stop
+
+    return setup
 
 
 def _send(child: subprocess.Popen, signum: int, nproc: int) -> None:

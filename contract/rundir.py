@@ -21,6 +21,7 @@ import json
 import math
 import os
 import signal
+import stat
 import time
 from pathlib import Path
 
@@ -229,6 +230,22 @@ class RunWriter:
             os.replace(tmp, path)
             dropped[name] = {"past": past, "malformed": malformed, "repeated": repeated}
         return dropped
+
+
+def detach_output(run_dir: Path) -> None:
+    """SIGHUP (the terminal closed) to `grpo-studio train` or its trainer: the run goes on detached, and this
+    process's stdout and stderr, where they were a terminal or a pipe, go on into RUN/stdout.log (appended; /dev/null
+    when that cannot be opened), so no write fails on the closed terminal. Output already going to a file stays."""
+    try:
+        fd = os.open(Path(run_dir) / STDOUT, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    except OSError:
+        fd = os.open(os.devnull, os.O_WRONLY)
+    for out in (1, 2):
+        with contextlib.suppress(OSError):  # a closed descriptor is replaced as well
+            if stat.S_ISREG(os.fstat(out).st_mode):
+                continue
+        os.dup2(fd, out)
+    os.close(fd)
 
 
 def record_exit(run_dir: Path, pid: int, returncode: int) -> str | None:

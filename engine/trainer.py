@@ -14,6 +14,8 @@ import contextlib
 import math
 import os
 import signal
+import threading
+from pathlib import Path
 
 import torch
 
@@ -22,7 +24,15 @@ from grpo_studio.contract import metrics as schema
 from grpo_studio.contract.config import Config
 from grpo_studio.contract.config import save as save_config
 from grpo_studio.contract.errors import UserError
-from grpo_studio.contract.rundir import CONFIG, METRICS, as_number, read_events, read_rows
+from grpo_studio.contract.rundir import (
+    CONFIG,
+    METRICS,
+    as_number,
+    detach_output,
+    last_metrics_row,
+    read_events,
+    read_rows,
+)
 from grpo_studio.engine import (
     checkpoint,
     data,
@@ -47,23 +57,39 @@ class Trainer:
     """One run: its directory (locked), data, policy and GRPO step (`grpo`); checkpoints, eval, events."""
 
     def __init__(self, cfg: Config, run_dir, resume: bool = False):
-        self.cfg, self.resume = cfg, resume
-        self.dist = distributed.start(cfg)  # data-parallel ranks (torchrun), or one process
-        self.rundir = self.dist.writer(run_dir)  # only rank 0 writes the run directory
-        if self.dist.main:  # the lock before anything loads; a new run refuses a directory that holds one
-            self.rundir.acquire(new_run=not resume)  # refused: RunLock or UserError, nothing written
-            if not resume:  # first, so a trainer killed while loading leaves a run that --resume restarts
-                save_config(cfg, self.rundir.dir / CONFIG)
-            else:  # --resume --set: config.toml says what the steps from here are trained with
-                self._record_changes(cfg)
+        self.cfg, self.resume, self.stop_requested = cfg, resume, False
+        self.signals = _Signals(self, Path(run_dir))  # a stop is heard from here on (while loading: at once)
+        self.rundir, held = None, False
         try:
+            self.signals.unblock()
+            self.dist = distributed.start(cfg)  # data-parallel ranks (torchrun), or one process
+            self.rundir = self.dist.writer(run_dir)  # only rank 0 writes the run directory
+            if self.dist.main:  # the lock before anything loads; a new run refuses a directory that holds one
+                self.rundir.acquire(new_run=not resume)  # refused: RunLock or UserError, nothing written
+                held = True
+                if not resume:  # first, so a trainer killed while loading leaves a run that --resume restarts
+                    save_config(cfg, self.rundir.dir / CONFIG)
+                else:  # --resume --set: config.toml says what the steps from here are trained with
+                    self._record_changes(cfg)
             self._load(cfg)
         except BaseException:
-            if self.dist.main and not resume:  # a new run refused while loading leaves nothing behind
+            self.signals.restore()
+            stop = self.signals.stop
+            if stop and held:  # a stop is no mistake: the run stays, and --resume starts it again
+                row = last_metrics_row(self.rundir.dir)
+                self.rundir.event("stopped", f"stopped while loading ({stop})", step=row[schema.STEP] if row else 0)
+            if held and not resume and not stop:  # a new run refused while loading leaves nothing behind
                 self.rundir.abandon()
-            else:
+            elif self.rundir is not None:
                 self.rundir.release()
+            if stop and not held and not resume:  # stopped before the lock: the new run's folder, still empty
+                with contextlib.suppress(OSError):
+                    Path(run_dir).rmdir()
+            if stop:
+                line = f"stopped while loading ({stop})" + ("" if held else ", before anything was written")
+                raise StoppedLoading(line, self.rundir is None or self.dist.main) from None
             raise
+        self.signals.loading = False
 
     def _record_changes(self, cfg: Config) -> None:
         """--resume with another config (--set, or an edited config.toml; cli/train_cmd.py has refused what the
@@ -76,7 +102,6 @@ class Trainer:
 
     def _load(self, cfg: Config) -> None:
         """Everything the run needs, under the lock: user inputs first, then the model, optimizer and sampler."""
-        self.stop_requested = False
         self.from_checkpoint = False  # resumed from a checkpoint (_restore)
         torch.manual_seed(cfg.train.seed)
 
@@ -156,8 +181,7 @@ class Trainer:
         """Train to train.steps or until asked to stop. Returns 'finished' or 'stopped'."""
         self.rundir.acquire()  # held since __init__ (again only if released since)
         try:
-            with _stop_on_signals(self):  # from here to the last checkpoint a stop is graceful
-                return self._run(progress)
+            return self._run(progress)  # a stop is graceful from here to the last checkpoint (_Signals)
         except BaseException as err:
             stop = err
             if disk_full(err, self.rundir.dir):
@@ -169,6 +193,7 @@ class Trainer:
                 raise
             raise stop from None
         finally:
+            self.signals.restore()
             self.rundir.release()
 
     def _run(self, progress) -> str:
@@ -265,6 +290,7 @@ class Trainer:
         self.grpo.sampler.close()
         self.dist.close()
         self.outlets.close()
+        self.signals.restore()
         self.rundir.release()  # a trainer that never ran holds the lock from __init__ until here
 
     def _stop_agreed(self) -> bool:
@@ -387,16 +413,52 @@ class Trainer:
         )
 
 
-@contextlib.contextmanager
-def _stop_on_signals(trainer: Trainer):
-    """SIGTERM / SIGINT: finish the current step, checkpoint, log `stopped`, exit 0."""
+class StoppedLoading(Exception):
+    """A stop (SIGTERM, SIGINT) while the trainer loaded: str() is the line `grpo-studio train` prints before it
+    exits 0, as after a stop mid-run; `main`: this process reports (rank 0)."""
 
-    def ask(signum, frame):
-        trainer.stop_requested = True
+    def __init__(self, line: str, main: bool):
+        super().__init__(line)
+        self.main = main
 
-    old = {sig: signal.signal(sig, ask) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        yield
-    finally:
-        for sig, handler in old.items():
+
+class _Interrupted(BaseException):
+    """Raised where the main thread is by a stop that arrives while the trainer loads (not an Exception, so no
+    `except Exception` on the way swallows it)."""
+
+
+class _Signals:
+    """The trainer's signals, from its first line until its run ends (or close): SIGTERM / SIGINT stop it, at once
+    while it loads (_Interrupted, then StoppedLoading), after that at the end of the step (a checkpoint, `stopped`);
+    a second one only asks again. SIGHUP (its terminal closed) detaches it: the run goes on, its output into
+    RUN/stdout.log (rundir.detach_output). `grpo-studio train` starts the trainer with these signals blocked
+    (cli/train_cmd.py), so one sent before the handlers are in place waits for them, here."""
+
+    HANDLED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+    def __init__(self, trainer: Trainer, run_dir: Path):
+        self.trainer, self.run_dir = trainer, run_dir
+        self.loading, self.stop = True, ""  # stop: the name of the first stop signal
+        self.old = {}
+        if threading.current_thread() is threading.main_thread():  # Python runs handlers in the main thread only
+            self.old = {sig: signal.signal(sig, self._on) for sig in self.HANDLED}
+
+    def unblock(self) -> None:
+        """Take the signals held since the process started (a stop delivered here raises _Interrupted)."""
+        if self.old:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, self.HANDLED)
+
+    def _on(self, signum, _frame) -> None:
+        if signum == signal.SIGHUP:
+            detach_output(self.run_dir)
+            return
+        self.stop = self.stop or signal.Signals(signum).name
+        self.trainer.stop_requested = True
+        if self.loading:
+            self.loading = False  # one interruption: a second signal while the stop is written only asks again
+            raise _Interrupted
+
+    def restore(self) -> None:
+        for sig, handler in self.old.items():
             signal.signal(sig, handler)
+        self.old = {}
