@@ -15,6 +15,7 @@ import json
 import math
 import os
 import signal
+from pathlib import Path
 
 import pytest
 import torch
@@ -67,6 +68,11 @@ def remote(model, tmp_path_factory):
         emit_event=lambda kind, message, **kw: events.append((kind, message)),
     )
     sampler.events = events
+    # the auto-started server's secret, as a file for the runs that name it with rollout.server (0600: others
+    # may not read it)
+    sampler.secret_path = tmp_path_factory.mktemp("secret") / "secret"
+    sampler.secret_path.write_text(sampler.secret)
+    sampler.secret_path.chmod(0o600)
     yield sampler
     sampler.close()
 
@@ -104,11 +110,20 @@ def test_server_rollout_is_the_in_process_rollout(remote, local, model):
 
 
 def test_health_and_version_endpoints(remote):
+    """/health is open; /version needs the secret the trainer made for its server, which reached the child in
+    its environment, never on its command line (`ps` shows that to every user)."""
+    import requests
+
     from grpo_studio.contract.backend import installed_version
 
     assert remote._call("get", "health") == {"ok": True, "policy_version": remote.version}
     info = remote._call("get", "version")
     assert (info["vllm"], info["dtype"], info["policy_version"]) == (installed_version(), "bfloat16", remote.version)
+    stranger = requests.get(f"http://{remote.address}/version", timeout=10)
+    assert stranger.status_code == 401 and requests.get(f"http://{remote.address}/health", timeout=10).ok
+    assert len(remote.secret) >= 32 and remote.secret not in " ".join(remote.process.args)
+    environ = (Path("/proc") / str(remote.process.pid) / "environ").read_bytes().split(b"\0")
+    assert f"GRPO_STUDIO_ROLLOUT_SECRET={remote.secret}".encode() in environ
 
 
 def test_weight_sync_over_gloo_after_an_adamw_step(remote, local, model):
@@ -142,7 +157,7 @@ def test_in_flight_update_enters_a_running_generation_between_decode_steps(local
     from grpo_studio.contract.precision_plan import resolve
     from grpo_studio.engine import policy_loader
     from grpo_studio.engine.logprobs import token_logprobs
-    from grpo_studio.engine.rollout_server.http_api import Server, Update
+    from grpo_studio.engine.rollout_server.http_api import Served, Server, Update
     from grpo_studio.engine.sampler import Sampling
     from grpo_studio.engine.weights import export_weights
 
@@ -158,7 +173,7 @@ def test_in_flight_update_enters_a_running_generation_between_decode_steps(local
     torch.optim.AdamW([norm], lr=0.3).step()
     new = [(name, t.clone()) for name, t in export_weights(policy)]
 
-    server = Server(local, torch.device("cpu"))
+    server = Server(local, torch.device("cpu"), Served.of(local))
     server.pending = Update(1, old)
     server._load_pending()
     load, calls = server._load_pending, []
@@ -171,7 +186,7 @@ def test_in_flight_update_enters_a_running_generation_between_decode_steps(local
 
     server._load_pending = at_step_3
     prompts = _prompts(tok)
-    answer = server.generate(prompts, vars(Sampling(n=4, max_tokens=12, temperature=1.0, seed=5)), in_flight=True)
+    answer = server.generate(prompts, Sampling(n=4, max_tokens=12, temperature=1.0, seed=5), in_flight=True)
     server._load_pending = load
     versions, mask = torch.tensor(answer["versions"]), torch.tensor(answer["mask"]).bool()
     mu, ids = torch.tensor(answer["logprobs"]), answer["completion_ids"]
@@ -242,6 +257,7 @@ def runs(remote, tmp_path_factory):
                 "rollout.vllm_enforce_eager=on",
                 "rollout.colocate=false",
                 f"rollout.server={remote.address}",
+                f"rollout.server_secret_file={remote.secret_path}",
                 f"rollout.async_mode={mode}",
                 "train.steps=20",
                 "train.prompts_per_step=8",
@@ -312,6 +328,7 @@ def _server_run(remote, run_dir, sets, stop_at=None, resume=False) -> str:
             "rollout.vllm_enforce_eager=on",
             "rollout.colocate=false",
             f"rollout.server={remote.address}",
+            f"rollout.server_secret_file={remote.secret_path}",
             "train.steps=4",
             "train.prompts_per_step=4",
             "train.save_every=0",
@@ -448,7 +465,9 @@ def _run_losing_the_server(remote, tmp_path, timeout: float, lose) -> tuple[str,
     from grpo_studio.contract.errors import UserError
     from grpo_studio.engine.trainer import Trainer
 
-    cfg = _cfg(colocate=False, server=remote.address, server_timeout=timeout)
+    cfg = _cfg(
+        colocate=False, server=remote.address, server_secret_file=str(remote.secret_path), server_timeout=timeout
+    )
     cfg.train.steps = 6
 
     class LoseAtStep2:

@@ -118,10 +118,16 @@ class Served:
 
 def body_limit(cfg) -> int:
     """Bytes of the largest request a run of this config sends, twice over: its largest generate call (a
-    rollout's prompts, or the eval's, each one row per completion with an environment) of prompt + completion
-    ids at 8 JSON bytes each; never under MIN_BODY (update plans, score requests) nor over MAX_BODY."""
+    rollout's prompts, or the eval's held-out rows; each one row per completion with an environment) of
+    prompt + completion ids at 8 JSON bytes each; never under MIN_BODY (update plans, score requests) nor over
+    MAX_BODY, which an eval split of unknown size (data.eval_split) gets."""
+    from grpo_studio.engine import data
+
     r, t = cfg.rollout, cfg.train
-    rows = max(t.prompts_per_step * t.steps_per_generation, cfg.data.eval_size) * max(r.num_generations, t.eval_k)
+    if cfg.data.eval_split:
+        return MAX_BODY
+    rows = max(t.prompts_per_step * t.steps_per_generation, data.eval_size(cfg.data))
+    rows *= max(r.num_generations, t.eval_k)
     return min(MAX_BODY, max(MIN_BODY, 2 * 8 * rows * (r.max_prompt_len + r.max_completion_len)))
 
 
