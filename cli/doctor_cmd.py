@@ -35,15 +35,16 @@ def _refuse(run: Path) -> None:
 def run(args: argparse.Namespace) -> int:
     from grpo_studio.contract.diagnosis import read_run
     from grpo_studio.contract.diagnosis_rules import findings, healthy_line
-    from grpo_studio.contract.run_reader import Warnings
+    from grpo_studio.contract.run_reader import Warnings, printable
     from grpo_studio.contract.run_state import run_state
 
     _refuse(args.run)
     warn = Warnings()
     view = read_run(args.run, warn)
     found = findings(view)
+    shown = printable(str(args.run))
     for line in warn:  # what could not be read: "FILE: why; what was read instead"
-        print(f"warning: {args.run}/{line}", file=sys.stderr)
+        print(f"warning: {shown}/{line}", file=sys.stderr)
     state = run_state(args.run).state
     if args.json:
         print(
@@ -63,8 +64,7 @@ def run(args: argparse.Namespace) -> int:
         print(healthy_line(view))
         return 0
     print(
-        f"{args.run}: {state}, {len(view.rows)} steps; {len(found)} finding{'s' * (len(found) > 1)}, most important "
-        "first"
+        f"{shown}: {state}, {len(view.rows)} steps; {len(found)} finding{'s' * (len(found) > 1)}, most important first"
     )
     for i, f in enumerate(found, 1):
         print(

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from grpo_studio.contract.errors import UserError
 from grpo_studio.contract.run_files import METRICS
+from grpo_studio.contract.run_reader import printable
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -25,13 +26,13 @@ def run(args: argparse.Namespace) -> int:
     data = RunData(args.run)  # what the report will show: what it cannot read is a warning, never a traceback
     data.drain()
     for line in data.warnings():
-        print(f"warning: {args.run}/{line}", file=sys.stderr)
+        print(f"warning: {printable(str(args.run))}/{line}", file=sys.stderr)
     out = Path(args.out or args.run / "report")
     try:
-        out = report.export(args.run, out)
+        out = report.export(args.run, out, data)
     except OSError as err:  # a full disk, a read-only or unwritable --out
         where = err.filename or out
         reason = err.strerror.lower() if err.strerror else str(err)
         raise UserError(f"cannot write {where}: {reason}; the report in {out} is not complete", kind="report") from None
-    print(f"report: {out / 'index.html'} ({len(list(out.glob('*.png')))} charts)")
+    print(f"report: {printable(str(out / 'index.html'))} ({len(list(out.glob('*.png')))} charts)")
     return 0

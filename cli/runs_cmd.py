@@ -9,6 +9,7 @@ from pathlib import Path
 from grpo_studio.contract.errors import UserError
 from grpo_studio.contract.metrics import fmt
 from grpo_studio.contract.run_files import RUNS
+from grpo_studio.contract.run_reader import printable
 from grpo_studio.contract.run_state import run_summaries
 
 
@@ -21,22 +22,30 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"{str(args.dir)!r} is not a folder", kind="runs")
     rows = run_summaries(args.dir)
     if not rows:
-        print(f"no runs under {args.dir}")
+        print(f"no runs under {printable(str(args.dir))}")
         return 0
     header = ("run", "state", "step", "dtype", "reward", "k3")
-    table = [header] + [
-        (r["name"], r["state"], f"{r['step']}/{r['total'] or '?'}", r["dtype"], fmt(r["reward"]), fmt(r["k3"]))
+    table = [header] + [  # a name or a config value may hold anything: one printable line each
+        (
+            printable(r["name"]),
+            r["state"],
+            f"{r['step']}/{r['total'] or '?'}",
+            printable(r["dtype"]),
+            fmt(r["reward"]),
+            fmt(r["k3"]),
+        )
         for r in rows
     ]
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
     for row in table:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
     for r in rows:
+        name = printable(r["name"])
         for line in r["warnings"]:  # what could not be read: "FILE: why; what was read instead"
-            print(f"warning: {r['name']}/{line}", file=sys.stderr)
+            print(f"warning: {name}/{line}", file=sys.stderr)
         if r["skipped"]:
             print(
-                f"warning: {r['name']}: skipped {r['skipped']} malformed lines (not a JSON object with the fields "
+                f"warning: {name}: skipped {r['skipped']} malformed lines (not a JSON object with the fields "
                 f"its file needs)",
                 file=sys.stderr,
             )

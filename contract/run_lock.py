@@ -17,7 +17,9 @@ from pathlib import Path
 import psutil
 
 from grpo_studio.contract.run_files import PIDFILE, atomic_write_text
+from grpo_studio.contract.run_reader import read_bytes
 
+MAX_LOCK_BYTES = 4096  # a lock is one short JSON object
 START_TIME_SLACK_S = 1.0  # two readings of one process's start time differ by less (boot-time rounding)
 
 
@@ -50,10 +52,11 @@ def pid_alive(pid: int) -> bool:
 
 def read_lock(run_dir: Path) -> Lock | None:
     """The lock in trainer.pid; None when there is none or it is unreadable (no live trainer wrote it)."""
+    text = read_bytes(Path(run_dir) / PIDFILE, MAX_LOCK_BYTES)  # a FIFO or a device is never opened
     try:
-        data = json.loads((Path(run_dir) / PIDFILE).read_text())
+        data = json.loads(text or b"")
         return Lock(int(data["pid"]), float(data["start_time"]), str(data["host"]))
-    except (OSError, ValueError, TypeError, KeyError, OverflowError, RecursionError):
+    except (ValueError, TypeError, KeyError, OverflowError, RecursionError):
         return None
 
 

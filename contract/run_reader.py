@@ -19,9 +19,10 @@ import json
 import math
 import os
 import re
+import stat
 import sys
 import tomllib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
@@ -42,6 +43,21 @@ class Warnings(list):
     def __call__(self, line: str) -> None:
         if line not in self:
             self.append(line)
+
+
+def printable(text: str) -> str:
+    """`text` (a run's name, a config value) as it may be printed on one line of a terminal: control characters
+    escaped (a newline as \\n, an escape sequence's ESC as \\x1b) and a name's bytes that are not UTF-8 as \\xNN."""
+    if text.isprintable():
+        return text
+    return "".join(
+        c
+        if c.isprintable()
+        else f"\\x{ord(c) - 0xDC00:02x}"
+        if 0xDC80 <= ord(c) <= 0xDCFF  # a byte that is not UTF-8, as the file system gave it (surrogateescape)
+        else ascii(c)[1:-1]
+        for c in text
+    )
 
 
 def _say(warn: Warn | None) -> Warn:
@@ -132,6 +148,18 @@ def as_number(value) -> float | None:
 
 # ---- files --------------------------------------------------------------------------------------
 
+MAX_READ_BYTES = 1 << 30  # a reader takes at most this much of one file (a real run's metrics: 250,000 steps)
+MAX_TOML_BYTES = 4 << 20  # config.toml and setup.toml are a few KiB
+TAIL_BYTES = 1 << 20  # the runs list's last row: this much of a stream's end is checked for step order
+READ_CHUNK = 1 << 20  # reading forward: this many bytes at a time
+POLL_BYTES = 8 << 20  # following a file (JsonlTail): at most this many bytes a read (back-pressure)
+_KINDS = {
+    stat.S_IFIFO: "a FIFO",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFSOCK: "a socket",
+}
+
 
 def _why(err: OSError) -> str:
     if isinstance(err, IsADirectoryError):
@@ -139,60 +167,126 @@ def _why(err: OSError) -> str:
     return err.strerror.lower() if err.strerror else describe(err)
 
 
+def _not_regular(path: Path, mode: int) -> str:
+    """Why `path` (of file mode `mode`) is not read: "metrics.jsonl: not a regular file (a FIFO); read as empty"."""
+    if stat.S_ISDIR(mode):
+        return f"{path.name}: cannot be read (a folder, not a file); read as empty"
+    kind = _KINDS.get(stat.S_IFMT(mode), "not a file")
+    link = "a link to " if os.path.islink(path) else ""
+    return f"{path.name}: not a regular file ({link}{kind}); read as empty"
+
+
+def _gib(n: int) -> str:
+    return f"{n / (1 << 30):.1f} GiB"
+
+
+def over_cap(name: str, size: int, part: str) -> str:
+    return f"{name}: {_gib(size)}, over the {_gib(MAX_READ_BYTES)} a reader takes of a file; read its {part}"
+
+
 def open_file(path: Path, warn: Warn | None = None, missing_ok: bool = True) -> BinaryIO | None:
-    """`path` opened for reading bytes, or None: absent (said only unless `missing_ok`), or unreadable
-    (said through `warn`: "NAME: cannot be read (permission denied); read as empty")."""
+    """`path` opened for reading bytes when it is a regular file (or a link to one), else None: absent (said only
+    unless `missing_ok`), not a regular file (a FIFO, a device, a socket, a folder: never opened, so never waited
+    on), or unreadable (said through `warn`: "NAME: cannot be read (permission denied); read as empty"). It is
+    opened without blocking and checked again once open, so a file swapped for a FIFO meanwhile is not read."""
     path = Path(path)
+    say = _say(warn)
     try:
-        return open(path, "rb")
+        st = os.stat(path)
+        if stat.S_ISREG(st.st_mode):
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+            st = os.fstat(fd)
+            if stat.S_ISREG(st.st_mode):
+                os.set_blocking(fd, True)
+                return os.fdopen(fd, "rb")
+            os.close(fd)
     except FileNotFoundError:
         if not missing_ok:
-            _say(warn)(f"{path.name}: missing; read as empty")
+            say(f"{path.name}: missing; read as empty")
         return None
-    except OSError as err:
-        _say(warn)(f"{path.name}: cannot be read ({_why(err)}); read as empty")
+    except (OSError, ValueError) as err:  # ValueError: a NUL byte in the name
+        say(f"{path.name}: cannot be read ({_why(err) if isinstance(err, OSError) else describe(err)}); read as empty")
         return None
+    say(_not_regular(path, st.st_mode))
+    return None
 
 
-def _lines_forward(fh: BinaryIO) -> Iterator[bytes | None]:
-    """The complete lines of `fh` from the start (None for a line over MAX_LINE_BYTES); the part after
-    the last newline is being written and is left out."""
-    while True:
-        line = fh.readline(MAX_LINE_BYTES + 1)
-        if not line.endswith(b"\n"):
-            if len(line) <= MAX_LINE_BYTES:
-                return  # the end: nothing, or a line being written
-            while line and not line.endswith(b"\n"):  # an oversized line: skip the rest of it
-                line = fh.readline(MAX_LINE_BYTES)
-            if not line:
-                return
-            yield None
-            continue
-        yield line
+def read_bytes(path: Path, limit: int, warn: Warn | None = None) -> bytes | None:
+    """A small regular file whole (trainer.pid, config.toml), or None: absent, not a regular file, unreadable,
+    or longer than `limit` bytes (said through `warn`, as open_file says the rest)."""
+    path = Path(path)
+    fh = open_file(path, warn)
+    if fh is None:
+        return None
+    with fh:
+        try:
+            data = fh.read(limit + 1)
+        except OSError as err:
+            _say(warn)(f"{path.name}: cannot be read ({_why(err)}); read as empty")
+            return None
+    if len(data) > limit:
+        _say(warn)(f"{path.name}: over {limit} bytes, more than it ever holds; read as empty")
+        return None
+    return data
 
 
-def _lines_backward(fh: BinaryIO) -> Iterator[bytes | None]:
-    """The complete lines of `fh` from the end (None for a line over MAX_LINE_BYTES), reading CHUNK bytes
-    at a time; the part after the last newline is left out."""
-    pos = os.fstat(fh.fileno()).st_size
-    carry, partial, oversized = b"", True, False
-    while pos > 0:
-        n = min(CHUNK, pos)
+def _size(fh: BinaryIO) -> int:
+    return os.fstat(fh.fileno()).st_size
+
+
+def _lines_forward(fh: BinaryIO, end: int) -> Iterator[bytes | None]:
+    """The complete lines of `fh` from the start up to byte `end` (its size when opened, at most MAX_READ_BYTES:
+    what is appended meanwhile waits for the next read), None for a line over MAX_LINE_BYTES; the part after the
+    last newline is being written and is left out. A file cut short meanwhile ends where it now ends."""
+    pos, head, held, oversized = 0, [], 0, False  # head: the start of the line being gathered
+    while pos < end:
+        data = fh.read(min(READ_CHUNK, end - pos))
+        if not data:
+            return
+        pos += len(data)
+        start = 0
+        while (newline := data.find(b"\n", start)) >= 0:
+            piece = data[start : newline + 1]
+            start = newline + 1
+            if oversized or held + len(piece) > MAX_LINE_BYTES + 1:
+                yield None
+            else:
+                yield b"".join((*head, piece)) if head else piece
+            head, held, oversized = [], 0, False
+        if start < len(data) and not oversized:
+            head.append(data[start:])
+            held += len(data) - start
+            if held > MAX_LINE_BYTES:
+                head, held, oversized = [], 0, True
+
+
+def _lines_backward(fh: BinaryIO, end: int, budget: int) -> Iterator[bytes | None]:
+    """The complete lines of `fh` from byte `end` backwards (None for a line over MAX_LINE_BYTES), reading CHUNK
+    bytes at a time and at most `budget` bytes; the part after the last newline is being written and is left
+    out, and so is a line that starts before the budget's first byte."""
+    pos, floor = end, max(0, end - budget)
+    tail, held, oversized, partial = [], 0, False, True  # tail: the end of the line being gathered, last first
+    while pos > floor:
+        n = min(CHUNK, pos - floor)
         pos -= n
         fh.seek(pos)
         data = fh.read(n)
-        pieces = (data + carry).split(b"\n")
-        carry = pieces[0]
-        for piece in reversed(pieces[1:]):
-            if partial:  # after the last newline: being written
-                partial = oversized = False
-                continue
-            yield None if oversized else piece + b"\n"
-            oversized = False
-        if len(carry) > MAX_LINE_BYTES:
-            carry, oversized = b"", True
-    if not partial:
-        yield None if oversized else carry + b"\n"
+        if len(data) < n:  # cut short meanwhile: what was read is all there is
+            return
+        pieces = data.split(b"\n")
+        for i in range(len(pieces) - 1, -1, -1):
+            if not oversized:
+                tail.append(pieces[i])
+                held += len(pieces[i])
+                if held > MAX_LINE_BYTES:
+                    tail, held, oversized = [], 0, True
+            if i == 0:  # the line goes on before this chunk
+                break
+            if not partial:
+                yield None if oversized else b"".join(reversed(tail)) + b"\n"
+            tail, held, oversized, partial = [], 0, False, False
+    if floor == 0 and not partial:
+        yield None if oversized else b"".join(reversed(tail)) + b"\n"
 
 
 class _Counts:
@@ -225,60 +319,156 @@ def malformed(name: str, n: int) -> str:
     return f"{name}: skipped {n} malformed lines (not a JSON object with the fields the file needs)"
 
 
-def read_rows(path: Path, warn: Warn | None = None) -> list[dict]:
-    """Every whole row of a run directory's JSONL file, however long (malformed lines and a partial last
-    line are skipped, as parse_row and JsonlTail skip them; said through `warn`, as an unreadable file is)."""
-    path = Path(path)
+# ---- step order -----------------------------------------------------------------------------------
+
+ONE_PER_STEP = (METRICS, HISTOGRAMS)  # the streams with one row per step (samples.jsonl has a step's G rows)
+
+
+def disorder(name: str, moved: int, repeated: int) -> str:
+    """The one line for rows of a stream read in step order rather than file order."""
+    what = [f"{moved} rows out of step order"] * bool(moved) + [f"{repeated} rows repeating a step"] * bool(repeated)
+    kept = "; a repeated step's last row kept" if repeated else ""
+    return f"{name}: {' and '.join(what)}; read in step order{kept}"
+
+
+def step_disorder(name: str, steps: Iterable[int]) -> tuple[int, int]:
+    """(rows whose step is below an earlier row's, rows repeating an earlier row's step) of a stream's steps in
+    file order; a step's G rows in samples.jsonl repeat nothing."""
+    moved = repeated = top = 0
+    seen: set[int] = set()
+    for step in steps:
+        if name in ONE_PER_STEP and step in seen:
+            repeated += 1
+        elif step < top:
+            moved += 1
+        seen.add(step)
+        top = max(top, step)
+    return moved, repeated
+
+
+def in_step_order(name: str, rows: list[dict], warn: Warn | None = None) -> list[dict]:
+    """A stream's rows (file order) in step order, as the writer appends them. Rows out of order (a file that was
+    edited, concatenated or shuffled) are put in place and a step written twice keeps its last row (the later
+    write is the newer record of that step, as in any append-only log), said in one line through `warn`. Other
+    files' rows are returned as they are."""
+    if name not in (*ONE_PER_STEP, SAMPLES):
+        return rows
+    moved, repeated = step_disorder(name, (row[schema.STEP] for row in rows))
+    if not (moved or repeated):
+        return rows
+    _say(warn)(disorder(name, moved, repeated))
+    if name in ONE_PER_STEP:
+        rows = list({row[schema.STEP]: row for row in rows}.values())
+    return sorted(rows, key=lambda row: row[schema.STEP])
+
+
+# ---- reading a whole file, or its end -------------------------------------------------------------
+
+
+def _read(path: Path, warn: Warn | None) -> tuple[list[dict], int]:
+    """(every whole row of a JSONL file in file order, how many malformed lines were skipped); an unreadable
+    file, non-finite numbers and the size cap are said through `warn`."""
     fh = open_file(path, warn)
     if fh is None:
-        return []
+        return [], 0
     counts = _Counts(path.name)
     with fh:
         try:
-            rows = [row for row in map(counts.take, _lines_forward(fh)) if row is not None]
+            size = _size(fh)
+            if size > MAX_READ_BYTES:
+                _say(warn)(over_cap(path.name, size, f"first {_gib(MAX_READ_BYTES)}"))
+            rows = [row for row in map(counts.take, _lines_forward(fh, min(size, MAX_READ_BYTES))) if row is not None]
         except OSError as err:
             _say(warn)(f"{path.name}: cannot be read ({_why(err)}); read as empty")
-            return []
-    if counts.skipped:
-        _say(warn)(malformed(path.name, counts.skipped))
+            return [], 0
     counts.say(warn)
-    return rows
+    return rows, counts.skipped
+
+
+def read_rows(path: Path, warn: Warn | None = None) -> list[dict]:
+    """Every whole row of a run directory's JSONL file up to MAX_READ_BYTES (malformed lines and a partial last
+    line are skipped, as parse_row and JsonlTail skip them); a stream's rows in step order (in_step_order). What
+    it could not read, skipped or reordered is said through `warn`."""
+    path = Path(path)
+    rows, skipped = _read(path, warn)
+    if skipped:
+        _say(warn)(malformed(path.name, skipped))
+    return in_step_order(path.name, rows, warn)
+
+
+def first_row(path: Path) -> dict | None:
+    """The first line of a JSONL file as a row, when it is whole (ends in a newline) and well formed."""
+    fh = open_file(path)
+    if fh is None:
+        return None
+    with fh:
+        try:
+            line = next(_lines_forward(fh, min(_size(fh), MAX_LINE_BYTES + 1)), None)
+        except OSError:
+            return None
+    return parse_row(Path(path).name, line) if line else None
 
 
 def read_events(run_dir: Path, warn: Warn | None = None) -> list[dict]:
     return read_rows(Path(run_dir) / EVENTS, warn)
 
 
-def rows_from_end(path: Path, last: Callable[[dict], bool], warn: Warn | None = None) -> tuple[list[dict], int]:
-    """Rows of a JSONL file read from its end, newest first, up to the first for which `last(row)` holds (or
-    the file's start): (the rows, how many malformed lines were passed on the way)."""
-    path = Path(path)
+def _from_end(path: Path, last: Callable[[dict], bool], warn: Warn | None, budget: int):
+    """Rows of a JSONL file read from its end, newest first, up to the first for which `last(row)` holds (or the
+    file's start, or `budget` bytes): ([(row, its non-finite numbers)], malformed lines passed, the file's size)."""
     fh = open_file(path, warn)
     if fh is None:
-        return [], 0
-    counts, rows = _Counts(path.name), []
+        return [], 0, 0
+    counts, rows, size = _Counts(path.name), [], 0
     with fh:
         try:
-            for line in _lines_backward(fh):
+            size = _size(fh)
+            for line in _lines_backward(fh, size, budget):
+                odd = counts.odd
                 row = counts.take(line)
                 if row is not None:
-                    rows.append(row)
+                    rows.append((row, counts.odd - odd))
                     if last(row):
                         break
         except OSError as err:
             _say(warn)(f"{path.name}: cannot be read ({_why(err)}); read as empty")
-    counts.say(warn)
-    return rows, counts.skipped
+    return rows, counts.skipped, size
 
 
-def last_row(path: Path, warn: Warn | None = None) -> tuple[dict | None, int]:
-    """The last whole row of a JSONL file and how many malformed lines follow it."""
-    rows, skipped = rows_from_end(path, lambda row: True, warn)
-    return (rows[0] if rows else None), skipped
+def rows_from_end(path: Path, last: Callable[[dict], bool], warn: Warn | None = None) -> tuple[list[dict], int]:
+    """Rows of a JSONL file read from its end, newest first, up to the first for which `last(row)` holds (or
+    the file's start, or MAX_READ_BYTES): (the rows, how many malformed lines were passed on the way)."""
+    path = Path(path)
+    pairs, skipped, size = _from_end(path, last, warn, MAX_READ_BYTES)
+    if size > MAX_READ_BYTES and not (pairs and last(pairs[-1][0])):
+        _say(warn)(over_cap(path.name, size, f"last {_gib(MAX_READ_BYTES)}"))
+    odd = sum(n for _, n in pairs)
+    if odd:
+        _say(warn)(odd_numbers(path.name, odd))
+    return [row for row, _ in pairs], skipped
+
+
+def last_step_row(path: Path, warn: Warn | None = None) -> tuple[dict | None, int]:
+    """The row of a stream's highest step (metrics.jsonl, histograms.jsonl), never merely its last line, and how
+    many malformed lines its reading passed. The file's last TAIL_BYTES are read; when their rows are out of
+    step order or repeat a step and the file is longer, the whole file is (read_rows). Only the returned row's
+    non-finite numbers are said: the others are not shown."""
+    path = Path(path)
+    pairs, skipped, size = _from_end(path, lambda row: False, warn, TAIL_BYTES)
+    pairs.reverse()
+    if size > TAIL_BYTES and any(step_disorder(path.name, (row[schema.STEP] for row, _ in pairs))):
+        rows, skipped = _read(path, warn)
+        pairs = [(row, 0) for row in rows]
+    odd = {row[schema.STEP]: n for row, n in pairs}  # a repeated step: its last row's
+    rows = in_step_order(path.name, [row for row, _ in pairs], warn)
+    if rows and odd[rows[-1][schema.STEP]]:
+        _say(warn)(odd_numbers(path.name, odd[rows[-1][schema.STEP]]))
+    return (rows[-1] if rows else None), skipped
 
 
 def last_metrics_row(run_dir: Path, warn: Warn | None = None) -> dict | None:
-    return last_row(Path(run_dir) / METRICS, warn)[0]
+    """The metrics row of the run's highest step (last_step_row)."""
+    return last_step_row(Path(run_dir) / METRICS, warn)[0]
 
 
 def last_state(run_dir: Path, warn: Warn | None = None) -> tuple[str, int | None, int]:
@@ -298,17 +488,13 @@ def read_toml(path: Path, warn: Warn | None = None) -> dict | None:
     """A run directory's TOML file as a dict of tables, or None when it is absent or unreadable. A
     top-level key that is not a table is left out, and said."""
     path = Path(path)
-    fh = open_file(path, warn)
-    if fh is None:
+    data = read_bytes(path, MAX_TOML_BYTES, warn)
+    if data is None:
         return None
     say = _say(warn)
     try:
-        with fh:
-            data = tomllib.loads(fh.read().decode())
-    except OSError as err:
-        say(f"{path.name}: cannot be read ({_why(err)}); read as empty")
-        return None
-    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
+        data = tomllib.loads(data.decode())
+    except (ValueError, RecursionError) as err:  # not UTF-8, not TOML, an integer of 4300 digits, deep nesting
         reason = describe(err) if isinstance(err, UnicodeDecodeError) else f"not TOML ({err})"
         say(f"{path.name}: {reason}; its settings are not shown")
         return None
@@ -344,8 +530,8 @@ def setting(cfg: dict, section: str, key: str, kind: type | tuple[type, ...], de
 
 
 class JsonlTail:
-    """Incrementally reads complete lines appended to a run directory's JSONL file (partial last lines
-    wait; one over MAX_LINE_BYTES is skipped). Lines that `parse_row` refuses are skipped and counted in
+    """Incrementally reads complete lines appended to a run directory's JSONL file, at most POLL_BYTES a read
+    and MAX_READ_BYTES in all (partial last lines wait; one over MAX_LINE_BYTES is skipped). Lines that `parse_row` refuses are skipped and counted in
     `skipped`, non-finite numbers (read as None) in `odd`; a file that cannot be read is said once in
     `warnings`. When the file was rewritten (a resume cut it) the tail starts over and `restarted` is True
     after that read."""
@@ -360,12 +546,14 @@ class JsonlTail:
         self.skipped = 0
         self.odd = 0
         self.restarted = False
+        self.pending = 0  # bytes on disk the last read left for the next (POLL_BYTES a poll)
         self.warnings = Warnings()
 
     def read_new(self) -> list[dict]:
         self.restarted = False
         fh = open_file(self.path, self.warnings)
         if fh is None:
+            self.pending = 0
             return []
         try:
             with fh:
@@ -374,12 +562,17 @@ class JsonlTail:
                     self.offset, self._partial, self._oversized = 0, b"", False
                     self.skipped, self.odd, self.restarted = 0, 0, True
                 self._inode = st.st_ino
+                end = min(st.st_size, MAX_READ_BYTES)
+                if st.st_size > MAX_READ_BYTES:
+                    self.warnings(over_cap(self.path.name, st.st_size, f"first {_gib(MAX_READ_BYTES)}"))
                 fh.seek(self.offset)
-                chunk = fh.read(max(0, min(st.st_size - self.offset, 8 << 20)))  # back-pressure: 8 MiB a poll
+                chunk = fh.read(max(0, min(end - self.offset, POLL_BYTES)))
         except OSError as err:
             self.warnings(f"{self.path.name}: cannot be read ({_why(err)}); read as empty")
+            self.pending = 0
             return []
         self.offset += len(chunk)
+        self.pending = max(0, end - self.offset) if chunk else 0  # 0: cut short meanwhile, read again next poll
         lines = (self._partial + chunk).split(b"\n")
         self._partial = lines.pop()
         if lines and self._oversized:  # the rest of a line that was too long: skip it, and count it

@@ -17,13 +17,11 @@ from grpo_studio.contract.errors import UserError
 from grpo_studio.contract.run_files import CHECKPOINTS, CONFIG, EVENTS, METRICS, PIDFILE, STREAMS
 from grpo_studio.contract.run_lock import lock_holder, read_lock
 from grpo_studio.contract.run_reader import (
-    MAX_LINE_BYTES,
     Warnings,
     as_number,
-    last_row,
+    first_row,
     last_state,
-    open_file,
-    parse_row,
+    last_step_row,
     read_toml,
     setting,
 )
@@ -34,12 +32,12 @@ class RunState:
     name: str
     path: Path
     state: str  # running | finished | stopped | crashed | created
-    step: int = 0
+    step: int = 0  # the highest step in metrics.jsonl (last_step_row), never merely its last line
     total_steps: int | None = None
     last_event: str = ""
     skipped_rows: int = 0  # malformed lines its readers skipped (the tails of events.jsonl and metrics.jsonl)
     started: float = 0.0  # when the run started (started_at): the runs list's order
-    extra: dict = field(default_factory=dict)
+    row: dict = field(default_factory=dict)  # the metrics row of `step`
     warnings: list[str] = field(default_factory=list)  # what could not be read, one line each ("FILE: why")
 
 
@@ -70,7 +68,7 @@ def run_state(run_dir: Path) -> RunState:
     run_dir = Path(run_dir)
     warn = Warnings()
     last, total, skipped_events = last_state(run_dir, warn)
-    row, skipped = last_row(run_dir / METRICS, warn)
+    row, skipped = last_step_row(run_dir / METRICS, warn)
     _odd_entries(run_dir, warn)
     return RunState(
         run_dir.name,
@@ -81,6 +79,7 @@ def run_state(run_dir: Path) -> RunState:
         last,
         skipped_events + skipped,
         started=started_at(run_dir),
+        row=row or {},
         warnings=list(warn),
     )
 
@@ -88,17 +87,8 @@ def run_state(run_dir: Path) -> RunState:
 def started_at(run_dir: Path) -> float:
     """When the run started: the time of events.jsonl's first row (a resume appends, so it stays), else
     config.toml's modification time, else 0. Unlike the folder's mtime it does not move as the run writes."""
-    fh = open_file(run_dir / EVENTS)
-    if fh is not None:
-        with fh:
-            try:
-                row = parse_row(EVENTS, fh.readline(MAX_LINE_BYTES)) or {}
-            except OSError:
-                row = {}
-        started = as_number(row.get("time"))
-        if started is not None:
-            return started
-    return _mtime(run_dir / CONFIG)
+    started = as_number((first_row(run_dir / EVENTS) or {}).get("time"))
+    return started if started is not None else _mtime(run_dir / CONFIG)
 
 
 def _is_run(path: Path) -> bool:
@@ -131,7 +121,7 @@ def run_summaries(root: Path) -> list[dict]:
     for st in list_runs(root):
         warn = Warnings()
         warn.extend(st.warnings)
-        last = last_row(st.path / METRICS)[0] or {}
+        last = st.row
         cfg = read_toml(st.path / CONFIG, warn) or {}
         rows.append(
             {
@@ -170,7 +160,7 @@ def held_run(run_dir: Path) -> str | None:
     ):
         return None
     state = "crashed" if last == "started" else last or "created"  # started, and nobody holds it: it died
-    row = last_row(run_dir / METRICS)[0]
+    row = last_step_row(run_dir / METRICS)[0]
     step = row[schema.STEP] if row else 0
     return f"{state} at step {step}" if step or state != "created" else "created, no step yet"
 

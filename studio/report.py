@@ -82,9 +82,11 @@ def _histogram(run: RunData, out: Path) -> Path | None:
     return path
 
 
-def export(run_dir: Path, out: Path | None = None) -> Path:
-    run = RunData(run_dir)
-    run.drain()
+def export(run_dir: Path, out: Path | None = None, run: RunData | None = None) -> Path:
+    """The report of `run_dir` in `out` (default RUN/report); `run`: the run already read (report_cmd's)."""
+    if run is None:
+        run = RunData(run_dir)
+        run.drain()
     out = Path(out or run_dir / "report")
     out.mkdir(parents=True, exist_ok=True)
     images = [p for p in (_figure(run, pid, out) for pid in REPORT_PANELS) if p is not None]

@@ -10,14 +10,24 @@ a float's range, a config.toml that is not UTF-8 or has a section of the wrong t
 
 from __future__ import annotations
 
+import bisect
 import time
 from collections import deque
 from pathlib import Path
 
 from grpo_studio.contract import metrics
-from grpo_studio.contract.metrics import EVAL_KEYS  # poll() names its rows `metrics`
+from grpo_studio.contract.metrics import EVAL_KEYS, STEP  # poll() names its rows `metrics`
 from grpo_studio.contract.run_files import CONFIG, EVENTS, HISTOGRAMS, METRICS, SAMPLES, STATE_EVENTS
-from grpo_studio.contract.run_reader import JsonlTail, Warnings, as_number, malformed, odd_numbers, read_config, setting
+from grpo_studio.contract.run_reader import (
+    JsonlTail,
+    Warnings,
+    as_number,
+    disorder,
+    malformed,
+    odd_numbers,
+    read_config,
+    setting,
+)
 from grpo_studio.contract.run_state import run_state, state_of
 
 
@@ -43,6 +53,8 @@ class RunData:
         self._reported_odd: dict[str, int] = {}  # non-finite numbers already reported, per file
         self._notes = Warnings()  # what could not be read (files, config.toml), one line each
         self._noted = 0  # how many of them are in the events already
+        self._moved = self._repeated = 0  # metrics rows read out of step order, or repeating a step
+        self._disorder_said = (0, 0)  # the counts the events have been told
         self.config: dict = {}
         self._read_config()
 
@@ -54,36 +66,47 @@ class RunData:
             self.total_steps = steps if steps and steps > 0 else None
 
     def add_metrics(self, rows: list[dict]) -> None:
+        """Rows into the columns in step order: a row below the highest step so far goes in its place, and one
+        repeating a step replaces that step's row (the later write wins), each counted for `warnings()` (the
+        file was edited, concatenated or shuffled: the trainer appends in step order, and a resume's rewrite
+        starts the columns over in poll)."""
         for row in rows:
-            step = row.get(metrics.STEP)
-            if step is None:
-                continue
-            if self.steps and step <= self.steps[-1]:  # a resume rewrote history: start over from there
-                self._truncate(step)
+            step = int(row[metrics.STEP])
+            i = bisect.bisect_left(self.steps, step)
+            repeat = i < len(self.steps) and self.steps[i] == step
+            self._moved += i < len(self.steps) and not repeat
+            self._repeated += repeat
+            if repeat:
+                del self.steps[i], self.times[i]
+                for col in self.columns.values():
+                    del col[i]
             n = len(self.steps)
-            self.steps.append(int(step))
-            self.times.append(as_number(row.get(metrics.TIME)) or 0.0)
+            self.steps.insert(i, step)
+            self.times.insert(i, as_number(row.get(metrics.TIME)) or 0.0)
             for key, value in row.items():
                 if key in (metrics.STEP, metrics.TIME):
                     continue
                 col = self.columns.get(key)
                 if col is None:
                     col = self.columns[key] = [None] * n
-                col.append(as_number(value))
+                col.insert(i, as_number(value))
             for col in self.columns.values():
                 if len(col) < n + 1:
-                    col.append(None)
+                    col.insert(i, None)
 
-    def _truncate(self, step: int) -> None:
-        keep = next((i for i, s in enumerate(self.steps) if s >= step), len(self.steps))
-        del self.steps[keep:], self.times[keep:]
-        for col in self.columns.values():
-            del col[keep:]
+    def _start_over(self) -> None:
+        """metrics.jsonl was rewritten (a resume cut it): its rows come again from the start."""
+        self.steps.clear(), self.times.clear(), self.columns.clear()
+        self._moved = self._repeated = 0
+        self._disorder_said = (0, 0)
 
     def poll(self) -> bool:
         changed = False
         tails = self._tails
         metrics = tails[METRICS].read_new()
+        if tails[METRICS].restarted:
+            self._start_over()
+            changed = True
         if metrics:
             if not (self.dir / CONFIG).exists() or not self.config:
                 self._read_config()
@@ -114,11 +137,15 @@ class RunData:
             self.samples.extend(samples)
             changed = True
         hists = tails[HISTOGRAMS].read_new()
-        if hists:
-            self.histogram = hists[-1]
+        if tails[HISTOGRAMS].restarted:
+            self.histogram = None
+        for hist in hists:  # the highest step's (a repeated step: its later row)
+            if self.histogram is None or hist[STEP] >= self.histogram[STEP]:
+                self.histogram = hist
             changed = True
         changed = self._report_skipped() or changed
         changed = self._report_notes() or changed
+        changed = self._report_disorder() or changed
         if changed:
             self.version += 1
         return changed
@@ -164,16 +191,30 @@ class RunData:
             self.events.append({"time": time.time(), "event": "warning", "message": line})
         return bool(lines)
 
+    def _disorder(self) -> str:
+        return disorder(METRICS, self._moved, self._repeated)
+
+    def _report_disorder(self) -> bool:
+        """Say, as a warning in the events, metrics rows read out of step order or repeating a step (again as
+        more come)."""
+        counts = (self._moved, self._repeated)
+        if counts == self._disorder_said or not any(counts):
+            return False
+        self._disorder_said = counts
+        self.events.append({"time": time.time(), "event": "warning", "message": self._disorder()})
+        return True
+
     def warnings(self) -> list[str]:
         """What could not be read so far, one line each, naming the file (what `report` and `attach` print)."""
         lines = list(self._notes)
         lines += [malformed(name, tail.skipped) for name, tail in self._tails.items() if tail.skipped]
-        return lines
+        return lines + [self._disorder()] * bool(self._moved or self._repeated)
 
     def drain(self, limit: int = 1000) -> None:
-        """Read everything already on disk (attach / compare)."""
+        """Read everything already on disk (attach / compare, report): until a poll finds nothing new and no
+        file has bytes left for the next (a poll of lines too long to keep changes nothing, yet reads on)."""
         for _ in range(limit):
-            if not self.poll():
+            if not self.poll() and not any(tail.pending for tail in self._tails.values()):
                 break
 
     # ---- derived ----------------------------------------------------------------------------

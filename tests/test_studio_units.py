@@ -50,11 +50,13 @@ def test_rundata_back_pressure_drains_a_big_backlog_over_several_polls(tmp_path)
     assert run.steps == list(range(1, 10_001))
 
 
-def test_rundata_resume_rewrite_drops_stale_rows(tmp_path):
+def test_rundata_a_repeated_step_keeps_its_later_row(tmp_path):
+    """A step written again replaces its row in place (a resume's rewrite of the file starts over instead:
+    tests/test_readers_hostile.py)."""
     run = RunData(tmp_path)
     run.add_metrics([{"step": s, "loss": float(s)} for s in (1, 2, 3, 4)])
     run.add_metrics([{"step": 3, "loss": 30.0}])
-    assert run.series("loss") == ([1, 2, 3], [1.0, 2.0, 30.0])
+    assert run.series("loss") == ([1, 2, 3, 4], [1.0, 2.0, 30.0, 4.0])
 
 
 def test_downsample_keeps_ends_and_bucket_means():
