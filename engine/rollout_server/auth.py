@@ -53,8 +53,13 @@ def read_secret(path: str, key: str) -> str | None:
         return None if env is None else _checked(env, f"the environment variable {SECRET_ENV}", SECRET_ENV, NO_VALUE)
     if env is not None:
         raise UserError(f"give the secret once: {SECRET_ENV} is set too; unset one of them", key=key, value=path)
+    path = os.path.expanduser(path)  # `--set rollout.server_secret_file=~/x`: no shell expands that ~
     try:
-        info = os.stat(path)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO opens without a writer, and is refused below
+    except OSError as err:
+        raise UserError(f"cannot read it: {err.strerror or err}", key=key, value=path) from None
+    try:
+        info = os.fstat(fd)  # of what was opened: no swap between the check and the read
         if not stat.S_ISREG(info.st_mode):
             raise UserError("not a regular file; a secret file is a plain file of mode 0600", key=key, value=path)
         if info.st_mode & 0o077:
@@ -65,10 +70,11 @@ def read_secret(path: str, key: str) -> str | None:
             )
         if info.st_size > MAX_CHARS + 2:
             raise UserError(f"{info.st_size} bytes; a secret is at most {MAX_CHARS} characters", key=key, value=path)
-        with open(path, encoding="ascii", errors="replace") as f:
-            text = f.read(MAX_CHARS + 2)
+        text = os.read(fd, MAX_CHARS + 2).decode("ascii", errors="replace")
     except OSError as err:
         raise UserError(f"cannot read it: {err.strerror or err}", key=key, value=path) from None
+    finally:
+        os.close(fd)
     return _checked(text, "the file", key, path)
 
 
