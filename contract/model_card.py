@@ -176,13 +176,19 @@ def _read_config_json(path: Path, name: str) -> dict:
     return data
 
 
+FLOAT_TAGS = ("NaN", "Infinity", "-Infinity")
+
+
 def non_finite(data) -> tuple[str, float] | None:
     """The first number of a JSON value (in document order, at any depth) that is NaN or infinite, as (its
     dotted path, the number); None when every number is finite. Python's json reads NaN, Infinity, -Infinity
-    and 1e999 (inf) without complaint, and transformers trains on them."""
+    and 1e999 (inf) without complaint, transformers 5 writes them as {"__float__": "NaN"} (FLOAT_TAGS) and reads
+    that back as the float, and it trains on them."""
     stack: list[tuple[str, object]] = [("", data)]
     while stack:
         where, value = stack.pop()
+        if isinstance(value, dict) and list(value) == ["__float__"] and value["__float__"] in FLOAT_TAGS:
+            value = float(value["__float__"])
         if isinstance(value, float) and not math.isfinite(value):
             return where, value
         if isinstance(value, dict):

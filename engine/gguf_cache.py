@@ -126,7 +126,8 @@ def _refuse_non_gguf(gguf: Path, name: str) -> None:
 
 
 def folder_name(gguf: Path, sha: str) -> str:
-    return f"{gguf.stem[:80]}-{sha[:KEY_HEX]}"
+    """<stem>-<key>: the stem (of the file a link points to) only says what it is; the key is the content."""
+    return f"{gguf.resolve().stem[:80]}-{sha[:KEY_HEX]}"
 
 
 def is_complete(folder: Path) -> bool:
