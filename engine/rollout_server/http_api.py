@@ -199,7 +199,7 @@ class Server:
             except Exception as err:  # noqa: BLE001 - a peer that stops sending leaves the group unusable
                 self.group = None
                 raise Refused(
-                    400, f"the weight transfer failed: {auth.one_line(err)}; POST /init_weights again"
+                    409, f"the weight transfer failed: {auth.one_line(err)}; POST /init_weights again"
                 ) from None
         with self.handoff:
             self.pending = update  # the trainer sends one update at a time: nothing else is pending

@@ -165,7 +165,8 @@ class RemoteSampler:
                 key="rollout.server_secret_file",
                 value=self.secret_file,
             )
-        if 400 <= answer.status_code < 500:  # this trainer's request, refused: the server was set up otherwise
+        if 400 <= answer.status_code < 500 and answer.status_code != 409:  # 409: it lost the weight group
+            # this trainer's request, refused: the server was set up otherwise (another model, a smaller config)
             raise UserError(
                 f"the rollout server refused /{path}: HTTP {answer.status_code} {self._why(answer)}",
                 key="rollout.server",
