@@ -32,7 +32,7 @@ from grpo_studio.contract.run_files import CONFIG, EVENTS, HISTOGRAMS, METRICS, 
 
 Warn = Callable[[str], None]
 MAX_LINE_BYTES = 16 << 20  # a longer line is skipped (and counted) without being held in memory
-CHUNK = 1 << 16  # reading from the end: this many bytes at a time
+CHUNK = 1 << 18  # reading from the end: this many bytes at a time
 _FLOAT_MAX = int(sys.float_info.max)
 _BIG = (re.compile(rb"[eE]\+?0*[1-9]\d{2}|\d{300}"), re.compile(r"[eE]\+?0*[1-9]\d{2}|\d{300}"))  # maybe beyond a float
 
@@ -150,7 +150,7 @@ def as_number(value) -> float | None:
 
 MAX_READ_BYTES = 1 << 30  # a reader takes at most this much of one file (a real run's metrics: 250,000 steps)
 MAX_TOML_BYTES = 4 << 20  # config.toml and setup.toml are a few KiB
-TAIL_BYTES = 1 << 20  # the runs list's last row: this much of a stream's end is checked for step order
+TAIL_BYTES = 1 << 18  # the runs list's last row: this much of a stream's end is checked for step order
 READ_CHUNK = 1 << 20  # reading forward: this many bytes at a time
 POLL_BYTES = 8 << 20  # following a file (JsonlTail): at most this many bytes a read (back-pressure)
 _KINDS = {
@@ -450,13 +450,14 @@ def rows_from_end(path: Path, last: Callable[[dict], bool], warn: Warn | None = 
 
 def last_step_row(path: Path, warn: Warn | None = None) -> tuple[dict | None, int]:
     """The row of a stream's highest step (metrics.jsonl, histograms.jsonl), never merely its last line, and how
-    many malformed lines its reading passed. The file's last TAIL_BYTES are read; when their rows are out of
-    step order or repeat a step and the file is longer, the whole file is (read_rows). Only the returned row's
+    many malformed lines its reading passed. The file's last TAIL_BYTES are read; when the file is longer and
+    they hold no whole row, or rows out of step order or repeating a step, the whole file is (up to
+    MAX_READ_BYTES). Only the returned row's
     non-finite numbers are said: the others are not shown."""
     path = Path(path)
     pairs, skipped, size = _from_end(path, lambda row: False, warn, TAIL_BYTES)
     pairs.reverse()
-    if size > TAIL_BYTES and any(step_disorder(path.name, (row[schema.STEP] for row, _ in pairs))):
+    if size > TAIL_BYTES and (not pairs or any(step_disorder(path.name, (row[schema.STEP] for row, _ in pairs)))):
         rows, skipped = _read(path, warn)
         pairs = [(row, 0) for row in rows]
     odd = {row[schema.STEP]: n for row, n in pairs}  # a repeated step: its last row's
@@ -573,11 +574,20 @@ class JsonlTail:
             return []
         self.offset += len(chunk)
         self.pending = max(0, end - self.offset) if chunk else 0  # 0: cut short meanwhile, read again next poll
-        lines = (self._partial + chunk).split(b"\n")
-        self._partial = lines.pop()
-        if lines and self._oversized:  # the rest of a line that was too long: skip it, and count it
-            del lines[0]
-            self.skipped, self._oversized = self.skipped + 1, False
+        if self._oversized:  # the rest of a line that was too long: skip it, and count it at its end
+            end_of_line = chunk.find(b"\n")
+            if end_of_line < 0:
+                return []
+            chunk, self.skipped, self._oversized = chunk[end_of_line + 1 :], self.skipped + 1, False
+        last = chunk.rfind(b"\n")
+        if last < 0:  # no line ends here: gather it, unless it is already too long to keep
+            if len(self._partial) + len(chunk) > MAX_LINE_BYTES:
+                self._partial, self._oversized = b"", True
+            else:
+                self._partial += chunk
+            return []
+        lines = (self._partial + chunk[:last]).split(b"\n")
+        self._partial = chunk[last + 1 :]
         if len(self._partial) > MAX_LINE_BYTES:
             self._partial, self._oversized = b"", True
         rows = []

@@ -28,10 +28,12 @@ import torch
 
 from grpo_studio.contract.errors import UserError
 from grpo_studio.contract.run_files import checkpoint_folders as folders
+from grpo_studio.contract.run_reader import Warnings, read_bytes
 from grpo_studio.contract.rundir import CHECKPOINTS, CONFIG
 
 STATE = "trainer_state.pt"
 MANIFEST = "manifest.json"
+MAX_MANIFEST_BYTES = 1 << 20  # a manifest lists a handful of files
 # Test hook (tests/test_crash_consistency.py): seconds to sleep after the weights are written and
 # before the trainer state, so a test can kill the trainer in the middle of a checkpoint write.
 TEST_PAUSE_ENV = "GRPO_STUDIO_TEST_CHECKPOINT_PAUSE_S"
@@ -201,13 +203,15 @@ def _first_mismatch(err: Exception) -> str:
 def check(path: Path, step: int, digests: bool = True) -> None:
     """Raise BadCheckpoint, saying why, unless `path` holds the manifest of `step` and every file it lists at
     the listed size (and sha256 with `digests`; export's cheap listing leaves that to the load)."""
+    unread = Warnings()
+    text = read_bytes(path / MANIFEST, MAX_MANIFEST_BYTES, unread)  # a FIFO or a device is never opened
+    if text is None and not unread:
+        raise BadCheckpoint(f"no {MANIFEST} (written before this version, or cut short)")
     try:
-        manifest = json.loads((path / MANIFEST).read_text())
+        manifest = json.loads(text or b"")
         files = {name: (int(f["size"]), str(f["sha256"])) for name, f in manifest["files"].items()}
         listed_step = manifest["step"]
-    except FileNotFoundError:
-        raise BadCheckpoint(f"no {MANIFEST} (written before this version, or cut short)") from None
-    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+    except (ValueError, TypeError, KeyError, AttributeError):
         raise BadCheckpoint(f"{MANIFEST} is unreadable") from None
     if listed_step != step:
         raise BadCheckpoint(f"{MANIFEST} is for step {listed_step}")
