@@ -1,14 +1,20 @@
 """The tolerant readers of a run directory: every odd file is a warning and a best effort, never a traceback.
 
-Used by `grpo-studio runs`, `report`, `attach`, the studio (studio/rundata.py) and resume. A reader takes
-complete lines only (a row being appended is never half-read) and:
-- reads a file it cannot open (no permission, a folder where a file belongs, an I/O error) as empty;
+Used by `grpo-studio runs`, `report`, `doctor`, `attach`, the studio (studio/rundata.py), resume and export's
+checkpoint listing. A reader never waits and never misleads. It takes complete lines only (a row being appended
+is never half-read, even when it is already a whole JSON object) and:
+- reads only regular files: a FIFO, a device, a socket or a link to one is judged before it is opened (and
+  again once open, without blocking) and reads as empty, as does a file it cannot open (no permission, a folder
+  where a file belongs, a symlink loop, an I/O error);
+- reads a file as long as it was when opened, and at most MAX_READ_BYTES of it (a config MAX_TOML_BYTES);
+- reads the streams in step order: rows out of order are put in place, a step written twice keeps its last row
+  (in_step_order), and the runs list's row is the highest step's, never merely the last line (last_step_row);
 - skips and counts every line that is not a JSON object with the fields its file needs (`parse_row`),
   a line longer than MAX_LINE_BYTES included, so one bad line never stops it;
 - reads NaN, Infinity and numbers beyond a float's range as null (missing): JSON has none of them, and
   the writer writes non-finite values as null, so charts never receive one;
 - reads config.toml that is not UTF-8, not TOML, or whose sections are not tables as what is left;
-- finds a run's last row and last state event from the end of its file, however long it is.
+- finds a run's highest step and last state event from the end of its file (its last MAX_READ_BYTES at most).
 What it could not read it says through `warn`, one line each, naming the file ("metrics.jsonl: cannot be
 read (permission denied); read as empty"); commands print them as `warning: RUN/...` on stderr.
 """
