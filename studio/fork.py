@@ -19,7 +19,7 @@ from grpo_studio.contract import config as cfgmod
 from grpo_studio.contract import rundir
 from grpo_studio.contract.config import Config
 from grpo_studio.contract.run_files import CHECKPOINTS, CONFIG, EVENTS, FORK, STATE_EVENTS, STREAMS, checkpoint_folders
-from grpo_studio.contract.run_reader import read_events
+from grpo_studio.contract.run_reader import read_bytes, read_events
 from grpo_studio.studio import launcher
 
 WEIGHT_KEYS = ("model.",)  # the model, its dtype, its LoRA: changes a checkpoint cannot carry into
@@ -87,7 +87,8 @@ def make(fork: Fork, runs_root: Path) -> Path:
 
 def parent_of(run_dir: Path) -> Path | None:
     """The run this one was forked from (fork.json), or None."""
+    text = read_bytes(Path(run_dir) / FORK, 1 << 20)  # a FIFO or a device is never opened
     try:
-        return Path(json.loads((Path(run_dir) / FORK).read_text())["parent"])
-    except (OSError, ValueError, KeyError, TypeError):
+        return Path(json.loads(text or b"")["parent"])
+    except (ValueError, KeyError, TypeError):
         return None
