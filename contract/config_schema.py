@@ -11,7 +11,15 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from grpo_studio.contract.config_bounds import MAX_COEF, MAX_SCALE, MAX_SECONDS, MAX_SEQUENCES, MAX_STEPS, opt
+from grpo_studio.contract.config_bounds import (
+    MAX_COEF,
+    MAX_SCALE,
+    MAX_SECONDS,
+    MAX_SEQUENCES,
+    MAX_STEPS,
+    MAX_TOKENS,
+    opt,
+)
 from grpo_studio.contract.config_training import AlgoConfig, ModelConfig, RolloutConfig, TrainConfig
 
 
@@ -89,7 +97,19 @@ class EnvConfig:
     )
     max_turns: int = opt(4, lo=1, hi=1000, help="most model turns per episode; each may call tools")
     tool_timeout_s: float = opt(
-        10.0, lo=0, hi=MAX_SECONDS, help="bound on one tool call or one step(); 0 = no bound; past it the episode ends"
+        10.0,
+        lo=0,
+        lo_open=True,
+        hi=MAX_SECONDS,
+        help="bound on each call into the environment: the constructor, reset, step, get_reward, one turn's tool "
+        "calls together; past it the episode ends",
+    )
+    max_result_chars: int = opt(
+        20_000,
+        lo=1,
+        hi=MAX_TOKENS * 100,
+        help="most characters of one environment answer (a turn's tool results, reset's or step's messages); "
+        "longer ones are cut, saying so, before anything tokenises them",
     )
 
 

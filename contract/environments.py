@@ -21,9 +21,10 @@ The turn shape, for environments that answer the model's text rather than its to
 
 One instance serves one episode: `reset` gets the dataset row's columns as keywords. `load(spec)` finds the
 class (a built-in name or `file.py:Class` / `module:Class`, as reward functions are named), makes one probe
-instance and checks it; everything wrong with the class is one UserError line naming env.environment before the
-first step. What goes wrong inside an episode (malformed tool calls, unknown tools, a tool that raises or times
-out, a wrong return type) ends that episode with a stop reason, never the run (engine/episodes.py).
+instance and checks it, guarded and time-bound (contract/user_code.py `guarded`); everything wrong with the class
+is one UserError line naming env.environment before the first step. A class with both public tools and `step` is
+refused as ambiguous. What goes wrong inside an episode (malformed tool calls, unknown tools, a tool that raises or
+times out, a wrong return type) ends that episode with a stop reason, never the run (engine/episodes.py).
 
 Pure python (no torch): the studio and `grpo-studio validate` check an environment without the engine.
 """
@@ -34,6 +35,7 @@ import inspect
 from dataclasses import dataclass, field
 
 from grpo_studio.contract import bundled, user_code
+from grpo_studio.contract.config_schema import EnvConfig
 from grpo_studio.contract.errors import UserError, describe
 
 KEY = "env.environment"
@@ -55,6 +57,7 @@ class Environment:
     shape: str  # "tools" (TRL's environment_factory) or "turns" (reset -> messages, step)
     tools: list[str] = field(default_factory=list)  # the tool methods' names (tools shape)
     has_reward: bool = False  # get_reward (tools shape) or step's reward (turns shape) scores an episode
+    schemas: list[dict] = field(default_factory=list)  # the tools' JSON schemas, as the chat template lists them
 
 
 def _fail(spec: str, why: str) -> UserError:
@@ -68,26 +71,52 @@ def resolve(spec: str) -> str:
     return spec
 
 
-def load(spec: str) -> Environment:
-    """The environment named by env.environment, checked on one probe instance."""
+def load(spec: str, timeout_s: float | None = None) -> Environment:
+    """The environment named by env.environment, checked on one probe instance. Its module's import, the
+    constructor and every check of the instance run guarded, within env.tool_timeout_s (timeout_s; None: its
+    default) each: whatever the class does there, SystemExit and a hang included, is one UserError line."""
     if ":" not in spec and spec not in BUILTIN:
         raise _fail(spec, f"allowed: {', '.join(BUILTIN)}, 'file.py:Class' or 'module:Class'")
-    factory = user_code.load(resolve(spec), key=KEY, kind="class", builtins="docs/environments.md")
+    timeout_s = EnvConfig().tool_timeout_s if timeout_s is None else timeout_s
+    bound = ("env.tool_timeout_s", timeout_s)
+    factory = user_code.load(resolve(spec), key=KEY, kind="class", builtins="docs/environments.md", bound=bound)
+    done = user_code.guarded(lambda: _check(spec, factory), timeout_s, describe)
+    if isinstance(done.error, UserError):
+        raise done.error
+    if done.error is not None:
+        raise _fail(spec, f"checking a probe instance raised {done.explained}")
+    if done.timed_out:
+        raise _fail(spec, f"making and checking a probe instance ran past env.tool_timeout_s = {timeout_s:g} s")
+    return done.value
+
+
+def _check(spec: str, factory) -> Environment:
+    """The probe instance made and its class checked (run guarded by `load`). Methods are looked up without
+    running the class's code (a property, __getattr__), so only the constructor and the tools' schemas run it."""
     try:
         instance = factory()
-    except Exception as err:  # noqa: BLE001 - the user's constructor: any failure is one line
+    except user_code.CallTimeout:
+        raise
+    except BaseException as err:  # noqa: BLE001 - the user's constructor: any failure, sys.exit() too, is one line
         raise _fail(spec, f"making an instance raised {describe(err)}") from None
     cls = type(instance)
-    if not callable(getattr(instance, "reset", None)):
+    if _method(spec, instance, "reset") is None:
         raise _fail(spec, f"{cls.__name__} has no reset method; an environment needs reset(**row)")
-    if callable(getattr(instance, "step", None)):
-        _check_arity(spec, cls, "step", 1)
-        return Environment(cls.__name__, factory, "turns", has_reward=True)
     tools = [
         name
         for name, _ in inspect.getmembers(cls, predicate=inspect.isfunction)  # on the class: properties stay unread
         if not name.startswith("_") and name not in RESERVED
     ]
+    if _method(spec, instance, "step") is not None:
+        if tools:
+            raise _fail(
+                spec,
+                f"{cls.__name__} has both tools ({', '.join(tools)}) and step(text), so its shape is ambiguous; "
+                f"allowed: tools (TRL's environment_factory) or reset/step, so rename step or make the other "
+                f"methods private (_name)",
+            )
+        _check_arity(spec, cls, "step", 1)
+        return Environment(cls.__name__, factory, "turns", has_reward=True)
     if not tools:
         raise _fail(
             spec,
@@ -97,10 +126,25 @@ def load(spec: str) -> Environment:
         problem = tool_schema_problem(getattr(instance, name))
         if problem:
             raise _fail(spec, f"tool {cls.__name__}.{name}: {problem}")
-    has_reward = callable(getattr(instance, "get_reward", None))
+    has_reward = _method(spec, instance, "get_reward") is not None
     if has_reward:
         _check_arity(spec, cls, "get_reward", 0)
-    return Environment(cls.__name__, factory, "tools", tools, has_reward)
+    env = Environment(cls.__name__, factory, "tools", tools, has_reward)
+    env.schemas = schemas(instance, env)
+    return env
+
+
+def _method(spec: str, instance, name: str):
+    """The method `name` of the instance as defined (None without one), read without running its code; an
+    attribute of that name that is not a method (a property, a number) is refused."""
+    found = inspect.getattr_static(instance, name, None)
+    if found is None or isinstance(found, (staticmethod, classmethod)) or inspect.isfunction(found):
+        return found
+    raise _fail(
+        spec,
+        f"{type(instance).__name__}.{name} is a {type(found).__name__}; allowed: a method "
+        f"(def {name}(self{', **row' if name == 'reset' else ', text' if name == 'step' else ''}))",
+    )
 
 
 def _check_arity(spec: str, cls, method: str, positional: int) -> None:

@@ -20,10 +20,19 @@ it (stop "length"), and environment messages that would leave no room for a mode
 "length"). A turn without its end-of-turn token never runs its tool calls. env.max_turns = N gives the model N
 turns and the environment N actions: the Nth turn's tool calls still run (get_reward sees them), their results
 are not shown. Each episode ends with one stop reason of contract/environments.py STOPS.
+
+Every call into the environment (the constructor, reset, step, get_reward, a turn's tools) runs guarded within
+env.tool_timeout_s, and what it returns becomes plain text, cut to env.max_result_chars, inside that bound
+(tool_calls.bounded). An episode the environment could not start (its constructor or reset failed, its prompt
+would not render or is longer than rollout.max_prompt_len) is a sample with no tokens at all, left out of its
+group's reward statistics; a rollout whose every episode the environment failed raises EveryEpisodeFailed, which
+the step counts as skipped (engine/skipped_steps.py). A get_reward that fails leaves its reward None and is a
+`reward_error`, as a reward function's failure is.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 import time
@@ -31,12 +40,13 @@ import time
 import torch
 
 from grpo_studio.contract import environments
-from grpo_studio.contract.environments import STOPS, Environment, schemas
-from grpo_studio.contract.errors import UserError
+from grpo_studio.contract.environments import STOPS, Environment
+from grpo_studio.contract.errors import UserError, describe
 from grpo_studio.engine import data, tool_calls, tool_template
 from grpo_studio.engine.prompt_render import is_conversational, refuse_longer, render_ids
+from grpo_studio.engine.rewards.runner import as_float
 from grpo_studio.engine.sampler.base import Rollout, Sampling
-from grpo_studio.engine.tool_calls import EpisodeEnds, bounded
+from grpo_studio.engine.tool_calls import EpisodeEnds, bounded, plain_messages, plain_text
 
 
 @dataclasses.dataclass
@@ -57,22 +67,35 @@ class Episode:
     failed_calls: int = 0  # of those: malformed, unknown, raised or timed out
     stop: str | None = None  # one of STOPS once it ended
     why: str = ""  # what ended it, in words
+    failed: bool = False  # ended by the environment's own failure (not the model's text, not a tool it called)
     reward: float | None = None  # turns shape: the sum of step()'s rewards
+    reward_error: tuple[str, str] | None = None  # get_reward's failure: (problem kind, message), as rewards report
     answer: str = ""  # the last model turn's text: what the reward functions score
     env_s: float = 0.0
+
+
+class EveryEpisodeFailed(Exception):
+    """The environment failed every episode of a rollout: nothing in it is worth training on."""
 
 
 class Episodes:
     """Episodes of one environment class through one sampler, rendered with one chat template."""
 
-    def __init__(self, env: Environment, tokenizer, template: str, env_cfg, max_tokens: int):
+    def __init__(self, env: Environment, tokenizer, template: str, env_cfg, max_tokens: int, max_prompt: int = 0):
         self.env, self.tokenizer, self.template, self.cfg = env, tokenizer, template, env_cfg
         self.max_tokens = max_tokens  # rollout.max_completion_len: model and environment tokens together
+        self.max_prompt = max_prompt  # rollout.max_prompt_len (0: unchecked), which the memory plan assumes
         self.eos = tokenizer.eos_token_id
 
     # ---- rendering ------------------------------------------------------------------------------
     def render(self, messages: list[dict], tools, generation: bool) -> list[int]:
-        return render_ids(self.tokenizer, messages, self.template, tools, generation)
+        """The ids of a conversation; a template or tokenizer that fails on it ends the episode."""
+        try:
+            return render_ids(self.tokenizer, messages, self.template, tools, generation)
+        except Exception as err:  # noqa: BLE001 - the user's template on the environment's messages
+            raise EpisodeEnds(
+                "error", f"the chat template could not render the conversation ({describe(err)})"
+            ) from None
 
     def env_ids(self, episode: Episode, turn: dict, replies: list[dict]) -> list[int]:
         """The environment's tokens after the model's turn: the render with its replies and the generation
@@ -89,46 +112,65 @@ class Episodes:
 
     # ---- an episode's start ---------------------------------------------------------------------
     def start(self, row: dict, prompt_column: str) -> Episode:
-        """A new episode of `row`: a fresh instance, reset with the row's columns (TRL's reset(**row))."""
-        instance = self.env.factory()
+        """A new episode of `row`: a fresh instance, reset with (a copy of) the row's columns (TRL's reset(**row)),
+        and its prompt rendered."""
+        limit = self.cfg.max_result_chars
+        episode = Episode(None, [], None)
+        episode.instance = instance = self._timed(episode, self.env.factory, "making an instance")
         if self.env.shape == "turns":
-            episode = Episode(instance, [], None)
-            messages = self._timed(episode, lambda: instance.reset(**row), "reset")
-            if not _is_messages(messages):
-                raise EpisodeEnds("error", f"reset returned {type(messages).__name__}, not a list of messages")
-            episode.messages = [dict(m) for m in messages]
-            return episode
-        prompt = row[prompt_column] if prompt_column in row else row["prompt"]
-        messages = [dict(m) for m in prompt] if is_conversational(prompt) else [{"role": "user", "content": prompt}]
-        episode = Episode(instance, messages, schemas(instance, self.env))
-        observation = self._timed(episode, lambda: instance.reset(**row), "reset")
-        if observation is not None:  # TRL: a string from reset is appended to the last user message
-            if not isinstance(observation, str):
-                raise EpisodeEnds("error", f"reset returned {type(observation).__name__}, not a string or None")
-            messages[-1] = {**messages[-1], "content": messages[-1]["content"] + observation}
+            reset = lambda: plain_messages(instance.reset(**copy.deepcopy(row)), "reset", limit)  # noqa: E731
+            episode.messages = self._timed(episode, reset, "reset")
+        else:
+            prompt = row[prompt_column] if prompt_column in row else row["prompt"]
+            messages = [dict(m) for m in prompt] if is_conversational(prompt) else [{"role": "user", "content": prompt}]
+            episode.messages, episode.tools = messages, self.env.schemas
+
+            def reset():  # TRL: a string from reset is appended to the last user message
+                observation = instance.reset(**copy.deepcopy(row))
+                return None if observation is None else plain_text(observation, "reset", limit)
+
+            observation = self._timed(episode, reset, "reset")
+            if observation is not None:
+                messages[-1] = {**messages[-1], "content": messages[-1]["content"] + observation}
+        episode.prompt_ids = self._rendered(episode, episode.messages, generation=True)
         return episode
 
-    def _timed(self, episode: Episode, fn, what: str):
+    def _timed(self, episode: Episode, fn, what: str, fails: bool = True):
+        """fn, a call into the environment, guarded and bounded; its failure is the environment's (unless
+        `fails` is False: get_reward's failure costs the episode its reward, not its tokens)."""
         start = time.perf_counter()
         try:
             return bounded(fn, self.cfg.tool_timeout_s, what)
+        except EpisodeEnds:
+            episode.failed = episode.failed or fails
+            raise
         finally:
             episode.env_s += time.perf_counter() - start
+
+    def _rendered(self, episode: Episode, messages: list[dict], generation: bool) -> list[int]:
+        try:
+            return self.render(messages, episode.tools, generation)
+        except EpisodeEnds:
+            episode.failed = True
+            raise
+
+    def _begin(self, row: dict, prompt_column: str) -> Episode:
+        """start(), or an episode that ended before the model's first turn: no tokens at all (nothing to train,
+        nothing the memory plan did not count), its stop reason and why."""
+        try:
+            episode = self.start(row, prompt_column)
+        except EpisodeEnds as end:
+            return Episode(None, [], None, stop=end.stop, why=str(end), failed=True)
+        if self.max_prompt and len(episode.prompt_ids) > self.max_prompt:
+            why = f"its prompt renders to {len(episode.prompt_ids)} tokens, over rollout.max_prompt_len = "
+            return Episode(None, [], None, stop="length", why=f"{why}{self.max_prompt}", failed=True)
+        return episode
 
     # ---- the episodes of one rollout ---------------------------------------------------------------
     def run(self, sampler, rows: list[dict], n: int, sampling: Sampling, prompt_column: str = "prompt"):
         """n episodes per row, turn by turn, every live episode's next turn in one generate call.
         Returns (Rollout over the completion spans, the episodes)."""
-        episodes = []
-        for row in rows:
-            for _ in range(n):
-                try:
-                    episodes.append(self.start(row, prompt_column))
-                except EpisodeEnds as end:  # a row the environment cannot start: an empty episode
-                    episodes.append(Episode(None, [], None, stop=end.stop, why=str(end)))
-        for episode in episodes:
-            if episode.stop is None:
-                episode.prompt_ids = self.render(episode.messages, episode.tools, generation=True)
+        episodes = [self._begin(row, prompt_column) for row in rows for _ in range(n)]
         model_s, turn = 0.0, 0
         live = [e for e in episodes if e.stop is None]
         while live:
@@ -178,8 +220,8 @@ class Episodes:
             return
         try:
             env_ids = self.env_ids(episode, turn, replies)
-        except EpisodeEnds as end:
-            episode.stop, episode.why = end.stop, str(end)
+        except EpisodeEnds as end:  # the template or tokenizer could not carry the environment's messages
+            episode.stop, episode.why, episode.failed = end.stop, str(end), True
             return
         if len(episode.ids) + len(env_ids) >= self.max_tokens:  # no room left for a model token: rolled back
             episode.stop = "length"
@@ -195,17 +237,27 @@ class Episodes:
 
     def _respond(self, episode: Episode, text: str, ids: list[int]) -> tuple[list[dict], bool]:
         """The environment's answer to a finished model turn: (messages to the model, episode done)."""
-        instance = episode.instance
+        instance, limit = episode.instance, self.cfg.max_result_chars
         if self.env.shape == "turns":
-            result = self._timed(episode, lambda: instance.step(text), "step")
-            if not (isinstance(result, tuple) and len(result) == 4 and _is_messages(result[0])):
-                raise EpisodeEnds("error", "step must return (messages, done, reward or None, info)")
-            replies, done, reward, _info = result
+
+            def step():
+                result = instance.step(text)
+                if not (isinstance(result, tuple) and len(result) == 4):
+                    raise EpisodeEnds("error", "step must return (messages, done, reward or None, info)")
+                replies, done, reward, _info = result
+                number, _, what = as_float(reward)
+                if what:
+                    raise EpisodeEnds("error", f"step returned a reward of type {type(reward).__name__} ({what})")
+                return plain_messages(replies, "step", limit), bool(done), number
+
+            replies, done, reward = self._timed(episode, step, "step")
             if reward is not None:
-                if not isinstance(reward, (int, float)) or not math.isfinite(reward):
-                    raise EpisodeEnds("error", f"step returned the reward {reward!r}, not a finite number")
-                episode.reward = (episode.reward or 0.0) + float(reward)
-            return [dict(m) for m in replies], bool(done)
+                total = (episode.reward or 0.0) + reward
+                if not math.isfinite(total):
+                    episode.failed = True
+                    raise EpisodeEnds("error", "the sum of step's rewards is too large for a float")
+                episode.reward = total
+            return replies, done
         start, calls = time.perf_counter(), None
         try:
             before = episode.prompt_ids + episode.ids[: len(episode.ids) - len(ids)]  # the turn's context
@@ -213,7 +265,8 @@ class Episodes:
             if not calls:
                 episode.why = "the model answered without a tool call"
                 return [], True
-            return tool_calls.run_calls(instance, self.env.tools, calls, self.cfg.tool_timeout_s, episode.calls), False
+            timeout = self.cfg.tool_timeout_s
+            return tool_calls.run_calls(instance, self.env.tools, calls, timeout, limit, episode.calls), False
         except EpisodeEnds:
             episode.failed_calls += 1
             raise
@@ -223,17 +276,27 @@ class Episodes:
 
     def _score(self, episode: Episode) -> None:
         """The environment's reward of a finished episode: get_reward() (tools shape) or the sum of step()'s
-        rewards, 0 when it gave none (turns shape)."""
+        rewards, 0 when it gave none (turns shape). A get_reward that fails leaves it None, with the problem
+        recorded for its reward_error (reward_problems)."""
         if episode.instance is None or not self.env.has_reward:
             return
         if self.env.shape == "turns":
             episode.reward = episode.reward or 0.0
             return
+        instance = episode.instance
+
+        def get_reward():
+            value = instance.get_reward()
+            number, kind, what = as_float(value)
+            return number, kind, f"get_reward returned {type(value).__name__} ({what})"
+
         try:
-            value = self._timed(episode, episode.instance.get_reward, "get_reward")
-            episode.reward = float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
-        except EpisodeEnds:
-            episode.reward = None
+            episode.reward, kind, message = self._timed(episode, get_reward, "get_reward", fails=False)
+        except EpisodeEnds as end:
+            episode.reward_error = ("timeout" if end.stop == "timeout" else "exception", str(end))
+            return
+        if kind:
+            episode.reward_error = (kind, message)
 
     def _rollout(self, episodes: list[Episode], seconds: float) -> Rollout:
         width = max([1, *(len(e.ids) for e in episodes)])
@@ -246,15 +309,9 @@ class Episodes:
             completion_ids=torch.tensor(padded([e.ids for e in episodes], pad), dtype=torch.long),
             mask=torch.tensor(padded([e.mask for e in episodes], 0.0)),
             logprobs=torch.tensor(padded([e.logprobs for e in episodes], 0.0), dtype=torch.float32),
-            truncated=torch.tensor([e.stop == "length" for e in episodes]),
+            truncated=torch.tensor([e.stop == "length" and e.turns > 0 for e in episodes]),
             seconds=seconds,
         )
-
-
-def _is_messages(value) -> bool:
-    return isinstance(value, list) and all(
-        isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in value
-    )
 
 
 def metrics(episodes: list[Episode], tools: list[str], model_s: float) -> dict:
@@ -276,12 +333,34 @@ def metrics(episodes: list[Episode], tools: list[str], model_s: float) -> dict:
     return out
 
 
+def reward_problems(episodes: list[Episode]) -> dict[str, list]:
+    """get_reward's failures in one rollout as reward functions' problems are reported (rewards/runner.py
+    report): {kind: [(sample, message, None), ...]}, the first message saying how many samples it cost."""
+    problems: dict[str, list] = {}
+    for i, episode in enumerate(episodes):
+        if episode.reward_error:
+            problems.setdefault(episode.reward_error[0], []).append((i, episode.reward_error[1], None))
+    for items in problems.values():
+        i, message, _ = items[0]
+        items[0] = (i, f"{message} (sample {i}; {len(items)} of {len(episodes)} samples set to None)", None)
+    return problems
+
+
+def every_episode_failed(episodes: list[Episode]) -> str | None:
+    """Why, when the environment failed every episode of a rollout (the first one's why); else None."""
+    if episodes and all(e.failed for e in episodes):
+        return f"every episode ({len(episodes)}) failed in the environment, the first: {episodes[0].why}"
+    return None
+
+
 def make(cfg, tokenizer, rows: list[dict]) -> Episodes | None:
     """The run's episodes (None without env.environment): the environment class and the chat template
-    checked, and every row's first prompt measured against rollout.max_prompt_len, before weights load."""
+    checked, and the rows' first prompts measured against rollout.max_prompt_len, before weights load. The
+    measuring takes env.tool_timeout_s in all (plus the call under way): the rows it leaves are measured as their
+    episodes start."""
     if not cfg.env.environment:
         return None
-    env = environments.load(cfg.env.environment)
+    env = environments.load(cfg.env.environment, cfg.env.tool_timeout_s)
     if not cfg.rewards.funcs and not env.has_reward:
         raise UserError(
             f"{env.name} has no get_reward(), so nothing scores its episodes; give a reward function",
@@ -289,13 +368,15 @@ def make(cfg, tokenizer, rows: list[dict]) -> Episodes | None:
             value=[],
         )
     template = tool_template.choose(tokenizer, cfg.data)
-    episodes = Episodes(env, tokenizer, template, cfg.env, cfg.rollout.max_completion_len)
-    longest = 0
+    episodes = Episodes(env, tokenizer, template, cfg.env, cfg.rollout.max_completion_len, cfg.rollout.max_prompt_len)
+    longest, deadline = 0, time.monotonic() + cfg.env.tool_timeout_s
     for row in rows:
+        if time.monotonic() > deadline:
+            break
         try:
             episode = episodes.start(row, cfg.data.prompt_column)
         except EpisodeEnds:  # that row's episodes will end at once, with their stop reason
             continue
-        longest = max(longest, len(episodes.render(episode.messages, episode.tools, generation=True)))
+        longest = max(longest, len(episode.prompt_ids))
     refuse_longer(longest, cfg.rollout.max_prompt_len, "the longest episode prompt (tools listed)")
     return episodes

@@ -28,6 +28,7 @@ from grpo_studio.contract import metrics as schema
 from grpo_studio.contract.config import Config
 from grpo_studio.engine import data, flops, policy_loader, zero_advantage
 from grpo_studio.engine.batching import micro_batches, spans, token_budget_batches, trim
+from grpo_studio.engine.episodes import EveryEpisodeFailed
 from grpo_studio.engine.faults import out_of_memory
 from grpo_studio.engine.logprobs import token_logprobs, use_shared_prefix
 from grpo_studio.engine.losses import LossInputs, policy_loss
@@ -157,8 +158,9 @@ class GRPOStep:
             # 1-2. Rollout (μ) → rewards → group-relative advantages; the steps that will train on it.
             try:
                 self.batch = self.rollouts.next(self.step_no, self.policy_version)
-            except NonFiniteSampling as err:  # nothing to train on: a skipped step (one rank's: on every rank)
-                self.skips.judge(self.step_no + 1, str(err), self.cfg.train)
+            except (NonFiniteSampling, EveryEpisodeFailed) as err:  # nothing to train on: a skipped step (every rank)
+                environment = self.cfg.env.environment if isinstance(err, EveryEpisodeFailed) else ""
+                self.skips.judge(self.step_no + 1, str(err), self.cfg.train, environment)
                 self.step_no += 1
                 return {**common_metrics(self, times.start), "loss": math.nan, "grad_norm": math.nan}
             times.rollout_s = time.perf_counter() - times.start

@@ -17,10 +17,11 @@ from grpo_studio.engine import data, dynamic_sampling, prompt_render, sample_row
 from grpo_studio.engine import rewards as reward_lib
 from grpo_studio.engine.advantages import compute_advantages
 from grpo_studio.engine.batching import join_prompt_completion
-from grpo_studio.engine.episodes import Episodes
+from grpo_studio.engine.episodes import Episodes, EveryEpisodeFailed, every_episode_failed, reward_problems
 from grpo_studio.engine.episodes import metrics as episode_metrics
 from grpo_studio.engine.faults import out_of_memory
 from grpo_studio.engine.losses import LossInputs
+from grpo_studio.engine.rewards.runner import report as report_problems
 from grpo_studio.engine.sampler import Sampling
 from grpo_studio.engine.sampler.base import Rollout
 
@@ -168,6 +169,10 @@ class Rollouts:
         table = self.score(self.reward_fns, request["rows"], G, texts)
         if episodes and self.episodes.env.has_reward:
             table = [[*scores, math.nan if e.reward is None else e.reward] for scores, e in zip(table, episodes)]
+            state = getattr(self.reward_fns, "seen", None)
+            report_problems(self.episodes.env.name, reward_problems(episodes), state, self._reward_error)
+        if episodes:  # an episode the environment never started is no sample of its group: unscored
+            table = [[math.nan] * len(scores) if e.turns == 0 else scores for scores, e in zip(table, episodes)]
         return dynamic_sampling.Scored(request, out, waited, texts, table, per_prompt)
 
     def _request(self, at_step: int, round_no: int = 0) -> dict:
@@ -211,6 +216,9 @@ class Rollouts:
                     request["sampling"],
                     self.cfg.data.prompt_column,
                 )
+                failed = every_episode_failed(episodes)
+                if self.dist.any(failed is not None):  # nothing to train on: a skipped step, on every rank
+                    raise EveryEpisodeFailed(failed or "the environment failed every episode on another rank")
                 request.update(episodes=episodes, prompt_ids=[e.prompt_ids for e in episodes])
                 request["prompts"] = self.tokenizer.batch_decode(request["prompt_ids"])
             else:

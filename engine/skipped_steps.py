@@ -1,8 +1,9 @@
-"""Bad steps, and when they end the run. A step is bad when it was skipped for non-finite numbers, or when it
-collapsed: taken, yet its reward and its gradient are both exactly 0 after earlier steps had a signal (a model
-that a huge learning rate has broken samples nothing that scores, and nothing is left to learn from, all finite).
-train.max_bad_steps bad steps in a row end the run: a `diverged` or `collapsed` event names the cause and the last
-good checkpoint, which a resume starts from (engine/trainer.py); the step that ends it still writes its row.
+"""Bad steps, and when they end the run. A step is bad when it was skipped (for non-finite numbers, or because the
+environment failed every episode of its rollout: engine/episodes.py), or when it collapsed: taken, yet its reward and
+its gradient are both exactly 0 after earlier steps had a signal (a model that a huge learning rate has broken samples
+nothing that scores, and nothing is left to learn from, all finite). train.max_bad_steps bad steps in a row end the
+run: a `diverged`, `environment_failed` or `collapsed` event names the cause and the last good checkpoint, which a
+resume starts from (engine/trainer.py); the step that ends it still writes its row.
 """
 
 from __future__ import annotations
@@ -47,29 +48,28 @@ class SkippedSteps:
         self.collapse_streak = counters.get("collapse_streak", 0)  # checkpoints written before collapse detection
         self.signal_seen = bool(counters.get("signal_seen", 0))
 
-    def judge(self, step: int, skipped: str | None, train: TrainConfig) -> None:
+    def judge(self, step: int, skipped: str | None, train: TrainConfig, environment: str = "") -> None:
         """Count step `step`: taken (skipped None), or skipped for the reason given, with a `skipped_step`
-        event. train.max_bad_steps skipped in a row means the run diverged."""
+        event. train.max_bad_steps skipped in a row means the run diverged, or, when the last was skipped because
+        the environment (env.environment = `environment`) failed every episode, that the environment failed."""
         if skipped is None:
             self.bad_streak = 0
             return
         self.bad_steps += 1
         self.bad_streak += 1
-        self.rundir.event(
-            "skipped_step",
-            f"{skipped} at step {step}: step skipped, loss scale now {self.scaler.get_scale():g}",
-            step=step,
-            cause=skipped,
-        )
-        if train.max_bad_steps and self.bad_streak >= train.max_bad_steps:
-            self._end(
-                "diverged",
-                step,
-                self.bad_streak,
-                f"all skipped (train.max_bad_steps = {train.max_bad_steps}), the last for {skipped}",
-                train,
-                cause=skipped,
-            )
+        message = f"{skipped} at step {step}: step skipped, loss scale now {self.scaler.get_scale():g}"
+        if environment:
+            message = f"step {step} skipped: {skipped}"
+        self.rundir.event("skipped_step", message, step=step, cause=skipped)
+        if not (train.max_bad_steps and self.bad_streak >= train.max_bad_steps):
+            return
+        last = f"because {skipped}" if environment else f"for {skipped}"
+        what = f"all skipped (train.max_bad_steps = {train.max_bad_steps}), the last {last}"
+        if environment:
+            advice = f"fix env.environment = {environment!r} (docs/environments.md), then --resume"
+            self._end("environment_failed", step, self.bad_streak, what, train, advice, cause=skipped)
+        else:
+            self._end("diverged", step, self.bad_streak, what, train, cause=skipped)
 
     def judge_collapse(self, step: int, reward: float | None, grad_norm: float, train: TrainConfig) -> None:
         """Count taken step `step` as collapsed when its mean reward and its gradient norm are both exactly 0 after
@@ -92,16 +92,14 @@ class SkippedSteps:
                 train,
             )
 
-    def _end(self, kind: str, step: int, streak: int, what: str, train: TrainConfig, **extra) -> None:
-        """The `diverged` / `collapsed` event and the error that ends the run. The last good checkpoint is the newest
-        whose weights then trained a good step: saved before the step before the streak."""
+    def _end(self, kind: str, step: int, streak: int, what: str, train: TrainConfig, advice: str = "", **extra) -> None:
+        """The `diverged` / `collapsed` / `environment_failed` event and the error that ends the run. The last good
+        checkpoint is the newest whose weights then trained a good step: saved before the step before the streak."""
         first = step - streak + 1
         last_good = last_checkpoint(self.rundir.dir, first - 2)
         steps = f"step {step}" if first == step else f"steps {first}-{step}"
-        why = (
-            f"{kind}: {steps} {what}; last good checkpoint: {last_good or 'none'}; try a lower train.lr "
-            f"(now {train.lr:g}); --resume starts from the last good checkpoint"
-        )
+        advice = advice or f"try a lower train.lr (now {train.lr:g}); --resume starts from the last good checkpoint"
+        why = f"{kind}: {steps} {what}; last good checkpoint: {last_good or 'none'}; {advice}"
         self.rundir.event(
             kind,
             why,

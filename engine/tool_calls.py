@@ -1,23 +1,28 @@
-"""Tool calls in a model turn: found in its text, run with a time bound, every failure a stop reason.
+"""Tool calls in a model turn: found in its text, run guarded with a time bound, every failure a stop reason.
 
 A turn's calls are read with the tokenizer's own response parser where its chat template has one
 (transformers' `parse_response`, e.g. Qwen's), else from `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`
 tags (the format of presets/templates/chatml_tools.jinja, and Hermes/Qwen's). Nothing a model writes or a tool
-does stops the run: a malformed call, an unknown tool, a tool that raises and one that outlives
+does stops the run: a malformed call, an unknown tool, a tool that raises (SystemExit too) and one that outlives
 env.tool_timeout_s each end the episode with a stop reason (contract/environments.py STOPS).
+
+The parser is total and linear in the text: JSON nested past Python's recursion limit, an integer past its digit
+limit, a lone surrogate (\\ud800) and thousands of openers all end in calls or EpisodeEnds, never an exception
+of their own. What the environment hands back (a tool's result, reset's and step's messages) becomes plain text
+here, inside the guard: its `__str__` is the user's code, cut to env.max_result_chars before anything tokenises
+it, and text a tokenizer cannot take (a lone surrogate) ends the episode.
 """
 
 from __future__ import annotations
 
 import json
-import re
-import threading
 from dataclasses import dataclass
 
+from grpo_studio.contract import user_code
 from grpo_studio.contract.errors import describe
 
-CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
-OPEN = "<tool_call>"
+OPEN, CLOSE = "<tool_call>", "</tool_call>"
+MAX_ROLE_CHARS = 64  # a message's role is a word the chat template knows
 
 
 @dataclass
@@ -47,20 +52,35 @@ def parse(
                 message = tokenizer.parse_response(ids, prefix=prefix or [], tools=tools)
             else:  # the legacy response_schema
                 message = tokenizer.parse_response(ids)
+            calls = [c.get("function", c) for c in (message or {}).get("tool_calls") or []]
         except Exception as err:  # noqa: BLE001 - transformers' parser on model-written text: any failure
             raise EpisodeEnds("error", f"malformed tool call ({describe(err)})") from None
-        calls = [c.get("function", c) for c in (message or {}).get("tool_calls") or []]
         return [_checked(c) for c in calls]
-    found = CALL.findall(text)
-    if not found and OPEN in text:
+    return [_checked(_json(body)) for body in _tagged(text)]
+
+
+def _tagged(text: str) -> list[str]:
+    """The bodies of the <tool_call>…</tool_call> tags, each from an opener to the first closer after it: one
+    pass over the text (a lazy regex would rescan the rest of the text from every opener)."""
+    bodies, at = [], 0
+    while (start := text.find(OPEN, at)) >= 0:
+        end = text.find(CLOSE, start + len(OPEN))
+        if end < 0:  # an opener without a closer after it: no further call can close either
+            break
+        bodies.append(text[start + len(OPEN) : end])
+        at = end + len(CLOSE)
+    if not bodies and OPEN in text:
         raise EpisodeEnds("error", "malformed tool call: <tool_call> without </tool_call>")
-    calls = []
-    for body in found:
-        try:
-            calls.append(_checked(json.loads(body)))
-        except json.JSONDecodeError as err:
-            raise EpisodeEnds("error", f"malformed tool call: not JSON ({err.msg} at char {err.pos})") from None
-    return calls
+    return bodies
+
+
+def _json(body: str):
+    try:
+        return json.loads(body)
+    except json.JSONDecodeError as err:
+        raise EpisodeEnds("error", f"malformed tool call: not JSON ({err.msg} at char {err.pos})") from None
+    except (ValueError, RecursionError) as err:  # an integer past Python's digit limit; nesting past recursion's
+        raise EpisodeEnds("error", f"malformed tool call: JSON Python cannot read ({describe(err)})") from None
 
 
 def _has_parser(tokenizer) -> bool:
@@ -70,52 +90,135 @@ def _has_parser(tokenizer) -> bool:
 def _checked(call) -> Call:
     if not isinstance(call, dict) or not isinstance(call.get("name"), str):
         raise EpisodeEnds("error", 'malformed tool call: expected {"name": <tool name>, "arguments": {...}}')
+    name = call["name"]
     arguments = call.get("arguments", {})
     if isinstance(arguments, str):  # some templates carry the arguments as a JSON string
         try:
-            arguments = json.loads(arguments)
-        except json.JSONDecodeError:
+            arguments = _json(arguments)
+        except EpisodeEnds:
             arguments = None
     if not isinstance(arguments, dict):
-        raise EpisodeEnds("error", f"malformed tool call to {call['name']!r}: arguments must be a JSON object")
-    return Call(call["name"], arguments)
+        raise EpisodeEnds("error", f"malformed tool call to {name[:80]!r}: arguments must be a JSON object")
+    surrogate = _lone_surrogate([name, arguments])
+    if surrogate:
+        raise EpisodeEnds("error", f"malformed tool call to {name[:80]!r}: {surrogate}")
+    return Call(name, arguments)
 
 
-def bounded(fn, timeout_s: float, what: str):
-    """fn() within timeout_s seconds (0 = no bound). Its exception, or running past the bound, is
-    EpisodeEnds: "error" or "timeout". A call past its bound is left to finish on a daemon thread (Python cannot
-    stop a thread); its result is never read."""
-    if not timeout_s:
-        try:
-            return fn()
-        except Exception as err:  # noqa: BLE001 - user code
-            raise EpisodeEnds("error", f"{what} raised {describe(err)}") from None
-    box: dict = {}
+def _lone_surrogate(value) -> str | None:
+    """Where a string inside JSON data holds a lone surrogate (JSON's "\\ud800" escape), which no tokenizer can
+    encode; None when every string is text. Iterative: the data may be nested as deep as JSON allows."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            problem = unencodable(item)
+            if problem:
+                return problem
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return None
 
-    def run():
-        try:
-            box["value"] = fn()
-        except BaseException as err:  # noqa: BLE001 - carried to the caller's thread
-            box["error"] = err
 
-    worker = threading.Thread(target=run, daemon=True, name=f"grpo-studio {what}")
-    worker.start()
-    worker.join(timeout_s)
-    if worker.is_alive():
+def unencodable(text: str) -> str | None:
+    """Why `text` cannot be encoded (a lone surrogate, and where), or None."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        return f"a lone surrogate (\\u{ord(text[err.start]):04x}) at character {err.start}, which no tokenizer encodes"
+    return None
+
+
+def bounded(fn, timeout_s: float, what):
+    """fn() guarded (contract/user_code.py) within timeout_s seconds: what it raises, SystemExit and
+    KeyboardInterrupt included, or running past the bound is EpisodeEnds "error" or "timeout". Converting what it
+    returns belongs in fn, so that is bounded too. `what` names the call in the message (or says it, once fn ran)."""
+    done = user_code.guarded(fn, timeout_s, lambda err: err.args[0] if isinstance(err, EpisodeEnds) else describe(err))
+    what = what() if callable(what) else what
+    if done.timed_out:
         raise EpisodeEnds("timeout", f"{what} ran past env.tool_timeout_s = {timeout_s:g} s")
-    if "error" in box:
-        raise EpisodeEnds("error", f"{what} raised {describe(box['error'])}")
-    return box["value"]
+    if isinstance(done.error, EpisodeEnds):  # fn's own verdict on what the environment returned
+        raise EpisodeEnds(done.error.stop, done.explained)
+    if done.error is not None:
+        raise EpisodeEnds("error", f"{what} raised {done.explained}")
+    return done.value
 
 
-def run_calls(instance, tools: list[str], calls: list[Call], timeout_s: float, counts: dict) -> list[dict]:
-    """The tool messages answering `calls`, each run within timeout_s; counts[name] += 1 per call made."""
-    messages = []
+def _plain(value, what: str) -> str:
+    """A string the environment returned, as a plain str (a subclass's overrides are the user's code)."""
+    if not isinstance(value, str):
+        raise EpisodeEnds("error", f"{what} returned {type(value).__name__}, not a string")
+    return str.__str__(value)
+
+
+def _fit(text: str, what: str, limit: int) -> str:
+    """text cut to `limit` characters (env.max_result_chars), saying so; text a tokenizer cannot encode ends the
+    episode."""
+    if len(text) > limit:
+        text = f"{text[:limit]}... [{len(text)} characters, cut to env.max_result_chars = {limit}]"
+    problem = unencodable(text)
+    if problem:
+        raise EpisodeEnds("error", f"{what} returned text with {problem}")
+    return text
+
+
+def plain_text(value, what: str, limit: int) -> str:
+    """What the environment returned as text (reset's observation), plain and cut to `limit` characters. Runs
+    inside the guard."""
+    return _fit(_plain(value, what), what, limit)
+
+
+def plain_messages(value, what: str, limit: int) -> list[dict]:
+    """The environment's messages as plain {"role", "content"} dicts (and a tool message's "name"), their
+    contents together cut to `limit` characters: the content that passes it is cut there and the messages after
+    it are dropped. Runs inside the guard (dict and str subclasses are the user's code)."""
+    if not isinstance(value, list) or not all(
+        isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in value
+    ):
+        raise EpisodeEnds(
+            "error", f'{what} returned {type(value).__name__}, not a list of messages {{"role": ..., "content": ...}}'
+        )
+    messages, left = [], limit
+    for m in value:
+        message = {"role": _plain(m["role"], what), "content": _plain(m["content"], what)}
+        if isinstance(m.get("name"), str):
+            message["name"] = _plain(m["name"], what)
+        for key in ("role", "name"):
+            if len(message.get(key, "")) > MAX_ROLE_CHARS:
+                raise EpisodeEnds("error", f"{what} returned a message whose {key} is over {MAX_ROLE_CHARS} characters")
+            _fit(message.get(key, ""), what, MAX_ROLE_CHARS)
+        full = len(message["content"])
+        message["content"] = _fit(message["content"], what, left)
+        messages.append(message)
+        if full > left:  # the messages after the cut are dropped
+            break
+        left -= full
+    return messages
+
+
+def run_calls(instance, tools: list[str], calls: list[Call], timeout_s: float, limit: int, counts: dict) -> list[dict]:
+    """The tool messages answering `calls`, all of them run guarded within timeout_s together (a turn of many
+    calls cannot multiply the bound), each result made plain text and cut so that they hold `limit` characters
+    together; counts[name] += 1 per call begun."""
     for call in calls:
         if call.name not in tools:
-            raise EpisodeEnds("error", f"unknown tool {call.name!r}; tools: {', '.join(tools)}")
-        counts[call.name] = counts.get(call.name, 0) + 1
-        method = getattr(instance, call.name)
-        result = bounded(lambda: method(**call.arguments), timeout_s, f"tool {call.name}")  # noqa: B023 - run now
-        messages.append({"role": "tool", "name": call.name, "content": str(result)})
-    return messages
+            raise EpisodeEnds("error", f"unknown tool {call.name[:80]!r}; tools: {', '.join(tools)}")
+    started: list[str] = []  # the calls begun, in order: the last one is the one that failed
+
+    def run() -> list[dict]:
+        messages, left = [], limit
+        for call in calls:
+            started.append(call.name)
+            text = _plain(str(getattr(instance, call.name)(**call.arguments)), f"tool {call.name}")
+            messages.append({"role": "tool", "name": call.name, "content": _fit(text, f"tool {call.name}", left)})
+            left = max(0, left - len(text))
+        return messages
+
+    try:
+        return bounded(run, timeout_s, lambda: f"tool {started[-1]}" if started else "a tool")
+    finally:
+        for name in started:
+            counts[name] = counts.get(name, 0) + 1

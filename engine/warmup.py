@@ -22,7 +22,6 @@ from dataclasses import dataclass
 import torch
 
 from grpo_studio.contract.config import Config
-from grpo_studio.contract.environments import schemas
 from grpo_studio.contract.errors import UserError
 from grpo_studio.engine import data, policy_loader, prompt_render
 from grpo_studio.engine.precision import LossScaler
@@ -74,7 +73,7 @@ def prepare(cfg: Config, tokenizer, episodes) -> list[Example]:
         columns = ", ".join(rows[0]) if rows else "no rows"
         raise _err(source, f"needs a `messages` column of whole conversations; found: {columns}")
     if episodes:  # the episodes' template, with the environment's tools listed as in every episode
-        template, tools = episodes.template, schemas(episodes.env.factory(), episodes.env)
+        template, tools = episodes.template, episodes.env.schemas or None
     else:
         template, tools = prompt_render.custom_template(cfg.data), None
 

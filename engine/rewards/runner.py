@@ -112,7 +112,7 @@ def _shown(value) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def _as_float(value):
+def as_float(value):
     """(float or None, problem kind or None, what is wrong)."""
     if value is None:
         return None, None, None
@@ -156,7 +156,7 @@ def _convert(result, n: int) -> tuple[list, dict]:
         return values, problems
     bad: dict[str, list] = {}
     for i, value in enumerate(result):
-        number, kind, what = _as_float(value)
+        number, kind, what = as_float(value)
         values[i] = number
         if kind:
             bad.setdefault(kind, []).append((i, value, what))
@@ -222,6 +222,13 @@ def call_reward(
     else:
         values, problems = result
 
+    report(name, problems, state, on_error)
+    return values
+
+
+def report(name: str, problems: dict[str, list], state: dict | None, on_error) -> None:
+    """One on_error per kind of problem: {kind: [(sample, message, traceback), ...]}, the first item's message
+    said, its count and the running total per (name, kind) in `state`; a traceback only the first time."""
     for kind, items in problems.items():
         if not on_error:
             continue
@@ -239,7 +246,6 @@ def call_reward(
             on_error(name, message, sample, **fields)
         except Exception:  # reporting must not stop training either
             pass
-    return values
 
 
 SUM_NAME = "rewards.weights"  # the `function` of a reward_error about a sample's weighted sum
