@@ -117,7 +117,7 @@ def test_data_file_mistakes_are_one_exact_line(tmp_path):
         ),
         (
             data_cfg(ragged, "data.prompt_column=text"),
-            f"config error: data.prompt_column = 'text': no such column in {ragged}; columns: question, answer, None",
+            f"config error: data.source = '{ragged}': row 1 has more fields than the header's 2",
         ),
         (
             data_cfg(f"{tmp_path}/{LONG}.jsonl"),
