@@ -1,6 +1,7 @@
 """The run's life around the GRPO step (engine/grpo_step.py): one `Trainer` per run directory.
 
-Trainer(cfg, run_dir)   lock the directory → rewards, data, tokenizer, prompt lengths → policy → GRPOStep
+Trainer(cfg, run_dir)   signals heard (_Signals) → lock the directory → rewards, data, tokenizer, prompt lengths
+                        → policy → GRPOStep; a stop meanwhile: `stopped`, StoppedLoading
 run()                   [resume: the newest trustworthy checkpoint, the streams cut back to its step]
                         `started` → (eval before training) → step → (eval) → metrics row → (checkpoint) …
                         → last checkpoint → `finished` | `stopped` (SIGTERM / SIGINT) | UserError
