@@ -255,7 +255,7 @@ def two_headers(tmp: Path) -> str | None:
     return None if (answer.status, body) == (401, {"error": NO_SECRET}) else f"HTTP {answer.status} {body}"
 
 
-def _serve_argv(tmp: Path, *args: str) -> list[str]:
+def _serve_argv(*args: str) -> list[str]:
     return [sys.executable, "-m", "grpo_studio.cli.main", "rollout-serve", "tiny-arith", *ROLLOUT, *args]
 
 
@@ -266,7 +266,7 @@ def serve_refused(args: list[str], env: dict, want: str, prepare: Callable[[Path
     def check(tmp: Path) -> str | None:
         if prepare:
             prepare(tmp)
-        argv = [a.replace("{tmp}", str(tmp)) for a in _serve_argv(tmp, *args)]
+        argv = [a.replace("{tmp}", str(tmp)) for a in _serve_argv(*args)]
         environ = {k: v for k, v in os.environ.items() if k != "GRPO_STUDIO_ROLLOUT_SECRET"} | env
         done = subprocess.run(
             argv, capture_output=True, text=True, timeout=120, env=environ, cwd=tmp, stdin=subprocess.DEVNULL
@@ -306,7 +306,7 @@ def real_server_holds(tmp: Path) -> str | None:
     port = _closed_port()
     log = open(tmp / "server.log", "wb")
     process = subprocess.Popen(
-        _serve_argv(tmp, "--port", str(port), "--secret-file", str(secret)),
+        _serve_argv("--port", str(port), "--secret-file", str(secret)),
         stdout=log,
         stderr=subprocess.STDOUT,
         cwd=tmp,
