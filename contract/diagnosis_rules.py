@@ -57,6 +57,7 @@ from grpo_studio.contract.diagnosis import (
     twice,
     windows,
 )
+from grpo_studio.contract.dtypes import DTYPES
 from grpo_studio.contract.metrics import fmt
 from grpo_studio.contract.run_reader import Warn, as_number
 
@@ -300,8 +301,8 @@ def mismatch_level(run: RunView) -> Finding | None:
     key, value = (
         ("rollout.dtype", model)
         if rollout not in ("", model)
-        else ("model.dtype", "fp16")
-        if precision == "bf16"
+        else ("model.dtype", DTYPES[precision].less_mismatch)
+        if DTYPES[precision].less_mismatch
         else ("algo.is_level", "sequence")
     )
     return Finding(

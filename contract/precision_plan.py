@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from grpo_studio.contract.dtypes import DTYPES
+from grpo_studio.contract.dtypes import DTYPES, FP32, quantised
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,10 @@ class PrecisionPlan:
     rollout_compute: str
     loss_scaling: bool  # the fp16 dynamic loss scaler is on
     warning: str | None  # one line when the two sides compute differently, else None
+    weights: str  # the torch dtype the trainer stores the policy in (a full fine-tune's fp32 masters)
+    autocast: str | None  # the torch dtype a full fine-tune's forward computes in under torch.autocast; None: none
+    base: str  # the torch dtype of the base weights (LoRA's frozen base, an export's merge)
+    sampler: str  # the torch dtype the sampler holds its weights in (vLLM's dtype=; fp8 quantises bf16)
 
 
 def fp8_sides(model_dtype: str, rollout_dtype: str | None, flow: str | None = "auto") -> tuple[bool, bool]:
@@ -44,7 +48,7 @@ def fp8_sides(model_dtype: str, rollout_dtype: str | None, flow: str | None = "a
       rollout_only  only the rollout quantises; the trainer runs its BF16 master weights.
     """
     rollout_dtype = rollout_dtype or model_dtype
-    want_train, want_rollout = model_dtype == "fp8", rollout_dtype == "fp8"
+    want_train, want_rollout = quantised(model_dtype), quantised(rollout_dtype)
     if not (want_train or want_rollout) or flow in (None, "", "auto"):
         return want_train, want_rollout
     if flow == "unified":
@@ -54,13 +58,18 @@ def fp8_sides(model_dtype: str, rollout_dtype: str | None, flow: str | None = "a
     raise ValueError(f"precision.fp8_flow = {flow!r}: allowed auto, unified, rollout_only")
 
 
-def plan(model_dtype: str, rollout_dtype: str | None, flow: str | None = "auto") -> PrecisionPlan:
-    """The plan for three raw settings. A trainer-only FP8 setup (model.dtype = fp8, rollout.dtype =
+def plan(
+    model_dtype: str, rollout_dtype: str | None, flow: str | None = "auto", full_finetune: bool = False
+) -> PrecisionPlan:
+    """The plan for the raw settings. A trainer-only FP8 setup (model.dtype = fp8, rollout.dtype =
     bf16, flow auto) is not an FP8 *flow*: flow is None and train_fp8 says what to quantise."""
     rollout_dtype = rollout_dtype or model_dtype
     train_fp8, rollout_fp8 = fp8_sides(model_dtype, rollout_dtype, flow)
-    train = "fp8" if train_fp8 else ("bf16" if model_dtype == "fp8" else model_dtype)
-    rollout = "fp8" if rollout_fp8 else ("bf16" if rollout_dtype == "fp8" else rollout_dtype)
+    train, rollout = _computes(model_dtype, train_fp8), _computes(rollout_dtype, rollout_fp8)
+    model = DTYPES[model_dtype]
+    # A full fine-tune keeps fp32 master weights under autocast, except fp8: Jet-RL's unified flow keeps BF16
+    # master weights, the same copy the rollout quantises, so both sides see one model.
+    weights = DTYPES[FP32].torch if full_finetune and not model.quantised else model.torch
     return PrecisionPlan(
         model_dtype,
         rollout_dtype,
@@ -69,14 +78,25 @@ def plan(model_dtype: str, rollout_dtype: str | None, flow: str | None = "auto")
         ("unified" if train_fp8 else "rollout_only") if rollout_fp8 else None,
         train,
         rollout,
-        DTYPES[model_dtype].loss_scaling,
+        model.loss_scaling,
         _warning(train, rollout),
+        weights,
+        model.torch if full_finetune and model.autocast else None,
+        model.torch,
+        DTYPES[rollout_dtype].torch,
     )
+
+
+def _computes(dtype: str, fp8: bool) -> str:
+    """What a side in `dtype` computes in: its FP8 GEMMs, or (FP8 off for it) its bf16 master weights' dtype."""
+    if fp8:
+        return next(name for name, d in DTYPES.items() if d.quantised)
+    return next(name for name, d in DTYPES.items() if d.torch == DTYPES[dtype].torch and not d.quantised)
 
 
 def resolve(cfg) -> PrecisionPlan:
     """The plan for a Config."""
-    return plan(cfg.model.dtype, cfg.rollout.dtype, cfg.precision.fp8_flow)
+    return plan(cfg.model.dtype, cfg.rollout.dtype, cfg.precision.fp8_flow, full_finetune=cfg.model.lora_rank == 0)
 
 
 def _warning(train: str, rollout: str) -> str | None:
@@ -88,19 +108,19 @@ def _warning(train: str, rollout: str) -> str | None:
     if train == rollout:
         return None
     head = f"precision warning: rollout runs in {rollout} but the trainer in {train}"
-    if rollout == "fp8" and train != "fp8":
+    if quantised(rollout) and not quantised(train):
         return (
             f"{head} (fp8_flow rollout_only): Jet-RL reports BF16-train + FP8-rollout drifts off-policy "
             f"and can collapse on long rollouts; expect mismatch/k3 well above the bf16 level; "
             f"set precision.fp8_flow = 'unified' to quantise both sides identically"
         )
-    if train == "fp8":
+    if quantised(train):
         return (
             f"{head}: the trainer's FP8 GEMMs are not what the rollout sampled with; expect mismatch/k3 "
             f"well above the bf16 level; set rollout.dtype = 'fp8' (unified flow) for on-policy sampling"
         )
     weakest = min(train, rollout, key=lambda name: DTYPES[name].mantissa_bits)
-    if weakest == "bf16":
+    if DTYPES[weakest].less_mismatch:  # bf16
         cost = (
             "expect bf16-level mismatch (mean |Δlogp| ~1e-3, ~8x an fp16 pair, so mismatch/k3 ~60x; arXiv 2510.26788)"
         )

@@ -57,8 +57,8 @@ class Single:
     def sync_params(self, params) -> None:
         pass
 
-    def wrap(self, policy, cfg: Config):
-        """The policy as this group trains it (FSDP: sharded)."""
+    def wrap(self, policy, plan):
+        """The policy as this group trains it (FSDP: sharded, computing as the precision plan says)."""
         return policy
 
     def backward_weight(self, mask: torch.Tensor, loss_type: LossType) -> float:
@@ -331,11 +331,11 @@ class Sharded(Group):
 
     _weight = 1.0  # this step's share (backward_weight)
 
-    def wrap(self, policy, cfg: Config):
+    def wrap(self, policy, plan):
         from grpo_studio.engine import fsdp
 
         self.sync_params(p for p in policy.parameters() if p.requires_grad)  # rank 0's LoRA init, as DDP's
-        return fsdp.shard(policy, cfg.model)
+        return fsdp.shard(policy, plan)
 
     def sync_params(self, params) -> None:
         super().sync_params([p for p in params if not hasattr(p, "device_mesh")])  # shards: nothing to sync

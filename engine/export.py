@@ -19,11 +19,12 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from grpo_studio.contract import config
+import torch
+
+from grpo_studio.contract import config, precision_plan
 from grpo_studio.contract.errors import UserError, describe
 from grpo_studio.contract.rundir import CHECKPOINTS, CONFIG
 from grpo_studio.engine import checkpoint
-from grpo_studio.engine.precision import torch_dtype
 
 KIND = "export"
 # The GGUF file types llama.cpp's convert_hf_to_gguf.py writes itself (its --outtype, less the ternary ones);
@@ -85,7 +86,7 @@ def merged_model(run: Path, ckpt: Path):
 
     cfg = config.load(str(run / CONFIG))
     base_path = policy_loader.resolve_model_path(cfg.model.name)
-    dtype = torch_dtype(cfg.model.dtype)
+    dtype = getattr(torch, precision_plan.resolve(cfg).base)
     policy_loader.quiet_transformers()
     # A 4-bit (QLoRA) run trained its adapters on NF4 codes; merged, they go onto the 16-bit base (Unsloth's
     # merged_16bit does the same), so its outputs differ slightly from the trainer's.

@@ -23,19 +23,15 @@ from torch.distributed.checkpoint.state_dict import (
 )
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
-from grpo_studio.engine.precision import torch_dtype
 
-
-def shard(policy, model_cfg):
+def shard(policy, plan):
     """fully_shard each decoder layer (the classes transformers never splits, `_no_split_modules`), then the root.
     Full fine-tune in bf16/fp16 keeps its fp32 master weights sharded and computes in model.dtype (the FSDP
     form of the autocast one process uses); LoRA keeps its stored dtypes (base in model.dtype, fp32 adapters).
     Gradients are reduced in fp32."""
     base = policy.get_base_model() if hasattr(policy, "get_base_model") else policy
     layer_types = set(getattr(base, "_no_split_modules", None) or ())
-    compute = None
-    if model_cfg.lora_rank == 0 and model_cfg.dtype in ("bf16", "fp16"):
-        compute = torch_dtype(model_cfg.dtype)
+    compute = getattr(torch, plan.autocast) if plan.autocast else None  # the precision plan's autocast dtype
     mp = MixedPrecisionPolicy(param_dtype=compute, reduce_dtype=torch.float32)
     layers = [m for m in policy.modules() if type(m).__name__ in layer_types]
     for layer in layers:

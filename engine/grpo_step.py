@@ -276,7 +276,7 @@ class GRPOStep:
                 for i in range(0, B, size)
             ]
         old = torch.zeros(B, T, device=batch.input_ids.device)
-        with policy_loader.autocast(cfg):
+        with policy_loader.autocast(self.precision):
             for rows, ids, attention, width in parts:
                 old[rows.to(old.device), :width] = self._logps(self.policy, ids, attention, width, lengths[rows])[0]
         return old
@@ -328,7 +328,7 @@ class GRPOStep:
             if budget:
                 ids, att, width = trim(ids, att, T, prompt_lens[rows], lengths[rows])
             part_inputs = _take(batch, rows, width)
-            with policy_loader.autocast(cfg), policy_loader.offload_activations(cfg):
+            with policy_loader.autocast(self.precision), policy_loader.offload_activations(cfg):
                 logps, entropy = self._logps(self.policy, ids, att, width, lengths[rows], with_entropy=True)
                 ref_logps = self._reference_logps(ids, att, width, lengths[rows])
             old_logps = logps.detach() if batch.old_logps is None else part_inputs.old_logps  # TRL _compute_loss

@@ -23,7 +23,6 @@ from grpo_studio.contract import bundled, model_card, packaged
 from grpo_studio.contract.config import Config
 from grpo_studio.contract.errors import UserError, describe, did_you_mean, user_path
 from grpo_studio.engine import gguf_cache
-from grpo_studio.engine.precision import torch_dtype
 
 # bitsandbytes (which peft imports) warns at import on CPUs with AVX512-BF16 that an optional kernel
 # package is missing; its built-in CPU kernels are what run, so the line is noise in a run's console.
@@ -180,9 +179,7 @@ def load_policy(cfg: Config, path: str, plan):
     the PrecisionPlan quantises the trainer."""
     m = cfg.model
     full_ft = m.lora_rank == 0
-    # Full fine-tune keeps fp32 master weights under autocast, except fp8: Jet-RL's unified flow
-    # keeps BF16 master weights, the same copy the rollout quantises, so both sides see one model.
-    store = torch.float32 if full_ft and m.dtype != "fp8" else torch_dtype(m.dtype)
+    store = getattr(torch, plan.weights)  # a full fine-tune's fp32 masters, else model.dtype (the plan says which)
     # 4-bit: not peft's prepare_model_for_kbit_training, whose fp32 upcast of the embeddings, norms and
     # lm_head would spend 4 B where the 16-bit LoRA path (and the planner) keep model.dtype, and compute them
     # differently from the 16-bit run; the freezing is get_peft_model's, gradient checkpointing is
@@ -202,10 +199,10 @@ def load_policy(cfg: Config, path: str, plan):
     return model
 
 
-def autocast(cfg: Config):
-    """Full fine-tune in bf16/fp16 runs the forward under autocast over fp32 master weights."""
-    if cfg.model.lora_rank == 0 and cfg.model.dtype in ("bf16", "fp16"):
-        return torch.autocast("cuda" if torch.cuda.is_available() else "cpu", dtype=torch_dtype(cfg.model.dtype))
+def autocast(plan):
+    """Full fine-tune in bf16/fp16 runs the forward under autocast over fp32 master weights (plan.autocast)."""
+    if plan.autocast:
+        return torch.autocast("cuda" if torch.cuda.is_available() else "cpu", dtype=getattr(torch, plan.autocast))
     return contextlib.nullcontext()
 
 

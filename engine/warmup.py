@@ -132,7 +132,7 @@ def run(examples: list[Example], policy, cfg: Config, precision, pad: int, devic
     for step, batch in enumerate(batches(examples, w.batch_size, w.steps, cfg.train.seed), start=1):
         ids, attention, labels = tensors(batch, pad, device)
         # the mean cross-entropy over the batch's assistant tokens (transformers shifts the labels by one)
-        with policy_loader.autocast(cfg):
+        with policy_loader.autocast(precision):
             loss = policy(input_ids=ids, attention_mask=attention, labels=labels).loss
         scaler.scale(loss).backward()
         scaler.step(optimizer, params, cfg.train.grad_clip or None)

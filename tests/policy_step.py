@@ -20,7 +20,7 @@ class PolicyStep:
         self.x = torch.tensor([self.seq])
 
     def _logps(self) -> torch.Tensor:
-        with policy_loader.autocast(self.cfg):
+        with policy_loader.autocast(resolve(self.cfg)):
             return token_logprobs(self.policy, self.x, torch.ones_like(self.x), len(self.seq) - 1, 1.0)[0]
 
     def pi(self) -> torch.Tensor:

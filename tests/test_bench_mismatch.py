@@ -15,7 +15,7 @@ import torch
 
 from grpo_studio.benchmarks import mismatch_bench as bench
 from grpo_studio.cli.main import main
-from grpo_studio.contract import bundled
+from grpo_studio.contract import bundled, precision_plan
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +92,7 @@ def test_fp8_full_finetune_trainer_is_the_rollout_model(model_path):
     assert {p.dtype for p in policy.parameters()} == {torch.bfloat16}
     rollout = HFBackend(model_path, tok, plan).model
     ids = torch.tensor([tok.encode("12+30=", add_special_tokens=False)])
-    with torch.no_grad(), policy_loader.autocast(cfg):
+    with torch.no_grad(), policy_loader.autocast(precision_plan.resolve(cfg)):
         trainer_logits = policy(input_ids=ids).logits
     with torch.no_grad():
         rollout_logits = rollout(input_ids=ids).logits

@@ -166,7 +166,10 @@ def test_config_keys_json(capsys):
         "lo_open": True,
         "help": "AdamW learning rate",
         "auto": False,
+        "item": None,
     }
+    weights = keys[[k["key"] for k in keys].index("rewards.weights")]
+    assert (weights["type"], weights["item"]) == ("list", "float")
     share = keys[[k["key"] for k in keys].index("rollout.gpu_memory_utilization")]
     assert (share["type"], share["default"], share["auto"]) == ("float", "auto", True)
 

@@ -23,8 +23,7 @@ def test_every_float_key_is_bounded_on_both_sides():
     floats = [
         k
         for k in config.key_info()
-        if k.type == "float"
-        or config._section_fields(k.key.split(".")[0])[k.key.split(".")[1]].metadata.get("item") is float
+        if k.type == "float" or k.item == "float"
     ]
     assert len(floats) >= 20
     unbounded = [

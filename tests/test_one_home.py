@@ -3,7 +3,9 @@
 - the process-count rule (`--nproc` a whole number >= 1; more than one process needs train.parallel ddp or
   fsdp; train.prompts_per_step divides evenly among them) is worded in contract/config_rules.py
   check_processes only: every launcher (train, vram, bench scaling, torchrun ranks, the studio) calls it;
-- `grpo-studio bench --help` lists exactly the benchmarks of cli/bench_cmd.py's BENCHMARKS registry.
+- `grpo-studio bench --help` lists exactly the benchmarks of cli/bench_cmd.py's BENCHMARKS registry;
+- the precision: no code compares a dtype name itself (contract/dtypes.py's table and predicates say what each
+  means), and in the engine only the precision plan reads model.dtype / rollout.dtype.
 """
 
 from __future__ import annotations
@@ -90,3 +92,52 @@ def test_bench_help_lists_exactly_the_registry():
 
 def test_home_is_where_the_config_says():
     assert Path(config.check_processes.__code__.co_filename).resolve() == HOME.resolve()
+
+
+DTYPE_NAME = r"""["'](?:fp32|bf16|fp16|fp8|float32|bfloat16|float16)["']"""
+# `x == "bf16"`, `x != "fp8"`, `x in ("bf16", "fp16")`, `x not in ["fp32"]`: a decision on a dtype's name (a loop
+# over names, `for d in ("bf16", "fp16")`, is not one)
+DTYPE_COMPARISON = re.compile(rf"(?:==|!=)\s*{DTYPE_NAME}|(?<!for )(?:\b\w+\s+)(?:not\s+)?in\s*[\(\[{{]\s*{DTYPE_NAME}")
+CODE_ROOMS = ("contract", "engine", "studio", "cli", "benchmarks", "scripts")
+
+
+def _code() -> dict[str, str]:
+    paths = [p for room in CODE_ROOMS for p in (ROOT / room).rglob("*.py") if "__pycache__" not in p.parts]
+    return {str(p.relative_to(ROOT)): p.read_text(encoding="utf-8") for p in sorted(paths)}
+
+
+def compares_dtype(line: str) -> bool:
+    return bool(DTYPE_COMPARISON.search(line.split("#")[0]))
+
+
+def test_no_dtype_name_is_compared_outside_the_dtype_table():
+    code = _code()
+    assert len(code) > 100
+    found = [
+        f"{path}:{n}: {line.strip()}"
+        for path, text in code.items()
+        if path != "contract/dtypes.py"
+        for n, line in enumerate(text.splitlines(), 1)
+        if compares_dtype(line)
+    ]
+    assert found == []
+
+
+def test_the_comparison_pattern_catches_what_it_should():
+    caught = ['if m.dtype == "fp8":', "x != 'bf16'", 'if d in ("bf16", "fp16") and y:', 'a not in ["fp32"]']
+    passed = ['out["bf16"] = 1', 'dtype: str = "bf16"', 'DTYPES["fp8"].torch', 'key = "model.dtype"']
+    passed += ['for d in ("fp32", "bf16")', '[f(d) for d in ("bf16", "fp16")]', 'x = "a" if y in DTYPES else "fp32"']
+    assert all(compares_dtype(line) for line in caught)
+    assert not any(compares_dtype(line) for line in passed)
+
+
+def test_only_the_precision_plan_reads_the_dtype_keys_in_the_engine():
+    engine = {path: text for path, text in _code().items() if path.startswith("engine/")}
+    readers = re.compile(r"\b(?:cfg|config|m|model_cfg)\.(?:model|rollout)\.dtype\b|\bm\.dtype\b|cfg\.rollout_dtype")
+    found = [
+        f"{path}:{n}"
+        for path, text in engine.items()
+        for n, line in enumerate(text.splitlines(), 1)
+        if readers.search(line.split("#")[0])
+    ]
+    assert found == []

@@ -168,7 +168,7 @@ def test_in_flight_update_enters_a_running_generation_between_decode_steps(local
     old = [(name, t.clone()) for name, t in export_weights(policy)]
     norm = dict(policy.named_parameters())["model.norm.weight"]
     seq = torch.tensor([tok.encode("12+3=<answer>15</answer>", add_special_tokens=False) + [tok.eos_token_id]])
-    with policy_loader.autocast(cfg):
+    with policy_loader.autocast(resolve(cfg)):
         (-token_logprobs(policy, seq, torch.ones_like(seq), seq.shape[1] - 1, 1.0)[0].mean()).backward()
     torch.optim.AdamW([norm], lr=0.3).step()
     new = [(name, t.clone()) for name, t in export_weights(policy)]

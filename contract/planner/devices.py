@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from grpo_studio.contract import backend
 from grpo_studio.contract.config import Config, check_processes
+from grpo_studio.contract.dtypes import DTYPES
 from grpo_studio.contract.model_card import Card
 from grpo_studio.contract.planner.breakdown import ALLOCATOR_MARGIN, BYTES, GIB, Device, Row, _g, _n, phase_peak
 from grpo_studio.contract.planner.vram import accurate, vllm_need, vllm_row
@@ -51,7 +52,7 @@ def gathered_weights(card: Card, cfg: Config) -> tuple[float, str]:
     m = cfg.model
     layer = card.layer_linear_params() + card.expert_params() + card.layer_small_params()
     root = card.total_params() - card.layers * layer
-    per = BYTES[m.dtype] if (m.lora_rank > 0 or m.dtype in ("bf16", "fp16")) else 4
+    per = BYTES[m.dtype] if (m.lora_rank > 0 or DTYPES[m.dtype].autocast) else 4
     text = f"root (embeddings, lm_head, norm) {_n(root)} + one decoder layer {_n(layer)} params · {per} B"
     if m.lora_rank == 0:
         per += 4

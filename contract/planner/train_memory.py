@@ -8,6 +8,7 @@ Pure python, like contract/planner/vram.py.
 from __future__ import annotations
 
 from grpo_studio.contract.config import Config, check_processes
+from grpo_studio.contract.dtypes import low_precision
 from grpo_studio.contract.model_card import Card
 from grpo_studio.contract.planner.breakdown import BYTES, LOGPROB_CHUNK_ROWS, NF4_BLOCK, NF4_NESTED_BLOCK, _n
 
@@ -66,7 +67,7 @@ def train_state_bytes(card: Card, cfg: Config, shards: int = 1) -> tuple[str, fl
         )
     text = f"{_n(P)} params · 12 B (fp32 grad 4 + Adam m,v 8){per}"
     extra = 0.0
-    if m.dtype in ("bf16", "fp16", "fp8") and shards == 1:
+    if low_precision(m.dtype) and shards == 1:
         # torch.autocast caches one low-precision copy of every weight used in a matmul
         cast = card.layers * (card.layer_linear_params() + card.expert_params()) + card.vocab * card.hidden
         extra = 2.0 * cast
@@ -167,7 +168,7 @@ def activation_bytes(card: Card, cfg: Config, device: str, world_size: int = 1) 
             ),
             0.0,
         )
-    res = 4 if (full or m.dtype == "fp32") else BYTES[m.dtype]
+    res = 4 if full else BYTES[m.dtype]  # fp32 full fine-tune masters; else as stored (fp32 also 4 B)
     kept = tokens * card.layers * res * card.hidden
     one = tokens * per
     host = kept if m.offload_checkpoints else 0.0

@@ -16,6 +16,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, Label, ProgressBar, RichLog, Static, TabbedContent, TabPane
 
 from grpo_studio.contract import metrics
+from grpo_studio.contract.dtypes import DTYPES
 from grpo_studio.contract.errors import UserError
 from grpo_studio.contract.metrics import fmt
 from grpo_studio.studio import hardware, lag, launcher
@@ -90,7 +91,8 @@ class DashboardScreen(Screen):
         self.drawn: dict[str, int] = {}
         self.events_seen = 0
         self.estimate_gib: float | None = None
-        self.fp16 = self.run.config.get("model", {}).get("dtype") == "fp16"
+        dtype = self.run.config.get("model", {}).get("dtype")
+        self.fp16 = dtype in DTYPES and DTYPES[dtype].loss_scaling  # the loss-scale chart
 
     # ---- layout -----------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
