@@ -127,7 +127,10 @@ def measure(case: Case, folder: str, group=None) -> dict:
     if case.checkpointing:  # the layer recomputed in backward: its saved bytes from a plain forward
         policy.base_model.model.gradient_checkpointing_disable() if case.lora_rank else policy.gradient_checkpointing_disable()
         saved.clear()
-        with policy_loader.autocast(precision_plan.resolve(cfg)), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        with (
+            policy_loader.autocast(precision_plan.resolve(cfg)),
+            torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t),
+        ):
             token_logprobs(policy, ids, attention, case.completion)
         one = max(v for k, v in sum_tags(saved).items() if k.startswith("L"))
         activations += one

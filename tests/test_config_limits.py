@@ -20,11 +20,7 @@ LONG_NAME = "m" * 300
 
 def test_every_float_key_is_bounded_on_both_sides():
     """Floats (and the items of float lists) have a finite lower and upper bound, declared in the schema."""
-    floats = [
-        k
-        for k in config.key_info()
-        if k.type == "float" or k.item == "float"
-    ]
+    floats = [k for k in config.key_info() if k.type == "float" or k.item == "float"]
     assert len(floats) >= 20
     unbounded = [
         k.key
