@@ -21,7 +21,7 @@ import psutil
 from grpo_studio.benchmarks.fault_probes import Probe
 from grpo_studio.benchmarks.fault_trials import SMALL, start
 from grpo_studio.contract import rundir
-from grpo_studio.contract.run_files import CHECKPOINTS, CONFIG, PIDFILE, STATE_EVENTS, STDOUT
+from grpo_studio.contract.run_files import CHECKPOINTS, CONFIG, PIDFILE, STATE_EVENTS, STDOUT, checkpoint_folders
 from grpo_studio.contract.run_reader import read_events
 
 CATEGORY = "signals"
@@ -108,7 +108,7 @@ def stops(tmp: Path, phase: str, sig: int, to: str = "supervisor", times: int = 
     state = last_state(run)
     if state.get("event") != "stopped" or (run / PIDFILE).exists():
         return f"last state event {state}, lock left: {(run / PIDFILE).exists()}"
-    if phase == "checkpoint" and not rundir.checkpoint_folders(run):
+    if phase == "checkpoint" and not checkpoint_folders(run):
         return "no checkpoint after a stop during a checkpoint write"
     return None
 

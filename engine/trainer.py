@@ -460,6 +460,9 @@ class _Signals:
             raise _Interrupted
 
     def restore(self) -> None:
+        """The handlers before; but once stopped, a second stop only asks again until the process ends (the
+        default action would kill it while it writes its end, or exits 0)."""
         for sig, handler in self.old.items():
-            signal.signal(sig, handler)
+            if not (self.stop and sig != signal.SIGHUP):
+                signal.signal(sig, handler)
         self.old = {}
