@@ -46,6 +46,7 @@ BUILTIN = {  # name -> presets/environments/<file>:<class>
 }
 STOPS = ("done", "max_turns", "length", "timeout", "error")  # why an episode ended (metrics env/stop/<reason>)
 RESERVED = ("reset", "step", "get_reward")  # methods of the interface, never tools
+IMPORT_S = 60.0  # the time bound of an environment module's import, unless env.tool_timeout_s is longer
 
 
 @dataclass
@@ -72,14 +73,20 @@ def resolve(spec: str) -> str:
 
 
 def load(spec: str, timeout_s: float | None = None) -> Environment:
-    """The environment named by env.environment, checked on one probe instance. Its module's import, the
-    constructor and every check of the instance run guarded, within env.tool_timeout_s (timeout_s; None: its
-    default) each: whatever the class does there, SystemExit and a hang included, is one UserError line."""
+    """The environment named by env.environment, checked on one probe instance. Its module's import (within
+    IMPORT_S) and the constructor with every check of the instance (within env.tool_timeout_s: timeout_s, None for
+    its default) run guarded: whatever the class does there, SystemExit and a hang included, is one UserError line."""
     if ":" not in spec and spec not in BUILTIN:
         raise _fail(spec, f"allowed: {', '.join(BUILTIN)}, 'file.py:Class' or 'module:Class'")
     timeout_s = EnvConfig().tool_timeout_s if timeout_s is None else timeout_s
-    bound = ("env.tool_timeout_s", timeout_s)
+    seconds = max(IMPORT_S, timeout_s)
+    bound = (
+        f"{seconds:g} s ({IMPORT_S:g} s, or env.tool_timeout_s when longer: an import may load libraries)",
+        seconds,
+    )
     factory = user_code.load(resolve(spec), key=KEY, kind="class", builtins="docs/environments.md", bound=bound)
+    from transformers.utils import get_json_schema  # noqa: F401 - its first import is not the class's time
+
     done = user_code.guarded(lambda: _check(spec, factory), timeout_s, describe)
     if isinstance(done.error, UserError):
         raise done.error

@@ -115,17 +115,19 @@ def load(
 ):
     """The callable named by 'path/to/file.py:name' or 'package.module:name' (kind: what it should be, a
     function or a class, as the errors name it; builtins: where the built-in names are listed). With `bound`
-    (a time bound's key and seconds: environments) it is found guarded, so a module that hangs at import, or
-    raises KeyboardInterrupt there, is one line too."""
+    (a time bound in words and in seconds: environments) it is found guarded, so a module that hangs at import,
+    or raises KeyboardInterrupt there, is one line too."""
     if bound is None:
         return _find(spec, key, kind, builtins)
     done = guarded(lambda: _find(spec, key, kind, builtins), bound[1], describe)
+    target = spec.rpartition(":")[0]
+    loading = f"loading {Path(target).name if target.endswith('.py') else target}"
     if isinstance(done.error, UserError):
         raise done.error
     if done.error is not None:
-        raise _fail(spec, f"loading it raised {done.explained}", key)
+        raise _fail(spec, f"{loading} raised {done.explained}", key)
     if done.timed_out:
-        raise _fail(spec, f"loading it ran past {bound[0]} = {bound[1]:g} s", key)
+        raise _fail(spec, f"{loading} ran past {bound[0]}", key)
     return done.value
 
 

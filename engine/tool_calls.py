@@ -172,28 +172,27 @@ def plain_text(value, what: str, limit: int) -> str:
 
 
 def plain_messages(value, what: str, limit: int) -> list[dict]:
-    """The environment's messages as plain {"role", "content"} dicts (and a tool message's "name"), their
-    contents together cut to `limit` characters: the content that passes it is cut there and the messages after
-    it are dropped. Runs inside the guard (dict and str subclasses are the user's code)."""
-    if not isinstance(value, list) or not all(
-        isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in value
-    ):
-        raise EpisodeEnds(
-            "error", f'{what} returned {type(value).__name__}, not a list of messages {{"role": ..., "content": ...}}'
-        )
+    """The environment's messages as plain {"role", "content"} dicts (and a tool message's "name"), holding
+    `limit` characters in all: the text that passes it is cut there and the messages after it are dropped unread.
+    Runs inside the guard (dict and str subclasses are the user's code)."""
+    if not isinstance(value, list):
+        raise EpisodeEnds("error", f"{what} returned {type(value).__name__}, not a list of messages")
     messages, left = [], limit
     for m in value:
+        if not (isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)):
+            raise EpisodeEnds("error", f'{what} returned a list holding {type(m).__name__}, not {{"role", "content"}}')
         message = {"role": _plain(m["role"], what), "content": _plain(m["content"], what)}
         if isinstance(m.get("name"), str):
             message["name"] = _plain(m["name"], what)
-        for key in ("role", "name"):
-            if len(message.get(key, "")) > MAX_ROLE_CHARS:
+        for key in [k for k in ("role", "name") if k in message]:
+            if len(message[key]) > MAX_ROLE_CHARS:
                 raise EpisodeEnds("error", f"{what} returned a message whose {key} is over {MAX_ROLE_CHARS} characters")
-            _fit(message.get(key, ""), what, MAX_ROLE_CHARS)
+            _fit(message[key], what, MAX_ROLE_CHARS)  # a role a tokenizer can encode
+        left -= len(message["role"])
         full = len(message["content"])
-        message["content"] = _fit(message["content"], what, left)
+        message["content"] = _fit(message["content"], what, max(left, 0))
         messages.append(message)
-        if full > left:  # the messages after the cut are dropped
+        if full >= left:  # the budget is spent: the messages after this one are dropped
             break
         left -= full
     return messages
@@ -212,7 +211,8 @@ def run_calls(instance, tools: list[str], calls: list[Call], timeout_s: float, l
         messages, left = [], limit
         for call in calls:
             started.append(call.name)
-            text = _plain(str(getattr(instance, call.name)(**call.arguments)), f"tool {call.name}")
+            result = getattr(instance, call.name)(**call.arguments)
+            text = _plain(result if isinstance(result, str) else str(result), f"tool {call.name}")
             messages.append({"role": "tool", "name": call.name, "content": _fit(text, f"tool {call.name}", left)})
             left = max(0, left - len(text))
         return messages

@@ -154,6 +154,7 @@ ELSEWHERE = {
     "env.environment": "tests/test_episodes_train.py::test_an_environment_that_ends_on_its_first_step_trains_bitwise_as_plain_grpo",
     "env.max_turns": "tests/test_episodes.py::test_max_turns_gives_n_turns_and_n_actions",
     "env.tool_timeout_s": "tests/test_episodes.py::test_bad_input_ends_its_episode_with_a_stop_reason",
+    "env.max_result_chars": "tests/test_environments_hostile.py::test_a_tool_result_is_cut_to_max_result_chars",
     "warmup.source": "tests/test_warmup.py::test_the_run_warms_up_then_samples_its_first_step_with_the_warmed_up_weights",
     "warmup.steps": "tests/test_warmup.py::test_the_run_warms_up_then_samples_its_first_step_with_the_warmed_up_weights",
     "warmup.lr": "tests/test_warmup.py::test_a_step_takes_batch_size_conversations_and_moves_each_weight_by_lr",
