@@ -172,6 +172,12 @@ def reward_error(says: str, events: list[dict], samples: list[dict]) -> str | No
     return None
 
 
+def columns(names: set[str], events: list[dict], samples: list[dict]) -> str | None:
+    """The samples' reward columns include `names`."""
+    have = set(samples[0]["rewards"]) if samples else set()
+    return None if names <= have else f"reward columns {sorted(have)}; expected {sorted(names)} among them"
+
+
 def episode_stops(stop: str, says: str, events: list[dict], samples: list[dict]) -> str | None:
     """Some episode of the samples ended with `stop`, its why saying `says`."""
     ended = [s["episode"] for s in samples if s["episode"]["stop"] == stop and says in s["episode"]["why"]]
@@ -390,16 +396,24 @@ def cases() -> list:
             p(
                 finishes,
                 _cls("class E(Tools):\n def get_reward(self): raise ValueError('no score')"),
-                p(reward_error, "no score"),
+                functools.partial(reward_error, "no score"),
             ),
         ),
         train_probe(
             "get_reward returns 10**400",
-            p(finishes, _cls("class E(Tools):\n def get_reward(self): return 10**400"), p(reward_error, "too large")),
+            p(
+                finishes,
+                _cls("class E(Tools):\n def get_reward(self): return 10**400"),
+                functools.partial(reward_error, "too large"),
+            ),
         ),
         train_probe(
             "get_reward sys.exit(7)",
-            p(finishes, _cls("class E(Tools):\n def get_reward(self): sys.exit(7)"), p(reward_error, "SystemExit")),
+            p(
+                finishes,
+                _cls("class E(Tools):\n def get_reward(self): sys.exit(7)"),
+                functools.partial(reward_error, "SystemExit"),
+            ),
         ),
         train_probe(
             "get_reward's float hangs",
@@ -408,7 +422,7 @@ def cases() -> list:
                 _cls(
                     "class F:\n def __float__(self):\n  while True: pass\nclass E(Tools):\n def get_reward(self): return F()"
                 ),
-                p(reward_error, "env.tool_timeout_s"),
+                functools.partial(reward_error, "env.tool_timeout_s"),
             ),
         ),
         train_probe(
@@ -416,7 +430,7 @@ def cases() -> list:
             p(
                 finishes,
                 _cls("n = []\nclass E(Tools):\n def reset(self, **row):\n  n.append(1)\n  if len(n) % 2: 1/0"),
-                p(episode_stops, "error", "reset raised ZeroDivisionError"),
+                functools.partial(episode_stops, "error", "reset raised ZeroDivisionError"),
             ),
         ),
         train_probe(
@@ -451,13 +465,32 @@ def cases() -> list:
             ),
         ),
         train_probe(
+            "a class named like a reward function",
+            p(
+                finishes,
+                _cls("class correctness(Tools): pass\nE = correctness"),
+                functools.partial(columns, {"correctness", "correctness_2"}),
+            ),
+        ),
+        train_probe(
+            "async methods that spin",
+            p(
+                finishes,
+                _cls("class E(Tools):\n async def get_reward(self):\n  while True: pass"),
+                functools.partial(reward_error, "get_reward ran past env.tool_timeout_s = 1 s"),
+            ),
+        ),
+        train_probe(
+            "__del__ spins forever", p(finishes, _cls("class E(Tools):\n def __del__(self):\n  while True: pass"), ok)
+        ),
+        train_probe(
             "step spins on every other call",
             p(
                 finishes,
                 _cls(
                     "n = []\nclass E(Turns):\n def step(self, text):\n  n.append(1)\n  while len(n) % 2: pass\n  return [], True, 1.0, {}"
                 ),
-                p(episode_stops, "timeout", "step ran past env.tool_timeout_s = 1"),
+                functools.partial(episode_stops, "timeout", "step ran past env.tool_timeout_s = 1"),
             ),
         ),
         # ---- what a tool returns, in-process on a real episode

@@ -46,7 +46,7 @@ from grpo_studio.engine import data, tool_calls, tool_template
 from grpo_studio.engine.prompt_render import is_conversational, refuse_longer, render_ids
 from grpo_studio.engine.rewards.runner import as_float
 from grpo_studio.engine.sampler.base import Rollout, Sampling
-from grpo_studio.engine.tool_calls import EpisodeEnds, bounded, plain_messages, plain_text
+from grpo_studio.engine.tool_calls import EpisodeEnds, awaited, bounded, plain_messages, plain_text
 
 
 @dataclasses.dataclass
@@ -118,7 +118,7 @@ class Episodes:
         episode = Episode(None, [], None)
         episode.instance = instance = self._timed(episode, self.env.factory, "making an instance")
         if self.env.shape == "turns":
-            reset = lambda: plain_messages(instance.reset(**copy.deepcopy(row)), "reset", limit)  # noqa: E731
+            reset = lambda: plain_messages(awaited(instance.reset(**copy.deepcopy(row))), "reset", limit)  # noqa: E731
             episode.messages = self._timed(episode, reset, "reset")
         else:
             prompt = row[prompt_column] if prompt_column in row else row["prompt"]
@@ -126,7 +126,7 @@ class Episodes:
             episode.messages, episode.tools = messages, self.env.schemas
 
             def reset():  # TRL: a string from reset is appended to the last user message
-                observation = instance.reset(**copy.deepcopy(row))
+                observation = awaited(instance.reset(**copy.deepcopy(row)))
                 return None if observation is None else plain_text(observation, "reset", limit)
 
             observation = self._timed(episode, reset, "reset")
@@ -193,6 +193,17 @@ class Episodes:
             self._score(episode)
         return self._rollout(episodes, model_s), episodes
 
+    def release(self, episodes: list[Episode]) -> None:
+        """Drop finished episodes' instances inside the guard: a __del__ that hangs costs one bound, not the run
+        (the trainer calls it once a rollout is scored)."""
+        instances = [e.instance for e in episodes]
+        for episode in episodes:
+            episode.instance = None
+        try:
+            bounded(instances.clear, self.cfg.tool_timeout_s, "deleting the instances")
+        except EpisodeEnds:  # its episodes are over: nothing is left to lose
+            pass
+
     def _model_turn(self, episode: Episode, ids: list[int], logprobs: list[float], ended: bool) -> None:
         """Append a sampled turn; unless it ran out of budget, answer it (tools or step) and append the
         environment's tokens."""
@@ -241,7 +252,7 @@ class Episodes:
         if self.env.shape == "turns":
 
             def step():
-                result = instance.step(text)
+                result = awaited(instance.step(text))
                 if not (isinstance(result, tuple) and len(result) == 4):
                     raise EpisodeEnds("error", "step must return (messages, done, reward or None, info)")
                 replies, done, reward, _info = result
@@ -286,7 +297,7 @@ class Episodes:
         instance = episode.instance
 
         def get_reward():
-            value = instance.get_reward()
+            value = awaited(instance.get_reward())
             number, kind, what = as_float(value)
             return number, kind, f"get_reward returned {type(value).__name__} ({what})"
 
@@ -378,5 +389,6 @@ def make(cfg, tokenizer, rows: list[dict]) -> Episodes | None:
         except EpisodeEnds:  # that row's episodes will end at once, with their stop reason
             continue
         longest = max(longest, len(episode.prompt_ids))
+        episodes.release([episode])
     refuse_longer(longest, cfg.rollout.max_prompt_len, "the longest episode prompt (tools listed)")
     return episodes

@@ -62,7 +62,10 @@ class Rollouts:
         self.reward_names = [name for name, _ in reward_fns]
         weights = cfg.rewards.weights or [1.0] * len(reward_fns)
         if episodes and episodes.env.has_reward:  # the environment's reward: a column of its own, weight 1 (TRL)
-            self.reward_names.append(episodes.env.name)
+            name, k = episodes.env.name, 2
+            while name in self.reward_names:  # a class named as a reward function: E, E_2, as rewards name twins
+                name, k = f"{episodes.env.name}_{k}", k + 1
+            self.reward_names.append(name)
             weights = [*weights, 1.0]
         self.reward_weights = torch.tensor(weights)
         self.step_no = self.version = 0  # of the rollout being made (the trainer's step and policy version)
@@ -163,6 +166,7 @@ class Rollouts:
         self.sampler.sleep()  # colocated vLLM frees its memory for training; it wakes on the next generate
         G, episodes = self.cfg.rollout.num_generations, request.get("episodes")
         if episodes:  # the rewards score an episode's last model turn; each episode has its own prompt
+            self.episodes.release(episodes)  # their instances are done with: a __del__ runs guarded
             texts, per_prompt = [e.answer for e in episodes], 1
         else:
             texts, per_prompt = self.tokenizer.batch_decode(out.completion_ids, skip_special_tokens=True), G
@@ -170,7 +174,7 @@ class Rollouts:
         if episodes and self.episodes.env.has_reward:
             table = [[*scores, math.nan if e.reward is None else e.reward] for scores, e in zip(table, episodes)]
             state = getattr(self.reward_fns, "seen", None)
-            report_problems(self.episodes.env.name, reward_problems(episodes), state, self._reward_error)
+            report_problems(self.reward_names[-1], reward_problems(episodes), state, self._reward_error)
         if episodes:  # an episode the environment never started is no sample of its group: unscored
             table = [[math.nan] * len(scores) if e.turns == 0 else scores for scores, e in zip(table, episodes)]
         return dynamic_sampling.Scored(request, out, waited, texts, table, per_prompt)
@@ -218,6 +222,7 @@ class Rollouts:
                 )
                 failed = every_episode_failed(episodes)
                 if self.dist.any(failed is not None):  # nothing to train on: a skipped step, on every rank
+                    self.episodes.release(episodes)
                     raise EveryEpisodeFailed(failed or "the environment failed every episode on another rank")
                 request.update(episodes=episodes, prompt_ids=[e.prompt_ids for e in episodes])
                 request["prompts"] = self.tokenizer.batch_decode(request["prompt_ids"])
@@ -250,6 +255,7 @@ class Rollouts:
         n = sampling.n
         if self.episodes:
             _, episodes = self.episodes.run(self.sampler, rows, n, sampling, self.cfg.data.prompt_column)
+            self.episodes.release(episodes)
             texts = [e.answer for e in episodes]
             if not self.reward_fns:
                 return [e.reward or 0.0 for e in episodes], texts

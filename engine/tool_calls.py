@@ -15,6 +15,8 @@ it, and text a tokenizer cannot take (a lone surrogate) ends the episode.
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import json
 from dataclasses import dataclass
 
@@ -147,6 +149,18 @@ def bounded(fn, timeout_s: float, what):
     return done.value
 
 
+def awaited(value):
+    """value, or what it comes to when it is awaitable (an `async def` method), run to its end in this thread: the
+    guard's worker, so the bound holds."""
+    if not inspect.isawaitable(value):
+        return value
+
+    async def wait():
+        return await value
+
+    return asyncio.run(wait())
+
+
 def _plain(value, what: str) -> str:
     """A string the environment returned, as a plain str (a subclass's overrides are the user's code)."""
     if not isinstance(value, str):
@@ -211,7 +225,7 @@ def run_calls(instance, tools: list[str], calls: list[Call], timeout_s: float, l
         messages, left = [], limit
         for call in calls:
             started.append(call.name)
-            result = getattr(instance, call.name)(**call.arguments)
+            result = awaited(getattr(instance, call.name)(**call.arguments))
             text = _plain(result if isinstance(result, str) else str(result), f"tool {call.name}")
             messages.append({"role": "tool", "name": call.name, "content": _fit(text, f"tool {call.name}", left)})
             left = max(0, left - len(text))
