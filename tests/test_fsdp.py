@@ -138,11 +138,10 @@ def _clip_and_overflow(rank: int, port: int, out: str) -> None:
     """One rank of the clip / overflow check (torch.multiprocessing): a 2-layer net sharded by engine/fsdp.py,
     each rank's loss on its half of a batch; rank 0 writes what both saw."""
     import copy
-    import types
 
     import torch
 
-    from grpo_studio.contract import config
+    from grpo_studio.contract import config, precision_plan
     from grpo_studio.engine import distributed, fsdp
     from grpo_studio.engine.precision import LossScaler, clip_grad_norm
 
@@ -153,7 +152,7 @@ def _clip_and_overflow(rank: int, port: int, out: str) -> None:
     torch.manual_seed(0)
     net = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 3))
     ref, x = copy.deepcopy(net), torch.randn(10, 6)
-    fsdp.shard(net, types.SimpleNamespace(lora_rank=0, dtype="fp32"))
+    fsdp.shard(net, precision_plan.plan("fp32", None, full_finetune=True))
     net(x[rank * 5 : (rank + 1) * 5]).pow(2).sum().backward()  # the gradient sums the ranks' halves
     ref(x).pow(2).sum().backward()
     norm = clip_grad_norm(list(net.parameters()), 0.5, group.shard_sum)
