@@ -143,13 +143,33 @@ def hangup_then_stop(tmp: Path) -> str | None:
     return None if ok else f"exit {code}, last state {last_state(run)}, stdout.log {log[-300:]!r}: {err[-300:]!r}"
 
 
+def ignores(pid: int, sig: int) -> bool:
+    """Whether process `pid` ignores `sig` (inherited: a shell's background job ignores SIGINT and SIGQUIT)."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    mask = int(next(line.split()[1] for line in status.splitlines() if line.startswith("SigIgn:")), 16)
+    return bool(mask >> (sig - 1) & 1)
+
+
+def ignored(proc: subprocess.Popen, run: Path, sig: int, pid: int) -> str | None:
+    """`sig` sent to `pid`, which ignores it: the run goes on (a step more), and a SIGTERM then stops it."""
+    os.kill(pid, sig)
+    rows = len(rundir.read_rows(run / rundir.METRICS))
+    wait_for("a step after the ignored signal", lambda: len(rundir.read_rows(run / rundir.METRICS)) > rows, proc)
+    proc.send_signal(signal.SIGTERM)
+    code, _, err = end(proc)
+    ok = code == 0 and last_state(run).get("event") == "stopped"
+    return None if ok else f"exit {code}, last state {last_state(run)}: {err[-300:]!r}"
+
+
 def supervisor_dies(tmp: Path, phase: str, sig: int) -> str | None:
     """The supervisor ended by `sig` (SIGKILL, or a signal it leaves at its default): its trainer stops gracefully
-    and writes its own `stopped`, and lets its lock go."""
+    and writes its own `stopped`, and lets its lock go. A supervisor that inherited `sig` ignored lives on."""
     run = tmp / "run"
     proc = _start(run, LONG)
     at(phase, run, proc)
     child = trainer(proc)
+    if ignores(proc.pid, sig):
+        return ignored(proc, run, sig, proc.pid)
     proc.send_signal(sig)
     end(proc)
     try:
@@ -164,11 +184,15 @@ def supervisor_dies(tmp: Path, phase: str, sig: int) -> str | None:
 
 
 def trainer_killed(tmp: Path, sig: int) -> str | None:
-    """The trainer ended by `sig` mid-run: the supervisor writes `crashed` naming it and exits 128 + N, one line."""
+    """The trainer ended by `sig` mid-run: the supervisor writes `crashed` naming it and exits 128 + N, one line
+    (a trainer that inherited `sig` ignored trains on)."""
     run = tmp / "run"
     proc = _start(run, LONG)
     at("step", run, proc)
-    trainer(proc).send_signal(sig)
+    child = trainer(proc)
+    if ignores(child.pid, sig):
+        return ignored(proc, run, sig, child.pid)
+    child.send_signal(sig)
     code, _, err = end(proc)
     name = signal.Signals(sig).name
     state = last_state(run)

@@ -460,9 +460,8 @@ class _Signals:
             raise _Interrupted
 
     def restore(self) -> None:
-        """The handlers before; but once stopped, a second stop only asks again until the process ends (the
-        default action would kill it while it writes its end, or exits 0)."""
+        """The handlers before; but once stopped, further stops are ignored until the process ends (the default
+        action would kill it as it exits 0, and python's own shutdown restores that default for a handler)."""
         for sig, handler in self.old.items():
-            if not (self.stop and sig != signal.SIGHUP):
-                signal.signal(sig, handler)
+            signal.signal(sig, signal.SIG_IGN if self.stop and sig != signal.SIGHUP else handler)
         self.old = {}
