@@ -5,6 +5,8 @@ A user's environment class (env.environment), written to a file and run the way 
 x two episodes, a chat template its character vocabulary can carry). Whatever the class does, the run either
 finishes, with the failure recorded where the user looks (a sample's stop reason, a reward_error event), or stops
 in one line on stderr naming env.environment, exit code 2, never a traceback, a hang or the user's exit code.
+Classes refused while loading are fast cases; the runs that train are slow (`grpo-studio bench faults` only: the
+issue's cases run in-process in tests/test_environments_hostile.py).
 
 The tiny model writes no tool calls (its vocabulary has no braces), so what a tool returns is probed in-process on a
 real episode instead (`episode_of`: SmolLM2's tokenizer, the shipped ChatML tools template, a scripted model turn).
@@ -151,6 +153,17 @@ def stops(body: str, says: str, *sets: str, tmp: Path) -> str | None:
     return None
 
 
+def crashes(body: str, *sets: str, tmp: Path) -> str | None:
+    """os._exit() ends the process, which no guard can stop: one line, a non-zero exit and a `crashed` event."""
+    code, lines, events, _ = train(tmp, body, sets)
+    wrong = _verdict(code, lines)
+    if wrong:
+        return wrong
+    if code in (0, 2) or len(lines) != 1 or not any(e["event"] == "crashed" for e in events):
+        return f"exit {code}, stderr {lines[-3:]}; expected a crash in one line with a crashed event"
+    return None
+
+
 def finishes(body: str, check, *sets: str, tmp: Path) -> str | None:
     """The run finishes (exit 0) and check(events, samples) holds: the failure is recorded where it belongs."""
     code, lines, events, samples = train(tmp, body, sets)
@@ -271,7 +284,10 @@ def _cls(source: str) -> str:
 def cases() -> list:
     p = bind
 
-    def train_probe(name: str, check, slow: bool = False) -> Probe:
+    def train_probe(name: str, check, slow: bool | None = None) -> Probe:
+        """A real `train` process: refused ones stop while loading (as the rewards category's), the others train
+        for longer than the fast suite's few seconds."""
+        slow = check.args[0] is not refused if slow is None else slow
         return Probe(CATEGORY, name, check, timeout_s=TRAIN_TIMEOUT_S + 30, slow=slow)
 
     def tool_probe(name: str, check) -> Probe:
@@ -463,6 +479,9 @@ def cases() -> list:
                 ),
                 ok,
             ),
+        ),
+        train_probe(
+            "reset calls os._exit(7)", p(crashes, _cls("class E(Tools):\n def reset(self, **row): os._exit(7)"))
         ),
         train_probe(
             "a class named like a reward function",

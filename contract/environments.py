@@ -87,7 +87,9 @@ def load(spec: str, timeout_s: float | None = None) -> Environment:
     factory = user_code.load(resolve(spec), key=KEY, kind="class", builtins="docs/environments.md", bound=bound)
     from transformers.utils import get_json_schema  # noqa: F401 - its first import is not the class's time
 
-    done = user_code.guarded(lambda: _check(spec, factory), timeout_s, describe)
+    probe: list = []  # the probe instance, dropped guarded too: its __del__ is the class's code
+    done = user_code.guarded(lambda: _check(spec, factory, probe), timeout_s, describe)
+    user_code.guarded(probe.clear, timeout_s, describe)
     if isinstance(done.error, UserError):
         raise done.error
     if done.error is not None:
@@ -97,15 +99,17 @@ def load(spec: str, timeout_s: float | None = None) -> Environment:
     return done.value
 
 
-def _check(spec: str, factory) -> Environment:
-    """The probe instance made and its class checked (run guarded by `load`). Methods are looked up without
-    running the class's code (a property, __getattr__), so only the constructor and the tools' schemas run it."""
+def _check(spec: str, factory, probe: list) -> Environment:
+    """The probe instance made (kept in `probe`) and its class checked, run guarded by `load`. Methods are looked
+    up without running the class's code (a property, __getattr__), so only the constructor and the tools' schemas
+    run it."""
     try:
-        instance = factory()
+        probe.append(factory())
     except user_code.CallTimeout:
         raise
     except BaseException as err:  # noqa: BLE001 - the user's constructor: any failure, sys.exit() too, is one line
         raise _fail(spec, f"making an instance raised {describe(err)}") from None
+    instance = probe[0]
     cls = type(instance)
     if _method(spec, instance, "reset") is None:
         raise _fail(spec, f"{cls.__name__} has no reset method; an environment needs reset(**row)")

@@ -41,6 +41,18 @@ class Guarded:
     timed_out: bool = False
 
 
+class _QuietTimeouts:
+    """sys.unraisablehook, less the CallTimeouts that land where Python cannot raise them (a __del__ stopped at
+    its bound): those are the guard's own, already reported as the call's timeout."""
+
+    def __init__(self, hook):
+        self.hook = hook
+
+    def __call__(self, unraisable):
+        if not isinstance(unraisable.exc_value, CallTimeout):
+            self.hook(unraisable)
+
+
 def guarded(
     fn: Callable[[], object], timeout_s: float, explain: Callable[[BaseException], object], name: str = "user-code"
 ) -> Guarded:
@@ -67,6 +79,8 @@ def guarded(
     worker.start()
     worker.join(timeout_s)
     if worker.is_alive():
+        if not isinstance(sys.unraisablehook, _QuietTimeouts):
+            sys.unraisablehook = _QuietTimeouts(sys.unraisablehook)
         ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(worker.ident), ctypes.py_object(CallTimeout))
         worker.join(0.5)  # pure-Python loops end here; a thread stuck in C code is abandoned (daemon)
         return Guarded(timed_out=True)

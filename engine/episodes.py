@@ -113,27 +113,37 @@ class Episodes:
     # ---- an episode's start ---------------------------------------------------------------------
     def start(self, row: dict, prompt_column: str) -> Episode:
         """A new episode of `row`: a fresh instance, reset with (a copy of) the row's columns (TRL's reset(**row)),
-        and its prompt rendered."""
-        limit = self.cfg.max_result_chars
+        and its prompt rendered. The instance is only ever held by the episode, so `release` drops it guarded."""
         episode = Episode(None, [], None)
-        episode.instance = instance = self._timed(episode, self.env.factory, "making an instance")
+        episode.instance = self._timed(episode, self.env.factory, "making an instance")
+        try:
+            self._reset(episode, row, prompt_column)
+        except EpisodeEnds:
+            self.release([episode])
+            raise
+        return episode
+
+    def _reset(self, episode: Episode, row: dict, prompt_column: str) -> None:
+        limit = self.cfg.max_result_chars
         if self.env.shape == "turns":
-            reset = lambda: plain_messages(awaited(instance.reset(**copy.deepcopy(row))), "reset", limit)  # noqa: E731
-            episode.messages = self._timed(episode, reset, "reset")
+
+            def messages():
+                return plain_messages(awaited(episode.instance.reset(**copy.deepcopy(row))), "reset", limit)
+
+            episode.messages = self._timed(episode, messages, "reset")
         else:
             prompt = row[prompt_column] if prompt_column in row else row["prompt"]
             messages = [dict(m) for m in prompt] if is_conversational(prompt) else [{"role": "user", "content": prompt}]
             episode.messages, episode.tools = messages, self.env.schemas
 
             def reset():  # TRL: a string from reset is appended to the last user message
-                observation = awaited(instance.reset(**copy.deepcopy(row)))
+                observation = awaited(episode.instance.reset(**copy.deepcopy(row)))
                 return None if observation is None else plain_text(observation, "reset", limit)
 
             observation = self._timed(episode, reset, "reset")
             if observation is not None:
                 messages[-1] = {**messages[-1], "content": messages[-1]["content"] + observation}
         episode.prompt_ids = self._rendered(episode, episode.messages, generation=True)
-        return episode
 
     def _timed(self, episode: Episode, fn, what: str, fails: bool = True):
         """fn, a call into the environment, guarded and bounded; its failure is the environment's (unless
