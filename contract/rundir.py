@@ -55,6 +55,7 @@ from grpo_studio.contract.run_reader import (  # noqa: F401  (as_number, read_ro
     JsonlTail,
     as_number,
     last_metrics_row,
+    open_file,
     parse_row,
     read_events,
     read_rows,
@@ -191,32 +192,35 @@ class RunWriter:
 
     def cut_streams(self, step: int) -> dict[str, dict[str, int]]:
         """On resume: keep the stream rows of steps 1..`step` (the checkpoint the run continues from) and
-        drop every line a reader would skip, in the streams and in events.jsonl, and a step's second row in the
-        streams of one row per step (metrics, histograms), so the run goes on as one stream of whole rows, each
-        step once. Returns {file: {"past": n, "malformed": m, "repeated": r}} for the files that lost lines."""
+        drop every line a reader would skip, in the streams and in events.jsonl, and all but the last row of a
+        step in the streams of one row per step (metrics, histograms: the row the readers show), so the run goes
+        on as one stream of whole rows, each step once. Returns {file: {"past": n, "malformed": m, "repeated": r}}
+        for the files that lost lines. A stream that is not a regular file (a FIFO, a device) or cannot be read
+        is one line: a resume must read it whole and rewrite it."""
         dropped = {}
         for name in (*STREAMS, EVENTS):
             path = self.dir / name
-            if not path.exists():
+            if not os.path.lexists(path):
                 continue
-            tmp, past, malformed, repeated, seen = path.with_name(f".{name}.tmp"), 0, 0, 0, set()
-            try:
-                src = open(path, "rb")
-            except PermissionError:  # a resume must read every stream whole: one line, nothing written
+            why: list[str] = []
+            src = open_file(path, why.append)
+            if src is None:
                 raise UserError(
-                    f"{path}: cannot be read (permission denied); a resume rewrites it", kind="run"
-                ) from None
+                    f"{path}: {why[0].split(': ', 1)[-1].removesuffix('; read as empty')}; a resume rewrites it",
+                    kind="run",
+                )
+            tmp, past, malformed, repeated = path.with_name(f".{name}.tmp"), 0, 0, 0
             with src, open(tmp, "wb") as kept:  # line by line: samples can be large
-                for line in src:
+                last = self._last_line_of_each_step(src, name) if name in (METRICS, HISTOGRAMS) else None
+                for n, line in enumerate(src):
                     row = parse_row(name, line)
                     if row is None:
                         malformed += 1 if line.strip() else 0
                     elif name != EVENTS and row[schema.STEP] > step:
                         past += 1
-                    elif name in (METRICS, HISTOGRAMS) and row[schema.STEP] in seen:
+                    elif last is not None and last[row[schema.STEP]] != n:
                         repeated += 1
                     else:
-                        seen.add(row.get(schema.STEP))
                         kept.write(line if line.endswith(b"\n") else line + b"\n")
                 if past or malformed or repeated:
                     kept.flush()
@@ -230,6 +234,17 @@ class RunWriter:
             os.replace(tmp, path)
             dropped[name] = {"past": past, "malformed": malformed, "repeated": repeated}
         return dropped
+
+    @staticmethod
+    def _last_line_of_each_step(src, name: str) -> dict[int, int]:
+        """{step: the index of its last row's line} of an open stream, which is then read again from its start."""
+        last = {}
+        for n, line in enumerate(src):
+            row = parse_row(name, line)
+            if row is not None:
+                last[row[schema.STEP]] = n
+        src.seek(0)
+        return last
 
 
 def detach_output(run_dir: Path) -> None:

@@ -152,3 +152,31 @@ def test_a_trainer_that_dies_while_loading_is_one_line_and_its_run_resumes(tmp_p
     module.write_text("def score(completions, **kwargs):\n    return [1.0] * len(completions)\n")
     resume(run, "train.steps=2")
     assert steps(run) == [1, 2]
+
+
+def test_the_cut_keeps_a_repeated_steps_last_row_as_the_readers_show_it(tmp_path):
+    """A step written twice (a crash between the row and its fsync, then a retry) keeps its last row on resume:
+    the row `runs`, `report` and the studio show (contract/run_reader.py in_step_order)."""
+    from grpo_studio.contract import rundir
+
+    lines = ['{"step": 1, "time": 1.0, "loss": 0.5}', '{"step": 2, "time": 2.0, "loss": 0.25}']
+    lines += ['{"step": 2, "time": 3.0, "loss": 0.125}', '{"step": 3, "time": 4.0, "loss": 0.0625}']
+    (tmp_path / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    assert [r["loss"] for r in rundir.read_rows(tmp_path / "metrics.jsonl")] == [0.5, 0.125, 0.0625]
+    dropped = rundir.RunWriter(tmp_path).cut_streams(2)
+    assert dropped == {"metrics.jsonl": {"past": 1, "malformed": 0, "repeated": 1}}
+    assert (tmp_path / "metrics.jsonl").read_text() == lines[0] + "\n" + lines[2] + "\n"
+
+
+def test_the_cut_refuses_a_stream_that_is_a_fifo_in_one_line(tmp_path):
+    import os
+
+    from grpo_studio.contract import rundir
+    from grpo_studio.contract.errors import UserError
+
+    os.mkfifo(tmp_path / "events.jsonl")
+    with pytest.raises(UserError) as refused:
+        rundir.RunWriter(tmp_path).cut_streams(2)  # returns at once: a FIFO is never opened
+    assert (
+        str(refused.value) == f"run error: {tmp_path}/events.jsonl: not a regular file (a FIFO); a resume rewrites it"
+    )
