@@ -165,14 +165,14 @@ def _from_card_file(path: Path) -> Card:
 
 def _read_config_json(path: Path, name: str) -> dict:
     """A model's config.json as a dict; unreadable, not UTF-8, not JSON, not a JSON object or holding a number
-    that is not finite: one line."""
+    that is not finite or a field outside its domain: one line."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError, RecursionError) as err:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         raise UserError(f"cannot read {path}: {describe(err)}", kind="vram", key="model.name", value=name) from None
     if not isinstance(data, dict):
         raise UserError(f"{path} is not a JSON object of model settings", kind="vram", key="model.name", value=name)
-    refuse_non_finite(data, path, name, "vram")
+    refuse_bad_numbers(data, path, name, "vram")
     return data
 
 
@@ -198,26 +198,101 @@ def non_finite(data) -> tuple[str, float] | None:
     return None
 
 
-def refuse_non_finite(data, path: Path, name: str, kind: str = "config") -> None:
-    """A model config whose numbers are not all finite (rms_norm_eps = NaN trains to NaN) refused in one line
-    naming the file, the field and the value."""
+MAX_COUNT = 2**31 - 1  # a size or count past this is no model's (and past 2**63 torch cannot hold it)
+
+
+def _positive(v) -> bool:
+    return math.isfinite(float(v)) and v > 0  # float() overflows for an integer past a float's range
+
+
+def _count(v) -> bool:
+    return isinstance(v, int) and 1 <= v <= MAX_COUNT
+
+
+# Fields whose domain is known, by name at any depth (text_config.hidden_size, rope_parameters.rope_theta):
+# (whether a number is in it, whether null is allowed (transformers derives the value), the domain in words).
+# A value outside it trains to NaN (rms_norm_eps = -1), or fails inside torch naming no field.
+POSITIVE = (_positive, False, "a number > 0")
+COUNT = (_count, False, f"an integer from 1 to {MAX_COUNT}")
+DOMAINS = {
+    **dict.fromkeys(("rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "norm_eps", "rope_theta"), POSITIVE),
+    **dict.fromkeys(
+        (
+            "vocab_size",
+            "hidden_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "intermediate_size",
+            "max_position_embeddings",
+        ),
+        COUNT,
+    ),
+    **dict.fromkeys(("num_key_value_heads", "head_dim"), (_count, True, f"{COUNT[2]}, or null")),
+    **dict.fromkeys(
+        ("attention_dropout", "hidden_dropout", "dropout", "resid_pdrop", "embd_pdrop", "attn_pdrop"),
+        (lambda v: 0 <= v <= 1, False, "a number from 0 to 1"),
+    ),
+    "initializer_range": (lambda v: math.isfinite(float(v)) and v >= 0, False, "a number >= 0"),
+}
+
+
+def _shown(value) -> str:
+    """A config value as a message shows it: JSON's spelling, an integer too long to read by its length."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**20:
+        return f"an integer of {len(str(abs(value)))} digits"
+    return json.dumps(value, ensure_ascii=False)[:80] if not isinstance(value, float) else repr(value)
+
+
+def out_of_domain(data) -> tuple[str, object, str] | None:
+    """The first field of DOMAINS (in document order, at any depth) whose value is outside its domain, as (its
+    dotted path, the value, the domain in words); None when every one is in."""
+    stack: list[tuple[str, object]] = [("", data)]
+    while stack:
+        where, value = stack.pop()
+        if isinstance(value, dict):
+            stack += reversed([(f"{where}.{k}" if where else str(k), v) for k, v in value.items()])
+        elif isinstance(value, list):
+            stack += reversed([(f"{where}[{i}]", v) for i, v in enumerate(value)])
+        domain = DOMAINS.get(where.rsplit(".", 1)[-1])
+        if domain is None or value is None and domain[1]:
+            continue
+        inside, _, allowed = domain
+        try:
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and inside(value)
+        except OverflowError:  # an integer too large for a float
+            ok = False
+        if not ok:
+            return where, value, allowed
+    return None
+
+
+def refuse_bad_numbers(data, path: Path, name: str, kind: str = "config") -> None:
+    """A model config holding a number that is not finite, or a known field outside its domain
+    (rms_norm_eps = NaN or -1 trains to NaN every step), refused in one line naming the file, the field, the
+    value and what is allowed."""
     found = non_finite(data)
     if found:
         field, value = found
         raise UserError(
             f"{path} sets {field} = {value}; allowed: finite numbers", kind=kind, key="model.name", value=name
         )
+    found = out_of_domain(data)
+    if found:
+        field, value, allowed = found
+        raise UserError(
+            f"{path} sets {field} = {_shown(value)}; allowed: {allowed}", kind=kind, key="model.name", value=name
+        )
 
 
 def check_model_folder(folder: Path, name: str) -> None:
-    """Before a model folder's weights load: its config.json's numbers are finite. A config.json that cannot
-    be read or parsed is left to the loader, which names the reason."""
+    """Before a model folder's weights load: its config.json's numbers are finite and its known fields in their
+    domains. A config.json that cannot be read or parsed is left to the loader, which names the reason."""
     path = folder / "config.json"
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError, RecursionError):
         return
-    refuse_non_finite(data, path, name)
+    refuse_bad_numbers(data, path, name)
 
 
 def from_config_json(data: dict, name: str) -> Card:

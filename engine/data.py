@@ -20,6 +20,7 @@ from __future__ import annotations
 import csv
 import json
 import random
+import stat
 from pathlib import Path
 
 from grpo_studio.contract.config import DataConfig
@@ -90,18 +91,20 @@ def _read_file(path: Path, source: str) -> list[dict]:
                 reader = csv.DictReader(fh)
                 _refuse_twice(reader.fieldnames or [], source, "the header")
                 rows = [dict(r) for r in reader]
+                width = len(reader.fieldnames or [])
             for number, row in enumerate(rows, 1):
                 if None in row:  # DictReader's key for the fields past the header's
-                    width = len(reader.fieldnames or [])
                     raise _err("source", source, f"row {number} has more fields than the header's {width}")
+                if None in row.values():  # DictReader's value for the header's fields past the row's
+                    raise _err("source", source, f"row {number} has fewer fields than the header's {width}")
             return rows
-        text = path.read_text(encoding="utf-8-sig")
+        text = path.read_text(encoding="utf-8-sig")  # universal newlines: \r\n and \r read as \n
         if suffix == ".json" and text.lstrip().startswith("["):
             rows = _json(text, source, "the file")
             lines = None
-        else:
+        else:  # a line ends at \n only: U+2028, U+0085 or a form feed is text inside a JSON string
             rows, lines = [], []
-            for n, line in enumerate(text.splitlines(), 1):
+            for n, line in enumerate(text.split("\n"), 1):
                 if line.strip():
                     rows.append(_json(line, source, f"line {n}"))
                     lines.append(n)
@@ -115,7 +118,38 @@ def _read_file(path: Path, source: str) -> list[dict]:
             raise _err(
                 "source", source, f"{where} is {kind_of(row)}; every record must be an object with named columns"
             )
-    return rows
+    return FileRows(rows, lines)
+
+
+class FileRows(list):
+    """A file's rows, with the file line each JSONL row was read from (`lines`, None for other files), so a
+    row's refusal can name the line a parse error would: "row 3 (line 5)" where blank lines set them apart."""
+
+    def __init__(self, rows: list[dict], lines: list[int] | None):
+        super().__init__(rows)
+        self.lines = lines
+
+
+def _row_where(rows: list[dict], number: int) -> str:
+    """ "row N", with its file line where it differs (FileRows)."""
+    lines = getattr(rows, "lines", None)
+    line = lines[number - 1] if lines else number
+    return f"row {number}" if line == number else f"row {number} (line {line})"
+
+
+def not_regular(path: Path) -> str | None:
+    """What `path` is when it exists but is not a regular file (stat follows a link; never opened, so a FIFO
+    never blocks): "a FIFO", "a link to a device", "a folder"; None for a regular file or no file."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return None
+    if stat.S_ISREG(mode):
+        return None
+    kind = "a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        kind = "a device"
+    return f"not a regular file ({'a link to ' * path.is_symlink()}{kind})"
 
 
 def _read_hub(data: DataConfig, split: str) -> list[dict]:
@@ -156,7 +190,7 @@ def _source_rows(data: DataConfig, split_name: str) -> list[dict]:
                 raise _err(
                     "source",
                     data.source,
-                    "file not found; allowed: builtin:arith, a .jsonl/.json/.csv/"
+                    f"{not_regular(path) or 'file not found'}; allowed: builtin:arith, a .jsonl/.json/.csv/"
                     ".parquet file, or a Hugging Face dataset id like 'openai/gsm8k'",
                 )
             if path.suffix.lower() not in FILE_SUFFIXES:
@@ -234,6 +268,7 @@ def normalize(rows: list[dict], data: DataConfig) -> list[dict]:
     """Source rows -> rows with `prompt` and `answer` (see the module doc)."""
     if not rows:
         raise _err("source", data.source, "the dataset has no rows")
+    _refuse_ragged(rows, data)
     gsm8k = is_gsm8k(rows)
     pcol, acol = _prompt_column(data, rows), data.answer_column
     if acol not in rows[0] and acol != "answer":
@@ -241,8 +276,9 @@ def normalize(rows: list[dict], data: DataConfig) -> list[dict]:
     system = system_prompt(data, gsm8k)
     out = []
     for number, row in enumerate(rows, 1):
-        new, prompt = dict(row), _prompt(row.get(pcol), f"row {number}", pcol, data)
-        _refuse_unencodable(row, f"row {number}", data)
+        where = _row_where(rows, number)
+        new, prompt = dict(row), _prompt(row.get(pcol), where, pcol, data)
+        _refuse_unencodable(row, where, data)
         if isinstance(prompt, str) and system:
             prompt = BuiltMessages([{"role": "system", "content": system}, {"role": "user", "content": prompt}])
         elif isinstance(prompt, list) and system and prompt[0]["role"] != "system":
@@ -255,6 +291,23 @@ def normalize(rows: list[dict], data: DataConfig) -> list[dict]:
             new["answer"] = answer
         out.append(new)
     return out
+
+
+def _refuse_ragged(rows: list[dict], data: DataConfig) -> None:
+    """Every row has the first row's columns and no other (reward functions receive each column for every
+    row): the first row that differs is refused naming the column."""
+    first = rows[0].keys()
+    for number, row in enumerate(rows[1:], 2):
+        if row.keys() == first:
+            continue
+        before = "row 1" if number == 2 else f"rows 1-{number - 1}"
+        missing = [c for c in first if c not in row]
+        if missing:
+            why = f"has no column {missing[0]!r} ({before} {'has' if number == 2 else 'have'} it)"
+        else:
+            extra = next(c for c in row if c not in first)
+            why = f"has a column {extra!r} that {before} {'lacks' if number == 2 else 'lack'}"
+        raise _err("source", data.source, f"{_row_where(rows, number)} {why}")
 
 
 def _prompt(value, where: str, column: str, data: DataConfig) -> str | list[dict]:

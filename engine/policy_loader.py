@@ -22,7 +22,7 @@ import torch
 from grpo_studio.contract import bundled, model_card, packaged
 from grpo_studio.contract.config import Config
 from grpo_studio.contract.errors import UserError, describe, did_you_mean, user_path
-from grpo_studio.engine import gguf_cache
+from grpo_studio.engine import data, gguf_cache
 
 # bitsandbytes (which peft imports) warns at import on CPUs with AVX512-BF16 that an optional kernel
 # package is missing; its built-in CPU kernels are what run, so the line is noise in a run's console.
@@ -32,7 +32,7 @@ logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)
 def resolve_model_path(name: str) -> str:
     """A preset id, a packaged model or .gguf file (as its cached HF folder), a local folder with config.json,
     or a hub id already in the local HF cache; a local folder whose config.json holds a number that is not
-    finite is refused before anything loads (model_card.check_model_folder)."""
+    finite, or a known field outside its domain, is refused before anything loads (model_card.check_model_folder)."""
     path = _model_path(name)
     if Path(path).is_dir():
         model_card.check_model_folder(Path(path), name)
@@ -49,7 +49,7 @@ def _model_path(name: str) -> str:
             if not packaged.is_gguf(name):
                 local = packaged.gguf_file(name)
             elif not local.is_file():
-                why = "a folder, not a .gguf file" if local.is_dir() else "file not found"
+                why = "a folder, not a .gguf file" if local.is_dir() else data.not_regular(local) or "file not found"
                 raise UserError(why, key="model.name", value=name)
             return str(gguf_cache.hf_folder(local, name))
         if local.is_dir():
@@ -106,7 +106,11 @@ def _loading(path: str):
     except (MemoryError, torch.OutOfMemoryError, UserError):
         raise
     except Exception as err:
-        raise UserError(f"could not load ({describe(err)})", key="model.name", value=path) from None
+        lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+        reason = describe(err)
+        if len(lines) > 1 and lines[0].endswith(":"):  # "Validation error for field 'x':" names the fault next
+            reason = f"{reason} {lines[1][:200]}"
+        raise UserError(f"could not load ({reason})", key="model.name", value=path) from None
 
 
 def load_tokenizer(path: str):
