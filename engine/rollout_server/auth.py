@@ -4,7 +4,8 @@ The secret reaches a process by a file (mode 0600, `--secret-file` / rollout.ser
 environment (SECRET_ENV), never by a command-line value, which `ps` shows to every user. A trainer that starts
 its own server makes one per run and hands it to the child in SECRET_ENV. Every request but GET /health carries
 it as `Authorization: Bearer SECRET`; the guard compares it in constant time and answers 401 without reading the
-body, and refuses a body over the server's limit with 413 before the API parses it. docs/rollout_server.md.
+body; a path or method the API has not, a body that is not JSON or over the server's limit, are refused before
+the body is read too (404, 405, 415, 413). docs/rollout_server.md.
 """
 
 from __future__ import annotations
@@ -95,31 +96,54 @@ async def _answer(send, status: int, error: str, extra: list | None = None) -> N
 
 
 class Guard:
-    """ASGI middleware around the API: the secret (every path but OPEN, when the server has one), the body limit,
-    and one line for anything the API raised (never a traceback in the server's log)."""
+    """ASGI middleware around the API: the secret (every path but OPEN, when the server has one), the route, the
+    content type and the body limit, each refused before any byte of the body is read; then one line for anything
+    the API raised (never a traceback in the server's log). Only a request that may reach an endpoint taking a
+    body (authenticated, when the server has a secret) has its body read, up to the limit."""
 
     def __init__(self, app, secret: str | None, max_body: int):
         self.app, self.max_body = app, max_body
-        self.digest = None if secret is None else _digest(f"Bearer {secret}".encode())
+        self.digest = None if secret is None else _digest(secret.encode())
+        self.routes = {route.path: route.methods for route in app.routes}  # path → {"GET", "HEAD"} / {"POST"}
 
     def _authorised(self, scope) -> bool:
         given = [v for k, v in scope["headers"] if k == b"authorization"]
-        # compare digests: compare_digest's time then depends on neither the secret's content nor its length
-        return len(given) == 1 and hmac.compare_digest(_digest(given[0]), self.digest)
+        if len(given) != 1:
+            return False
+        scheme, _, token = given[0].strip().partition(b" ")
+        # the scheme is case-insensitive (RFC 7235); compare digests: compare_digest's time then depends on
+        # neither the secret's content nor its length
+        ok = hmac.compare_digest(_digest(token.strip()), self.digest)
+        return ok and scheme.lower() == b"bearer"
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        if self.digest is not None and scope["path"] not in OPEN and not self._authorised(scope):
+        path, method = scope["path"], scope["method"]
+        if self.digest is not None and path not in OPEN and not self._authorised(scope):
             return await _answer(
                 send,
                 401,
                 "no valid secret: send the header 'Authorization: Bearer <secret>' (docs/rollout_server.md)",
                 [(b"www-authenticate", b"Bearer")],
             )
+        methods = self.routes.get(path)
+        if methods is None:
+            return await _answer(send, 404, f"{method} {path}: no such endpoint")
+        if method not in methods:
+            allowed = ", ".join(sorted(methods))
+            return await _answer(send, 405, f"{method} {path}: allowed: {allowed}", [(b"allow", allowed.encode())])
+        if "POST" not in methods:  # /health, /version: no body is read, whatever the request announced
+            return await self._call(scope, receive, send)
         lengths = [v for k, v in scope["headers"] if k == b"content-length"]
         if any(not v.isdigit() or int(v) > self.max_body for v in lengths):
             return await _answer(send, 413, f"the body is over this server's limit of {self.max_body} bytes")
+        kind = dict(scope["headers"]).get(b"content-type", b"").split(b";")[0].strip().lower()
+        if kind != b"application/json":
+            shown = kind.decode("latin-1")[:100] or "none"
+            return await _answer(
+                send, 415, f"the body must be JSON, sent with the header 'Content-Type: application/json' (got {shown})"
+            )
         parts, size, more = [], 0, True
         while more:  # whole before the API sees it, so a chunked body is held to the limit too
             message = await receive()
@@ -138,8 +162,11 @@ class Guard:
             replayed = True
             return {"type": "http.request", "body": b"".join(parts), "more_body": False}
 
+        await self._call(scope, replay, send)
+
+    async def _call(self, scope, receive, send):
         try:
-            await self.app(scope, replay, send)
+            await self.app(scope, receive, send)
         except Exception as err:  # noqa: BLE001 - the API has answered 500 with this line already
             print(f"rollout server: {scope['path']}: {one_line(err)}", file=sys.stderr, flush=True)
 
