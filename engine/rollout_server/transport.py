@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime
 import socket
+import threading
 from collections.abc import Iterable
 
 import torch
@@ -43,18 +44,45 @@ class Group:
 
 def open_group(host: str, port: int, rank: int, backend: str, timeout_s: float) -> Group:
     """A two-rank process group (rank 0 = trainer, hosting the store; rank 1 = server, which waits at most
-    STORE_CONNECT_S to reach the store)."""
+    min(timeout_s, STORE_CONNECT_S) to reach the store and hear it answer)."""
     import torch.distributed as dist
 
     timeout = datetime.timedelta(seconds=timeout_s)
-    connect = timeout if rank == 0 else datetime.timedelta(seconds=min(timeout_s, STORE_CONNECT_S))
-    store = dist.TCPStore(host, port, 2, rank == 0, timeout=connect)
+    if rank == 0:
+        store = dist.TCPStore(host, port, 2, True, timeout=timeout)
+    else:
+        connect = min(timeout_s, STORE_CONNECT_S)
+        store = _within(
+            connect, lambda: dist.TCPStore(host, port, 2, False, timeout=datetime.timedelta(seconds=connect))
+        )
     store.set_timeout(timeout)
     if backend == "nccl":
         group = dist.ProcessGroupNCCL(store, rank, 2, dist.ProcessGroupNCCL.Options())
     else:
         group = dist.ProcessGroupGloo(store, rank, 2, timeout)
     return Group(group, store)
+
+
+def _within(seconds: float, make):
+    """make()'s result, or TimeoutError after `seconds`. A TCPStore client bounds its connect but not its wait
+    for the store's first answer: a port that accepts and never answers would hold it forever. The thread left
+    waiting ends when that peer closes."""
+    box: dict = {}
+
+    def run():
+        try:
+            box["made"] = make()
+        except Exception as err:  # noqa: BLE001 - re-raised in the caller's thread
+            box["error"] = err
+
+    thread = threading.Thread(target=run, daemon=True, name="weight-store-connect")
+    thread.start()
+    thread.join(seconds + 1.0)  # the store's own connect timeout answers first when nothing listens
+    if "error" in box:
+        raise box["error"]
+    if "made" not in box:
+        raise TimeoutError(f"no TCPStore answered within {seconds:g} s (the port accepts, but does not answer)")
+    return box["made"]
 
 
 def _layer(name: str) -> str:
