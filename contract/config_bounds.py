@@ -33,6 +33,7 @@ MAX_GENERATIONS = 1024  # completions per prompt
 MAX_PROMPTS = 65_536  # prompts per step
 MAX_SEQUENCES = 1_048_576  # sequences per step: prompts_per_step x num_generations
 MAX_SECONDS = 86_400  # a reward time bound: one day
+VLLM_MAX_TEMPERATURE = 2.0  # vLLM's SamplingParams refuses a hotter one (rollout.temperature takes up to 100)
 MAX_UPDATES = 1024  # optimizer steps per rollout: steps_per_generation, num_iterations
 MAX_ROUNDS = 1024  # sampling rounds of one rollout: algo.dynamic_sampling_max_rounds
 # Every float key is bounded on both sides (tests/test_config_limits.py): generous, but finite, so 1e308 or a

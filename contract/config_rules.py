@@ -10,7 +10,7 @@ from __future__ import annotations
 import urllib.parse
 
 from grpo_studio.contract import alert_rules, algorithms, backend, dtypes, metrics
-from grpo_studio.contract.config_bounds import MAX_SEQUENCES, MAX_TOKENS, TRACKERS
+from grpo_studio.contract.config_bounds import MAX_SEQUENCES, MAX_TOKENS, TRACKERS, VLLM_MAX_TEMPERATURE
 from grpo_studio.contract.config_schema import Config, WarmupConfig
 from grpo_studio.contract.config_training import AlgoConfig, RolloutConfig
 from grpo_studio.contract.errors import UserError, did_you_mean
@@ -115,6 +115,13 @@ def validate(cfg: Config) -> None:
     backend.refuse_vllm_sync(cfg)  # rollout.vllm_sync; a 4-bit base's merged sync to vLLM
     backend.refuse_vllm_keys_with_hf(cfg)  # rollout.* keys only vLLM reads, with the hf sampler asked for
     _check_rollout_server(cfg.rollout)
+    if cfg.rollout.temperature > VLLM_MAX_TEMPERATURE and (cfg.rollout.backend == "vllm" or not cfg.rollout.colocate):
+        raise UserError(
+            f"vLLM (rollout.backend = 'vllm', or a rollout server) samples at temperatures of at most "
+            f"{VLLM_MAX_TEMPERATURE:g}; the hf rollout takes up to 100",
+            key="rollout.temperature",
+            value=cfg.rollout.temperature,
+        )
     if cfg.train.max_staleness >= 0 and cfg.rollout.async_mode == "off":
         raise UserError(
             "needs rollout.async_mode = 'one_step' or 'in_flight' (with 'off' every token is sampled "

@@ -23,14 +23,21 @@ spans two policy versions; the KV cache of its earlier tokens stays as the old w
 from __future__ import annotations
 
 import dataclasses
+import sys
 import threading
 import time
 from typing import Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, model_validator
 
-from grpo_studio.contract.config_bounds import MAX_GENERATIONS, MAX_SECONDS, MAX_SEQUENCES, MAX_TOKENS
+from grpo_studio.contract.config_bounds import (
+    MAX_GENERATIONS,
+    MAX_SECONDS,
+    MAX_SEQUENCES,
+    MAX_TOKENS,
+    VLLM_MAX_TEMPERATURE,
+)
 from grpo_studio.engine.rollout_server import auth, transport
 from grpo_studio.engine.sampler.base import Sampling
 
@@ -40,16 +47,23 @@ STRICT = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
 # request bodies (module level: FastAPI resolves the annotations of its endpoints by name)
 class SamplingBody(BaseModel):
-    """engine/sampler/base.Sampling, bounded as the config bounds the keys it comes from."""
+    """engine/sampler/base.Sampling, bounded as the config bounds the keys it comes from and as vLLM's
+    SamplingParams takes them (a temperature of at most 2, min_tokens within max_tokens)."""
 
     model_config = STRICT
     n: int = Field(ge=1, le=MAX_GENERATIONS)
     max_tokens: int = Field(ge=1, le=MAX_TOKENS)
-    temperature: float = Field(1.0, gt=0, le=100.0)
+    temperature: float = Field(1.0, gt=0, le=VLLM_MAX_TEMPERATURE)
     top_p: float = Field(1.0, gt=0, le=1.0)
     top_k: int = Field(0, ge=0, le=MAX_TOKENS)
     seed: int = Field(0, ge=0, lt=2**128)  # the trainer's seeds are mixes of mixes: past 2**63
     min_tokens: int = Field(0, ge=0, le=MAX_TOKENS)
+
+    @model_validator(mode="after")
+    def _min_within_max(self):
+        if self.min_tokens > self.max_tokens:
+            raise ValueError(f"min_tokens = {self.min_tokens} is over max_tokens = {self.max_tokens}")
+        return self
 
 
 class GenerateRequest(BaseModel):
@@ -108,9 +122,16 @@ class Served:
         return cls(backend.sync.checkpoint.shapes(), model.get_vocab_size(), model.max_model_len)
 
     def check_ids(self, rows: list[list[int]], field: str) -> None:
+        """Token ids in the vocabulary, and room in the context for one more token (vLLM generates at least one,
+        /score too)."""
+        longest = self.max_model_len - 1
         for i, ids in enumerate(rows):
-            if not ids or len(ids) > self.max_model_len:
-                raise Refused(400, f"{field}[{i}] has {len(ids)} tokens; 1 to {self.max_model_len} (the context)")
+            if not ids or len(ids) > longest:
+                raise Refused(
+                    400,
+                    f"{field}[{i}] has {len(ids)} tokens; 1 to {longest} (the context of {self.max_model_len} "
+                    "less the one token vLLM generates)",
+                )
             if min(ids) < 0 or max(ids) >= self.vocab_size:
                 bad = min(ids) if min(ids) < 0 else max(ids)
                 raise Refused(400, f"{field}[{i}] holds token id {bad}; the vocabulary is 0 to {self.vocab_size - 1}")
@@ -242,7 +263,14 @@ def _invalid(err) -> str:
         return f"the body is not JSON: {first.get('ctx', {}).get('error', first['msg'])}"
     where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in first["loc"][1:]).lstrip(".") or "the body"
     more = f" (and {len(err.errors()) - 1} more)" if len(err.errors()) > 1 else ""
-    return f"{where}: {first['msg']}{more}"
+    return f"{where}: {first['msg'].removeprefix('Value error, ')}{more}"
+
+
+def _refused_by_vllm(err: Exception) -> bool:
+    """vLLM's own verdict that a request is bad (VLLMClientError: a sampling parameter, a prompt's length),
+    which the checks above missed: the client's fault, not the engine's."""
+    exceptions = sys.modules.get("vllm.exceptions")  # not loaded: no error of vLLM's was raised
+    return exceptions is not None and isinstance(err, exceptions.VLLMClientError)
 
 
 def build_app(server: Server, secret: str | None, max_body: int):
@@ -269,6 +297,8 @@ def build_app(server: Server, secret: str | None, max_body: int):
 
     @app.exception_handler(Exception)
     def failed(_, err: Exception):  # the guard logs the same line
+        if _refused_by_vllm(err):
+            return JSONResponse({"error": f"vLLM refused the request: {auth.one_line(err)}"}, 400)
         return JSONResponse({"error": f"the server failed: {auth.one_line(err)}"}, 500)
 
     @app.get("/health")
