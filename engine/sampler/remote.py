@@ -63,10 +63,14 @@ class RemoteSampler:
         self.pending: concurrent.futures.Future | None = None
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         self.dtype = DTYPES[plan.rollout_dtype].torch  # the engine dtype the server must run
-        self.secret_file = cfg.rollout.server_secret_file
         if cfg.rollout.server:
             self.address = cfg.rollout.server
             self.secret = auth.read_secret(cfg.rollout.server_secret_file, "rollout.server_secret_file")
+            # where the secret came from (or would have): what a 401 names
+            if cfg.rollout.server_secret_file or self.secret is None:
+                self.secret_source = {"key": "rollout.server_secret_file", "value": cfg.rollout.server_secret_file}
+            else:
+                self.secret_source = {"key": auth.SECRET_ENV}
             self.http.headers.update(auth.header(self.secret))
             self._wait_until_up(self.timeout, f"no rollout server answers at {self.address}")
         else:
@@ -91,6 +95,7 @@ class RemoteSampler:
             str(port),
         ]
         self.secret = auth.new_secret()  # in the child's environment, which only this user can read
+        self.secret_source = {"key": "rollout.server", "value": ""}
         env = {**os.environ, auth.SECRET_ENV: self.secret}
         with open(self.log, "ab") as log:
             self.process = subprocess.Popen(
@@ -159,12 +164,14 @@ class RemoteSampler:
                 f"rollout server {self.address} lost during /{path}: {type(err).__name__}: {str(err)[:200]}"
             ) from None
         if answer.status_code == 401:
-            raise UserError(
-                f"the rollout server at {self.address} wants a secret this trainer does not have: give it its "
-                f"secret's file (mode 0600), or set {auth.SECRET_ENV}",
-                key="rollout.server_secret_file",
-                value=self.secret_file,
-            )
+            if self.secret is None:
+                why = (
+                    f"the rollout server at {self.address} wants a secret this trainer does not have: give it its "
+                    f"secret's file (mode 0600), or set {auth.SECRET_ENV}"
+                )
+            else:
+                why = f"the rollout server at {self.address} refused this secret: it holds another one"
+            raise UserError(why, **self.secret_source)
         if 400 <= answer.status_code < 500 and answer.status_code != 409:  # 409: it lost the weight group
             # this trainer's request, refused: the server was set up otherwise (another model, a smaller config)
             raise UserError(
