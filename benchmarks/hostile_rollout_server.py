@@ -98,6 +98,9 @@ def auth(secret: str = SECRET) -> dict:
     return {"Authorization": f"Bearer {secret}"}
 
 
+JSON_AUTH = {**auth(), "content-type": "application/json"}  # what a raw `data=` body needs to be read as JSON
+
+
 GENERATE = {"prompt_ids": [[3, 4, 5]], "sampling": {"n": 2, "max_tokens": 4}}
 PLAN = [{"dtype": "float32", "tensors": [["model.norm.weight", [256]]]}]
 
@@ -255,6 +258,115 @@ def two_headers(tmp: Path) -> str | None:
     return None if (answer.status, body) == (401, {"error": NO_SECRET}) else f"HTTP {answer.status} {body}"
 
 
+def _raw(url: str, head: str, timeout: float = 30) -> bytes:
+    """The answer to a request of headers alone (no byte of the body it announces), read until the server closes
+    or stops answering within `timeout` (then the answer ends with b'<no answer>')."""
+    with socket.create_connection(("127.0.0.1", int(url.rpartition(":")[2])), timeout=timeout) as conn:
+        conn.sendall(head.encode())
+        out = b""
+        try:
+            while chunk := conn.recv(65536):
+                out += chunk
+                if b"\r\n\r\n" in out and out.endswith(b"}"):
+                    break
+        except TimeoutError:
+            out += b"<no answer>"
+    return out
+
+
+def unread_body(path: str, want: bytes, secret: str | None, headers: str = ""):
+    """A check: a request announcing a 16 MB body, without sending it, is answered `want` (the status line and
+    the one-line body) by a server whose limit is 1 GiB: the answer needs no byte of the body."""
+
+    def check(tmp: Path) -> str | None:
+        with stand_in_server(secret=secret, max_body=2**30) as (url, server):
+            head = f"POST {path} HTTP/1.1\r\nHost: x\r\n{headers}Content-Length: 16000000\r\n\r\n"
+            out = _raw(url, head)
+            status, body = out.split(b"\r\n")[0], out.partition(b"\r\n\r\n")[2]
+            if (status, body) != (want.split(b"\n")[0], want.split(b"\n")[1]):
+                return f"answer {out[:300]!r}; expected {want!r}"
+            return None if not server.backend.calls else "reached the engine"
+
+    return check
+
+
+def silent_store(tmp: Path) -> str | None:
+    """/init_weights to a port that accepts and never answers (a TCPStore client waits for its first answer
+    without a bound): 400 within the request's timeout_s (3 s) plus the probe's slack, and the transfer lock is
+    let go: a second /init_weights, to a closed port, is answered too."""
+    import requests
+
+    with socket.socket() as silent, stand_in_server() as (url, server):
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        port = silent.getsockname()[1]
+        r = requests.post(
+            url + "/init_weights", headers=auth(), json={"host": "127.0.0.1", "port": port, "timeout_s": 3}, timeout=30
+        )
+        want = (
+            f"cannot join the weight group at 127.0.0.1:{port}: TimeoutError: no TCPStore answered within 3 s "
+            "(the port accepts, but does not answer)"
+        )
+        if (r.status_code, _error(r)) != (400, want):
+            return f"HTTP {r.status_code} {r.text[:300]!r}"
+        closed = _closed_port()
+        r = requests.post(
+            url + "/init_weights",
+            headers=auth(),
+            json={"host": "127.0.0.1", "port": closed, "timeout_s": 1},
+            timeout=30,
+        )
+        if r.status_code != 400 or not (_error(r) or "").startswith(
+            f"cannot join the weight group at 127.0.0.1:{closed}"
+        ):
+            return f"the second /init_weights: HTTP {r.status_code} {r.text[:300]!r}"
+        return None if server.group is None else "a group was opened"
+
+
+class Refusing(StandIn):
+    """A stand-in engine that raises `error` on every generation, as vLLM raises for what it will not run."""
+
+    def __init__(self, error: Exception):
+        super().__init__()
+        self.error = error
+
+    def generate(self, prompt_ids, sampling, between_steps=None):
+        raise self.error
+
+
+def engine_raises(make_error: Callable[[], Exception], want: int, why: str):
+    """A check: a /generate that passes the API's checks but that the engine raises on: HTTP `want`, one line."""
+
+    def check(tmp: Path) -> str | None:
+        import requests
+
+        with stand_in_server() as (url, server):
+            server.backend = Refusing(make_error())
+            r = requests.post(url + "/generate", headers=auth(), json=GENERATE, timeout=30)
+            return None if (r.status_code, _error(r)) == (want, why) else f"HTTP {r.status_code} {r.text[:300]!r}"
+
+    return check
+
+
+def _vllm_validation_error() -> Exception:
+    from vllm.exceptions import VLLMValidationError
+
+    return VLLMValidationError("a check the API has not", parameter="x", value=1)
+
+
+def accepted(headers: dict):
+    """A check: GET /version with these headers is answered 200 with the server's versions."""
+
+    def check(tmp: Path) -> str | None:
+        import requests
+
+        with stand_in_server() as (url, server):
+            r = requests.get(url + "/version", headers=headers, timeout=30)
+            return None if r.status_code == 200 and r.json()["vllm"] == "stand-in" else f"HTTP {r.status_code} {r.text}"
+
+    return check
+
+
 def _serve_argv(*args: str) -> list[str]:
     return [sys.executable, "-m", "grpo_studio.cli.main", "rollout-serve", "tiny-arith", *ROLLOUT, *args]
 
@@ -382,7 +494,7 @@ def cases() -> list:
         p("30 MB body", answered("post", "/generate", 413, None, headers=auth(), data=b"x" * (30 * 2**20))),
         p(
             "chunked body over the limit",
-            answered("post", "/generate", 413, None, headers=auth(), data=(b"x" * 2**16 for _ in range(40))),
+            answered("post", "/generate", 413, None, headers=JSON_AUTH, data=(b"x" * 2**16 for _ in range(40))),
         ),
         p(
             "malformed JSON",
@@ -391,7 +503,7 @@ def cases() -> list:
                 "/generate",
                 400,
                 None,
-                headers={**auth(), "content-type": "application/json"},
+                headers=JSON_AUTH,
                 data=b'{"prompt_ids": [[1',
             ),
         ),
@@ -430,13 +542,13 @@ def cases() -> list:
             ),
         ),
         p(
-            "a prompt longer than the context",
+            "a prompt as long as the context (vLLM needs room for one token)",
             answered(
                 "post",
                 "/generate",
                 400,
-                "prompt_ids[0] has 81 tokens; 1 to 80 (the context)",
-                {"prompt_ids": [[1] * 81], "sampling": {"n": 1, "max_tokens": 1}},
+                "prompt_ids[0] has 80 tokens; 1 to 79 (the context of 80 less the one token vLLM generates)",
+                {"prompt_ids": [[1] * 80], "sampling": {"n": 1, "max_tokens": 1}},
                 auth(),
             ),
         ),
@@ -446,7 +558,7 @@ def cases() -> list:
                 "post",
                 "/generate",
                 400,
-                "prompt_ids[0] has 0 tokens; 1 to 80 (the context)",
+                "prompt_ids[0] has 0 tokens; 1 to 79 (the context of 80 less the one token vLLM generates)",
                 {"prompt_ids": [[]], "sampling": {"n": 1, "max_tokens": 1}},
                 auth(),
             ),
@@ -480,7 +592,7 @@ def cases() -> list:
                 "/generate",
                 400,
                 None,
-                headers={**auth(), "content-type": "application/json"},
+                headers=JSON_AUTH,
                 data=b'{"prompt_ids": [[1]], "sampling": {"n": 1, "max_tokens": 1, "seed": ' + b"9" * 5000 + b"}}",
             ),
         ),
@@ -491,7 +603,7 @@ def cases() -> list:
                 "/generate",
                 400,
                 "sampling.temperature: Input should be a finite number",
-                headers={**auth(), "content-type": "application/json"},
+                headers=JSON_AUTH,
                 data=b'{"prompt_ids": [[1]], "sampling": {"n": 1, "max_tokens": 1, "temperature": NaN}}',
             ),
         ),
@@ -615,6 +727,100 @@ def cases() -> list:
             ),
         ),
         p("an authenticated trainer's group, bad plans, then a good update", trainer_group_then_bad_plans),
+        p("init to a port that accepts and never answers (the lock is let go)", silent_store),
+        # refused by route, method or content type before any byte of the body is read
+        p(
+            "POST /health announcing 16 MB, no secret on the server",
+            unread_body("/health", b'HTTP/1.1 405 Method Not Allowed\n{"error": "POST /health: allowed: GET"}', None),
+        ),
+        p(
+            "POST to an unknown path announcing 16 MB, no secret on the server",
+            unread_body("/upload", b'HTTP/1.1 404 Not Found\n{"error": "POST /upload: no such endpoint"}', None),
+        ),
+        p(
+            "POST /generate announcing 16 MB without the secret",
+            unread_body(
+                "/generate", b"HTTP/1.1 401 Unauthorized\n" + json.dumps({"error": NO_SECRET}).encode(), SECRET
+            ),
+        ),
+        p(
+            "POST /generate announcing 16 MB of text/plain",
+            unread_body(
+                "/generate",
+                b'HTTP/1.1 415 Unsupported Media Type\n{"error": "the body must be JSON, sent with the header '
+                b"'Content-Type: application/json' (got text/plain)\"}",
+                SECRET,
+                f"Authorization: Bearer {SECRET}\r\nContent-Type: text/plain\r\n",
+            ),
+        ),
+        p(
+            "a JSON body without Content-Type",
+            answered(
+                "post",
+                "/generate",
+                415,
+                "the body must be JSON, sent with the header 'Content-Type: application/json' (got none)",
+                headers=auth(),
+                data=json.dumps(GENERATE).encode(),
+            ),
+        ),
+        # what vLLM refuses: the API refuses it first, and anything else vLLM refuses is still the client's 400
+        p(
+            "temperature 100 (vLLM takes at most 2)",
+            answered(
+                "post",
+                "/generate",
+                400,
+                "sampling.temperature: Input should be less than or equal to 2",
+                _sampling(temperature=100.0),
+                auth(),
+            ),
+        ),
+        p(
+            "min_tokens over max_tokens",
+            answered(
+                "post",
+                "/generate",
+                400,
+                "sampling: min_tokens = 50 is over max_tokens = 4",
+                _sampling(min_tokens=50),
+                auth(),
+            ),
+        ),
+        p(
+            "a scored sequence as long as the context",
+            answered(
+                "post",
+                "/score",
+                400,
+                "sequences[0] has 80 tokens; 1 to 79 (the context of 80 less the one token vLLM generates)",
+                {"sequences": [[1] * 80]},
+                auth(),
+            ),
+        ),
+        p(
+            "a request only vLLM's own checks refuse",
+            engine_raises(
+                _vllm_validation_error,
+                400,
+                "vLLM refused the request: VLLMValidationError: a check the API has not (parameter=x, value=1)",
+            ),
+        ),
+        p(
+            "an engine that fails (not the request's fault) is 500",
+            engine_raises(
+                lambda: RuntimeError("CUDA error: an illegal memory access"),
+                500,
+                "the server failed: RuntimeError: CUDA error: an illegal memory access",
+            ),
+        ),
+        # the header as other clients write it
+        p("'bearer' in lower case (the scheme is case-insensitive)", accepted({"Authorization": f"bearer {SECRET}"})),
+        p("the secret with trailing whitespace", accepted({"Authorization": f"Bearer {SECRET} "})),
+        p(
+            "'Basic' with the secret",
+            answered("get", "/version", 401, NO_SECRET, headers={"Authorization": f"Basic {SECRET}"}),
+        ),
         # a careless hand at the command line
         p(
             "rollout-serve --host 0.0.0.0 without a secret",

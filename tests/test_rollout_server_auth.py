@@ -304,3 +304,200 @@ def test_transport_refuses_a_plan_before_allocating():
     assert str(err.value) == (
         "plan[0]: a.weight has shape [4611686018427387904, 4611686018427387904]; the served model's is [4, 2]"
     )
+
+
+# ---- issue 40's hostile tester: holes found in the first version (stand-in engine, real HTTP, no vLLM) ----
+
+
+def _rss_mb() -> int:
+    return int(next(line for line in open("/proc/self/status") if line.startswith("VmRSS")).split()[1]) // 1024
+
+
+def test_post_health_is_refused_before_its_body():
+    """The tester's attack on a server without a secret and a 1 GiB limit (data.eval_split): 30 connections each
+    announcing 16,000,000 bytes to POST /health grew the server by 456 MB. Now 405 answers the headers alone, and
+    12 connections pushing what they can of 16 MB each (192 MB, were it buffered) grow this process (client and
+    server both) by under 64 MB."""
+    from grpo_studio.benchmarks.hostile_rollout_server import _raw, stand_in_server
+
+    with stand_in_server(secret=None, max_body=2**30) as (url, server):
+        head = "POST /health HTTP/1.1\r\nHost: x\r\nContent-Length: 16000000\r\n\r\n"
+        out = _raw(url, head)
+        assert out.split(b"\r\n")[0] == b"HTTP/1.1 405 Method Not Allowed"
+        assert out.partition(b"\r\n\r\n")[2] == b'{"error": "POST /health: allowed: GET"}'
+        before, held = _rss_mb(), []
+        for _ in range(12):
+            conn = socket.create_connection(("127.0.0.1", int(url.rpartition(":")[2])), timeout=1)
+            held.append(conn)
+            try:
+                conn.sendall(head.encode() + b"x" * 15_900_000)
+            except OSError:  # the server answered and stopped reading: what it was sent is not kept
+                pass
+        time.sleep(1)
+        grown = _rss_mb() - before
+        for conn in held:
+            conn.close()
+        assert grown < 64, f"{grown} MB"
+        assert server.backend.calls == []
+
+
+def test_init_to_a_port_that_never_answers_lets_go_of_the_lock():
+    """The tester's /init_weights to a socket that accepts and never answers had no answer after 260 s and held
+    the transfer lock. Now: 400 naming host:port within the request's 3 s (60 s: the probe's bound), then a
+    second /init_weights is answered."""
+    from grpo_studio.benchmarks.hostile_rollout_server import silent_store
+
+    start = time.monotonic()
+    assert silent_store(None) is None
+    assert time.monotonic() - start < 60
+
+
+@pytest.mark.parametrize(
+    "change, why",
+    [
+        ({"temperature": 100.0}, "sampling.temperature: Input should be less than or equal to 2"),
+        ({"temperature": 2.0}, None),
+        ({"min_tokens": 50, "max_tokens": 2}, "sampling: min_tokens = 50 is over max_tokens = 2"),
+        ({"min_tokens": 2, "max_tokens": 2}, None),
+    ],
+)
+def test_sampling_vllm_refuses_is_refused_by_the_api(change, why):
+    """What vLLM's SamplingParams._verify_args refuses (temperature over 2, min_tokens over max_tokens) is a 400
+    naming the field; its edge values pass."""
+    import requests
+
+    from grpo_studio.benchmarks.hostile_rollout_server import auth, stand_in_server
+
+    body = {"prompt_ids": [[3, 4]], "sampling": {"n": 1, "max_tokens": 2, **change}}
+    with stand_in_server() as (url, server):
+        r = requests.post(url + "/generate", headers=auth(), json=body, timeout=30)
+    assert (r.status_code, r.json().get("error")) == ((200, None) if why is None else (400, why))
+
+
+@pytest.mark.parametrize("path, field", [("generate", "prompt_ids"), ("score", "sequences")])
+def test_ids_as_long_as_the_context_are_refused(path, field):
+    """vLLM needs room for one generated token (a score request too): 80 tokens in a context of 80 is 400, 79
+    passes."""
+    import requests
+
+    from grpo_studio.benchmarks.hostile_rollout_server import auth, stand_in_server
+
+    def body(n):
+        ids = [[3] * n]
+        return {"prompt_ids": ids, "sampling": {"n": 1, "max_tokens": 1}} if path == "generate" else {field: ids}
+
+    with stand_in_server() as (url, server):
+        full = requests.post(f"{url}/{path}", headers=auth(), json=body(80), timeout=30)
+        fits = requests.post(f"{url}/{path}", headers=auth(), json=body(79), timeout=30)
+    assert (full.status_code, full.json()) == (
+        400,
+        {"error": f"{field}[0] has 80 tokens; 1 to 79 (the context of 80 less the one token vLLM generates)"},
+    )
+    assert fits.status_code == 200
+
+
+@pytest.mark.parametrize(
+    "header, status",
+    [("bearer {s}", 200), ("BEARER {s}", 200), ("Bearer {s} ", 200), ("Bearer  {s}", 200), ("Basic {s}", 401)],
+)
+def test_the_scheme_is_case_insensitive_and_whitespace_is_not_the_secret(header, status):
+    import requests
+
+    from grpo_studio.benchmarks.hostile_rollout_server import stand_in_server
+
+    with stand_in_server() as (url, server):
+        r = requests.get(url + "/version", headers={"Authorization": header.format(s=SECRET)}, timeout=30)
+    assert r.status_code == status
+
+
+def test_a_body_without_the_json_content_type_says_so():
+    import requests
+
+    from grpo_studio.benchmarks.hostile_rollout_server import GENERATE, auth, stand_in_server
+
+    with stand_in_server() as (url, server):
+        bare = requests.post(url + "/generate", headers=auth(), data=b'{"prompt_ids": [[3]]}', timeout=30)
+        text = requests.post(
+            url + "/generate", headers={**auth(), "Content-Type": "text/plain"}, data=b"{}", timeout=30
+        )
+        typed = requests.post(url + "/generate", headers=auth(), json=GENERATE, timeout=30)
+    why = "the body must be JSON, sent with the header 'Content-Type: application/json' (got {})"
+    assert (bare.status_code, bare.json()) == (415, {"error": why.format("none")})
+    assert (text.status_code, text.json()) == (415, {"error": why.format("text/plain")})
+    assert typed.status_code == 200
+
+
+def test_an_engine_error_is_500_and_a_vllm_refusal_400():
+    """A request vLLM's own checks refuse is the client's fault (400, vLLM's line); anything else the engine
+    raises is 500."""
+    import requests
+    from vllm.exceptions import VLLMValidationError
+
+    from grpo_studio.benchmarks.hostile_rollout_server import GENERATE, Refusing, auth, stand_in_server
+
+    with stand_in_server() as (url, server):
+        server.backend = Refusing(VLLMValidationError("temperature must be in [0, 2], got 9.0."))
+        refused = requests.post(url + "/generate", headers=auth(), json=GENERATE, timeout=30)
+        server.backend = Refusing(RuntimeError("out of blocks"))
+        failed = requests.post(url + "/generate", headers=auth(), json=GENERATE, timeout=30)
+    assert (refused.status_code, refused.json()) == (
+        400,
+        {"error": "vLLM refused the request: VLLMValidationError: temperature must be in [0, 2], got 9.0."},
+    )
+    assert (failed.status_code, failed.json()) == (500, {"error": "the server failed: RuntimeError: out of blocks"})
+
+
+@pytest.mark.parametrize("source", ["environment", "file"])
+def test_a_refused_secret_names_where_it_came_from(tmp_path, monkeypatch, source):
+    """The trainer has a secret and the server refuses it: the line says so and names the variable or the file,
+    not 'a secret this trainer does not have'."""
+    from grpo_studio.benchmarks.hostile_rollout_server import stand_in_server
+    from grpo_studio.contract.config import load
+    from grpo_studio.contract.errors import UserError
+    from grpo_studio.contract.precision_plan import resolve
+    from grpo_studio.engine.sampler.remote import RemoteSampler
+
+    monkeypatch.delenv("GRPO_STUDIO_ROLLOUT_SECRET", raising=False)
+    wrong = "wrong-secret-" + "y" * 20
+    with stand_in_server() as (url, server):
+        address = url.removeprefix("http://")
+        sets = ["rollout.backend=vllm", "rollout.colocate=false", f"rollout.server={address}"]
+        if source == "file":
+            path = _secret_file(tmp_path, wrong)
+            sets.append(f"rollout.server_secret_file={path}")
+            subject = f"rollout.server_secret_file = '{path}'"
+        else:
+            monkeypatch.setenv("GRPO_STUDIO_ROLLOUT_SECRET", wrong)
+            subject = "GRPO_STUDIO_ROLLOUT_SECRET"
+        cfg = load("tiny-arith", sets)
+        with pytest.raises(UserError) as err:
+            RemoteSampler(cfg, resolve(cfg))
+    assert str(err.value) == (
+        f"config error: {subject}: the rollout server at {address} refused this secret: it holds another one"
+    )
+
+
+@pytest.mark.parametrize(
+    "sets, refused",
+    [
+        (["rollout.backend=vllm", "rollout.temperature=2.5"], True),
+        (["rollout.backend=auto", "rollout.colocate=false", "rollout.temperature=2.5"], True),
+        (["rollout.backend=vllm", "rollout.temperature=2.0"], False),
+        (["rollout.backend=hf", "rollout.temperature=2.5"], False),
+    ],
+)
+def test_the_config_refuses_a_temperature_vllm_refuses(sets, refused):
+    """rollout.temperature over vLLM's 2 with the vLLM rollout (in process or a server): one line at load, not a
+    failed first rollout; the hf rollout keeps the key's 100."""
+    from grpo_studio.contract.config import load
+    from grpo_studio.contract.errors import UserError
+
+    if not refused:
+        assert load("tiny-arith", sets).rollout.temperature == float(sets[-1].rpartition("=")[2])
+        return
+    with pytest.raises(UserError) as err:
+        load("tiny-arith", sets)
+    assert str(err.value) == (
+        "config error: rollout.temperature = 2.5: vLLM (rollout.backend = 'vllm', or a rollout server) samples at "
+        "temperatures of at most 2; the hf rollout takes up to 100"
+    )
