@@ -125,6 +125,41 @@ def same_file_two_paths(tmp: Path) -> str | None:
         return None if a == b and folders == [a.name] else f"folders {folders} for one content"
 
 
+def other_names_one_content(tmp: Path) -> str | None:
+    """A copy and a hard link under other names: the folder the first name converted, no second conversion."""
+    with cache_in(tmp) as cache:
+        a = _load(_put(tmp / "SmolLM2.Q4_1.gguf", tiny_gguf()))
+        b = _load(_put(tmp / "copy.gguf", tiny_gguf()))
+        os.link(tmp / "SmolLM2.Q4_1.gguf", tmp / "hard_other_name.gguf")
+        c = _load(tmp / "hard_other_name.gguf")
+        folders = [p.name for p in (cache / "models").iterdir() if not p.name.startswith(".")]
+        return None if a == b == c and folders == [a.name] else f"folders {folders} for one content"
+
+
+def rewritten_while_converting(tmp: Path) -> str | None:
+    """The file rewritten between its hash and the end of its conversion: refused, no folder of the old hash."""
+    from grpo_studio.contract.errors import UserError
+    from grpo_studio.engine import gguf_cache
+
+    with cache_in(tmp) as cache:
+        path = _put(tmp / "m.gguf", tiny_gguf())
+        convert = gguf_cache._convert
+
+        def convert_then_rewrite(gguf: Path, out: Path, sha: str) -> None:
+            convert(gguf, out, sha)
+            gguf.write_bytes(twin())
+
+        gguf_cache._convert = convert_then_rewrite
+        try:
+            folder = _load(path)
+        except UserError as err:
+            left = [p.name for p in (cache / "models").iterdir() if not p.name.endswith(".lock")]
+            return None if "changed while it was hashed or converted" in str(err) and not left else f"{err}; {left}"
+        finally:
+            gguf_cache._convert = convert
+        return f"loaded {folder.name}, holding weights of another hash"
+
+
 def rewritten_in_place_same_mtime(tmp: Path) -> str | None:
     with cache_in(tmp):
         path = _put(tmp / "m.gguf", tiny_gguf())
@@ -349,7 +384,7 @@ def _killed_midway(folder: Path) -> None:
     import shutil
 
     shutil.rmtree(folder)
-    partial = folder.parent / f".tmp-{folder.name}-99999"
+    partial = folder.parent / f".tmp-{folder.name.rsplit('-', 1)[1]}-99999"  # .tmp-<key>-<pid>
     partial.mkdir()
     (partial / "model.safetensors").write_bytes(b"\0" * 100)
 
@@ -396,7 +431,7 @@ def two_loads_at_once(tmp: Path) -> str | None:
         names = sorted(p.name for p in (cache / "models").iterdir())
         if len(got) != 2 or got[0] != got[1]:
             return f"loads gave {got}"
-        if names != sorted([got[0].name, f".{got[0].name}.lock"]):
+        if names != sorted([got[0].name, f".{got[0].name.rsplit('-', 1)[1]}.lock"]):
             return f"the cache holds {names}"
         return _holds_content(got[0], tiny_gguf())
 
@@ -405,6 +440,8 @@ def probes() -> list[Probe]:
     checks: dict[str, Callable[[Path], str | None]] = {
         "same name, size and first MiB, other content": colliding_files,
         "the same content at two paths shares a folder": same_file_two_paths,
+        "a copy and a hard link of other names share its folder": other_names_one_content,
+        "rewritten while it converts": rewritten_while_converting,
         "rewritten in place with the mtime put back": rewritten_in_place_same_mtime,
         "replaced by a rename, same size and mtime": replaced_by_rename,
         "a symlink to a converted file": symlinked_file,
@@ -436,6 +473,15 @@ def commands() -> list[Case]:
         ),
         "a 1e999 number": _config_with(rms_norm_eps=1).replace('"rms_norm_eps": 1', '"rms_norm_eps": 1e999'),
         "NaN in a list": _config_with(extra_scales=[1.0, nan]),
+        "rms_norm_eps -1 (trained to NaN, exit 0)": _config_with(rms_norm_eps=-1.0),
+        "rms_norm_eps 0": _config_with(rms_norm_eps=0),
+        "rms_norm_eps true": _config_with(rms_norm_eps=True),
+        'rms_norm_eps "NaN" (a string)': _config_with(rms_norm_eps="NaN"),
+        "rope_theta a 400-digit integer": _config_with(rope_parameters={"rope_theta": 10**399, "rope_type": "default"}),
+        "max_position_embeddings 10**30": _config_with(max_position_embeddings=10**30),
+        "num_attention_heads 0": _config_with(num_attention_heads=0),
+        "hidden_size 256.5": _config_with(hidden_size=256.5),
+        "attention_dropout 2": _config_with(attention_dropout=2),
     }
     out = [
         Case(
@@ -456,6 +502,18 @@ def commands() -> list[Case]:
             "model.name a folder x.gguf",
             train("--set", "model.name={tmp}/x.gguf"),
             prepare=lambda t: (t / "x.gguf").mkdir(),
+        ),
+        Case(
+            CATEGORY,
+            "model.name a FIFO x.gguf",
+            train("--set", "model.name={tmp}/x.gguf"),
+            prepare=lambda t: os.mkfifo(t / "x.gguf"),
+        ),
+        Case(
+            CATEGORY,
+            "model.name a link to /dev/zero",
+            train("--set", "model.name={tmp}/z.gguf"),
+            prepare=lambda t: (t / "z.gguf").symlink_to("/dev/zero"),
         ),
     ]
     return out

@@ -3,7 +3,8 @@
 transformers reads GGUF (dequantising it) in 20-50 s; the folder it saves reloads in under a second. The
 cache lives in $GRPO_STUDIO_CACHE (default ~/.cache/grpo-studio)/models/<stem>-<key>, the key the first 32 hex
 digits of the sha256 of the whole file, so two different files never share a folder and the same weights
-installed in two virtualenvs do. The hash is computed once per file and remembered in gguf-hashes.json beside
+installed in two virtualenvs do. A folder is found by its key alone: a copy or a hard link of another name uses
+the folder its first name converted (the stem only says what the folder is). The hash is computed once per file and remembered in gguf-hashes.json beside
 models/, by the file's resolved path, size, mtime, ctime and inode: a file rewritten in place is hashed again even
 with its mtime put back (the kernel moves ctime on every write). Folders of the older key (size and first MiB,
 12 hex digits) are not reused: they stay on disk until deleted.
@@ -11,7 +12,8 @@ with its mtime put back (the kernel moves ctime on every write). Folders of the 
 Safe under concurrency and crashes: one process converts at a time (a lock file), the folder is built
 under a temporary name and renamed into place when complete, and `manifest.json` (written last) lists
 every file's size and the source's sha256. A folder whose files do not match it (a partial copy, a truncated or
-deleted file, a manifest of another file) is rebuilt.
+deleted file, a manifest of another file) is rebuilt. A file whose size, mtime, ctime or inode moved between the
+hash and the end of its conversion is refused and its folder discarded: it would hold weights of another hash.
 """
 
 from __future__ import annotations
@@ -145,25 +147,34 @@ def is_complete(folder: Path) -> bool:
         return False
 
 
+def _found(root: Path, sha: str) -> Path | None:
+    """The complete folder of this content, whatever stem it carries (a copy or a link of another name
+    converted it first)."""
+    return next((f for f in sorted(root.glob(f"*-{sha[:KEY_HEX]}")) if is_complete(f)), None)
+
+
 def hf_folder(gguf: Path, name: str) -> Path:
-    """The cached Hugging Face folder of `gguf` (model.name = `name`), converting it on first use."""
+    """The cached Hugging Face folder of `gguf` (model.name = `name`), converting it on first use. A file
+    rewritten while it is hashed or converted (its stamp moved) leaves no folder behind and is refused."""
     _refuse_non_gguf(gguf, name)
+    stamp = _stamp(gguf)
     sha = content_hash(gguf, name)
     root = cache_root()
-    key = folder_name(gguf, sha)
-    final = root / key
-    if is_complete(final):
-        return final
+    found = _found(root, sha) if root.is_dir() else None
+    if found:
+        return found
     root.mkdir(parents=True, exist_ok=True)
+    key = sha[:KEY_HEX]
     with (root / f".{key}.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # a second process waits here, then finds the folder complete
-        if is_complete(final):
-            return final
-        for stale in [final, *root.glob(f".tmp-{key}-*")]:  # damaged, or left by a killed conversion
+        found = _found(root, sha)
+        if found:
+            return found
+        for stale in [*root.glob(f"*-{key}"), *root.glob(f".tmp-{key}-*")]:  # damaged, or left by a killed conversion
             if stale.is_symlink() or stale.is_file():
                 stale.unlink()
             shutil.rmtree(stale, ignore_errors=True)
-        tmp = root / f".tmp-{key}-{os.getpid()}"
+        final, tmp = root / folder_name(gguf, sha), root / f".tmp-{key}-{os.getpid()}"
         print(
             f"model.name = {name!r}: converting {gguf.name} to a Hugging Face folder in {final} (first use only)",
             file=sys.stderr,
@@ -178,6 +189,14 @@ def hf_folder(gguf: Path, name: str) -> Path:
             raise UserError(
                 f"could not convert the GGUF file ({describe(err)})", key="model.name", value=name
             ) from None
+        if _stamp(gguf) != stamp:  # the folder would hold other weights than the hash names
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise UserError(
+                "the file changed while it was hashed or converted (its size, mtime, ctime or inode moved); its "
+                "folder was discarded; run again once nothing writes it",
+                key="model.name",
+                value=name,
+            )
         os.replace(tmp, final)
     return final
 

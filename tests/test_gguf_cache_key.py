@@ -129,3 +129,42 @@ def test_the_packaged_smollm2_gguf_is_keyed_by_its_whole_content(cache):
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
     assert gguf_cache.content_hash(path, "smollm2-135m-instruct") == digest
     assert gguf_cache.folder_name(path, digest) == f"SmolLM2-135M-Instruct.Q4_1-{digest[:32]}"
+
+
+def test_a_copy_or_hard_link_of_another_name_uses_the_folder_its_content_has(cache, tmp_path, monkeypatch):
+    """The folder was looked up by <stem>-<key>, so the same content under another name converted again."""
+    path = put(tmp_path / "m.gguf", tiny_gguf())
+    folder = gguf_cache.hf_folder(path, "m")
+    copy = put(tmp_path / "copy.gguf", tiny_gguf())
+    link = tmp_path / "other_name.gguf"
+    os.link(path, link)
+
+    def no_conversion(*args):
+        raise AssertionError("converted again")
+
+    monkeypatch.setattr(gguf_cache, "_convert", no_conversion)
+    assert gguf_cache.hf_folder(copy, "copy") == folder and gguf_cache.hf_folder(link, "link") == folder
+    assert [p.name for p in (cache / "models").iterdir() if not p.name.startswith(".")] == [folder.name]
+
+
+def test_a_file_rewritten_while_it_converts_leaves_no_folder(cache, tmp_path, monkeypatch):
+    """The folder named by the old hash would hold the new weights: it is discarded and the load refused."""
+    from grpo_studio.contract.errors import UserError
+
+    path = put(tmp_path / "m.gguf", tiny_gguf())
+    convert = gguf_cache._convert
+
+    def convert_then_rewrite(gguf, out, digest):
+        convert(gguf, out, digest)
+        gguf.write_bytes(twin())
+
+    monkeypatch.setattr(gguf_cache, "_convert", convert_then_rewrite)
+    with pytest.raises(UserError) as err:
+        gguf_cache.hf_folder(path, "m")
+    assert str(err.value) == (
+        "config error: model.name = 'm': the file changed while it was hashed or converted (its size, mtime, ctime "
+        "or inode moved); its folder was discarded; run again once nothing writes it"
+    )
+    assert [p.name for p in (cache / "models").iterdir()] == [f".{sha(tiny_gguf())[:32]}.lock"]
+    monkeypatch.setattr(gguf_cache, "_convert", convert)
+    assert gguf_cache.hf_folder(path, "m").name == f"m-{sha(twin())[:32]}"
