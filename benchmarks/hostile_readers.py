@@ -33,10 +33,11 @@ CAP = "10.0 GiB, over the 1.0 GiB a reader takes of a file; read its"
 # ---- helpers ------------------------------------------------------------------------------------
 
 
-def run_in(tmp: Path) -> Path:
+def run_in(tmp: Path, total: int = STEPS) -> Path:
+    """Run r: STEPS rows of a `total`-step run."""
     from grpo_studio.benchmarks.synthetic_run import write_run
 
-    return write_run(tmp / "runs" / "r", STEPS)
+    return write_run(tmp / "runs" / "r", STEPS, total=total)
 
 
 def rows(path: Path) -> list[dict]:
@@ -219,8 +220,7 @@ def runs_zero_lock_and_events(tmp: Path) -> str | None:
             "trainer.pid: cannot be read (not a trainer's lock); read as no trainer holding the run",
         ],
         state="created",
-        total=None,
-    )
+    )  # the total: config.toml's train.steps, as report's
 
 
 def runs_socket_metrics(tmp: Path) -> str | None:
@@ -286,7 +286,7 @@ def events_without_start(tmp: Path) -> str | None:
     sparse(run / "events.jsonl", HUGE)
     with open(run / "events.jsonl", "a") as fh:
         fh.write(f"\n{finished}\n")
-    return summary_is(tmp, 6, [f"events.jsonl: {CAP} last 1.0 GiB"], total=None)
+    return summary_is(tmp, 6, [f"events.jsonl: {CAP} last 1.0 GiB"])  # the total: config.toml's
 
 
 def growing_metrics(tmp: Path) -> str | None:
@@ -396,8 +396,8 @@ def histogram_older_last(tmp: Path) -> str | None:
 
 
 def whole_row_unterminated(tmp: Path) -> Path:
-    """A whole JSON row of step 7 appended without its newline: still being written."""
-    path = run_in(tmp) / "metrics.jsonl"
+    """A whole JSON row of step 7 of 7 appended without its newline: still being written."""
+    path = run_in(tmp, STEPS + 1) / "metrics.jsonl"
     (tmp / "good.jsonl").write_bytes(path.read_bytes())
     with open(path, "a") as fh:
         fh.write(json.dumps({**rows(path)[-1], "step": 7, "reward/mean": 123.0}))
@@ -407,7 +407,7 @@ def whole_row_unterminated(tmp: Path) -> Path:
 def runs_unterminated(tmp: Path) -> str | None:
     """The backward reader (runs' last row) leaves it out."""
     whole_row_unterminated(tmp)
-    return summary_is(tmp, 6, [], reward_step=6)
+    return summary_is(tmp, 6, [], reward_step=6, total=STEPS + 1)
 
 
 def doctor_unterminated(tmp: Path) -> str | None:

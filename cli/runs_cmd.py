@@ -41,12 +41,6 @@ def run(args: argparse.Namespace) -> int:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
     for r in rows:
         name = printable(r["name"])
-        for line in r["warnings"]:  # what could not be read: "FILE: why; what was read instead"
+        for line in r["warnings"]:  # what could not be read or was skipped: "FILE: why; what was read instead"
             print(f"warning: {name}/{line}", file=sys.stderr)
-        if r["skipped"]:
-            print(
-                f"warning: {name}: skipped {r['skipped']} malformed lines (not a JSON object with the fields "
-                f"its file needs)",
-                file=sys.stderr,
-            )
     return 0

@@ -17,7 +17,15 @@ from grpo_studio.contract import metrics as schema
 from grpo_studio.contract.dtypes import DTYPES
 from grpo_studio.contract.metrics import fmt
 from grpo_studio.contract.run_files import METRICS, SAMPLES
-from grpo_studio.contract.run_reader import Warn, as_number, read_config, read_events, read_rows, setting
+from grpo_studio.contract.run_reader import (
+    Warn,
+    as_number,
+    read_config,
+    read_events,
+    read_rows,
+    setting,
+    total_steps,
+)
 
 ERROR, NO_SIGNAL, WARNING = "error", "no-signal", "warning"
 SEVERITIES = (ERROR, NO_SIGNAL, WARNING)  # most important first
@@ -109,13 +117,12 @@ class RunView:
 
 
 def read_run(run_dir: Path, warn: Warn | None = None) -> RunView:
+    """The run as the rules read it: stream rows beyond the run's total steps (total_steps) left out, said."""
     run_dir = Path(run_dir)
-    return RunView(
-        read_rows(run_dir / METRICS, warn),
-        read_rows(run_dir / SAMPLES, warn),
-        read_events(run_dir, warn),
-        read_config(run_dir, warn),
-    )
+    events, cfg = read_events(run_dir, warn), read_config(run_dir, warn)
+    started = next((e.get("total_steps") for e in reversed(events) if e["event"] == "started"), None)
+    total = total_steps(started, cfg)
+    return RunView(read_rows(run_dir / METRICS, warn, total), read_rows(run_dir / SAMPLES, warn, total), events, cfg)
 
 
 def steps(points: list[tuple[int, float]]) -> str:

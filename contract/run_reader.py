@@ -9,6 +9,7 @@ is never half-read, even when it is already a whole JSON object) and:
 - reads a file as long as it was when opened, and at most MAX_READ_BYTES of it (a config MAX_TOML_BYTES);
 - reads the streams in step order: rows out of order are put in place, a step written twice keeps its last row
   (in_step_order), and the runs list's row is the highest step's, never merely the last line (last_step_row);
+- leaves out, in one line, stream rows whose step is beyond the run's total steps (within_total, total_steps);
 - skips and counts every line that is not a JSON object with the fields its file needs (`parse_row`),
   a line longer than MAX_LINE_BYTES included, so one bad line never stops it;
 - reads NaN, Infinity and numbers beyond a float's range as null (missing): JSON has none of them, and
@@ -156,7 +157,7 @@ def as_number(value) -> float | None:
 
 MAX_READ_BYTES = 1 << 30  # a reader takes at most this much of one file (a real run's metrics: 250,000 steps)
 MAX_TOML_BYTES = 4 << 20  # config.toml and setup.toml are a few KiB
-TAIL_BYTES = 1 << 18  # the runs list's last row: this much of a stream's end is checked for step order
+TAIL_BYTES = 1 << 18  # the runs list's last row: this much of a stream's end (and start) is checked for step order
 READ_CHUNK = 1 << 20  # reading forward: this many bytes at a time
 POLL_BYTES = 8 << 20  # following a file (JsonlTail): at most this many bytes a read (back-pressure)
 _KINDS = {
@@ -173,13 +174,20 @@ def _why(err: OSError) -> str:
     return err.strerror.lower() if err.strerror else describe(err)
 
 
+def not_regular(path: Path, mode: int) -> str:
+    """What `path` (of file mode `mode`, not a regular file) is: "a folder, not a file", "not a regular file
+    (a FIFO)", "not a regular file (a link to a character device)"."""
+    if stat.S_ISDIR(mode):
+        return "a folder, not a file"
+    link = "a link to " if os.path.islink(path) else ""
+    return f"not a regular file ({link}{_KINDS.get(stat.S_IFMT(mode), 'not a file')})"
+
+
 def _not_regular(path: Path, mode: int) -> str:
     """Why `path` (of file mode `mode`) is not read: "metrics.jsonl: not a regular file (a FIFO); read as empty"."""
     if stat.S_ISDIR(mode):
         return f"{path.name}: cannot be read (a folder, not a file); read as empty"
-    kind = _KINDS.get(stat.S_IFMT(mode), "not a file")
-    link = "a link to " if os.path.islink(path) else ""
-    return f"{path.name}: not a regular file ({link}{kind}); read as empty"
+    return f"{path.name}: {not_regular(path, mode)}; read as empty"
 
 
 def _gib(n: int) -> str:
@@ -391,15 +399,16 @@ def _read(path: Path, warn: Warn | None) -> tuple[list[dict], int]:
     return rows, counts.skipped
 
 
-def read_rows(path: Path, warn: Warn | None = None) -> list[dict]:
+def read_rows(path: Path, warn: Warn | None = None, total: int | None = None) -> list[dict]:
     """Every whole row of a run directory's JSONL file up to MAX_READ_BYTES (malformed lines and a partial last
-    line are skipped, as parse_row and JsonlTail skip them); a stream's rows in step order (in_step_order). What
-    it could not read, skipped or reordered is said through `warn`."""
+    line are skipped, as parse_row and JsonlTail skip them); a stream's rows within the run's `total` steps
+    (within_total), in step order (in_step_order). What it could not read, skipped, left out or reordered is said
+    through `warn`."""
     path = Path(path)
     rows, skipped = _read(path, warn)
     if skipped:
         _say(warn)(malformed(path.name, skipped))
-    return in_step_order(path.name, rows, warn)
+    return in_step_order(path.name, within_total(path.name, rows, total, warn), warn)
 
 
 def first_row(path: Path) -> dict | None:
@@ -454,20 +463,69 @@ def rows_from_end(path: Path, last: Callable[[dict], bool], warn: Warn | None = 
     return [row for row, _ in pairs], skipped
 
 
-def last_step_row(path: Path, warn: Warn | None = None) -> tuple[dict | None, int]:
-    """The row of a stream's highest step (metrics.jsonl, histograms.jsonl), never merely its last line, and how
-    many malformed lines its reading passed. The file's last TAIL_BYTES are read; when the file is longer and
-    they hold no whole row, or rows out of step order or repeating a step, the whole file is (up to
-    MAX_READ_BYTES). Only the returned row's
-    non-finite numbers are said: the others are not shown."""
+def total_steps(started: object, cfg: dict) -> int | None:
+    """A run's total steps: its last `started` event's total_steps, else config.toml's train.steps (a run still
+    loading, or one whose events.jsonl cannot be read); None when neither is a positive integer. The runs list,
+    report, doctor and the studio all take it from here."""
+    for value in (started, setting(cfg, "train", "steps", int)):
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
+def beyond_total(name: str, n: int, total: int) -> str:
+    """The one line for rows of a stream whose step is beyond the run's total steps."""
+    return f"{name}: {n} rows with a step beyond the run's {total} steps; left out"
+
+
+def within_total(name: str, rows: list[dict], total: int | None, warn: Warn | None = None) -> list[dict]:
+    """A stream's rows without those whose step is beyond the run's `total` steps (a row appended by hand, or a
+    step of 10**30), said in one line: no reader shows one as the run's state or charts it."""
+    if total is None or name not in (*ONE_PER_STEP, SAMPLES):
+        return rows
+    kept = [row for row in rows if row[schema.STEP] <= total]
+    if len(kept) < len(rows):
+        _say(warn)(beyond_total(name, len(rows) - len(kept), total))
+    return kept
+
+
+def _head(path: Path, end: int) -> tuple[list[dict], int]:
+    """(the whole rows of a file's first `end` bytes, the malformed lines among them)."""
+    fh = open_file(path)
+    if fh is None:
+        return [], 0
+    counts = _Counts(path.name)
+    with fh:
+        try:
+            rows = [row for row in map(counts.take, _lines_forward(fh, end)) if row is not None]
+        except OSError:
+            return [], 0
+    return rows, counts.skipped
+
+
+def last_step_row(path: Path, warn: Warn | None = None, total: int | None = None) -> tuple[dict | None, int]:
+    """The row of a stream's highest step (metrics.jsonl, histograms.jsonl) within the run's `total` steps
+    (within_total), never merely its last line, and how many malformed lines its reading passed. A file of at
+    most TAIL_BYTES is read whole; a longer one by its last TAIL_BYTES and its first (up to TAIL_BYTES more),
+    and whole (up to MAX_READ_BYTES) when those are out of step order together (a row out of order at the start
+    or in the tail, a file concatenated in the wrong order), repeat a step, or hold no whole row within `total`.
+    The writer only appends, in step order, so a file it wrote passes with its two ends read; a row moved into
+    the middle of a long file by hand is the one disorder this misses (report and doctor read the whole file).
+    The warnings are the full readers' lines. Only the returned row's non-finite numbers are said."""
     path = Path(path)
     pairs, skipped, size = _from_end(path, lambda row: False, warn, TAIL_BYTES)
     pairs.reverse()
-    if size > TAIL_BYTES and (not pairs or any(step_disorder(path.name, (row[schema.STEP] for row, _ in pairs)))):
-        rows, skipped = _read(path, warn)
-        pairs = [(row, 0) for row in rows]
+    if size > TAIL_BYTES:
+        head, head_skipped = _head(path, min(TAIL_BYTES, size - TAIL_BYTES))
+        steps = [row[schema.STEP] for row in head] + [row[schema.STEP] for row, _ in pairs]
+        if any(step_disorder(path.name, steps)) or not within_total(path.name, [row for row, _ in pairs], total):
+            rows, skipped = _read(path, warn)
+            pairs = [(row, 0) for row in rows]
+        else:
+            skipped += head_skipped
     odd = {row[schema.STEP]: n for row, n in pairs}  # a repeated step: its last row's
-    rows = in_step_order(path.name, [row for row, _ in pairs], warn)
+    rows = within_total(path.name, [row for row, _ in pairs], total, warn)
+    rows = in_step_order(path.name, rows, warn)
     if rows and odd[rows[-1][schema.STEP]]:
         _say(warn)(odd_numbers(path.name, odd[rows[-1][schema.STEP]]))
     return (rows[-1] if rows else None), skipped
@@ -478,13 +536,12 @@ def last_metrics_row(run_dir: Path, warn: Warn | None = None) -> dict | None:
     return last_step_row(Path(run_dir) / METRICS, warn)[0]
 
 
-def last_state(run_dir: Path, warn: Warn | None = None) -> tuple[str, int | None, int]:
-    """From the end of events.jsonl: (the last state event's name or "", the total_steps of the last
-    `started`, how many malformed lines were passed on the way)."""
+def last_state(run_dir: Path, warn: Warn | None = None) -> tuple[str, object, int]:
+    """From the end of events.jsonl: (the last state event's name or "", the total_steps of the last `started`
+    as written (total_steps judges it), how many malformed lines were passed on the way)."""
     rows, skipped = rows_from_end(Path(run_dir) / EVENTS, lambda row: row["event"] == "started", warn)
     states = [row["event"] for row in rows if row["event"] in STATE_EVENTS]
     total = next((row.get("total_steps") for row in rows if row["event"] == "started"), None)
-    total = total if isinstance(total, int) and not isinstance(total, bool) and total > 0 else None
     return (states[0] if states else ""), total, skipped
 
 
@@ -598,7 +655,9 @@ class JsonlTail:
             self._partial, self._oversized = b"", True
         rows = []
         for line in lines[-self.max_rows :] if len(lines) > self.max_rows else lines:
-            if line.strip():
+            if len(line) > MAX_LINE_BYTES:  # ended in this chunk, yet too long: skipped, as the other readers do
+                self.skipped += 1
+            elif line.strip():
                 row, odd = parse_line(self.path.name, line)
                 self.odd += odd
                 if row is None:

@@ -22,8 +22,10 @@ from grpo_studio.contract.run_reader import (
     first_row,
     last_state,
     last_step_row,
-    read_toml,
+    malformed,
+    read_config,
     setting,
+    total_steps,
 )
 
 
@@ -32,12 +34,12 @@ class RunState:
     name: str
     path: Path
     state: str  # running | finished | stopped | crashed | created
-    step: int = 0  # the highest step in metrics.jsonl (last_step_row), never merely its last line
-    total_steps: int | None = None
+    step: int = 0  # the highest step in metrics.jsonl within total_steps (last_step_row), never its last line
+    total_steps: int | None = None  # run_reader.total_steps: the last `started` event's, else config.toml's
     last_event: str = ""
-    skipped_rows: int = 0  # malformed lines its readers skipped (the tails of events.jsonl and metrics.jsonl)
     started: float = 0.0  # when the run started (started_at): the runs list's order
     row: dict = field(default_factory=dict)  # the metrics row of `step`
+    config: dict = field(default_factory=dict)  # config.toml (else setup.toml) as read_config reads it
     warnings: list[str] = field(default_factory=list)  # what could not be read, one line each ("FILE: why")
 
 
@@ -63,12 +65,18 @@ def _odd_entries(run_dir: Path, warn: Warnings) -> None:
 
 
 def run_state(run_dir: Path) -> RunState:
-    """A run directory's state (state_of its last state event), step and total steps, read from the ends
-    of events.jsonl and metrics.jsonl."""
+    """A run's state (state_of its last state event), total steps (total_steps: the last `started` event's,
+    else config.toml's) and highest step within them, read from the ends of events.jsonl and metrics.jsonl;
+    malformed lines passed on the way are a warning naming their file, as the full readers say them."""
     run_dir = Path(run_dir)
     warn = Warnings()
-    last, total, skipped_events = last_state(run_dir, warn)
-    row, skipped = last_step_row(run_dir / METRICS, warn)
+    last, started, skipped_events = last_state(run_dir, warn)
+    cfg = read_config(run_dir, warn)
+    total = total_steps(started, cfg)
+    row, skipped = last_step_row(run_dir / METRICS, warn, total)
+    for name, n in ((EVENTS, skipped_events), (METRICS, skipped)):
+        if n:
+            warn(malformed(name, n))
     _odd_entries(run_dir, warn)
     return RunState(
         run_dir.name,
@@ -77,9 +85,9 @@ def run_state(run_dir: Path) -> RunState:
         row[schema.STEP] if row else 0,
         total,
         last,
-        skipped_events + skipped,
         started=started_at(run_dir),
         row=row or {},
+        config=cfg,
         warnings=list(warn),
     )
 
@@ -119,10 +127,7 @@ def run_summaries(root: Path) -> list[dict]:
     runs` and the runs screen list; "warnings": what could not be read, one line each."""
     rows = []
     for st in list_runs(root):
-        warn = Warnings()
-        warn.extend(st.warnings)
-        last = st.row
-        cfg = read_toml(st.path / CONFIG, warn) or {}
+        last, cfg = st.row, st.config
         rows.append(
             {
                 "path": st.path,
@@ -134,8 +139,7 @@ def run_summaries(root: Path) -> list[dict]:
                 "model": setting(cfg, "model", "name", str, "?"),
                 "reward": as_number(last.get(schema.REWARD)),
                 "k3": as_number(last.get(schema.K3)),
-                "skipped": st.skipped_rows,
-                "warnings": list(warn),
+                "warnings": st.warnings,
             }
         )
     return rows
@@ -150,7 +154,7 @@ def held_run(run_dir: Path) -> str | None:
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         return None
-    last = last_state(run_dir)[0]
+    last, started, _ = last_state(run_dir)
     checkpoints = run_dir / CHECKPOINTS
     if not (
         (run_dir / CONFIG).exists()
@@ -160,7 +164,7 @@ def held_run(run_dir: Path) -> str | None:
     ):
         return None
     state = "crashed" if last == "started" else last or "created"  # started, and nobody holds it: it died
-    row = last_step_row(run_dir / METRICS)[0]
+    row = last_step_row(run_dir / METRICS, total=total_steps(started, read_config(run_dir)))[0]
     step = row[schema.STEP] if row else 0
     return f"{state} at step {step}" if step or state != "created" else "created, no step yet"
 

@@ -336,12 +336,6 @@ def attach(run: str, runs_dir: Path) -> int:
     except UserError as err:
         warn(f"{rundir.CONFIG}: does not load ({err.line()}); the setup screen starts from {DEFAULT_RECIPE}")
         cfg = cfgmod.load(DEFAULT_RECIPE)
-    for line in warn:
+    for line in warn:  # malformed lines too, naming their file, as `grpo-studio runs` says them
         print(f"warning: {run_dir}/{line}", file=sys.stderr)
-    if state.skipped_rows:  # as `grpo-studio runs` says it
-        print(
-            f"warning: {run_dir}: skipped {state.skipped_rows} malformed lines (not a JSON object with the fields "
-            f"its file needs)",
-            file=sys.stderr,
-        )
     return _run(StudioApp(cfg, str(run_dir), runs_dir, attach=run_dir, watch_tty=_watch_tty()))

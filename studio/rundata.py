@@ -22,11 +22,13 @@ from grpo_studio.contract.run_reader import (
     JsonlTail,
     Warnings,
     as_number,
+    beyond_total,
     disorder,
     malformed,
     odd_numbers,
     read_config,
     setting,
+    total_steps,
 )
 from grpo_studio.contract.run_state import run_state, state_of
 
@@ -44,7 +46,9 @@ class RunData:
         self.events: deque[dict] = deque(maxlen=max_events)
         self.samples: deque[dict] = deque(maxlen=max_samples)
         self.histogram: dict | None = None
-        self.total_steps: int | None = None
+        self.total_steps: int | None = None  # run_reader.total_steps: the last `started` event's, else the config's
+        self._started_total = None  # the last `started` event's total_steps, as written
+        self._beyond: dict[str, int] = {}  # stream rows left out: a step beyond total_steps
         self.last_state_event = ""
         self.start_time: float | None = None
         self.eval_before: dict[str, float] = {}  # eval/* of the starting weights (the step-0 `eval` event)
@@ -61,9 +65,18 @@ class RunData:
     # ---- reading ----------------------------------------------------------------------------
     def _read_config(self) -> None:
         self.config = read_config(self.dir, self._notes)  # config.toml, else the studio's setup.toml
-        if self.total_steps is None:
-            steps = setting(self.config, "train", "steps", int)
-            self.total_steps = steps if steps and steps > 0 else None
+        self.total_steps = total_steps(self._started_total, self.config)
+
+    def _within(self, name: str, rows: list[dict]) -> list[dict]:
+        """A stream's new rows without those whose step is beyond the run's total steps (said as a warning)."""
+        total = self.total_steps
+        kept = rows if total is None else [row for row in rows if row[STEP] <= total]
+        if len(kept) < len(rows):
+            self._beyond[name] = self._beyond.get(name, 0) + len(rows) - len(kept)
+            line = beyond_total(name, self._beyond[name], total)
+            self.events.append({"time": time.time(), "event": "warning", "message": line})
+            self.version += 1
+        return kept
 
     def add_metrics(self, rows: list[dict]) -> None:
         """Rows into the columns in step order: a row below the highest step so far goes in its place, and one
@@ -99,20 +112,12 @@ class RunData:
         self.steps.clear(), self.times.clear(), self.columns.clear()
         self._moved = self._repeated = 0
         self._disorder_said = (0, 0)
+        self._beyond.pop(METRICS, None)
 
     def poll(self) -> bool:
         changed = False
         tails = self._tails
-        metrics = tails[METRICS].read_new()
-        if tails[METRICS].restarted:
-            self._start_over()
-            changed = True
-        if metrics:
-            if not (self.dir / CONFIG).exists() or not self.config:
-                self._read_config()
-            self.add_metrics(metrics)
-            changed = True
-        events = tails[EVENTS].read_new()
+        events = tails[EVENTS].read_new()  # first: a `started` event's total_steps bounds the streams' rows
         if tails[EVENTS].restarted:  # a resume rewrote events.jsonl: it holds the whole history again
             self.events.clear()
         for event in events:
@@ -124,22 +129,31 @@ class RunData:
                 values = {key: as_number(event.get(key.removeprefix("eval/"))) for key in EVAL_KEYS}
                 self.eval_before = {key: value for key, value in values.items() if value is not None}
             if kind == "started":
-                total = event.get("total_steps")
-                self.total_steps = (
-                    total if isinstance(total, int) and not isinstance(total, bool) and total > 0 else self.total_steps
-                )
+                self._started_total = event.get("total_steps")
+                self.total_steps = total_steps(self._started_total, self.config)
                 self.start_time = as_number(event.get("time"))
+            changed = True
+        metrics = tails[METRICS].read_new()
+        if tails[METRICS].restarted:
+            self._start_over()
+            changed = True
+        if metrics:
+            if not (self.dir / CONFIG).exists() or not self.config:
+                self._read_config()
+            self.add_metrics(self._within(METRICS, metrics))
             changed = True
         samples = tails[SAMPLES].read_new()
         if tails[SAMPLES].restarted:
             self.samples.clear()
+            self._beyond.pop(SAMPLES, None)
         if samples:
-            self.samples.extend(samples)
+            self.samples.extend(self._within(SAMPLES, samples))
             changed = True
         hists = tails[HISTOGRAMS].read_new()
         if tails[HISTOGRAMS].restarted:
             self.histogram = None
-        for hist in hists:  # the highest step's (a repeated step: its later row)
+            self._beyond.pop(HISTOGRAMS, None)
+        for hist in self._within(HISTOGRAMS, hists):  # the highest step's (a repeated step: its later row)
             if self.histogram is None or hist[STEP] >= self.histogram[STEP]:
                 self.histogram = hist
             changed = True
@@ -208,6 +222,7 @@ class RunData:
         """What could not be read so far, one line each, naming the file (what `report` and `attach` print)."""
         lines = list(self._notes)
         lines += [malformed(name, tail.skipped) for name, tail in self._tails.items() if tail.skipped]
+        lines += [beyond_total(name, n, self.total_steps) for name, n in self._beyond.items()]
         return lines + [self._disorder()] * bool(self._moved or self._repeated)
 
     def drain(self, limit: int = 1000) -> None:

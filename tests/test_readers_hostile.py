@@ -55,12 +55,15 @@ def fifo(path: Path) -> None:
 @pytest.mark.parametrize("name", [METRICS, EVENTS])
 def test_a_fifo_blocks_no_command(run, tmp_path, name):
     fifo(run / name)
-    shown = {METRICS: ["r", "finished", "0/6", "bf16"], EVENTS: ["r", "created", "6/?", "bf16"]}[name]
+    # the total comes from one place (run_reader.total_steps): with events.jsonl unread, config.toml's train.steps
+    step = {METRICS: "0/6", EVENTS: "6/6"}[name]
+    shown = {METRICS: ["r", "finished", step, "bf16"], EVENTS: ["r", "created", step, "bf16"]}[name]
     out = cli("runs", str(run.parent))
     assert (out.returncode, out.stderr) == (0, f"warning: r/{name}: {FIFO}\n")
     assert out.stdout.splitlines()[1].split()[:4] == shown
     out = cli("report", str(run), "--out", str(tmp_path / "report"))
     assert (out.returncode, out.stderr) == (0, f"warning: {run}/{name}: {FIFO}\n")
+    assert f"<tr><th>steps</th><td>{step}</td></tr>" in (tmp_path / "report" / "index.html").read_text()
     out = cli("doctor", str(run))
     assert (out.returncode, out.stderr) == (0, f"warning: {run}/{name}: {FIFO}\n")
     if name == METRICS:
@@ -144,7 +147,8 @@ def test_the_backward_reader_leaves_out_a_whole_row_without_its_newline(run):
     assert row["step"] == 6
 
 
-def test_the_studio_waits_for_the_newline(run):
+def test_the_studio_waits_for_the_newline(tmp_path):
+    run = write_run(tmp_path / "r", STEPS, total=STEPS + 1)  # step 7 is within the run's steps
     row = unterminated(run)
     data = RunData(run)
     data.drain()
@@ -209,3 +213,109 @@ def test_a_run_name_is_printed_escaped(run):
     assert out.returncode == 0 and out.stderr == ""
     assert len(out.stdout.splitlines()) == 2 and "\x1b" not in out.stdout
     assert out.stdout.splitlines()[1].split()[0] == "r\\nx\\x1b[2J\\xff"
+
+
+def test_a_row_out_of_order_before_the_tail_is_found(tmp_path):
+    """Step 100 first, then steps 1..99 of ~4 KB each: the file is over TAIL_BYTES and its tail is in order, yet
+    runs shows step 100 (its first row is read too) and says what doctor says, in the same line."""
+    run = write_run(tmp_path / "runs" / "r", STEPS, total=100)
+    rows = [{"step": s, "reward/mean": s / 100, "pad": "x" * 4000} for s in [100, *range(1, 100)]]
+    (run / METRICS).write_text("".join(json.dumps(row) + "\n" for row in rows))
+    assert (run / METRICS).stat().st_size > run_reader.TAIL_BYTES
+    moved = f"{METRICS}: 99 rows out of step order; read in step order"
+    warn = Warnings()
+    assert last_step_row(run / METRICS, warn) == (rows[0], 0) and warn == [moved]
+    out = cli("runs", str(run.parent))
+    assert out.returncode == 0 and out.stderr == f"warning: r/{moved}\n"
+    assert out.stdout.splitlines()[1].split()[:3] == ["r", "finished", "100/100"]
+    out = cli("doctor", str(run), "--json")
+    assert out.stderr == f"warning: {run}/{moved}\n" and json.loads(out.stdout)["steps"] == 100
+
+
+@pytest.mark.parametrize("step", [99, 10**30])
+def test_a_row_beyond_the_runs_total_is_left_out_and_said(run, tmp_path, step):
+    good = json.loads(lines(run / METRICS)[-1])
+    with open(run / METRICS, "a") as fh:
+        fh.write(json.dumps({**good, "step": step, "reward/mean": -99.0}) + "\n")
+    beyond = f"{METRICS}: 1 rows with a step beyond the run's 6 steps; left out"
+    out = cli("runs", str(run.parent))
+    assert out.returncode == 0 and out.stderr == f"warning: r/{beyond}\n"
+    assert out.stdout.splitlines()[1].split()[:5] == ["r", "finished", "6/6", "bf16", f"{good['reward/mean']:.4g}"]
+    out = cli("report", str(run), "--out", str(tmp_path / "report"))
+    assert out.returncode == 0 and out.stderr == f"warning: {run}/{beyond}\n"
+    assert "<tr><th>steps</th><td>6/6</td></tr>" in (tmp_path / "report" / "index.html").read_text()
+    out = cli("doctor", str(run), "--json")
+    assert out.stderr == f"warning: {run}/{beyond}\n" and json.loads(out.stdout)["steps"] == STEPS
+    data = RunData(run)
+    data.drain()
+    assert data.steps == list(range(1, 7)) and data.warnings() == [beyond]
+
+
+def test_a_line_over_16_mib_in_samples_is_said_by_report_as_by_doctor(run, tmp_path):
+    with open(run / "samples.jsonl", "a") as fh:
+        fh.write(json.dumps({"step": 6, "completion": "b" * (run_reader.MAX_LINE_BYTES + 1)}) + "\n")
+    skipped = "samples.jsonl: skipped 1 malformed lines (not a JSON object with the fields the file needs)"
+    out = cli("report", str(run), "--out", str(tmp_path / "report"))
+    assert out.returncode == 0 and out.stderr == f"warning: {run}/{skipped}\n"
+    out = cli("doctor", str(run))
+    assert out.returncode == 0 and out.stderr == f"warning: {run}/{skipped}\n"
+
+
+def test_runs_names_the_file_of_a_malformed_line(run):
+    with open(run / METRICS, "a") as fh:
+        fh.write(json.dumps({"step": True, "reward/mean": 1.0}) + "\n")  # a bool is no step
+    out = cli("runs", str(run.parent))
+    assert out.returncode == 0 and out.stderr == (
+        f"warning: r/{METRICS}: skipped 1 malformed lines (not a JSON object with the fields the file needs)\n"
+    )
+
+
+def unwritable(path: Path, kind: str) -> str:
+    """Make `path` something a trainer cannot append to; the refusal's words for it."""
+    if kind == "fifo":
+        os.mkfifo(path)
+        return "not a regular file (a FIFO)"
+    if kind == "dev_null":
+        os.symlink("/dev/null", path)
+        return "not a regular file (a link to a character device)"
+    if kind == "loop":
+        os.symlink(path.name, path)
+        return "too many levels of symbolic links"
+    os.symlink(path.parent / "nowhere" / "x", path)
+    return "a link to nothing"
+
+
+@pytest.mark.parametrize(
+    "name, kind",
+    [
+        (METRICS, "fifo"),
+        (EVENTS, "fifo"),
+        ("samples.jsonl", "dev_null"),
+        ("config.toml", "loop"),
+        (METRICS, "dangling"),
+    ],
+)
+def test_a_new_run_into_a_file_it_cannot_append_to_is_refused_before_anything_loads(tmp_path, name, kind):
+    run = tmp_path / "X"
+    run.mkdir()
+    what = unwritable(run / name, kind)
+    out = cli("train", "tiny-arith", "--set", "train.steps=1", "--run-dir", str(run))
+    assert (out.returncode, out.stdout, out.stderr) == (
+        2,
+        "",
+        f"run error: {run / name}: {what}; move it away, then start the trainer again\n",
+    )
+    assert os.listdir(run) == [name]
+
+
+@pytest.mark.parametrize("name", ["histograms.jsonl", "stdout.log"])
+def test_a_resume_into_a_fifo_is_refused_before_anything_loads(run, name):
+    (run / name).unlink(missing_ok=True)
+    os.mkfifo(run / name)
+    before = sorted(os.listdir(run))
+    out = cli("train", "--resume", str(run))
+    assert (out.returncode, out.stderr) == (
+        2,
+        f"run error: {run / name}: not a regular file (a FIFO); move it away, then start the trainer again\n",
+    )
+    assert sorted(os.listdir(run)) == before
