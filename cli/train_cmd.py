@@ -157,13 +157,16 @@ def given_dir(value: str, flag: str, allowed: str) -> Path:
 
 
 def check_free(run_dir: Path, resume: bool) -> None:
-    """Before anything loads: a run directory a live trainer holds is refused (RunLock), and so is a new run
-    (no --resume) into one that already holds a run. The trainer checks again as it takes the lock."""
+    """Before anything loads: a run directory a live trainer holds is refused (RunLock), so is a new run
+    (no --resume) into one that already holds a run, and so is an entry the trainer could not write into
+    (rundir.refuse_odd_entries: a FIFO as metrics.jsonl). The trainer checks again as it takes the lock."""
     flag = "--resume" if resume else "--run-dir"
     with user_path(flag, str(run_dir), "cannot use it as the run directory"):
         holder = rundir.lock_holder(run_dir)
         if holder is None and not resume:
             rundir.refuse_held_run(run_dir)
+        if holder is None and run_dir.is_dir():
+            rundir.refuse_odd_entries(run_dir)
     if holder is not None:
         raise rundir.in_use(run_dir, holder)
 

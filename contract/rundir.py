@@ -55,6 +55,7 @@ from grpo_studio.contract.run_reader import (  # noqa: F401  (as_number, read_ro
     JsonlTail,
     as_number,
     last_metrics_row,
+    not_regular,
     open_file,
     parse_row,
     read_events,
@@ -79,16 +80,38 @@ def _clean(value):
     return value
 
 
-def _refuse_odd_entries(run_dir: Path) -> None:
-    """A trainer.pid that is a folder cannot be taken over, nor a checkpoints entry that is a file written
-    into: one UserError line naming it, before anything is written."""
+WRITTEN = (*STREAMS, EVENTS, CONFIG, STDOUT)  # what a trainer appends to or replaces in its run directory
+
+
+def refuse_odd_entries(run_dir: Path) -> None:
+    """What a trainer would write into but cannot is one UserError line naming it, before anything is written
+    (and, from `grpo-studio train`, before anything loads): a trainer.pid that is a folder, a checkpoints entry
+    that is a file, and a file it appends to or replaces (WRITTEN) that is not a regular file or a link to one:
+    a folder, a FIFO (an append blocks, or fails as not seekable), a device, a socket, a link to one of those,
+    a link to nothing or a link loop."""
     odd_entries = [
         (PIDFILE, Path.is_dir, "a folder, not a trainer's lock"),
         (CHECKPOINTS, lambda p: p.exists() and not p.is_dir(), "a file, not a folder"),
     ]
-    for name, odd, what in odd_entries + [(name, Path.is_dir, "a folder, not a file") for name in (*STREAMS, EVENTS)]:
+    for name, odd, what in odd_entries:
         if odd(run_dir / name):
-            raise UserError(f"{run_dir / name}: {what}; move it away, then start the trainer again", kind="run")
+            _refuse(run_dir / name, what)
+    for name in WRITTEN:
+        path = run_dir / name
+        try:
+            mode = os.stat(path).st_mode
+        except FileNotFoundError:
+            if os.path.islink(path):
+                _refuse(path, "a link to nothing")
+            continue
+        except OSError as err:  # a link loop, a folder that may not be looked into
+            _refuse(path, err.strerror.lower() if err.strerror else str(err))
+        if not stat.S_ISREG(mode):
+            _refuse(path, not_regular(path, mode))
+
+
+def _refuse(path: Path, what: str) -> None:
+    raise UserError(f"{path}: {what}; move it away, then start the trainer again", kind="run")
 
 
 class RunWriter:
@@ -103,10 +126,10 @@ class RunWriter:
         """Take trainer.pid. A live trainer's lock is refused (RunLock); a stale one (its process is gone,
         or its pid now names another process) is taken over with a `stale_lock` event. `new_run`: a run
         directory that already holds a run is refused too (UserError, `refuse_held_run`), checked before the
-        lock is taken and again once it is held (a run that ended meanwhile). A trainer.pid that is a folder,
-        or a checkpoints entry that is not one, is refused too (UserError). A refused trainer writes nothing
-        into the directory."""
-        _refuse_odd_entries(self.dir)
+        lock is taken and again once it is held (a run that ended meanwhile). An entry it cannot write into
+        (refuse_odd_entries: a FIFO as a stream, a trainer.pid that is a folder) is refused too (UserError).
+        A refused trainer writes nothing into the directory."""
+        refuse_odd_entries(self.dir)
         me = Lock.of(os.getpid())
         holder = lock_holder(self.dir)
         if holder is not None and (holder.pid, holder.host) != (me.pid, me.host):
