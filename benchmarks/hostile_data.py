@@ -6,6 +6,7 @@ records are refused in one line naming the row (engine/data.py, prompt_render.me
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -14,6 +15,9 @@ from grpo_studio.benchmarks.fault_probes import Probe
 
 CATEGORY = "data"
 ROLES = "allowed: system, developer, user, assistant, tool"
+ALLOWED_SOURCES = (
+    "allowed: builtin:arith, a .jsonl/.json/.csv/.parquet file, or a Hugging Face dataset id like 'openai/gsm8k'"
+)
 
 
 def _rows(path: Path, *sets: str) -> list[dict]:
@@ -36,13 +40,13 @@ def jsonl(*rows) -> str:
     return "".join(json.dumps(r) + "\n" for r in rows)
 
 
-def refused(name: str, content: bytes | str, why: str) -> Callable[[Path], str | None]:
+def refused(name: str, content: bytes | str | None, why: str) -> Callable[[Path], str | None]:
     """A check: reading the file `name` is refused with exactly `data.source = '<path>': <why>`."""
 
     def check(tmp: Path) -> str | None:
         from grpo_studio.contract.errors import UserError
 
-        path = _write(tmp / name, content)
+        path = tmp / name if content is None else _write(tmp / name, content)  # None: made by the caller
         try:
             rows = _rows(path)
         except UserError as err:
@@ -82,6 +86,16 @@ def _parquet(columns: dict[str, list], names: list[str] | None = None) -> Callab
 def parquet_refused(name: str, build: Callable[[], bytes], why: str) -> Callable[[Path], str | None]:
     def check(tmp: Path) -> str | None:
         return refused(name, build(), why)(tmp)
+
+    return check
+
+
+def not_a_file(name: str, make: Callable[[Path], None], kind: str) -> Callable[[Path], str | None]:
+    """A check: data.source a path that is not a regular file, refused saying what it is, never opened."""
+
+    def check(tmp: Path) -> str | None:
+        make(tmp / name)
+        return refused(name, None, f"not a regular file ({kind}); {ALLOWED_SOURCES}")(tmp)
 
     return check
 
@@ -151,7 +165,7 @@ def probes() -> list[Probe]:
             "twice.jsonl", '{"prompt": "a", "answer": "1", "prompt": "b"}\n', "line 1 names 'prompt' twice"
         ),
         "an empty record": refused(
-            "empty_record.jsonl", jsonl(GOOD, {}), "row 2 has an empty prompt (column 'prompt')"
+            "empty_record.jsonl", jsonl(GOOD, {}), "row 2 has no column 'prompt' (row 1 has it)"
         ),
         "a null record": refused(
             "null.jsonl", jsonl(GOOD) + "null\n", "line 2 is null; every record must be an object with named columns"
@@ -233,6 +247,40 @@ def probes() -> list[Probe]:
         "a 10,000-message row": reads(
             "long_chat.jsonl", jsonl({"prompt": TEN_THOUSAND, "answer": "2"}), {"answer": "2"}, 1
         ),
+        "a row without a column the rows before it have": refused(
+            "ragged.jsonl",
+            jsonl(GOOD, GOOD, {"prompt": "3+3=", "ans": "6"}),
+            "row 3 has no column 'answer' (rows 1-2 have it)",
+        ),
+        "a row with a column the rows before it lack": refused(
+            "extra.jsonl", jsonl(GOOD, {**GOOD, "level": 2}), "row 2 has a column 'level' that row 1 lacks"
+        ),
+        "a CSV row shorter than its header": refused(
+            "short.csv", "prompt,answer\r\n1+1=,2\r\n2+2=\r\n", "row 2 has fewer fields than the header's 2"
+        ),
+        "a raw U+2028 inside a JSONL string": reads(
+            "u2028.jsonl",
+            json.dumps({"prompt": "a\u2028b", "answer": "2"}, ensure_ascii=False) + "\n",
+            {"prompt": "a\u2028b"},
+            1,
+        ),
+        "a raw U+0085 inside a JSONL string": reads(
+            "u0085.jsonl",
+            json.dumps({"prompt": "a\u0085b", "answer": "2"}, ensure_ascii=False) + "\n",
+            {"prompt": "a\u0085b"},
+            1,
+        ),
+        "JSONL with CR-only line ends": reads("cr.jsonl", jsonl(GOOD, GOOD).replace("\n", "\r"), GOOD, 2),
+        "a form-feed line before a bad row": refused(
+            "formfeed.jsonl",
+            jsonl(GOOD) + "\f\n" + jsonl({"prompt": 5, "answer": "1"}),
+            "row 2 (line 3), column 'prompt' holds a number; allowed: text or a list of chat messages",
+        ),
+        "a FIFO named x.jsonl": not_a_file("fifo.jsonl", lambda path: os.mkfifo(path), "a FIFO"),
+        "a folder named x.jsonl": not_a_file("dir.jsonl", lambda path: path.mkdir(), "a folder"),
+        "a link to /dev/zero": not_a_file(
+            "zero.jsonl", lambda path: path.symlink_to("/dev/zero"), "a link to a device"
+        ),
         "parquet with a column named twice": parquet_refused(
             "twice.parquet",
             _parquet({"a": ["1+1="], "b": ["2"]}, names=["prompt", "prompt"]),
@@ -258,12 +306,22 @@ def commands() -> list[Case]:
         "numbers.jsonl": jsonl({"prompt": 5, "answer": "2"}),
         "long_chat.jsonl": jsonl({"prompt": TEN_THOUSAND, "answer": "2"}),
         "huge.csv": "prompt,answer\n" + "7" * 200_000 + ",2\n",
+        "ragged.jsonl": jsonl(GOOD, GOOD, {"prompt": "3+3=", "ans": "6"}),
+        "short_row.csv": "prompt,answer\n1+1=,2\n2+2=\n",
     }
     plain = ("--set", "data.chat_template=plain")  # the bundled model has no chat template of its own
     out = [
         Case(CATEGORY, f"train on {name}", train("--set", f"data.source={{tmp}}/{name}", *plain), files=files)
         for name in files
     ]
+    out.append(
+        Case(
+            CATEGORY,
+            "train on a FIFO",
+            train("--set", "data.source={tmp}/fifo.jsonl", *plain),
+            prepare=lambda t: os.mkfifo(t / "fifo.jsonl"),
+        )
+    )
     return out
 
 
