@@ -444,6 +444,147 @@ def started_unterminated(tmp: Path) -> str | None:
     return same("started", started_at(run), (run / "config.toml").stat().st_mtime)
 
 
+# ---- a row before the tail, rows beyond the total, a line over 16 MiB -------------------------------
+
+MOVED_99 = "metrics.jsonl: 99 rows out of step order; read in step order"
+
+
+def runs_row_before_tail(tmp: Path) -> str | None:
+    """Step 100 first, then 1..99 of ~4 KB (over the 256 KiB tail, which is in order): runs shows 100/100 and
+    says doctor's line."""
+    run = run_in(tmp, 100)
+    rewrite(
+        run / "metrics.jsonl", [{"step": s, "reward/mean": s / 100, "pad": "x" * 4000} for s in [100, *range(1, 100)]]
+    )
+    return first(summary_is(tmp, 100, [MOVED_99], total=100), doctor_reads(tmp, list(range(1, 101)), [MOVED_99]))
+
+
+def concatenated_wrong_way(tmp: Path) -> str | None:
+    """Steps 51..100, then 1..50 (two halves concatenated the wrong way round): runs shows 100, not 50."""
+    run = run_in(tmp, 100)
+    halves = [*range(51, 101), *range(1, 51)]
+    rewrite(run / "metrics.jsonl", [{"step": s, "reward/mean": s / 100, "pad": "x" * 8000} for s in halves])
+    moved = "metrics.jsonl: 50 rows out of step order; read in step order"
+    return summary_is(tmp, 100, [moved], total=100)
+
+
+def beyond(step: int) -> Callable[[Path], None]:
+    def damage(tmp: Path) -> None:
+        path = run_in(tmp) / "metrics.jsonl"
+        (tmp / "good.jsonl").write_bytes(path.read_bytes())
+        with open(path, "a") as fh:
+            fh.write(json.dumps({**rows(path)[-1], "step": step, "reward/mean": -99.0}) + "\n")
+
+    return damage
+
+
+BEYOND = "metrics.jsonl: 1 rows with a step beyond the run's 6 steps; left out"
+
+
+def runs_step_99_of_6(tmp: Path) -> str | None:
+    beyond(99)(tmp)
+    return summary_is(tmp, 6, [BEYOND], reward_step=6)
+
+
+def runs_step_10_30_of_6(tmp: Path) -> str | None:
+    beyond(10**30)(tmp)
+    return summary_is(tmp, 6, [BEYOND], reward_step=6)
+
+
+def doctor_step_99_of_6(tmp: Path) -> str | None:
+    beyond(99)(tmp)
+    return doctor_reads(tmp, list(range(1, 7)), [BEYOND])
+
+
+def studio_step_10_30_of_6(tmp: Path) -> str | None:
+    beyond(10**30)(tmp)
+    check, data = studio_reads(tmp, list(range(1, 7)), [BEYOND])
+    return check or same("the studio's step", (data.step, data.total_steps), (6, 6))
+
+
+def resumed_total_counts(tmp: Path) -> str | None:
+    """A later `started` (a resume to 8 steps) raises the total: step 7 is then the run's state, no warning."""
+    beyond(7)(tmp)
+    with open(tmp / "runs" / "r" / "events.jsonl", "a") as fh:
+        fh.write(json.dumps({"time": 2e9, "event": "started", "message": "resume", "total_steps": 8}) + "\n")
+    return summary_is(tmp, 7, [], state="crashed", total=8)
+
+
+def studio_samples_line_over_16_mib(tmp: Path) -> str | None:
+    """A samples.jsonl line over 16 MiB that ends inside one of the studio's reads: skipped and said, as doctor
+    says it."""
+    run = run_in(tmp)
+    with open(run / "samples.jsonl", "a") as fh:
+        fh.write(json.dumps({"step": 6, "completion": "b" * ((16 << 20) + 1)}) + "\n")
+    skipped = "samples.jsonl: skipped 1 malformed lines (not a JSON object with the fields the file needs)"
+    check, data = studio_reads(tmp, list(range(1, 7)), [skipped])
+    return check or doctor_reads(tmp, list(range(1, 7)), [skipped])
+
+
+def runs_names_malformed_file(tmp: Path) -> str | None:
+    """A row whose step is `true`: runs names metrics.jsonl, as every other reader does."""
+    with open(run_in(tmp) / "metrics.jsonl", "a") as fh:
+        fh.write('{"step": true, "reward/mean": 1.0}\n')
+    code, _, err = cli(tmp, "runs", "runs")
+    line = "metrics.jsonl: skipped 1 malformed lines (not a JSON object with the fields the file needs)"
+    return first(same("exit", code, 0), same("stderr", err, f"warning: r/{line}\n"))
+
+
+def runs_fifo_events_total(tmp: Path) -> str | None:
+    """events.jsonl a FIFO: runs takes the total from config.toml, as report does (6/6, not 6/?)."""
+    fifo(run_in(tmp) / "events.jsonl")
+    code, out, _ = cli(tmp, "runs", "runs")
+    return first(same("exit", code, 0), same("step", out.splitlines()[1].split()[2] if code == 0 else None, "6/6"))
+
+
+# ---- what the trainer cannot write into: refused before anything loads --------------------------------
+
+
+def refused_train(tmp: Path, name: str, make: Callable[[Path], str], resume: bool) -> str | None:
+    """`train` (a new run into {tmp}/X, or --resume of run r) with `name` made by `make` (which returns the
+    refusal's words for it): exit 2, that one line, nothing written."""
+    run = run_in(tmp) if resume else tmp / "X"
+    run.mkdir(exist_ok=True)
+    (run / name).unlink(missing_ok=True)
+    what = make(run / name)
+    before = sorted(os.listdir(run))
+    argv = ["--resume", str(run)] if resume else ["tiny-arith", "--set", "train.steps=1", "--run-dir", str(run)]
+    code, _, err = cli(tmp, "train", *argv)
+    want = f"run error: {run / name}: {what}; move it away, then start the trainer again\n"
+    return first(same("exit", code, 2), same("stderr", err, want), same("entries", sorted(os.listdir(run)), before))
+
+
+def make_fifo(path: Path) -> str:
+    os.mkfifo(path)
+    return "not a regular file (a FIFO)"
+
+
+def make_dev_zero(path: Path) -> str:
+    os.symlink("/dev/zero", path)
+    return "not a regular file (a link to a character device)"
+
+
+def make_dangling(path: Path) -> str:
+    os.symlink(path.parent / "nowhere" / "x", path)
+    return "a link to nothing"
+
+
+def make_loop(path: Path) -> str:
+    os.symlink(path.name, path)
+    return "too many levels of symbolic links"
+
+
+def make_socket(path: Path) -> str:
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(path))
+    sock.close()
+    return "not a regular file (a socket)"
+
+
+def train_refused(name: str, make: Callable[[Path], str], resume: bool = False) -> Callable[[Path], str | None]:
+    return lambda tmp: refused_train(tmp, name, make, resume)
+
+
 # ---- files that change while read; names ----------------------------------------------------------
 
 
@@ -552,6 +693,23 @@ PROBES: list[tuple[str, Callable[[Path], str | None]]] = [
     ("metrics.jsonl replaced while read", replaced_while_read),
     ("metrics.jsonl truncated while read", truncated_while_read),
     ("runs: a run name with a newline, ESC and a non-UTF-8 byte", odd_name),
+    ("runs: step 100 first, then 1..99 (a row out of order before the tail)", runs_row_before_tail),
+    ("runs: two halves of metrics.jsonl concatenated the wrong way", concatenated_wrong_way),
+    ("runs: a row of step 99 in a 6-step run", runs_step_99_of_6),
+    ("runs: a row of step 10**30 in a 6-step run", runs_step_10_30_of_6),
+    ("doctor: a row of step 99 in a 6-step run", doctor_step_99_of_6),
+    ("studio: a row of step 10**30 in a 6-step run", studio_step_10_30_of_6),
+    ("runs: a resume's later started raises the total", resumed_total_counts),
+    ("studio: a samples.jsonl line over 16 MiB", studio_samples_line_over_16_mib),
+    ("runs: a malformed line names its file", runs_names_malformed_file),
+    ("runs: events.jsonl a FIFO, the total from config.toml", runs_fifo_events_total),
+    ("train: a new run with metrics.jsonl a FIFO", train_refused("metrics.jsonl", make_fifo)),
+    ("train: a new run with events.jsonl a FIFO", train_refused("events.jsonl", make_fifo)),
+    ("train: a new run with samples.jsonl a link to /dev/zero", train_refused("samples.jsonl", make_dev_zero)),
+    ("train: a new run with histograms.jsonl a socket", train_refused("histograms.jsonl", make_socket)),
+    ("train: a new run with events.jsonl a link to nothing", train_refused("events.jsonl", make_dangling)),
+    ("train --resume: histograms.jsonl a FIFO", train_refused("histograms.jsonl", make_fifo, resume=True)),
+    ("train --resume: stdout.log a link loop", train_refused("stdout.log", make_loop, resume=True)),
 ]
 
 
