@@ -432,6 +432,15 @@ def cases() -> list:
             ),
         ),
         train_probe(
+            "get_reward returns None, the only reward",
+            p(
+                finishes,
+                _cls("class E(Tools):\n def get_reward(self): return None"),
+                functools.partial(reward_error, "get_reward returned NoneType (None, not a number)"),
+                "rewards.funcs=[]",
+            ),
+        ),
+        train_probe(
             "get_reward's float hangs",
             p(
                 finishes,

@@ -297,8 +297,9 @@ class Episodes:
 
     def _score(self, episode: Episode) -> None:
         """The environment's reward of a finished episode: get_reward() (tools shape) or the sum of step()'s
-        rewards, 0 when it gave none (turns shape). A get_reward that fails leaves it None, with the problem
-        recorded for its reward_error (reward_problems)."""
+        rewards, 0 when it gave none (turns shape). A get_reward that fails or returns anything but a finite number
+        (None, a string, nan, inf, a list) leaves it None, with the problem recorded for its reward_error
+        (reward_problems)."""
         if episode.instance is None or not self.env.has_reward:
             return
         if self.env.shape == "turns":
@@ -306,9 +307,11 @@ class Episodes:
             return
         instance = episode.instance
 
-        def get_reward():
+        def get_reward():  # a number (True/False count as 1/0, as float() reads them); None is no score
             value = awaited(instance.get_reward())
             number, kind, what = as_float(value)
+            if value is None:
+                kind, what = "not_a_number", "None, not a number"
             return number, kind, f"get_reward returned {type(value).__name__} ({what})"
 
         try:

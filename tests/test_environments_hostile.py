@@ -193,6 +193,24 @@ def test_get_reward_10_400_or_raising_leaves_none_and_says_why(tmp_path):
     assert episode.failed is False  # its tokens still train; only its reward is missing
 
 
+@pytest.mark.parametrize(
+    ("value", "reward", "error"),
+    [
+        ("None", None, ("not_a_number", "get_reward returned NoneType (None, not a number)")),
+        ("'1.0'", None, ("not_a_number", "get_reward returned str (str, not a number)")),
+        ("float('nan')", None, ("nan", "get_reward returned float (not finite)")),
+        ("-float('inf')", None, ("nan", "get_reward returned float (not finite)")),
+        ("[1.0]", None, ("not_a_number", "get_reward returned list (list, not a number)")),
+        ("True", 1.0, None),  # a bool is a number as float() reads it: 1 or 0
+        ("False", 0.0, None),
+    ],
+)
+def test_get_reward_returning_anything_but_a_finite_number_is_a_reward_error(tmp_path, value, reward, error):
+    episodes, episode = episode_of(tmp_path, "E", f"\nclass E(Tools):\n def get_reward(self): return {value}\n")
+    episodes._score(episode)
+    assert (episode.reward, episode.reward_error) == (reward, error)
+
+
 def test_start_up_measures_the_rows_within_one_bound(tmp_path):
     """A reset that takes 0.3 s: the measuring before weights load stops after env.tool_timeout_s (1 s) in all,
     not after rows x 0.3 s."""
@@ -252,6 +270,16 @@ def test_a_get_reward_that_always_raises_is_a_reward_error_with_its_sample(tmp_p
         1,
     )
     assert all(s["rewards"]["E"] is None for s in _rows(tmp_path, "samples.jsonl"))
+
+
+def test_a_get_reward_returning_none_as_the_only_reward_is_a_reward_error_not_a_nan_run(tmp_path):
+    """rewards.funcs = [] and get_reward returning None: it trained at reward nan, exit 0, nothing said."""
+    _train(tmp_path, "\nclass E(Tools):\n def get_reward(self): return None\n", "train.steps=1", "rewards.funcs=[]")
+    (error,) = [e for e in _rows(tmp_path, "events.jsonl") if e["event"] == "reward_error"]
+    assert error["message"] == (
+        "reward 'E' failed: get_reward returned NoneType (None, not a number) (sample 0; 4 of 4 samples set to None)"
+    )
+    assert (error["function"], error["sample"], error["problem"]) == ("E", 0, "not_a_number")
 
 
 def test_exit_from_a_running_environment_does_not_end_the_run(tmp_path):
