@@ -4,18 +4,20 @@ when piped."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 from grpo_studio.cli.parser import add_recipe
 from grpo_studio.contract import config, metrics, resume_rules, rundir
 from grpo_studio.contract.errors import UserError, user_path
-from grpo_studio.contract.rundir import CONFIG, RUNS
+from grpo_studio.contract.rundir import CONFIG, RUNS, RunLock
 
 IN_PROCESS = "--no-supervisor"  # the supervisor's child: train in this process
 
@@ -207,6 +209,21 @@ def run(args: argparse.Namespace) -> int:
     usable_run_dir(run_dir, "--resume" if args.resume is not None else "--run-dir")
     if not args.in_process:
         return supervise(args, run_dir)
+    supervised = os.environ.pop(SUPERVISED, None) is not None  # never a test's in-process call
+    code = 1
+    try:
+        code = train(cfg, run_dir, args)
+        return code
+    except (UserError, RunLock):
+        code = 2
+        raise
+    finally:
+        if supervised:
+            bound_exit(code)
+
+
+def train(cfg: config.Config, run_dir: Path, args: argparse.Namespace) -> int:
+    """The trainer process: the run in this process, with its progress on stdout."""
     rehearsed = rehearse(cfg, run_dir, args) if args.rehearse else None
     from grpo_studio.engine.trainer import StoppedLoading, Trainer  # torch loads once the config is known good
 
@@ -306,7 +323,7 @@ def supervise(args: argparse.Namespace, run_dir: Path) -> int:
     gracefully, writing its own `stopped` (_child_setup). Returns the child's exit code (128 + N when signal N
     killed it)."""
     cmd = [sys.executable, "-m", "grpo_studio.cli.main", "train", IN_PROCESS]
-    env = dict(os.environ)
+    env = dict(os.environ, **{SUPERVISED: "1"})
     if args.devices is not None:
         env["CUDA_VISIBLE_DEVICES"] = args.devices
     if args.nproc > 1:  # torch's launcher starts the ranks and stops them all when one fails
@@ -349,11 +366,39 @@ def supervise(args: argparse.Namespace, run_dir: Path) -> int:
     finally:
         for sig, handler in old.items():
             signal.signal(sig, handler)
-    if code != 0:  # under torchrun the trainer is rank 0, named by the lock it left
-        crash = rundir.record_exit(run_dir, child.pid if args.nproc == 1 else rundir.read_pid(run_dir) or 0, code)
-        if crash:
-            print(f"run error: {crash}; the run is marked crashed: {run_dir}", file=sys.stderr, flush=True)
+    # any exit without its end is a crash, exit 0 included (os._exit(0) in an environment); under torchrun the
+    # trainer is rank 0, named by the lock it left
+    crash = rundir.record_exit(run_dir, child.pid if args.nproc == 1 else rundir.read_pid(run_dir) or 0, code)
+    if crash:
+        print(f"run error: {crash}; the run is marked crashed: {run_dir}", file=sys.stderr, flush=True)
+        code = code or 1
     return code if code >= 0 else 128 - code
+
+
+SUPERVISED = "GRPO_STUDIO_SUPERVISED"  # set for the trainer process: bound_exit holds there only
+EXIT_GRACE_S = 30.0
+
+
+def bound_exit(code: int, grace_s: float = EXIT_GRACE_S) -> None:
+    """In the supervised trainer process, once its run has ended: a daemon watchdog ends the process with `code`
+    after `grace_s` if the interpreter is still alive then, so that a thread user code left running (which
+    threading's shutdown waits for) or an atexit handler that never returns cannot keep it, and its supervisor,
+    from exiting."""
+
+    def watchdog() -> None:
+        time.sleep(grace_s)
+        with contextlib.suppress(Exception):
+            print(
+                f"warning: still alive {grace_s:.0f} s after the run ended (a thread or atexit handler of the "
+                f"run's own code); ended",
+                flush=True,
+            )
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(code)
+
+    threading.Thread(target=watchdog, name="exit-watchdog", daemon=True).start()
 
 
 PASSED_ON = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)  # what the trainer handles (engine/trainer.py _Signals)

@@ -154,22 +154,25 @@ def restore(
     run_dir: Path, policy, optimizer, schedule, scaler, on_skip, into=None, at_most: int | None = None
 ) -> dict | None:
     """Load the newest trustworthy checkpoint (saved at a step <= at_most, when given) into the trainer's objects
-    and return its trainer state; None when there is none. Leftover .step-N.tmp folders (writes cut short) are
-    removed. `into(policy, optimizer, weights, optimizer_state)` loads the weights and optimizer state instead
+    and return its trainer state; None when there is none. The newer ones that failed are then moved aside to
+    step-N.skipped (on_skip says each); when every one fails, NoUsableCheckpoint, with nothing moved. Leftover
+    .step-N.tmp folders (writes cut short) are removed. `into(policy, optimizer, weights, optimizer_state)` loads the weights and optimizer state instead
     (FSDP: sharding them)."""
     for tmp in (Path(run_dir) / CHECKPOINTS).glob(".step-*.tmp"):
         shutil.rmtree(tmp, ignore_errors=True)
-    for step, path in reversed(folders(run_dir)):
-        if at_most is not None and step > at_most:
-            continue
+    bad = []  # (step, path, why) of the newer ones that failed, moved aside once an older one reads
+    candidates = [(step, path) for step, path in reversed(folders(run_dir)) if at_most is None or step <= at_most]
+    for step, path in candidates:
         try:
             weights, state = _read(path, step, policy)
         except BadCheckpoint as why:
-            aside = path.with_name(f"{path.name}.skipped")
-            shutil.rmtree(aside, ignore_errors=True)
-            os.replace(path, aside)
-            on_skip(step, path, f"{why} (moved to {aside.name})")
+            bad.append((step, path, str(why)))
             continue
+        for bad_step, bad_path, why in bad:
+            aside = bad_path.with_name(f"{bad_path.name}.skipped")
+            shutil.rmtree(aside, ignore_errors=True)
+            os.replace(bad_path, aside)
+            on_skip(bad_step, bad_path, f"{why} (moved to {aside.name})")
         try:
             if into:
                 into(policy, optimizer, weights, state["optimizer"])
@@ -190,7 +193,18 @@ def restore(
         if state.get("cuda_rng") and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(state["cuda_rng"])
         return state
+    if bad:  # a run with checkpoints never silently restarts from the base weights and loses its steps
+        raise NoUsableCheckpoint(
+            "no checkpoint can be resumed from: "
+            + "; ".join(f"{path.name}: {why}" for _, path, why in bad)
+            + f"; to restart from the base weights instead, move {Path(run_dir) / CHECKPOINTS} away and resume again",
+            kind="resume",
+        )
     return None
+
+
+class NoUsableCheckpoint(UserError):
+    """Every checkpoint a resume could start from failed its check or its load: refused, nothing moved."""
 
 
 def _first_mismatch(err: Exception) -> str:

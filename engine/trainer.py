@@ -185,6 +185,8 @@ class Trainer:
             return self._run(progress)  # a stop is graceful from here to the last checkpoint (_Signals)
         except BaseException as err:
             stop = err
+            if isinstance(err, checkpoint.NoUsableCheckpoint):  # a refusal before `started`: the run stays as it was
+                raise
             if disk_full(err, self.rundir.dir):
                 stop = disk_full_error(self.rundir.dir, self.step_no, last_checkpoint(self.rundir.dir, self.step_no))
             with contextlib.suppress(OSError):  # a full disk may refuse this line too: stderr still says it
@@ -200,7 +202,7 @@ class Trainer:
     def _run(self, progress) -> str:
         cfg = self.cfg
         if self.resume:
-            self._restore()
+            self._restore(progress)
         warning = self.precision.warning
         if warning:
             self.rundir.event("warning", warning)
@@ -338,7 +340,7 @@ class Trainer:
                 scores[row[schema.STEP]] = value
         return scores
 
-    def _restore(self) -> None:
+    def _restore(self, progress=None) -> None:
         """Continue from the newest trustworthy checkpoint the run's files allow, or from step 0 and the base
         weights when there is none, with the streams cut back to that step: each step stays in them once.
         Checkpoints after it are moved aside, since the steps after it are trained again."""
@@ -350,7 +352,14 @@ class Trainer:
             grpo.optimizer,
             grpo.schedule,
             grpo.scaler,
-            on_skip=self._checkpoint_skipped,
+            on_skip=lambda step, path, why: self._warn(
+                progress,
+                "checkpoint_skipped",
+                f"skipped checkpoint {path.name}: {why}",
+                step=step,
+                path=str(path),
+                reason=why,
+            ),
             into=self.dist.load_state,
             at_most=at_most,
         )
@@ -361,7 +370,8 @@ class Trainer:
         superseded = checkpoint.supersede(self.rundir.dir, self.step_no) if self.dist.main else []  # rank 0 moves
         if state is None:
             limit = f" at or before step {at_most} ({why})" if superseded else ""
-            self.rundir.event(
+            self._warn(
+                progress,
                 "no_checkpoint",
                 f"no complete checkpoint to resume from{limit}: restarting at step 0 from the base weights",
                 step=0,
@@ -408,10 +418,11 @@ class Trainer:
         limits.append((covered, f"metrics.jsonl has no row for step {covered + 1}"))
         return min(limits)
 
-    def _checkpoint_skipped(self, step: int, path, why: str) -> None:
-        self.rundir.event(
-            "checkpoint_skipped", f"skipped checkpoint {path.name}: {why}", step=step, path=str(path), reason=why
-        )
+    def _warn(self, progress, kind: str, message: str, **extra) -> None:
+        """An event the user must see as it happens: also a warning line on the terminal."""
+        self.rundir.event(kind, message, **extra)
+        if progress:
+            progress.warn(message)
 
 
 class StoppedLoading(Exception):
