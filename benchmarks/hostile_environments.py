@@ -441,6 +441,26 @@ def cases() -> list:
             ),
         ),
         train_probe(
+            "reset sets the recursion limit to 60",
+            p(finishes, _cls("class E(Tools):\n def reset(self, **row): sys.setrecursionlimit(60)"), ok),
+        ),
+        train_probe(
+            "reset makes float64 torch's default dtype",
+            p(
+                finishes,
+                _cls("import torch\nclass E(Tools):\n def reset(self, **row): torch.set_default_dtype(torch.float64)"),
+                ok,
+            ),
+        ),
+        train_probe(
+            "reset ignores SIGTERM",
+            p(
+                stops,
+                _cls("import signal\nclass E(Tools):\n def reset(self, **row): signal.signal(signal.SIGTERM, 1)"),
+                "reset raised ValueError: signal only works in main thread",
+            ),
+        ),
+        train_probe(
             "get_reward's float hangs",
             p(
                 finishes,
@@ -491,6 +511,25 @@ def cases() -> list:
         ),
         train_probe(
             "reset calls os._exit(7)", p(crashes, _cls("class E(Tools):\n def reset(self, **row): os._exit(7)"))
+        ),
+        train_probe(  # exit status 0 without the run's end is a crash too
+            "reset calls os._exit(0)", p(crashes, _cls("class E(Tools):\n def reset(self, **row): os._exit(0)"))
+        ),
+        train_probe(
+            "a module thread os._exit(0)s mid-run",
+            p(
+                crashes,
+                "def _later():\n time.sleep(4)\n os._exit(0)\n"
+                "threading.Thread(target=_later, daemon=True).start()\nclass E(Tools): pass\n",
+            ),
+        ),
+        train_probe(  # the trainer's exit is bounded (cli/train_cmd.py bound_exit)
+            "an atexit handler sleeps forever",
+            p(finishes, "import atexit\natexit.register(lambda: time.sleep(10**6))\nclass E(Tools): pass\n", ok),
+        ),
+        train_probe(
+            "a non-daemon thread sleeps forever",
+            p(finishes, "threading.Thread(target=lambda: time.sleep(10**6)).start()\nclass E(Tools): pass\n", ok),
         ),
         train_probe(
             "a class named like a reward function",

@@ -7,7 +7,8 @@ UserError line naming the config key, the entry and what is allowed.
 
 `guarded` is the one way the engine calls into such code once loaded (a reward function, an environment's
 constructor, reset, tools, step, get_reward): on a daemon thread, under a time bound, with everything it raises,
-SystemExit and KeyboardInterrupt included, caught and explained inside that bound.
+SystemExit and KeyboardInterrupt included, caught and explained inside that bound. The process-wide state such code
+can change and the trainer relies on (KEPT) is put back once the call returns or its bound passes.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import hashlib
 import importlib
 import importlib.util
 import inspect
+import os
 import sys
 import threading
 from collections.abc import Callable
@@ -53,6 +55,67 @@ class _QuietTimeouts:
             self.hook(unraisable)
 
 
+STDIO = ("stdin", "stdout", "stderr")
+
+
+def _fileno(stream) -> int | None:
+    try:
+        return stream.fileno()
+    except Exception:  # noqa: BLE001 - a stream without a descriptor (a test's capture)
+        return None
+
+
+def _stdio() -> list:
+    return [(name, getattr(sys, name), _fileno(getattr(sys, name))) for name in STDIO]
+
+
+def _put_stdio(saved: list) -> None:
+    """The trainer's standard streams back in sys; one the user's code closed is reopened on its descriptor."""
+    for name, stream, fd in saved:
+        if getattr(stream, "closed", False) and fd is not None:
+            line = getattr(stream, "line_buffering", False)
+            try:
+                stream = open(  # noqa: SIM115 - it replaces sys.stdout and lives as long
+                    fd,
+                    "r" if name == "stdin" else "w",
+                    1 if line else -1,
+                    stream.encoding,
+                    stream.errors,
+                    closefd=False,
+                )
+            except OSError:  # its descriptor was closed with it (a stream that owned it): nothing to reopen
+                pass
+        setattr(sys, name, stream)
+
+
+# (read, put back): the process-wide state that code can change from a guarded call and the trainer relies on.
+# The engine adds torch's default dtype (contract/ never imports torch). Signal handlers need no entry: only the
+# main thread may set them, so signal.signal() in a guarded call raises ValueError.
+KEPT: list[tuple[Callable[[], object], Callable[[object], None]]] = [
+    (sys.getrecursionlimit, sys.setrecursionlimit),
+    (os.getcwd, os.chdir),
+    (_stdio, _put_stdio),
+]
+
+
+def _put_back(saved: list) -> None:
+    for put, value in saved:
+        try:
+            put(value)
+        except Exception:  # noqa: BLE001 - a deleted working directory, a limit below the current depth
+            pass
+
+
+def _read_kept() -> list:
+    saved = []
+    for read, put in KEPT:
+        try:
+            saved.append((put, read()))
+        except Exception:  # noqa: BLE001 - a working directory already deleted: nothing to go back to
+            pass
+    return saved
+
+
 def guarded(
     fn: Callable[[], object], timeout_s: float, explain: Callable[[BaseException], object], name: str = "user-code"
 ) -> Guarded:
@@ -75,9 +138,17 @@ def guarded(
         except CallTimeout:
             box["timeout"] = True
 
+    saved = _read_kept()
     worker = threading.Thread(target=target, name=name, daemon=True)
     worker.start()
     worker.join(timeout_s)
+    try:
+        return _outcome(worker, box)
+    finally:
+        _put_back(saved)
+
+
+def _outcome(worker: threading.Thread, box: dict) -> Guarded:
     if worker.is_alive():
         if not isinstance(sys.unraisablehook, _QuietTimeouts):
             sys.unraisablehook = _QuietTimeouts(sys.unraisablehook)

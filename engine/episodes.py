@@ -39,7 +39,7 @@ import time
 
 import torch
 
-from grpo_studio.contract import environments
+from grpo_studio.contract import environments, user_code
 from grpo_studio.contract.environments import STOPS, Environment
 from grpo_studio.contract.errors import UserError, describe
 from grpo_studio.engine import data, tool_calls, tool_template
@@ -47,6 +47,9 @@ from grpo_studio.engine.prompt_render import is_conversational, refuse_longer, r
 from grpo_studio.engine.rewards.runner import as_float
 from grpo_studio.engine.sampler.base import Rollout, Sampling
 from grpo_studio.engine.tool_calls import EpisodeEnds, awaited, bounded, plain_messages, plain_text
+
+# the guard puts torch's default dtype back after every call into user code, with the rest of contract's KEPT
+user_code.KEPT.append((torch.get_default_dtype, torch.set_default_dtype))
 
 
 @dataclasses.dataclass

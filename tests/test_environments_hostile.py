@@ -16,6 +16,7 @@ import pytest
 from grpo_studio.benchmarks.hostile_environments import BASE, SMALL, TEMPLATE, episode_of, model_turn
 from grpo_studio.contract import config, environments
 from grpo_studio.contract.errors import UserError
+from grpo_studio.engine.tool_calls import EpisodeEnds
 from grpo_studio.engine.trainer import Trainer
 
 
@@ -280,6 +281,53 @@ def test_a_get_reward_returning_none_as_the_only_reward_is_a_reward_error_not_a_
         "reward 'E' failed: get_reward returned NoneType (None, not a number) (sample 0; 4 of 4 samples set to None)"
     )
     assert (error["function"], error["sample"], error["problem"]) == ("E", 0, "not_a_number")
+
+
+def test_process_wide_state_a_reset_changes_is_put_back(tmp_path):
+    """reset lowering the recursion limit to 60 (a 90-line traceback later), making float64 torch's default (a
+    traceback at grpo_step) and moving the working directory: the run finishes and each is as it was."""
+    import os
+
+    import torch
+
+    (tmp_path / "elsewhere").mkdir()
+    body = (
+        "\nimport torch\nclass E(Tools):\n def reset(self, **row):\n  sys.setrecursionlimit(60)\n"
+        f"  torch.set_default_dtype(torch.float64)\n  os.chdir({str(tmp_path / 'elsewhere')!r})\n"
+    )
+    before = (sys.getrecursionlimit(), torch.get_default_dtype(), os.getcwd())
+    _train(tmp_path, body, "train.steps=1")
+    assert [e["event"] for e in _rows(tmp_path, "events.jsonl")][-1] == "finished"
+    assert (sys.getrecursionlimit(), torch.get_default_dtype(), os.getcwd()) == before
+
+
+def test_a_closed_or_replaced_standard_stream_is_put_back(tmp_path, monkeypatch):
+    import os
+
+    from grpo_studio.contract import user_code
+
+    fd = os.open(tmp_path / "out.txt", os.O_WRONLY | os.O_CREAT)
+    out, err = open(fd, "w", closefd=False), open(fd, "w", closefd=False)  # as Python opens sys.stdout
+    monkeypatch.setattr(sys, "stdout", out)
+    monkeypatch.setattr(sys, "stderr", err)
+    user_code.guarded(lambda: (sys.stdout.close(), setattr(sys, "stderr", None)), 1.0, str)
+    assert sys.stderr is err and sys.stdout is not out and out.closed  # the closed one reopened on its descriptor
+    print("still here", flush=True)
+    assert (tmp_path / "out.txt").read_text() == "still here\n"
+    os.close(fd)
+
+
+def test_a_signal_handler_cannot_be_replaced_from_a_call(tmp_path):
+    """Only the main thread sets handlers: signal.signal(SIGTERM, SIG_IGN) in reset ends that episode, and the
+    trainer's handler stays (the run can still be stopped)."""
+    import signal
+
+    handler = signal.getsignal(signal.SIGTERM)
+    body = "\nimport signal\nclass E(Tools):\n def reset(self, **row): signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+    with pytest.raises(EpisodeEnds) as end:
+        episode_of(tmp_path, "E", body)
+    assert str(end.value) == "reset raised ValueError: signal only works in main thread of the main interpreter"
+    assert signal.getsignal(signal.SIGTERM) is handler
 
 
 def test_exit_from_a_running_environment_does_not_end_the_run(tmp_path):
