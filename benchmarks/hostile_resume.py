@@ -233,6 +233,49 @@ def real_old_checkpoint(tmp: Path) -> str | None:
     return None if ok and "size mismatch" in lines[0] else f"exit {code}: {err[-500:]!r}"
 
 
+def real_no_usable_checkpoint(tmp: Path, edits: tuple[str, ...]) -> str | None:
+    """Every checkpoint's remembered config.toml deleted (its manifest lists it) and `edits` made to config.toml:
+    no checkpoint passes its check, so the resume is refused in one line naming each and how to restart from the
+    base weights, exit 2, with the checkpoints and metrics as they were (never a silent restart at step 0)."""
+    from grpo_studio.benchmarks.fault_trials import finish, start
+
+    run = trained(tmp)
+    for step in (1, 2):
+        (run / CHECKPOINTS / f"step-{step}" / CONFIG).unlink()
+    edit(run, [*edits, "train.steps=3"])
+    metrics = (run / "metrics.jsonl").read_bytes()
+    code, err = finish(start("--resume", str(run), sets=[]))
+    want = (
+        "resume error: no checkpoint can be resumed from: step-2: config.toml is missing; step-1: config.toml is "
+        f"missing; to restart from the base weights instead, move {run / CHECKPOINTS} away and resume again\n"
+    )
+    if (code, err) != (2, want):
+        return f"exit {code}: {err[-500:]!r}, expected {want!r}"
+    folders = sorted(p.name for p in (run / CHECKPOINTS).iterdir())
+    if folders != ["step-1", "step-2"] or (run / "metrics.jsonl").read_bytes() != metrics:
+        return f"the refused resume changed the run: checkpoints {folders}"
+    return None
+
+
+def real_older_checkpoint_used(tmp: Path) -> str | None:
+    """Only the newest checkpoint's config.toml deleted: the resume goes on from step-1, step-2 moved to
+    step-2.skipped, and the skip is a warning line on the terminal besides its checkpoint_skipped event."""
+    from grpo_studio.benchmarks.fault_trials import start
+
+    run = trained(tmp)
+    (run / CHECKPOINTS / "step-2" / CONFIG).unlink()
+    edit(run, ["train.steps=3"])
+    proc = start("--resume", str(run), sets=[])
+    out, err = proc.communicate(timeout=600)
+    code = proc.returncode
+    skipped = [e for e in read_events(run) if e["event"] == "checkpoint_skipped"]
+    started = [e for e in read_events(run) if e["event"] == "started"]
+    want = "skipped checkpoint step-2: config.toml is missing (moved to step-2.skipped)"
+    if code != 0 or [e["message"] for e in skipped] != [want] or started[-1]["message"] != "resumed at step 1":
+        return f"exit {code}: {err[-300:]!r}; skipped {skipped}, started {started[-1:]}"
+    return None if f"warning: {want}\n" in out else f"no warning line on stdout: {out[-300:]!r}"
+
+
 def real_fork_copy(tmp: Path) -> str | None:
     """A copy of a run (as a fork copies the checkpoint) whose config.toml names another model: refused."""
     run = trained(tmp)
@@ -321,5 +364,20 @@ def cases() -> list:
         Probe(CATEGORY, "real: refused, then resumed", real_refused_then_resumed, timeout_s=300, slow=True),
         Probe(CATEGORY, "real: old checkpoint, edited rank", real_old_checkpoint, timeout_s=300, slow=True),
         Probe(CATEGORY, "real: copied run, another model", real_fork_copy, timeout_s=300, slow=True),
+        Probe(
+            CATEGORY,
+            "real: no checkpoint usable, alpha edited",
+            partial(real_no_usable_checkpoint, edits=("model.lora_alpha=64.0",)),
+            timeout_s=300,
+            slow=True,
+        ),
+        Probe(
+            CATEGORY,
+            "real: no checkpoint usable, rank edited",
+            partial(real_no_usable_checkpoint, edits=("model.lora_rank=4",)),
+            timeout_s=300,
+            slow=True,
+        ),
+        Probe(CATEGORY, "real: newest unusable, older used", real_older_checkpoint_used, timeout_s=300, slow=True),
     ]
     return out

@@ -4,10 +4,12 @@ anything loads. A change to a key the checkpoint cannot carry (CARRIED: its weig
 another policy) is refused in one line naming the key, both values and where the change came from (an edited
 config.toml or --set); every other change is the trainer's `config_changed` event.
 
-A checkpoint written before checkpoints remembered their config (or one whose config.toml no longer loads) is
-compared against the run's config.toml as it stands: a --set is checked as above, an edit of config.toml is not
-seen (a weights shape that does not fit is then refused as the checkpoint loads, engine/checkpoint.py). A run
-with no checkpoint restarts from the base weights, so it takes any change.
+A checkpoint written before checkpoints remembered their config (no config.toml in its manifest) is compared
+against the run's config.toml as it stands: a --set is checked as above, an edit of config.toml is not seen (a
+weights shape that does not fit is then refused as the checkpoint loads, engine/checkpoint.py). One whose
+remembered config.toml is missing or damaged fails its manifest check as it loads: the trainer falls back to an
+older good checkpoint, and refuses the resume in one line when none is left (checkpoint.NoUsableCheckpoint). A run
+with no checkpoint at all restarts from the base weights, so it takes any change.
 
 Pure python, no torch.
 """

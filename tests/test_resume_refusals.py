@@ -10,7 +10,15 @@ import json
 
 import pytest
 
-from grpo_studio.benchmarks.hostile_resume import edit, real_edit_recorded, real_old_checkpoint, resume, run_dir
+from grpo_studio.benchmarks.hostile_resume import (
+    edit,
+    real_edit_recorded,
+    real_no_usable_checkpoint,
+    real_old_checkpoint,
+    real_older_checkpoint_used,
+    resume,
+    run_dir,
+)
 from grpo_studio.contract import config, resume_rules
 from grpo_studio.contract.run_files import CHECKPOINTS, CONFIG, EVENTS, PIDFILE
 
@@ -96,3 +104,14 @@ def test_a_real_checkpoint_remembers_its_config_and_an_edited_lr_is_recorded(tmp
 @pytest.mark.slow
 def test_an_old_checkpoint_with_an_edited_rank_is_one_line_as_it_loads(tmp_path):
     assert real_old_checkpoint(tmp_path) is None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("edits", [("model.lora_alpha=64.0",), ("model.lora_rank=4",)], ids=["alpha", "rank"])
+def test_a_resume_with_no_usable_checkpoint_is_refused_not_restarted_from_the_base_weights(tmp_path, edits):
+    assert real_no_usable_checkpoint(tmp_path, edits) is None
+
+
+@pytest.mark.slow
+def test_an_unusable_newest_checkpoint_falls_back_to_the_older_one_with_a_warning_line(tmp_path):
+    assert real_older_checkpoint_used(tmp_path) is None

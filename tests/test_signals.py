@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from grpo_studio.benchmarks import hostile_environments
 from grpo_studio.benchmarks import hostile_signals as hostile
 
 CASES = {case.name: case for case in hostile.cases()}
@@ -31,3 +32,22 @@ def test_detach_output_sends_a_pipe_to_stdout_log_and_leaves_a_file(tmp_path):
 @pytest.mark.slow
 def test_signal(tmp_path, name):
     assert CASES[name].check(tmp_path) is None
+
+
+ENVIRONMENTS = {case.name: case for case in hostile_environments.cases()}
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "reset calls os._exit(0)",
+        "a module thread os._exit(0)s mid-run",
+        "an atexit handler sleeps forever",
+        "a non-daemon thread sleeps forever",
+    ],
+)
+@pytest.mark.slow
+def test_a_trainer_that_exits_without_its_end_is_crashed_and_one_that_will_not_exit_is_ended(tmp_path, name):
+    """Exit status 0 without `finished` is a crash (one line, exit 1, a crashed event, no lock); a trainer kept
+    alive after its end by user code is ended by the exit watchdog (cli/train_cmd.py bound_exit)."""
+    assert ENVIRONMENTS[name].check(tmp_path) is None
