@@ -461,6 +461,18 @@ def cases() -> list:
             ),
         ),
         train_probe(
+            "get_reward swallows the timeout and spins on",
+            p(
+                stops,
+                _cls(
+                    "class E(Tools):\n def get_reward(self):\n  while True:\n   try:\n    while True: pass\n"
+                    "   except BaseException: pass"
+                ),
+                "8 calls into the environment are still running past env.tool_timeout_s = 1 s",
+                "train.steps=5",
+            ),
+        ),
+        train_probe(
             "get_reward's float hangs",
             p(
                 finishes,

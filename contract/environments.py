@@ -46,6 +46,7 @@ BUILTIN = {  # name -> presets/environments/<file>:<class>
 }
 STOPS = ("done", "max_turns", "length", "timeout", "error")  # why an episode ended (metrics env/stop/<reason>)
 RESERVED = ("reset", "step", "get_reward")  # methods of the interface, never tools
+THREAD = "environment"  # the name of the guarded calls into an environment (user_code.still_running counts them)
 IMPORT_S = 60.0  # the time bound of an environment module's import, unless env.tool_timeout_s is longer
 
 
@@ -88,8 +89,8 @@ def load(spec: str, timeout_s: float | None = None) -> Environment:
     from transformers.utils import get_json_schema  # noqa: F401 - its first import is not the class's time
 
     probe: list = []  # the probe instance, dropped guarded too: its __del__ is the class's code
-    done = user_code.guarded(lambda: _check(spec, factory, probe), timeout_s, describe)
-    user_code.guarded(probe.clear, timeout_s, describe)
+    done = user_code.guarded(lambda: _check(spec, factory, probe), timeout_s, describe, THREAD)
+    user_code.guarded(probe.clear, timeout_s, describe, THREAD)
     if isinstance(done.error, UserError):
         raise done.error
     if done.error is not None:

@@ -116,6 +116,16 @@ def _read_kept() -> list:
     return saved
 
 
+ABANDONED: list[threading.Thread] = []  # the threads of calls past their bound that did not stop when asked
+
+
+def still_running(name: str) -> int:
+    """How many guarded calls named `name` still run past their bound: each one's thread spins on (it caught the
+    timeout, or sits in C code) and takes its share of the interpreter from every later step."""
+    ABANDONED[:] = [thread for thread in ABANDONED if thread.is_alive()]
+    return sum(thread.name == name for thread in ABANDONED)
+
+
 def guarded(
     fn: Callable[[], object], timeout_s: float, explain: Callable[[BaseException], object], name: str = "user-code"
 ) -> Guarded:
@@ -154,6 +164,8 @@ def _outcome(worker: threading.Thread, box: dict) -> Guarded:
             sys.unraisablehook = _QuietTimeouts(sys.unraisablehook)
         ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(worker.ident), ctypes.py_object(CallTimeout))
         worker.join(0.5)  # pure-Python loops end here; a thread stuck in C code is abandoned (daemon)
+        if worker.is_alive():
+            ABANDONED.append(worker)
         return Guarded(timed_out=True)
     if "error" in box:
         return Guarded(error=box["error"][0], explained=box["error"][1])

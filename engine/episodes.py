@@ -81,6 +81,9 @@ class EveryEpisodeFailed(Exception):
     """The environment failed every episode of a rollout: nothing in it is worth training on."""
 
 
+MAX_STILL_RUNNING = 8  # calls into the environment spinning past their bound before no new episode starts
+
+
 class Episodes:
     """Episodes of one environment class through one sampler, rendered with one chat template."""
 
@@ -89,6 +92,17 @@ class Episodes:
         self.max_tokens = max_tokens  # rollout.max_completion_len: model and environment tokens together
         self.max_prompt = max_prompt  # rollout.max_prompt_len (0: unchecked), which the memory plan assumes
         self.eos = tokenizer.eos_token_id
+
+    def still_running(self) -> str | None:
+        """Why no new episode may start: MAX_STILL_RUNNING calls into the environment still run past their bound
+        (each takes its share of the interpreter, so every step slows), or None."""
+        stuck = user_code.still_running(environments.THREAD)
+        if stuck < MAX_STILL_RUNNING:
+            return None
+        return (
+            f"{stuck} calls into the environment are still running past env.tool_timeout_s = "
+            f"{self.cfg.tool_timeout_s:g} s; it does not stop when asked"
+        )
 
     # ---- rendering ------------------------------------------------------------------------------
     def render(self, messages: list[dict], tools, generation: bool) -> list[int]:

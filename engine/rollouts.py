@@ -17,7 +17,12 @@ from grpo_studio.engine import data, dynamic_sampling, prompt_render, sample_row
 from grpo_studio.engine import rewards as reward_lib
 from grpo_studio.engine.advantages import compute_advantages
 from grpo_studio.engine.batching import join_prompt_completion
-from grpo_studio.engine.episodes import Episodes, EveryEpisodeFailed, every_episode_failed, reward_problems
+from grpo_studio.engine.episodes import (
+    Episodes,
+    EveryEpisodeFailed,
+    every_episode_failed,
+    reward_problems,
+)
 from grpo_studio.engine.episodes import metrics as episode_metrics
 from grpo_studio.engine.faults import out_of_memory
 from grpo_studio.engine.losses import LossInputs
@@ -213,6 +218,9 @@ class Rollouts:
         if self.cfg.rollout.async_mode == "off":
             request = self._request(self.step_no, round_no)
             if self.episodes:  # config.validate allows no other async_mode
+                stuck = self.episodes.still_running()
+                if self.dist.any(stuck is not None):  # a skipped step, until train.max_bad_steps end the run
+                    raise EveryEpisodeFailed(stuck or "calls into the environment still run on another rank")
                 out, episodes = self.episodes.run(
                     self.sampler,
                     request["rows"],

@@ -20,7 +20,7 @@ import inspect
 import json
 from dataclasses import dataclass
 
-from grpo_studio.contract import user_code
+from grpo_studio.contract import environments, user_code
 from grpo_studio.contract.errors import describe
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
@@ -138,7 +138,8 @@ def bounded(fn, timeout_s: float, what):
     """fn() guarded (contract/user_code.py) within timeout_s seconds: what it raises, SystemExit and
     KeyboardInterrupt included, or running past the bound is EpisodeEnds "error" or "timeout". Converting what it
     returns belongs in fn, so that is bounded too. `what` names the call in the message (or says it, once fn ran)."""
-    done = user_code.guarded(fn, timeout_s, lambda err: err.args[0] if isinstance(err, EpisodeEnds) else describe(err))
+    explain = lambda err: err.args[0] if isinstance(err, EpisodeEnds) else describe(err)  # noqa: E731
+    done = user_code.guarded(fn, timeout_s, explain, environments.THREAD)
     what = what() if callable(what) else what
     if done.timed_out:
         raise EpisodeEnds("timeout", f"{what} ran past env.tool_timeout_s = {timeout_s:g} s")

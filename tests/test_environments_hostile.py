@@ -330,6 +330,42 @@ def test_a_signal_handler_cannot_be_replaced_from_a_call(tmp_path):
     assert signal.getsignal(signal.SIGTERM) is handler
 
 
+def test_calls_spinning_past_their_bound_are_counted_until_no_episode_starts(tmp_path):
+    """A call that catches the guard's timeout (except BaseException) spins on, one thread per episode; from
+    MAX_STILL_RUNNING of them on, no new episode starts (a skipped step, train.max_bad_steps of them end the run)."""
+    import threading
+
+    from grpo_studio.engine import tool_calls
+    from grpo_studio.engine.episodes import MAX_STILL_RUNNING
+
+    episodes, _ = episode_of(tmp_path, "Tools")
+    stop = threading.Event()
+
+    def spin():
+        while not stop.is_set():
+            try:
+                while not stop.is_set():
+                    pass
+            except BaseException:  # noqa: BLE001, S110 - the hostile part: the guard's timeout, swallowed
+                pass
+
+    try:
+        for _ in range(MAX_STILL_RUNNING):
+            assert episodes.still_running() is None
+            with pytest.raises(EpisodeEnds):
+                tool_calls.bounded(spin, 0.05, "reset")
+        assert episodes.still_running() == (
+            f"{MAX_STILL_RUNNING} calls into the environment are still running past env.tool_timeout_s = 1 s; "
+            f"it does not stop when asked"
+        )
+    finally:
+        stop.set()
+    for thread in threading.enumerate():
+        if thread.name == "environment":
+            thread.join(5)
+    assert episodes.still_running() is None
+
+
 def test_exit_from_a_running_environment_does_not_end_the_run(tmp_path):
     """step raising SystemExit in every episode: skipped steps and one line, never the user's exit code."""
     body = "\nclass E(Turns):\n def step(self, text): sys.exit(6)\n"
