@@ -139,6 +139,12 @@ def refused(body: str, says: str, *sets: str, tmp: Path) -> str | None:
     return None
 
 
+def refused_folder(tmp: Path) -> str | None:
+    """env.environment naming a folder called like a .py file: refused as a folder, not as a missing file."""
+    (tmp / "envdir.py").mkdir()
+    return refused("", "envdir.py' is a folder", f"env.environment={tmp}/envdir.py:E", tmp=tmp)
+
+
 def stops(body: str, says: str, *sets: str, tmp: Path) -> str | None:
     """Every episode failed: skipped steps, then the run stops in one line (environment_failed), exit 2."""
     code, lines, events, _ = train(tmp, body, sets)
@@ -422,6 +428,11 @@ def cases() -> list:
                 _cls("class E(Tools):\n def get_reward(self): return 10**400"),
                 functools.partial(reward_error, "too large"),
             ),
+        ),
+        train_probe(
+            "env.environment names a folder",
+            refused_folder,
+            slow=False,
         ),
         train_probe(
             "get_reward sys.exit(7)",

@@ -180,6 +180,8 @@ def _fail(spec: str, why: str, key: str = "rewards.funcs") -> UserError:
 
 def _load_file(spec: str, path: Path, key: str, kind: str):
     with user_path(key, spec):
+        if path.is_dir():
+            return None, _fail(spec, f"{str(path)!r} is a folder; give 'file.py:{kind}' or 'module:{kind}'", key)
         if not path.is_file():
             return None, _fail(
                 spec,

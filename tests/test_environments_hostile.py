@@ -94,6 +94,16 @@ def test_a_class_with_tools_and_step_is_refused_as_ambiguous(tmp_path):
     )
 
 
+def test_a_folder_named_like_a_py_file_is_refused_as_a_folder(tmp_path):
+    (tmp_path / "envdir.py").mkdir()
+    with pytest.raises(UserError) as err:
+        environments.load(f"{tmp_path}/envdir.py:E", 1.0)
+    assert str(err.value) == (
+        f"config error: env.environment = '{tmp_path}/envdir.py:E': '{tmp_path}/envdir.py' is a folder; "
+        f"give 'file.py:class' or 'module:class'"
+    )
+
+
 def test_a_get_reward_property_is_refused_without_running_it(tmp_path):
     body = "\nclass E(Tools):\n @property\n def get_reward(self): raise SystemExit(9)\n"
     assert _refused(tmp_path, body).endswith(": E.get_reward is a property; allowed: a method (def get_reward(self))")
