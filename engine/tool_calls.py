@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+import math
 from dataclasses import dataclass
 
 from grpo_studio.contract import environments, user_code
@@ -76,9 +77,22 @@ def _tagged(text: str) -> list[str]:
     return bodies
 
 
+def _constant(name: str):
+    raise EpisodeEnds("error", f"malformed tool call: {name} is not a JSON number")
+
+
+def _finite(text: str) -> float:
+    number = float(text)
+    if not math.isfinite(number):
+        raise EpisodeEnds("error", f"malformed tool call: {text[:40]} is too large for a float")
+    return number
+
+
 def _json(body: str):
+    """The JSON of a call; NaN, Infinity and a number that overflows a float (1e999), which Python's json would
+    hand the tool as nan/inf, are malformed."""
     try:
-        return json.loads(body)
+        return json.loads(body, parse_constant=_constant, parse_float=_finite)
     except json.JSONDecodeError as err:
         raise EpisodeEnds("error", f"malformed tool call: not JSON ({err.msg} at char {err.pos})") from None
     except (ValueError, RecursionError) as err:  # an integer past Python's digit limit; nesting past recursion's

@@ -33,6 +33,13 @@ def test_a_lone_surrogate_in_a_call_is_a_stop_reason_not_a_tokenizer_traceback()
     assert parse(_call(arguments='{"a": "\\ud83d\\ude00"}')) == [Call("add", {"a": "\U0001f600"})]  # a pair is text
 
 
+def test_nan_infinity_and_floats_past_the_float_range_are_malformed_not_handed_to_the_tool():
+    assert _ends(_call(arguments='{"a": NaN}')) == "malformed tool call: NaN is not a JSON number"
+    assert _ends(_call(arguments='{"a": -Infinity}')) == "malformed tool call: -Infinity is not a JSON number"
+    assert _ends(_call(arguments='{"a": [1e999]}')) == "malformed tool call: 1e999 is too large for a float"
+    assert parse(_call(arguments='{"a": 1e308, "b": -2.5e-400}')) == [Call("add", {"a": 1e308, "b": -0.0})]
+
+
 def test_json_nested_past_the_recursion_limit_and_huge_integers_are_stop_reasons():
     deep = "[" * 100_000 + "]" * 100_000
     assert _ends(_call(arguments=deep)).startswith("malformed tool call: JSON Python cannot read (RecursionError")
