@@ -25,8 +25,8 @@ IN_PROCESS = "--no-supervisor"  # the supervisor's child: train in this process
 class PlainProgress:
     """One line per step, for pipes and log files."""
 
-    def __init__(self, total: int, stream=sys.stdout):
-        self.total, self.stream, self.start = total, stream, time.time()
+    def __init__(self, total: int, stream=None):
+        self.total, self.stream, self.start = total, stream, time.time()  # None: sys.stdout as it is at each line
 
     def warn(self, message: str) -> None:
         print(f"warning: {message}", file=self.stream, flush=True)
@@ -207,19 +207,20 @@ def run(args: argparse.Namespace) -> int:
             cfg, args.force, args.nproc
         )  # before the run directory exists: a refused run leaves nothing behind
     usable_run_dir(run_dir, "--resume" if args.resume is not None else "--run-dir")
-    if not args.in_process:
-        return supervise(args, run_dir)
-    supervised = os.environ.pop(SUPERVISED, None) is not None  # never a test's in-process call
-    code = 1
-    try:
-        code = train(cfg, run_dir, args)
-        return code
-    except (UserError, RunLock):
-        code = 2
-        raise
-    finally:
-        if supervised:
-            bound_exit(code)
+    with rundir.terminal_loss_detaches(run_dir):  # a terminal gone without a SIGHUP: as a hang-up
+        if not args.in_process:
+            return supervise(args, run_dir)
+        supervised = os.environ.pop(SUPERVISED, None) is not None  # never a test's in-process call
+        code = 1
+        try:
+            code = train(cfg, run_dir, args)
+            return code
+        except (UserError, RunLock):
+            code = 2
+            raise
+        finally:
+            if supervised:
+                bound_exit(code)
 
 
 def train(cfg: config.Config, run_dir: Path, args: argparse.Namespace) -> int:

@@ -17,11 +17,13 @@ atomic_write_text, as_number, read_rows, JsonlTail, RunLock, list_runs, run_summ
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import math
 import os
 import signal
 import stat
+import sys
 import time
 from pathlib import Path
 
@@ -284,6 +286,47 @@ def detach_output(run_dir: Path) -> None:
                 continue
         os.dup2(fd, out)
     os.close(fd)
+
+
+class _DetachingStream:
+    """sys.stdout or sys.stderr of `grpo-studio train`: a write or flush that fails because the terminal is gone
+    without a SIGHUP reaching this process (EIO: a background job's terminal closed; EPIPE, ENXIO: the reader of
+    its pipe went away) detaches as a hang-up does (detach_output) and is made again, into RUN/stdout.log."""
+
+    LOST = (errno.EIO, errno.EPIPE, errno.ENXIO)
+
+    def __init__(self, stream, run_dir: Path):
+        self._stream, self._run_dir = stream, run_dir
+
+    def _again(self, call, *args):
+        try:
+            return call(*args)
+        except OSError as err:
+            if err.errno not in self.LOST:
+                raise
+            detach_output(self._run_dir)
+            return call(*args)
+
+    def write(self, text: str) -> int:
+        return self._again(self._stream.write, text)
+
+    def flush(self) -> None:
+        self._again(self._stream.flush)
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+@contextlib.contextmanager
+def terminal_loss_detaches(run_dir: Path):
+    """sys.stdout and sys.stderr detach into RUN/stdout.log when their terminal or pipe is gone (_DetachingStream),
+    for the duration of the block; put back after it."""
+    saved = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = (_DetachingStream(stream, Path(run_dir)) for stream in saved)
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = saved
 
 
 def record_exit(run_dir: Path, pid: int, returncode: int) -> str | None:
