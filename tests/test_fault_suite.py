@@ -27,7 +27,14 @@ def test_every_feature_brings_its_hostile_cases():
     for case in HOSTILE:
         by_category[case.category] = by_category.get(case.category, 0) + 1
     assert set(by_category) >= {
-        "environments", "model text", "rollout server", "readers", "resume", "data", "signals", "cache"
+        "environments",
+        "model text",
+        "rollout server",
+        "readers",
+        "resume",
+        "data",
+        "signals",
+        "cache",
     }, by_category
     assert len(HOSTILE) >= 150, by_category
 
