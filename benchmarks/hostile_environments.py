@@ -542,8 +542,12 @@ def cases() -> list:
             "a module thread os._exit(0)s mid-run",
             p(
                 crashes,
-                "def _later():\n time.sleep(4)\n os._exit(0)\n"
-                "threading.Thread(target=_later, daemon=True).start()\nclass E(Tools): pass\n",
+                # the module's thread ends the process once an episode has begun (not after a wall-clock delay,
+                # which a fast run can outlive)
+                "begun = threading.Event()\n"
+                "def _later():\n begun.wait()\n os._exit(0)\n"
+                "threading.Thread(target=_later, daemon=True).start()\n"
+                "class E(Tools):\n def reset(self, **row):\n  begun.set()\n  time.sleep(1)\n",
             ),
         ),
         train_probe(  # the trainer's exit is bounded (cli/train_cmd.py bound_exit)
