@@ -68,6 +68,7 @@ def run_process(argv: list[str], cwd: Path, timeout: float = TIMEOUT_S) -> Outco
             env=env,
             timeout=timeout,
             stdin=subprocess.DEVNULL,
+            errors="backslashreplace",  # a command's odd bytes are part of what is judged, not a decode error
         )
     except subprocess.TimeoutExpired as late:
         return Outcome(None, str(late.stdout or ""), str(late.stderr or ""))

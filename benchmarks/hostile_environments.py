@@ -16,9 +16,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -97,17 +94,10 @@ def train(tmp: Path, body: str, sets: tuple[str, ...]) -> tuple[int | None, list
     argv = ["train", "tiny-arith", "--run-dir", str(tmp / "run")]
     for key in [f"env.environment={tmp}/env.py:E", f"data.chat_template={tmp}/tiny.jinja", *SMALL, *sets]:
         argv += ["--set", key]
-    try:
-        done = subprocess.run(
-            [sys.executable, "-m", "grpo_studio.cli.main", *argv],
-            capture_output=True,
-            text=True,
-            cwd=tmp,
-            env={**os.environ, "HF_HUB_OFFLINE": "1"},
-            timeout=TRAIN_TIMEOUT_S,
-            stdin=subprocess.DEVNULL,
-        )
-    except subprocess.TimeoutExpired:
+    from grpo_studio.benchmarks.faults_bench import run_process
+
+    done = run_process(argv, tmp, TRAIN_TIMEOUT_S)
+    if done.code is None:
         return None, [], [], []
     lines = [line for line in done.stderr.splitlines() if line.strip()]
 
@@ -115,7 +105,7 @@ def train(tmp: Path, body: str, sets: tuple[str, ...]) -> tuple[int | None, list
         path = tmp / "run" / name
         return [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []
 
-    return done.returncode, lines, rows("events.jsonl"), rows("samples.jsonl")
+    return done.code, lines, rows("events.jsonl"), rows("samples.jsonl")
 
 
 def _verdict(code, lines: list[str]) -> str | None:

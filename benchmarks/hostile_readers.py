@@ -12,8 +12,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import subprocess
-import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -66,21 +64,10 @@ def sparse(path: Path, size: int = HUGE) -> Path:
 
 def cli(tmp: Path, *argv: str) -> tuple[int | None, str, str]:
     """`grpo-studio ARGV` as a child process in tmp: (exit code, or None when it ran past CHILD_S; stdout; stderr)."""
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    try:
-        done = subprocess.run(
-            [sys.executable, "-m", "grpo_studio.cli.main", *argv],
-            capture_output=True,
-            text=True,
-            cwd=tmp,
-            env=env,
-            timeout=CHILD_S,
-            stdin=subprocess.DEVNULL,
-            errors="backslashreplace",
-        )
-    except subprocess.TimeoutExpired:
-        return None, "", ""
-    return done.returncode, done.stdout, done.stderr
+    from grpo_studio.benchmarks.faults_bench import run_process
+
+    done = run_process(list(argv), tmp, CHILD_S)
+    return (None, "", "") if done.code is None else (done.code, done.stdout, done.stderr)
 
 
 def same(what: str, got, want) -> str | None:
