@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,22 +19,14 @@ from grpo_studio.contract.run_files import EVENTS, METRICS
 from grpo_studio.contract.run_reader import Warnings, last_step_row, read_rows, rows_from_end
 from grpo_studio.contract.run_state import run_summaries
 from grpo_studio.studio.rundata import RunData
-from tests.cli_helpers import ENV, ROOT
+from tests.cli_helpers import ROOT, run_cli
 
 STEPS = 6
 FIFO = "not a regular file (a FIFO); read as empty"
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "grpo_studio.cli.main", *args],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=ENV,
-        timeout=120,
-        stdin=subprocess.DEVNULL,
-    )
+    return run_cli(*args, cwd=ROOT)  # its 120 s timeout: a reader that hangs fails the test
 
 
 @pytest.fixture
