@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grpo_studio.contract import config
+from ..contract import config
 
 REFUSED, READ, CRASHED = "refused", "read", "crashed"
 
@@ -284,7 +284,7 @@ def damages() -> list[tuple[str, Callable[[Path], None]]]:
 
 def rundir_cases() -> list[Case]:
     """A finished 6-step run (written without training), damaged one way, read by `runs`, `report`, `doctor`."""
-    from grpo_studio.benchmarks.synthetic_run import write_run
+    from .synthetic_run import write_run
 
     out = []
     for what, damage in damages():

@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from grpo_studio.contract import rundir
+from ..contract import rundir
 
 STEPS = 8
 SMALL = [

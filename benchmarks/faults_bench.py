@@ -26,11 +26,12 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from grpo_studio.benchmarks.fault_cases import CRASHED, REFUSED, Case, fast_cases
-from grpo_studio.benchmarks.fault_probes import Probe, hostile_cases
+from .fault_cases import CRASHED, REFUSED, Case, fast_cases
+from .fault_probes import Probe, hostile_cases
 
 TIMEOUT_S = 120
 VERDICTS = ("held", "traceback", "hang", "wrong", "skipped")
@@ -75,12 +76,11 @@ def run_process(argv: list[str], cwd: Path, timeout: float = TIMEOUT_S) -> Outco
     return Outcome(done.returncode, done.stdout, done.stderr)
 
 
-def run_in_process(argv: list[str], cwd: Path) -> Outcome:
-    """The same command through cli.main.main in this process (tens of milliseconds instead of a second),
-    with file descriptors 1 and 2 captured, so a child the command starts is captured too. An exception
-    that escapes main() is what a user would see as a traceback."""
-    from grpo_studio.cli.main import main
-
+def run_in_process(argv: list[str], cwd: Path, main: Callable[[list[str]], int]) -> Outcome:
+    """The same command through the CLI's `main` in this process (tens of milliseconds instead of a second; the
+    test suite hands it cli.main.main, as a benchmark never imports the front door), with file descriptors 1
+    and 2 captured, so a child the command starts is captured too. An exception that escapes main() is what a
+    user would see as a traceback."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, _fds_to(out, err), _cwd(cwd):
         try:
             code = main(argv)
@@ -119,22 +119,22 @@ def _cwd(path: Path):
         os.chdir(before)
 
 
-def judge(case: Case | Probe, in_process: bool) -> tuple[str, Outcome]:
+def judge(case: Case | Probe, main: Callable[[list[str]], int] | None = None) -> tuple[str, Outcome]:
     """A command-line case or a probe (benchmarks/fault_probes.py), in a fresh folder; a probe's detail is its
-    Outcome's stderr."""
-    from grpo_studio.benchmarks import fault_probes
+    Outcome's stderr. With the CLI's `main`, both run in this process; without, each in a fresh one."""
+    from . import fault_probes
 
     with tempfile.TemporaryDirectory(prefix="fault-") as folder:
         tmp = Path(folder)
         if isinstance(case, Probe):
-            verdict, detail = (fault_probes.run_in_process if in_process else fault_probes.run_process)(case, tmp)
+            verdict, detail = (fault_probes.run_in_process if main else fault_probes.run_process)(case, tmp)
             return verdict, Outcome(0 if verdict == "held" else 1, "", detail)
         argv = case.materialise(tmp)
-        outcome = run_in_process(argv, tmp) if in_process else run_process(argv, tmp)
+        outcome = run_in_process(argv, tmp, main) if main else run_process(argv, tmp)
         return outcome.verdict(case, tmp), outcome
 
 
-def run(in_process: bool = False, cases: list[Case] | None = None, slow: bool = True) -> dict:
+def run(cases: list[Case] | None = None, slow: bool = True) -> dict:
     table: dict[str, dict[str, int]] = {}
     failures = []
     t0 = time.perf_counter()
@@ -152,10 +152,10 @@ def run(in_process: bool = False, cases: list[Case] | None = None, slow: bool = 
         if case.slow and not slow:
             record(case.category, case.name, "skipped", detail="slow: runs without --fast")
             continue
-        verdict, outcome = judge(case, in_process)
+        verdict, outcome = judge(case)
         record(case.category, case.name, verdict, detail=f"exit {outcome.code}: {outcome.stderr.strip()[-400:]}")
     if slow:
-        from grpo_studio.benchmarks.fault_trials import trials
+        from .fault_trials import trials
 
         for category, name, trial in trials():
             with tempfile.TemporaryDirectory(prefix="fault-") as folder:

@@ -18,22 +18,22 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from grpo_studio.benchmarks.fault_cases import Case, train
-from grpo_studio.benchmarks.fault_probes import Probe
+from .fault_cases import Case, train
+from .fault_probes import Probe
 
 CATEGORY = "cache"
 
 
 @functools.lru_cache(maxsize=2)
 def tiny_gguf(rms_norm_eps: float = 1e-6) -> bytes:
-    """The bundled tiny model written as an f32 GGUF (engine/export.py), its bytes."""
+    """The bundled tiny model written as an f32 GGUF (engine/out/export.py), its bytes."""
     import tempfile
 
     import torch
     from transformers import AutoModelForCausalLM
 
-    from grpo_studio.contract import bundled
-    from grpo_studio.engine.export import write_gguf
+    from ..contract import bundled
+    from ..engine.out.export import write_gguf
 
     src = bundled.bundled_model("tiny-arith")
     model = AutoModelForCausalLM.from_pretrained(src, dtype=torch.float32)
@@ -78,7 +78,7 @@ def _sha(content: bytes) -> str:
 
 
 def _load(path: Path) -> Path:
-    from grpo_studio.engine import gguf_cache
+    from ..engine.model import gguf_cache
 
     return gguf_cache.hf_folder(path, str(path))
 
@@ -96,7 +96,7 @@ def _same_weights(a: Path, b: Path) -> bool:
 
 def _holds_content(folder: Path, content: bytes) -> str | None:
     """None when `folder` is the complete conversion of `content`, by name and manifest."""
-    from grpo_studio.engine import gguf_cache
+    from ..engine.model import gguf_cache
 
     if not folder.name.endswith(_sha(content)[: gguf_cache.KEY_HEX]):
         return f"{folder.name} is not keyed by the file's sha256 {_sha(content)[:16]}..."
@@ -138,8 +138,8 @@ def other_names_one_content(tmp: Path) -> str | None:
 
 def rewritten_while_converting(tmp: Path) -> str | None:
     """The file rewritten between its hash and the end of its conversion: refused, no folder of the old hash."""
-    from grpo_studio.contract.errors import UserError
-    from grpo_studio.engine import gguf_cache
+    from ..contract.errors import UserError
+    from ..engine.model import gguf_cache
 
     with cache_in(tmp) as cache:
         path = _put(tmp / "m.gguf", tiny_gguf())
@@ -199,7 +199,7 @@ def memo_case(damage: Callable[[Path, Path], None]) -> Callable[[Path], str | No
     """A check: the memo damaged by damage(memo file, gguf) before a load, which still finds the right folder."""
 
     def check(tmp: Path) -> str | None:
-        from grpo_studio.engine import gguf_cache
+        from ..engine.model import gguf_cache
 
         with cache_in(tmp) as cache:
             path = _put(tmp / "m.gguf", tiny_gguf())
@@ -211,7 +211,7 @@ def memo_case(damage: Callable[[Path, Path], None]) -> Callable[[Path], str | No
 
 
 def _entry(path: Path, stamp_shift: int, sha: str) -> dict:
-    from grpo_studio.engine import gguf_cache
+    from ..engine.model import gguf_cache
 
     stamp = gguf_cache._stamp(path)
     stamp[1] += stamp_shift
@@ -243,7 +243,7 @@ MEMOS: dict[str, Callable[[Path, Path], None]] = {
 
 
 def memo_remembers(tmp: Path) -> str | None:
-    from grpo_studio.engine import gguf_cache
+    from ..engine.model import gguf_cache
 
     with cache_in(tmp) as cache:
         path = _put(tmp / "m.gguf", tiny_gguf())
@@ -265,8 +265,8 @@ def refused(
     (exact=False) followed by the reason in parentheses."""
 
     def check(tmp: Path) -> str | None:
-        from grpo_studio.contract.errors import UserError
-        from grpo_studio.engine.policy_loader import resolve_model_path
+        from ..contract.errors import UserError
+        from ..engine.model.policy_loader import resolve_model_path
 
         with cache_in(tmp):
             path = prepare(tmp)
@@ -330,7 +330,7 @@ CONVERT_FAILED = "could not convert the GGUF file"
 
 
 def _folder_of(path: Path) -> Path:
-    from grpo_studio.engine import gguf_cache
+    from ..engine.model import gguf_cache
 
     return gguf_cache.cache_root() / gguf_cache.folder_name(path, _sha(path.read_bytes()))
 
@@ -361,7 +361,7 @@ def folder_case(damage: Callable[[Path], None]) -> Callable[[Path], str | None]:
 
 
 def _manifest(folder: Path, change: Callable[[dict], None]) -> None:
-    from grpo_studio.engine import gguf_cache
+    from ..engine.model import gguf_cache
 
     manifest = json.loads((folder / gguf_cache.MANIFEST).read_text())
     change(manifest)
@@ -456,7 +456,7 @@ def probes() -> list[Probe]:
 
 
 def _config_with(**changes) -> str:
-    from grpo_studio.contract import bundled
+    from ..contract import bundled
 
     config = json.loads((bundled.bundled_model("tiny-arith") / "config.json").read_text())
     return json.dumps({**config, **changes}).replace('"NAN"', "NaN").replace('"INF"', "Infinity")

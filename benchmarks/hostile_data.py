@@ -1,7 +1,7 @@
 """The fault suite's hostile cases for data (benchmarks/fault_probes.py says how they run): data files a careless
 export or a stranger's dataset gives `data.source`. Byte-order marks, CRLF and long fields are read as the text
 they hold; lone surrogates, malformed message lists, prompts that are not text, columns named twice and broken
-records are refused in one line naming the row (engine/data.py, prompt_render.message_problem)."""
+records are refused in one line naming the row (engine/prompts/data.py, prompt_render.message_problem)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from grpo_studio.benchmarks.fault_cases import Case, train
-from grpo_studio.benchmarks.fault_probes import Probe
+from .fault_cases import Case, train
+from .fault_probes import Probe
 
 CATEGORY = "data"
 ROLES = "allowed: system, developer, user, assistant, tool"
@@ -21,8 +21,8 @@ ALLOWED_SOURCES = (
 
 
 def _rows(path: Path, *sets: str) -> list[dict]:
-    from grpo_studio.contract.config import load
-    from grpo_studio.engine import data
+    from ..contract.config import load
+    from ..engine.prompts import data
 
     return data.load_rows(load("tiny-arith", [f"data.source={path}", "data.eval_size=0", *sets]).data, "train")
 
@@ -44,7 +44,7 @@ def refused(name: str, content: bytes | str | None, why: str) -> Callable[[Path]
     """A check: reading the file `name` is refused with exactly `data.source = '<path>': <why>`."""
 
     def check(tmp: Path) -> str | None:
-        from grpo_studio.contract.errors import UserError
+        from ..contract.errors import UserError
 
         path = tmp / name if content is None else _write(tmp / name, content)  # None: made by the caller
         try:

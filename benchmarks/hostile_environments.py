@@ -19,7 +19,7 @@ import json
 import time
 from pathlib import Path
 
-from grpo_studio.benchmarks.fault_probes import Probe
+from .fault_probes import Probe
 
 CATEGORY = "environments"
 TRAIN_TIMEOUT_S = 180
@@ -94,7 +94,7 @@ def train(tmp: Path, body: str, sets: tuple[str, ...]) -> tuple[int | None, list
     argv = ["train", "tiny-arith", "--run-dir", str(tmp / "run")]
     for key in [f"env.environment={tmp}/env.py:E", f"data.chat_template={tmp}/tiny.jinja", *SMALL, *sets]:
         argv += ["--set", key]
-    from grpo_studio.benchmarks.faults_bench import run_process
+    from .faults_bench import run_process
 
     done = run_process(argv, tmp, TRAIN_TIMEOUT_S)
     if done.code is None:
@@ -209,7 +209,7 @@ def _with_tmp(fn, args: tuple, keywords: dict, tmp: Path):
 
 @functools.lru_cache(maxsize=1)
 def _tokenizer():
-    from grpo_studio.engine.policy_loader import load_tokenizer, resolve_model_path
+    from ..engine.model.policy_loader import load_tokenizer, resolve_model_path
 
     return load_tokenizer(resolve_model_path("smollm2-135m-instruct"))
 
@@ -217,10 +217,10 @@ def _tokenizer():
 def episode_of(tmp: Path, cls: str, body: str = "", **env_keys):
     """(Episodes, a started episode) of class `cls` of BASE + body, on SmolLM2's tokenizer and the shipped ChatML
     tools template, env.tool_timeout_s = 1 unless given."""
-    from grpo_studio.contract import environments
-    from grpo_studio.contract.config import EnvConfig
-    from grpo_studio.engine import tool_template
-    from grpo_studio.engine.episodes import Episodes
+    from ..contract import environments
+    from ..contract.config import EnvConfig
+    from ..engine.rollout import tool_template
+    from ..engine.rollout.episodes import Episodes
 
     path = tmp / f"env_{cls.lower()}.py"
     path.write_text(BASE + body)

@@ -1,8 +1,8 @@
 """The fault suite's hostile cases for a model's text (benchmarks/fault_probes.py says how they run).
 
-What a policy may write in a turn, read by the tool-call parser (engine/tool_calls.parse): each probe's text must
+What a policy may write in a turn, read by the tool-call parser (engine/rollout/tool_calls.parse): each probe's text must
 give parsed calls or an EpisodeEnds stop reason, within the probe's time limit, never an exception of its own.
-The last few run a whole model turn through an episode (engine/episodes.py over SmolLM2's tokenizer and the
+The last few run a whole model turn through an episode (engine/rollout/episodes.py over SmolLM2's tokenizer and the
 shipped ChatML tools template): text no tokenizer can encode ends the episode, it is never a tokenizer traceback.
 """
 
@@ -11,8 +11,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from grpo_studio.benchmarks.fault_probes import Probe
-from grpo_studio.benchmarks.hostile_environments import bind
+from .fault_probes import Probe
+from .hostile_environments import bind
 
 CATEGORY = "model text"
 
@@ -23,8 +23,8 @@ def _call(name: str = "add", arguments: str = '{"a": 1, "b": 2}') -> str:
 
 def expect(text: str, calls: int | None = None, stop_with: str | None = None, tmp: Path | None = None) -> str | None:
     """parse(text) gives `calls` calls, or ends the episode with a message holding `stop_with`."""
-    from grpo_studio.contract.environments import STOPS
-    from grpo_studio.engine import tool_calls
+    from ..contract.environments import STOPS
+    from ..engine.rollout import tool_calls
 
     try:
         found = tool_calls.parse(text)
@@ -43,7 +43,7 @@ def expect(text: str, calls: int | None = None, stop_with: str | None = None, tm
 
 def linear(make, tmp: Path | None = None) -> str | None:
     """The parser's time on 4n openers is well under the 16x of a quadratic scan of n (best of five each)."""
-    from grpo_studio.engine import tool_calls
+    from ..engine.rollout import tool_calls
 
     def best(n: int) -> float:
         text = make(n)
@@ -78,7 +78,7 @@ class _Parser:
 
 def parser_answer(answer, stop_with: str | None, calls: int = 0, tmp: Path | None = None) -> str | None:
     """The tokenizer's own parser path: whatever it returns or raises is calls or a stop reason."""
-    from grpo_studio.engine import tool_calls
+    from ..engine.rollout import tool_calls
 
     try:
         found = tool_calls.parse("", _Parser(answer), [1, 2], [], None)
@@ -94,7 +94,7 @@ def parser_answer(answer, stop_with: str | None, calls: int = 0, tmp: Path | Non
 def episode_turn(turn: str, stop: str | None, why: str, tmp: Path) -> str | None:
     """A model turn through a real episode (SmolLM2's tokenizer, the ChatML tools template, an echo tool): it
     ends with `stop` and a why holding `why` (stop None: it goes on), its sampled tokens kept and trained."""
-    from grpo_studio.benchmarks.hostile_environments import episode_of, model_turn
+    from .hostile_environments import episode_of, model_turn
 
     episodes, episode = episode_of(tmp, "Echo")
     ids = model_turn(episodes, episode, turn)

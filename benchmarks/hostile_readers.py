@@ -16,8 +16,8 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from grpo_studio.benchmarks.fault_cases import READ, Case
-from grpo_studio.benchmarks.fault_probes import Probe
+from .fault_cases import READ, Case
+from .fault_probes import Probe
 
 CATEGORY = "readers"
 STEPS = 6
@@ -33,7 +33,7 @@ CAP = "10.0 GiB, over the 1.0 GiB a reader takes of a file; read its"
 
 def run_in(tmp: Path, total: int = STEPS) -> Path:
     """Run r: STEPS rows of a `total`-step run."""
-    from grpo_studio.benchmarks.synthetic_run import write_run
+    from .synthetic_run import write_run
 
     return write_run(tmp / "runs" / "r", STEPS, total=total)
 
@@ -64,7 +64,7 @@ def sparse(path: Path, size: int = HUGE) -> Path:
 
 def cli(tmp: Path, *argv: str) -> tuple[int | None, str, str]:
     """`grpo-studio ARGV` as a child process in tmp: (exit code, or None when it ran past CHILD_S; stdout; stderr)."""
-    from grpo_studio.benchmarks.faults_bench import run_process
+    from .faults_bench import run_process
 
     done = run_process(list(argv), tmp, CHILD_S)
     return (None, "", "") if done.code is None else (done.code, done.stdout, done.stderr)
@@ -79,7 +79,7 @@ def first(*checks: str | None) -> str | None:
 
 
 def summary(tmp: Path) -> dict:
-    from grpo_studio.contract.run_state import run_summaries
+    from ..contract.run_state import run_summaries
 
     (row,) = run_summaries(tmp / "runs")
     return row
@@ -108,8 +108,8 @@ def summary_is(
 
 
 def doctor_reads(tmp: Path, steps: list[int], warnings: list[str]) -> str | None:
-    from grpo_studio.contract.diagnosis import read_run
-    from grpo_studio.contract.run_reader import Warnings
+    from ..contract.diagnosis import read_run
+    from ..contract.run_reader import Warnings
 
     warn = Warnings()
     view = read_run(tmp / "runs" / "r", warn)
@@ -119,7 +119,7 @@ def doctor_reads(tmp: Path, steps: list[int], warnings: list[str]) -> str | None
 
 
 def studio_reads(tmp: Path, steps: list[int], warnings: list[str]):
-    from grpo_studio.studio.rundata import RunData
+    from ..studio.rundata import RunData
 
     data = RunData(tmp / "runs" / "r")
     data.drain()
@@ -225,8 +225,8 @@ def runs_symlink_loop(tmp: Path) -> str | None:
 
 def export_fifo_manifest(tmp: Path) -> str | None:
     """export's checkpoint listing meets a FIFO where a checkpoint's manifest belongs: no complete checkpoint."""
-    from grpo_studio.contract.errors import UserError
-    from grpo_studio.engine.export import find_checkpoint
+    from ..contract.errors import UserError
+    from ..engine.out.export import find_checkpoint
 
     run = run_in(tmp)
     (run / "checkpoints" / "step-6").mkdir(parents=True)
@@ -279,8 +279,8 @@ def events_without_start(tmp: Path) -> str | None:
 def growing_metrics(tmp: Path) -> str | None:
     """A writer appends 1000 rows every 10 ms, without end, while each reader reads: each ends (a read takes the
     file as long as it was when opened), with whole rows in step order."""
-    from grpo_studio.contract.run_reader import last_step_row, read_rows
-    from grpo_studio.studio.rundata import RunData
+    from ..contract.run_reader import last_step_row, read_rows
+    from ..studio.rundata import RunData
 
     path = run_in(tmp) / "metrics.jsonl"
     stop, written = threading.Event(), [STEPS]
@@ -364,7 +364,7 @@ def studio_repeated(tmp: Path) -> str | None:
 
 
 def doctor_repeated(tmp: Path) -> str | None:
-    from grpo_studio.contract.diagnosis import read_run
+    from ..contract.diagnosis import read_run
 
     repeat_step_2(tmp)
     view = read_run(tmp / "runs" / "r")
@@ -417,14 +417,14 @@ def finished_unterminated(tmp: Path) -> str | None:
     """events.jsonl's `finished` still being written: the run's state is not taken from it."""
     path = run_in(tmp) / "events.jsonl"
     path.write_text(path.read_text().rstrip("\n"))
-    from grpo_studio.contract.run_state import run_state
+    from ..contract.run_state import run_state
 
     return same("state", run_state(path.parent).state, "crashed")
 
 
 def started_unterminated(tmp: Path) -> str | None:
     """events.jsonl's only line, `started`, still being written: the run's start is config.toml's time."""
-    from grpo_studio.contract.run_state import started_at
+    from ..contract.run_state import started_at
 
     run = run_in(tmp)
     (run / "events.jsonl").write_text(json.dumps({"time": 5.0, "event": "started", "total_steps": STEPS}))
@@ -600,7 +600,7 @@ def churn(tmp: Path, change: Callable[[Path, int], None], read: Callable[[Path],
 
 def replaced_while_read(tmp: Path) -> str | None:
     """metrics.jsonl replaced (renamed over, as a resume's cut does) again and again: each read is one version."""
-    from grpo_studio.contract.run_reader import read_rows
+    from ..contract.run_reader import read_rows
 
     def change(path: Path, i: int) -> None:
         tmp_file = path.with_name(".metrics.jsonl.tmp")
@@ -615,7 +615,7 @@ def replaced_while_read(tmp: Path) -> str | None:
 
 def truncated_while_read(tmp: Path) -> str | None:
     """metrics.jsonl cut to nothing and written again in place, again and again: each read is a prefix."""
-    from grpo_studio.contract.run_reader import last_step_row, read_rows
+    from ..contract.run_reader import last_step_row, read_rows
 
     def change(path: Path, i: int) -> None:
         data = tmp.joinpath("good.jsonl").read_bytes()

@@ -6,18 +6,17 @@ the slow ones train the bundled tiny model for real."""
 
 from __future__ import annotations
 
-import io
 import json
 import shutil
-from contextlib import redirect_stderr, redirect_stdout
 from functools import partial
 from pathlib import Path
 
-from grpo_studio.benchmarks.fault_probes import Probe
-from grpo_studio.contract import config, resume_rules
-from grpo_studio.contract.errors import UserError, show
-from grpo_studio.contract.run_files import CHECKPOINTS, CONFIG, EVENTS, PIDFILE
-from grpo_studio.contract.run_reader import read_events
+from ..contract import config, resume_rules
+from ..contract.errors import UserError, show
+from ..contract.run_files import CHECKPOINTS, CONFIG, EVENTS, PIDFILE
+from ..contract.run_reader import read_events
+from .fault_probes import Probe
+from .faults_bench import run_process
 
 CATEGORY = "resume"
 MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
@@ -43,14 +42,10 @@ def edit(run: Path, sets: list[str]) -> None:
 
 
 def resume(run: Path, sets: list[str] = ()) -> tuple[int, str]:
-    """`grpo-studio train --resume RUN --set ...` in this process: its exit code and stderr (used only where the
+    """`grpo-studio train --resume RUN --set ...` as a user runs it: its exit code and stderr (used only where the
     resume is refused before it starts a trainer)."""
-    from grpo_studio.cli.main import main
-
-    err = io.StringIO()
-    with redirect_stdout(io.StringIO()), redirect_stderr(err):
-        code = main(["train", "--resume", str(run), *[a for s in sets for a in ("--set", s)]])
-    return code, err.getvalue()
+    outcome = run_process(["train", "--resume", str(run), *[a for s in sets for a in ("--set", s)]], run.parent)
+    return outcome.code, outcome.stderr
 
 
 def refusal(step: int, key: str, old, new, via: str, also: str = "") -> str:
@@ -176,7 +171,7 @@ def no_checkpoint(tmp: Path, folders: tuple[str, ...]) -> str | None:
 
 def trained(tmp: Path, *extra: str) -> Path:
     """A finished 2-step tiny-arith run with checkpoints at steps 1 and 2."""
-    from grpo_studio.benchmarks.fault_trials import SMALL, finish, start
+    from .fault_trials import SMALL, finish, start
 
     run = tmp / "run"
     sets = [s for s in SMALL if not s.startswith(("train.steps", "train.save_every"))]
@@ -190,7 +185,7 @@ def trained(tmp: Path, *extra: str) -> Path:
 
 def real_edit_recorded(tmp: Path) -> str | None:
     """train.lr edited in config.toml: the resume trains with it and config_changed names it with both values."""
-    from grpo_studio.benchmarks.fault_trials import finish, start
+    from .fault_trials import finish, start
 
     run = trained(tmp)
     old = config.load(str(run / CONFIG))
@@ -205,7 +200,7 @@ def real_edit_recorded(tmp: Path) -> str | None:
 
 def real_refused_then_resumed(tmp: Path) -> str | None:
     """A refused rank change leaves the run as it was: the resume without it finishes."""
-    from grpo_studio.benchmarks.fault_trials import finish, start
+    from .fault_trials import finish, start
 
     run = trained(tmp)
     code, err = finish(start("--resume", str(run), sets=["model.lora_rank=4", "train.steps=3"]))
@@ -217,7 +212,7 @@ def real_refused_then_resumed(tmp: Path) -> str | None:
 
 def real_old_checkpoint(tmp: Path) -> str | None:
     """A checkpoint without its remembered config and config.toml's rank edited: one line as it loads, exit 2."""
-    from grpo_studio.benchmarks.fault_trials import finish, start
+    from .fault_trials import finish, start
 
     run = trained(tmp)
     for step in (1, 2):
@@ -237,7 +232,7 @@ def real_no_usable_checkpoint(tmp: Path, edits: tuple[str, ...]) -> str | None:
     """Every checkpoint's remembered config.toml deleted (its manifest lists it) and `edits` made to config.toml:
     no checkpoint passes its check, so the resume is refused in one line naming each and how to restart from the
     base weights, exit 2, with the checkpoints and metrics as they were (never a silent restart at step 0)."""
-    from grpo_studio.benchmarks.fault_trials import finish, start
+    from .fault_trials import finish, start
 
     run = trained(tmp)
     for step in (1, 2):
@@ -260,7 +255,7 @@ def real_no_usable_checkpoint(tmp: Path, edits: tuple[str, ...]) -> str | None:
 def real_older_checkpoint_used(tmp: Path) -> str | None:
     """Only the newest checkpoint's config.toml deleted: the resume goes on from step-1, step-2 moved to
     step-2.skipped, and the skip is a warning line on the terminal besides its checkpoint_skipped event."""
-    from grpo_studio.benchmarks.fault_trials import start
+    from .fault_trials import start
 
     run = trained(tmp)
     (run / CHECKPOINTS / "step-2" / CONFIG).unlink()

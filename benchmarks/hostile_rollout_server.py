@@ -21,8 +21,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from grpo_studio.benchmarks.fault_cases import Case, train
-from grpo_studio.benchmarks.fault_probes import Probe
+from .fault_cases import Case, train
+from .fault_probes import Probe
 
 CATEGORY = "rollout server"
 SECRET = "probe-secret-" + "x" * 20
@@ -41,7 +41,7 @@ class StandIn:
     def generate(self, prompt_ids, sampling, between_steps=None):
         import torch
 
-        from grpo_studio.engine.sampler.base import Rollout
+        from ..engine.sampler.base import Rollout
 
         self.calls.append("generate")
         rows = len(prompt_ids) * sampling.n
@@ -62,9 +62,9 @@ class StandIn:
 
 def served():
     """The bundled tiny-arith's parameters and limits (vocabulary 64, context 80 as its recipe runs it)."""
-    from grpo_studio.engine import policy_loader
-    from grpo_studio.engine.rollout_server.http_api import Served
-    from grpo_studio.engine.sampler.vllm_sync import Checkpoint
+    from ..engine.model import policy_loader
+    from ..engine.rollout_server.http_api import Served
+    from ..engine.sampler.vllm_sync import Checkpoint
 
     path = policy_loader.resolve_model_path("tiny-arith")
     return Served(Checkpoint(path).shapes(), 64, 80)
@@ -76,8 +76,8 @@ def stand_in_server(secret: str | None = SECRET, max_body: int = 2**20):
     import torch
     import uvicorn
 
-    from grpo_studio.engine.rollout_server import transport
-    from grpo_studio.engine.rollout_server.http_api import Server, build_app
+    from ..engine.rollout_server.http_api import Server, build_app
+    from ..engine.sampler import transport
 
     server = Server(StandIn(), torch.device("cpu"), served())
     port = transport.free_port()
@@ -180,7 +180,7 @@ def trainer_group_then_bad_plans(tmp: Path) -> str | None:
     import requests
     import torch
 
-    from grpo_studio.engine.rollout_server import transport
+    from ..engine.sampler import transport
 
     port = _closed_port()
     with stand_in_server() as (url, server):

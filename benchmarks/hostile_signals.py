@@ -18,16 +18,16 @@ from pathlib import Path
 
 import psutil
 
-from grpo_studio.benchmarks.fault_probes import Probe
-from grpo_studio.benchmarks.fault_trials import SMALL, start
-from grpo_studio.contract import rundir
-from grpo_studio.contract.run_files import CHECKPOINTS, CONFIG, PIDFILE, STATE_EVENTS, STDOUT, checkpoint_folders
-from grpo_studio.contract.run_reader import read_events
+from ..contract import rundir
+from ..contract.run_files import CHECKPOINTS, CONFIG, PIDFILE, STATE_EVENTS, STDOUT, checkpoint_folders
+from ..contract.run_reader import read_events
+from .fault_probes import Probe
+from .fault_trials import SMALL, start
 
 CATEGORY = "signals"
 LONG = [s for s in SMALL if not s.startswith("train.steps")] + ["train.steps=200"]  # still running when signalled
 SHORT = [s for s in SMALL if not s.startswith("train.steps")] + ["train.steps=3"]
-PAUSE_ENV = "GRPO_STUDIO_TEST_CHECKPOINT_PAUSE_S"  # engine/checkpoint.py's test hook
+PAUSE_ENV = "GRPO_STUDIO_TEST_CHECKPOINT_PAUSE_S"  # engine/out/checkpoint.py's test hook
 WAIT_S = 240.0
 
 

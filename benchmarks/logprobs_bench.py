@@ -46,7 +46,7 @@ class Workload:
 
 
 def paths(device: str) -> list[str]:
-    from grpo_studio.engine.logprobs import triton_kernels_available
+    from ..engine.train.logprobs import triton_kernels_available
 
     return ["materialised", "chunked"] + (["triton"] if device == "cuda" and triton_kernels_available() else [])
 
@@ -67,8 +67,8 @@ def _call(path: str, w: Workload, hidden, weight, targets, upstream):
     """One forward + backward; returns (log-probs, entropies) detached."""
     import torch
 
-    from grpo_studio.engine import logprobs as lp
-    from grpo_studio.engine.chunked_logsoftmax import ChunkedLogSoftmax
+    from ..engine.train import logprobs as lp
+    from ..engine.train.chunked_logsoftmax import ChunkedLogSoftmax
 
     if path == "materialised":  # the lm_head's [N, V] logits, then token_logprobs' fp32 log-softmax
         logits = torch.nn.functional.linear(hidden, weight)[None]

@@ -2,10 +2,10 @@
 
 For every precision name the same prompts are sampled with the same seed by the rollout
 backend (grpo_studio.engine.sampler.make_sampler: hf or vllm) in that precision's rollout dtype, and the
-sampled tokens are scored by the trainer's own path in its dtype: grpo_studio.engine.policy_loader.load_policy
-(LoRA/full FT, fp8 patching), grpo_studio.engine.batching.join_prompt_completion (the trainer's batch
-layout), grpo_studio.engine.policy_loader.autocast and grpo_studio.engine.logprobs.token_logprobs at the sampler's temperature.
-The mismatch metrics are grpo_studio.engine.mismatch.mismatch_metrics(μ, π, mask), exactly what a
+sampled tokens are scored by the trainer's own path in its dtype: grpo_studio.engine.model.policy_loader.load_policy
+(LoRA/full FT, fp8 patching), grpo_studio.engine.rollout.batching.join_prompt_completion (the trainer's batch
+layout), grpo_studio.engine.model.policy_loader.autocast and grpo_studio.engine.train.logprobs.token_logprobs at the sampler's temperature.
+The mismatch metrics are grpo_studio.engine.precision.mismatch.mismatch_metrics(μ, π, mask), exactly what a
 training step logs for its first step (before any update).
 
     name          trainer (model.dtype)        rollout (rollout.dtype)
@@ -56,7 +56,7 @@ SHOWN = {  # metric -> column header
 
 def parse_dtypes(text: str) -> list[str]:
     """--dtypes: a comma list of PRECISIONS names, in order, without repeats."""
-    from grpo_studio.contract.errors import UserError
+    from ..contract.errors import UserError
 
     names = [n.strip() for n in text.split(",") if n.strip()]
     if not names:
@@ -80,7 +80,7 @@ def precision_config(
     overrides=(),
 ):
     """The Config a training run in precision `name` would use (the recipe + the precision's dtypes)."""
-    from grpo_studio.contract import config
+    from ..contract import config
 
     model_dtype, rollout_dtype = PRECISIONS[name]
     sets = [
@@ -103,12 +103,12 @@ def measure_one(cfg, prompt_ids: list[list[int]], seed: int) -> dict:
     """Sample `prompt_ids` with cfg's rollout backend, score the samples with cfg's trainer, return metrics."""
     import torch
 
-    from grpo_studio.contract import precision_plan
-    from grpo_studio.engine import policy_loader
-    from grpo_studio.engine.batching import join_prompt_completion
-    from grpo_studio.engine.logprobs import token_logprobs
-    from grpo_studio.engine.mismatch import mismatch_metrics
-    from grpo_studio.engine.sampler import Sampling, make_sampler
+    from ..contract import precision_plan
+    from ..engine.model import policy_loader
+    from ..engine.precision.mismatch import mismatch_metrics
+    from ..engine.rollout.batching import join_prompt_completion
+    from ..engine.sampler import Sampling, make_sampler
+    from ..engine.train.logprobs import token_logprobs
 
     r, plan = cfg.rollout, precision_plan.resolve(cfg)
     path = policy_loader.resolve_model_path(cfg.model.name)
@@ -159,7 +159,8 @@ def measure_one(cfg, prompt_ids: list[list[int]], seed: int) -> dict:
 
 def prompts_for(cfg, n: int, seed: int) -> list[list[int]]:
     """The first n prompts of the recipe's seeded training stream, tokenized as Trainer.step does."""
-    from grpo_studio.engine import data, policy_loader, prompt_render
+    from ..engine.model import policy_loader
+    from ..engine.prompts import data, prompt_render
 
     tokenizer = policy_loader.load_tokenizer(policy_loader.resolve_model_path(cfg.model.name))
     rows = data.PromptStream(data.load_rows(cfg.data, "train"), seed).take(n)
@@ -182,7 +183,7 @@ def run(
     progress=None,
 ) -> dict:
     """Measure every precision in `names` on the same prompts and seed. Returns the JSON report."""
-    from grpo_studio.contract.errors import UserError
+    from ..contract.errors import UserError
 
     cfgs = {
         n: precision_config(

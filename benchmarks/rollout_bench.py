@@ -22,7 +22,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 
-from grpo_studio.contract.dtypes import DTYPES, quantised
+from ..contract.dtypes import DTYPES, quantised
 
 ROLLOUT_DTYPES = [n for n in DTYPES if not quantised(n)]  # both backends sample in these (no fp8 rollout here)
 
@@ -42,7 +42,7 @@ class Workload:
 
 
 def _config(a):
-    from grpo_studio.contract.config import Config
+    from ..contract.config import Config
 
     cfg = Config()
     cfg.model.name, cfg.model.dtype = a.model, a.dtype
@@ -54,13 +54,13 @@ def _config(a):
 
 
 def _prompts(tokenizer, count, max_len):
-    from grpo_studio.engine import arith, prompt_render
+    from ..engine.prompts import arith, prompt_render
 
     return prompt_render.encode_prompts(tokenizer, [r["prompt"] for r in arith.rows("train")[:count]], max_len)
 
 
 def _measure(backend, prompts, a) -> dict:
-    from grpo_studio.engine.sampler import Sampling
+    from ..engine.sampler import Sampling
 
     def run(seed):
         out = backend.generate(prompts, Sampling(n=a.n, max_tokens=a.max_tokens, temperature=a.temperature, seed=seed))
@@ -83,9 +83,9 @@ def _lora_sync(cfg, plan, model_path, tokenizer, prompts, a) -> dict:
     from vllm.inputs import TokensPrompt
     from vllm.lora.request import LoRARequest
 
-    from grpo_studio.engine import policy_loader
-    from grpo_studio.engine.sampler.vllm_backend import VLLMBackend
-    from grpo_studio.engine.weights import export_weights
+    from ..engine.model import policy_loader
+    from ..engine.model.weights import export_weights
+    from ..engine.sampler.vllm_backend import VLLMBackend
 
     cfg.model.lora_rank = 8
     policy = policy_loader.load_policy(cfg, model_path, plan)
@@ -164,7 +164,7 @@ def _random_model(spec: str) -> str:
     import importlib.util
     from pathlib import Path
 
-    from grpo_studio.contract.errors import UserError
+    from ..contract.errors import UserError
 
     try:
         layers, hidden, *mlp = (int(x) for x in spec.removeprefix("random:").split("x"))
@@ -202,17 +202,17 @@ def _random_model(spec: str) -> str:
 
 
 def _sampling(a, seed):
-    from grpo_studio.engine.sampler import Sampling
+    from ..engine.sampler import Sampling
 
     return Sampling(n=a.n, max_tokens=a.max_tokens, temperature=a.temperature, seed=seed)
 
 
 def run(a: Workload, lora_sync: bool = False) -> dict:
     """hf vs vLLM tokens/s on the same workload (and with lora_sync the LoRA sync comparison): the JSON report."""
-    from grpo_studio.contract import precision_plan
-    from grpo_studio.contract.errors import UserError
-    from grpo_studio.engine.policy_loader import load_tokenizer, resolve_model_path
-    from grpo_studio.engine.sampler import vllm_backend
+    from ..contract import precision_plan
+    from ..contract.errors import UserError
+    from ..engine.model.policy_loader import load_tokenizer, resolve_model_path
+    from ..engine.sampler import vllm_backend
 
     problem = vllm_backend.unavailable_reason()
     if problem:
@@ -220,7 +220,7 @@ def run(a: Workload, lora_sync: bool = False) -> dict:
     model_path = _random_model(a.model) if a.model.startswith("random:") else resolve_model_path(a.model)
     import torch
 
-    from grpo_studio.engine.sampler.hf import HFBackend
+    from ..engine.sampler.hf import HFBackend
 
     cfg = _config(a)
     plan = precision_plan.resolve(cfg)

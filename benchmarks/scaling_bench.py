@@ -30,7 +30,7 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from grpo_studio.contract.rundir import METRICS, read_rows
+from ..contract.rundir import METRICS, read_rows
 
 
 @dataclass

@@ -28,7 +28,7 @@ takes `--warmup` untimed steps, then `--steps` timed ones; per side it reports:
   memory         where it went: RSS after the libraries' imports, once the trainer is built (model,
                  sampler), at the peak; the bytes of the model's weights and of the optimizer's state
   reward_last    mean reward of the last step's rollout (reward_mean: over all timed steps)
-  mfu            achieved FLOP/s over the matmul peak measured in this run (fp32, engine/flops.py)
+  mfu            achieved FLOP/s over the matmul peak measured in this run (fp32, engine/train/flops.py)
   sync_s, idle_s, run_mfu   ours only: the medians of the trainer's perf/sync_s (weight sync to the
                  sampler), perf/idle_s (rewards, decoding, advantages, metrics) and perf/mfu (its own
                  per-step FLOPs over its cached peak)
@@ -38,7 +38,7 @@ completion (prefix_tokens_saved; from the workload's shape): in the rollout (hf:
 into a KV cache its G samples share; vLLM: its prefix cache) and in training (train.shared_prefix = auto,
 for prompts of at least 16 tokens in micro-batches that hold whole groups). TRL computes every copy.
 
-FLOPs are counted by engine/flops.py, as the trainer's perf/mfu counts them (Kaplan et al. 2020 /
+FLOPs are counted by engine/train/flops.py, as the trainer's perf/mfu counts them (Kaplan et al. 2020 /
 PaLM's MFU, attention's sequence-length term left out, the sequences here are short): N = the weights
 of the model's matmuls (every nn.Linear, lm_head included); generation 2·N per prompt or completion
 token; training 6·N per token for a full fine-tune (forward 2N, backward 4N) and 4·N with LoRA (the
@@ -68,7 +68,7 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from grpo_studio.benchmarks.step_measure import model_path_of, summary
+from .step_measure import model_path_of, summary
 
 WORKLOADS = {  # --workload: the recipe and the flags' defaults
     "random": {"recipe": "tiny-arith", "model": "tiny-arith", "prompts": 16, "max_tokens": 8, "lr": 2e-3},
@@ -122,7 +122,7 @@ def prefix_tokens_saved(w: Workload, prompt_len: float, micro_batch_size: int) -
     """Prompt tokens per step that ours computes once per group instead of once per completion: in the rollout
     (hf: each prompt prefilled once into a KV cache shared by its G samples; vLLM: its prefix cache) and in
     training (train.shared_prefix: each distinct prompt of a micro-batch run once). TRL saves neither."""
-    from grpo_studio.engine.logprobs import SHARED_PREFIX_MIN_TOKENS
+    from ..engine.train.logprobs import SHARED_PREFIX_MIN_TOKENS
 
     B = w.prompts * w.generations
     rows = micro_batch_size or B
@@ -138,8 +138,8 @@ def prefix_tokens_saved(w: Workload, prompt_len: float, micro_batch_size: int) -
 
 def _prompt_len(model_path: str, cfg) -> float:
     """Mean prompt tokens per sequence over the training rows (both sides draw from them)."""
-    from grpo_studio.engine import data, prompt_render
-    from grpo_studio.engine.policy_loader import load_tokenizer
+    from ..engine.model.policy_loader import load_tokenizer
+    from ..engine.prompts import data, prompt_render
 
     tok = load_tokenizer(model_path)
     texts = [prompt_render.prompt_text(r, cfg.data, tok) for r in data.load_rows(cfg.data, "train")]
@@ -149,8 +149,8 @@ def _prompt_len(model_path: str, cfg) -> float:
 
 def run(w: Workload, progress=None) -> dict:
     """The parity line and TRL (unless vs = none), then ours per backend, each in its own process: the report."""
-    from grpo_studio.contract.errors import UserError
-    from grpo_studio.engine.sampler import vllm_backend
+    from ..contract.errors import UserError
+    from ..engine.sampler import vllm_backend
 
     if "vllm" in w.backends and vllm_backend.unavailable_reason():
         raise UserError(
@@ -171,9 +171,9 @@ def run(w: Workload, progress=None) -> dict:
 def _run(w: Workload, model_path: str, say) -> dict:
     import torch
 
-    from grpo_studio.benchmarks.step_sides import bench_config
-    from grpo_studio.engine import flops
-    from grpo_studio.engine.policy_loader import device
+    from ..engine.model.policy_loader import device
+    from ..engine.train import flops
+    from .step_sides import bench_config
 
     peak = flops.measure_peak(str(device()), torch.float32)  # fp32, as both sides train; not the cached peak
     cfg = bench_config(w, model_path, "hf")

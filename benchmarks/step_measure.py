@@ -8,12 +8,12 @@ import statistics
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from grpo_studio.benchmarks.step_bench import Workload
+    from .step_bench import Workload
 
 
 def model_path_of(w: Workload) -> str:
-    from grpo_studio.benchmarks.rollout_bench import _random_model
-    from grpo_studio.engine.policy_loader import resolve_model_path
+    from ..engine.model.policy_loader import resolve_model_path
+    from .rollout_bench import _random_model
 
     if not w.model.startswith("random:"):
         return resolve_model_path(w.model)
@@ -31,7 +31,7 @@ def add_eos_bias(path: str, mean_len: int) -> float:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from grpo_studio.engine import arith
+    from ..engine.prompts import arith
 
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     tok = AutoTokenizer.from_pretrained(path)
@@ -74,7 +74,7 @@ class CudaPeak:
 def summary(steps: list[dict], w: Workload, n_params: int, prompt_len: float, peak: float, side: dict) -> dict:
     """One side's report from its timed steps (each {step_s, rollout_s, completion_tokens, reward}) and the
     memory its process measured (step_sides.py: RSS after imports, once built, at its peak; CUDA's peak)."""
-    from grpo_studio.engine import flops
+    from ..engine.train import flops
 
     B = w.prompts * w.generations
     step_s = statistics.median(s["step_s"] for s in steps)
@@ -91,7 +91,7 @@ def summary(steps: list[dict], w: Workload, n_params: int, prompt_len: float, pe
         "train_tok_s": float(f"{tokens / (step_s - rollout_s):.4g}"),
         "flop_per_step": flop,
         "achieved_gflop_s": float(f"{flop / step_s / 1e9:.4g}"),
-        # ours counts only the work it ran (zero-advantage rows skipped: engine/zero_advantage.py)
+        # ours counts only the work it ran (zero-advantage rows skipped: engine/train/zero_advantage.py)
         "mfu": statistics.median(s["run_mfu"] for s in steps)
         if "run_mfu" in steps[0]
         else float(f"{flop / step_s / peak:.4g}"),

@@ -15,7 +15,7 @@ from __future__ import annotations
 import gc
 import tempfile
 
-from grpo_studio.benchmarks.step_bench import Workload
+from .step_bench import Workload
 
 TOLERANCE = 1e-4  # relative L2 distance of the two gradients that still counts as the same gradient
 
@@ -23,9 +23,9 @@ TOLERANCE = 1e-4  # relative L2 distance of the two gradients that still counts 
 def gradient_parity(w: Workload, model_path: str) -> dict:
     import torch
 
-    from grpo_studio.benchmarks.step_sides import bench_config, trl_trainer
-    from grpo_studio.engine.batching import spans
-    from grpo_studio.engine.trainer import Trainer
+    from ..engine.rollout.batching import spans
+    from ..engine.run.trainer import Trainer
+    from .step_sides import bench_config, trl_trainer
 
     cfg = bench_config(w, model_path, "hf", steps=1)
     with tempfile.TemporaryDirectory() as tmp:

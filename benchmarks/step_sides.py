@@ -17,15 +17,15 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from grpo_studio.benchmarks.step_bench import Workload
-from grpo_studio.benchmarks.step_measure import CudaPeak, rss_gib
-from grpo_studio.benchmarks.tensor_bytes import persistent_tensors, unique_storages
-from grpo_studio.engine.rehearsal import peak_rss
+from ..engine.run.rehearsal import peak_rss
+from .step_bench import Workload
+from .step_measure import CudaPeak, rss_gib
+from .tensor_bytes import persistent_tensors, unique_storages
 
 
 def bench_config(w: Workload, model_path: str, backend: str, steps: int | None = None):
     """The workload's recipe with the bench's flags over it: what both sides are set up from."""
-    from grpo_studio.contract import config
+    from ..contract import config
 
     return config.load(
         w.recipe,
@@ -61,8 +61,8 @@ def model_memory(memory: dict, model, optimizer, sampler: str) -> None:
 
 
 def run_ours(w: Workload, model_path: str, backend: str, memory: dict) -> dict:
-    from grpo_studio.engine import flops
-    from grpo_studio.engine.trainer import Trainer
+    from ..engine.run.trainer import Trainer
+    from ..engine.train import flops
 
     cfg = bench_config(w, model_path, backend)
     with tempfile.TemporaryDirectory() as tmp, CudaPeak() as mem:
@@ -115,8 +115,8 @@ def profile_step(trainer, rows: int) -> list[dict]:
 def trl_rows(cfg, model_path: str) -> list[dict]:
     """The training rows with each prompt rendered as ours renders it (chat template, system prompt): TRL gets
     the same text, so both sides tokenise the same prompt."""
-    from grpo_studio.engine import data, prompt_render
-    from grpo_studio.engine.policy_loader import load_tokenizer
+    from ..engine.model.policy_loader import load_tokenizer
+    from ..engine.prompts import data, prompt_render
 
     tok = load_tokenizer(model_path)
     return [{**r, "prompt": prompt_render.prompt_text(r, cfg.data, tok)} for r in data.load_rows(cfg.data, "train")]
@@ -129,8 +129,8 @@ def trl_trainer(w: Workload, model_path: str, cfg, tmp: str, steps: int):
     from peft import LoraConfig
     from trl import GRPOConfig, GRPOTrainer
 
-    from grpo_studio.engine import rewards
-    from grpo_studio.engine.policy_loader import device
+    from .. import rewards
+    from ..engine.model.policy_loader import device
 
     B = w.prompts * w.generations
     m = cfg.train.micro_batch_size
@@ -187,7 +187,7 @@ def trl_trainer(w: Workload, model_path: str, cfg, tmp: str, steps: int):
 def run_trl(w: Workload, model_path: str, memory: dict) -> dict:
     import transformers
 
-    from grpo_studio.engine import flops
+    from ..engine.train import flops
 
     cfg = bench_config(w, model_path, "hf")
     B = w.prompts * w.generations
@@ -232,7 +232,7 @@ def main(argv: list[str]) -> int:
 
     memory = {"imports_gib": rss_gib()}
     if side == "parity":
-        from grpo_studio.benchmarks.step_parity import gradient_parity
+        from .step_parity import gradient_parity
 
         result = gradient_parity(w, model_path)
     elif side == "trl":

@@ -6,7 +6,7 @@ seeded generator, so a metric added to the schema shows up here without shifting
 trainer writes them: a synchronous run has no lagged tokens (lag 0, lagged k3 null), an asynchronous one
 (`lagged`) 30% of its tokens one version behind; per-rank perf and memory only with `world_size` > 1;
 env/* and the rollout's env/model seconds only in a multi-turn run (`episodes`: the calculator's one tool,
-and its newest samples are episodes, samples.jsonl's "episode" key as engine/rollouts.py writes it).
+and its newest samples are episodes, samples.jsonl's "episode" key as engine/rollout/rollouts.py writes it).
 Mismatch metrics scale with the dtype's drift (bf16 ≈ 8× fp16's |Δlogp|, as measured here)."""
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ import math
 import random
 from pathlib import Path
 
-from grpo_studio.contract import config as cfgmod
-from grpo_studio.contract import metrics, rundir
-from grpo_studio.contract.dtypes import DTYPES
+from ..contract import config as cfgmod
+from ..contract import metrics, rundir
+from ..contract.dtypes import DTYPES
 
 FUNCS = ["correctness", "format"]  # tiny-arith's reward functions
 LAGGED_ONLY = {"mismatch/lagged/k3", "mismatch/lagged/abs_dlogp_mean"}  # left out without lagged tokens
@@ -136,7 +136,7 @@ def histogram_row(step: int, dtype: str, lagged: float | None = None) -> dict:
 
 
 def tool_turns(a: int, b: int, calls: int) -> list[dict]:
-    """`calls` rounds of a calculator call and its result, as engine/episodes.py records them: the model's
+    """`calls` rounds of a calculator call and its result, as engine/rollout/episodes.py records them: the model's
     sampled text trained, the environment's tokens (a ChatML tool turn and the next assistant header) masked."""
     turns = []
     for _ in range(calls):

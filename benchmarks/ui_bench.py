@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from grpo_studio.contract import config, metrics, rundir
+from ..contract import config, metrics, rundir
 
 FIRST_FRAME_TARGET_S = 1.5
 REFRESH_TARGET_MS = 50.0
@@ -69,8 +69,8 @@ def write_metrics(path: Path, steps: range, rng: random.Random) -> None:
 
 
 async def _refresh_ms(run_dir: Path, repeats: int) -> list[float]:
-    from grpo_studio.studio.app import StudioApp
-    from grpo_studio.studio.widgets.metric_chart import MetricChart
+    from ..studio.app import StudioApp
+    from ..studio.widgets.metric_chart import MetricChart
 
     app = StudioApp(live_hardware=False, poll_s=3600)
     times = []

@@ -2,8 +2,8 @@
 
 For each configuration a tiny model is built from a transformers config (Llama, Qwen3, Gemma3), or the
 real packaged SmolLM2-135M-Instruct is taken (random token ids below 4,096 are its real tokens too),
-loaded through the engine (engine/policy_loader.py), and one GRPO-shaped step runs through the engine's
-own log-prob path (engine/logprobs.py), a policy-gradient loss, backward and AdamW. Measured:
+loaded through the engine (engine/model/policy_loader.py), and one GRPO-shaped step runs through the engine's
+own log-prob path (engine/train/logprobs.py), a policy-gradient loss, backward and AdamW. Measured:
 
   weights            bytes of every parameter storage (a 4-bit base: with the quantisation state each
                      bitsandbytes weight carries outside the parameters: absmax scales, code tables)
@@ -20,9 +20,9 @@ On CUDA the peak is torch.cuda.max_memory_allocated (UNTESTED: no GPU was availa
 this was written). The estimate is grpo_studio.contract.planner.vram in accurate mode with device="cpu" (no CUDA
 context/margin rows) or "cuda".
 
-A case with `world = 2` runs as two processes (gloo, engine/distributed.py): each rank measures its share of
+A case with `world = 2` runs as two processes (gloo, engine/run/distributed.py): each rank measures its share of
 the rows; ddp's step includes the engine's gradient all-reduce (reduce_gradients); fsdp's policy is sharded
-by engine/fsdp.py, and only its local shards (weights, state) and the step's peak are measured. The estimate
+by engine/model/fsdp.py, and only its local shards (weights, state) and the step's peak are measured. The estimate
 is the planner's per-rank plan (world_size = 2). Rank 0's numbers are reported.
 """
 
@@ -30,26 +30,26 @@ from __future__ import annotations
 
 import tempfile
 
-from grpo_studio.benchmarks.tensor_bytes import (
+from .tensor_bytes import (
     LiveBytes,
     persistent_tensors,
     sum_tags,
     unique_storages,
     with_quant_states,
 )
-from grpo_studio.benchmarks.vram_cases import ARCH, CASES, PROMPT, PROMPTS_PER_STEP, Case, model_folder
+from .vram_cases import ARCH, CASES, PROMPT, PROMPTS_PER_STEP, Case, model_folder
 
 TOLERANCE = 0.15
 
 
 def measure(case: Case, folder: str, group=None) -> dict:
-    """One step's components and peak; with a data-parallel `group` (engine/distributed.py) this rank's share
+    """One step's components and peak; with a data-parallel `group` (engine/run/distributed.py) this rank's share
     of the rows and the gradient all-reduce after the backward."""
     import torch
 
-    from grpo_studio.contract import precision_plan
-    from grpo_studio.engine import policy_loader
-    from grpo_studio.engine.logprobs import token_logprobs
+    from ..contract import precision_plan
+    from ..engine.model import policy_loader
+    from ..engine.train.logprobs import token_logprobs
 
     cfg = _config(case)
     cfg.model.name = folder
@@ -154,9 +154,9 @@ def _logits_peak(policy, cfg, ids, attention, completion: int, adv) -> int:
 
     import torch
 
-    from grpo_studio.contract import precision_plan
-    from grpo_studio.engine import policy_loader
-    from grpo_studio.engine.logprobs import token_logprobs
+    from ..contract import precision_plan
+    from ..engine.model import policy_loader
+    from ..engine.train.logprobs import token_logprobs
 
     with torch.no_grad(), policy_loader.autocast(precision_plan.resolve(cfg)):
         hidden = policy.get_decoder()(input_ids=ids, attention_mask=attention).last_hidden_state
@@ -174,7 +174,7 @@ def _logits_peak(policy, cfg, ids, attention, completion: int, adv) -> int:
 
 
 def _config(case: Case):
-    from grpo_studio.contract.config import Config
+    from ..contract.config import Config
 
     cfg = Config()
     cfg.model.dtype, cfg.model.lora_rank = case.dtype, case.lora_rank
@@ -186,8 +186,8 @@ def _config(case: Case):
 
 
 def estimate(case: Case, folder: str, device: str) -> dict:
-    from grpo_studio.contract import model_card
-    from grpo_studio.contract.planner import vram
+    from ..contract import model_card
+    from ..contract.planner import vram
 
     card = model_card.load(folder)
     cfg = _config(case)
@@ -206,7 +206,7 @@ def estimate(case: Case, folder: str, device: str) -> dict:
 
 def measure_ranks(case: Case, folder: str) -> dict:
     """Rank 0's measure() (ddp) or measure_sharded() (fsdp) in a `case.world`-process gloo job
-    (torch.multiprocessing, engine/distributed.py)."""
+    (torch.multiprocessing, engine/run/distributed.py)."""
     import json
     import socket
 
@@ -222,14 +222,14 @@ def measure_ranks(case: Case, folder: str) -> dict:
 
 
 def measure_sharded(case: Case, folder: str, group) -> dict:
-    """fsdp (engine/fsdp.py through the group's wrap): this rank's local shards of the weights and of the
+    """fsdp (engine/model/fsdp.py through the group's wrap): this rank's local shards of the weights and of the
     trainable state, and the live-tensor peak of one step on its share of the rows. The components are not
     split: saved-tensor hooks cannot tell gathered parameters from activations."""
     import torch
 
-    from grpo_studio.contract import precision_plan
-    from grpo_studio.engine import policy_loader
-    from grpo_studio.engine.logprobs import token_logprobs
+    from ..contract import precision_plan
+    from ..engine.model import policy_loader
+    from ..engine.train.logprobs import token_logprobs
 
     cfg = _config(case)
     cfg.model.name, cfg.train.parallel = folder, "fsdp"
@@ -275,7 +275,7 @@ def _rank(rank: int, case: Case, folder: str, port: int, out: str) -> None:
 
     import torch
 
-    from grpo_studio.engine import distributed
+    from ..engine.run import distributed
 
     torch.set_num_threads(1)
     os.environ.update(

@@ -57,8 +57,8 @@ ARCH = dict(
 def model_folder(family: str) -> str:
     """A real packaged model by name (contract/packaged.py), or a tiny model of `family` built from
     a transformers config."""
-    from grpo_studio.contract.packaged import PACKAGED
-    from grpo_studio.engine.policy_loader import resolve_model_path
+    from ..contract.packaged import PACKAGED
+    from ..engine.model.policy_loader import resolve_model_path
 
     if family in PACKAGED:
         return resolve_model_path(family)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from grpo_studio.cli.parser import add_runs_dir
+from .parser import add_runs_dir
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -13,6 +13,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from grpo_studio.studio import app
+    from ..studio import app
 
     return app.attach(args.run, args.runs_dir)

@@ -7,7 +7,7 @@ import argparse
 import dataclasses
 import importlib
 
-from grpo_studio.cli.bench_workloads import (
+from .bench_workloads import (
     logprobs_arguments,
     measure_and_show,
     mismatch_arguments,
@@ -28,7 +28,7 @@ def _module(name: str):
 
 
 def _rollout_arguments(p: argparse.ArgumentParser) -> None:
-    from grpo_studio.benchmarks.rollout_bench import ROLLOUT_DTYPES
+    from ..benchmarks.rollout_bench import ROLLOUT_DTYPES
 
     p.add_argument(
         "--model",
@@ -47,7 +47,7 @@ def _rollout_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _rollout(args: argparse.Namespace) -> int:
-    from grpo_studio.benchmarks import rollout_bench as rollout
+    from ..benchmarks import rollout_bench as rollout
 
     workload = rollout.Workload(**{f.name: getattr(args, f.name) for f in dataclasses.fields(rollout.Workload)})
     measure_and_show(args, lambda: rollout.run(workload, args.lora_sync), rollout.print_report)
@@ -65,7 +65,7 @@ def _ui_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _ui(args: argparse.Namespace) -> int:
-    from grpo_studio.benchmarks import ui_bench as ui
+    from ..benchmarks import ui_bench as ui
 
     measure_and_show(args, lambda: ui.run(args.repeats, args.history), ui.print_report)
     return 0
@@ -83,7 +83,7 @@ def _faults_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _faults(args: argparse.Namespace) -> int:
-    from grpo_studio.benchmarks import faults_bench
+    from ..benchmarks import faults_bench
 
     report = measure_and_show(args, lambda: faults_bench.run(slow=not args.fast), faults_bench.print_report)
     return 0 if not report["failures"] else 1
@@ -96,7 +96,7 @@ def _vram_accuracy(args: argparse.Namespace) -> int:
     import logging
     import os
 
-    from grpo_studio.benchmarks import vram_accuracy_bench as vram_accuracy
+    from ..benchmarks import vram_accuracy_bench as vram_accuracy
 
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")

@@ -7,10 +7,10 @@ import argparse
 import json
 import sys
 
-from grpo_studio.cli.output import stdout_to_stderr
-from grpo_studio.contract import config
-from grpo_studio.contract.bundled import DEFAULT_RECIPE
-from grpo_studio.contract.errors import UserError
+from ..contract import config
+from ..contract.bundled import DEFAULT_RECIPE
+from ..contract.errors import UserError
+from .output import stdout_to_stderr
 
 
 def measure_and_show(args: argparse.Namespace, measure, show, indent: int = 2) -> dict:
@@ -39,7 +39,7 @@ def logprobs_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run_logprobs(args: argparse.Namespace) -> int:
-    from grpo_studio.benchmarks import logprobs_bench as logprobs
+    from ..benchmarks import logprobs_bench as logprobs
 
     for opt, value in (
         ("--tokens", args.tokens),
@@ -78,7 +78,7 @@ def run_logprobs(args: argparse.Namespace) -> int:
 
 
 def mismatch_arguments(p: argparse.ArgumentParser) -> None:
-    from grpo_studio.benchmarks.mismatch_bench import PRECISIONS
+    from ..benchmarks.mismatch_bench import PRECISIONS
 
     p.add_argument("--backend", default="hf", choices=["hf", "vllm"], help="rollout backend (default hf)")
     p.add_argument("--dtypes", default=",".join(PRECISIONS), help=f"comma list from {', '.join(PRECISIONS)}")
@@ -100,7 +100,7 @@ def mismatch_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run_mismatch(args: argparse.Namespace) -> int:
-    from grpo_studio.benchmarks import mismatch_bench as mismatch
+    from ..benchmarks import mismatch_bench as mismatch
 
     names = mismatch.parse_dtypes(args.dtypes)
     for opt, value in (
@@ -147,7 +147,7 @@ def scaling_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run_scaling(args: argparse.Namespace) -> int:
-    from grpo_studio.benchmarks import scaling_bench as scaling
+    from ..benchmarks import scaling_bench as scaling
 
     for opt, value, low in (
         ("--nproc", args.nproc, 2),
@@ -240,7 +240,7 @@ def _mean_len(args: argparse.Namespace) -> int:
 
 
 def run_step(args: argparse.Namespace) -> int:
-    from grpo_studio.benchmarks import step_bench as step
+    from ..benchmarks import step_bench as step
 
     for key, value in step.WORKLOADS[args.workload].items():  # the flags left out take the workload's defaults
         if key != "recipe" and getattr(args, key) is None:

@@ -7,8 +7,8 @@ import argparse
 import dataclasses
 import json
 
-from grpo_studio.contract import config
-from grpo_studio.contract.errors import show
+from ..contract import config
+from ..contract.errors import show
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

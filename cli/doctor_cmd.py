@@ -9,8 +9,8 @@ import json
 import sys
 from pathlib import Path
 
-from grpo_studio.contract.errors import UserError
-from grpo_studio.contract.run_files import CONFIG, EVENTS, METRICS
+from ..contract.errors import UserError
+from ..contract.run_files import CONFIG, EVENTS, METRICS
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -33,10 +33,10 @@ def _refuse(run: Path) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from grpo_studio.contract.diagnosis import read_run
-    from grpo_studio.contract.diagnosis_rules import findings, healthy_line
-    from grpo_studio.contract.run_reader import Warnings, printable
-    from grpo_studio.contract.run_state import run_state
+    from ..contract.diagnosis import read_run
+    from ..contract.diagnosis_rules import findings, healthy_line
+    from ..contract.run_reader import Warnings, printable
+    from ..contract.run_state import run_state
 
     _refuse(args.run)
     warn = Warnings()

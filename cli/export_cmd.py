@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from grpo_studio.contract.errors import UserError
+from ..contract.errors import UserError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -27,7 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.quant is not None and args.gguf is None:
         raise UserError("applies to --gguf only", kind="export", key="--quant", value=args.quant)
-    from grpo_studio.engine import export
+    from ..engine.out import export
 
     if args.merged is not None:
         line = export.export_merged(args.run, args.step, args.merged)

@@ -11,10 +11,10 @@ import importlib
 import os
 import sys
 
-from grpo_studio.cli.bench_cmd import BENCHMARKS
-from grpo_studio.cli.parser import OneLineParser
-from grpo_studio.contract.errors import UserError
-from grpo_studio.contract.rundir import RunLock
+from ..contract.errors import UserError
+from ..contract.rundir import RunLock
+from .bench_cmd import BENCHMARKS
+from .parser import OneLineParser
 
 COMMANDS = {  # name -> one line for `grpo-studio --help`; the module is grpo_studio.cli.<name, - as _>
     "train": "train headless, writing a run directory",
@@ -37,7 +37,7 @@ USAGE = (
 
 
 def build_parser() -> OneLineParser:
-    from grpo_studio.engine import __version__
+    from ..engine import __version__
 
     parser = OneLineParser(prog="grpo-studio", usage=USAGE)
     parser.add_argument("-V", "--version", action="version", version=f"grpo-studio {__version__}")

@@ -7,9 +7,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from grpo_studio.contract.bundled import DEFAULT_RECIPE
-from grpo_studio.contract.errors import UserError
-from grpo_studio.contract.rundir import RUNS
+from ..contract.bundled import DEFAULT_RECIPE
+from ..contract.errors import UserError
+from ..contract.rundir import RUNS
 
 
 def add_recipe(parser: argparse.ArgumentParser) -> None:

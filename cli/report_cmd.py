@@ -6,9 +6,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from grpo_studio.contract.errors import UserError
-from grpo_studio.contract.run_files import METRICS
-from grpo_studio.contract.run_reader import printable
+from ..contract.errors import UserError
+from ..contract.run_files import METRICS
+from ..contract.run_reader import printable
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -20,8 +20,8 @@ def run(args: argparse.Namespace) -> int:
     metrics = args.run / METRICS
     if not args.run.is_dir() or not (metrics.exists() or metrics.is_symlink()):
         raise UserError(f"{str(args.run)!r} has no {METRICS} (not a run directory, or no step yet)", kind="report")
-    from grpo_studio.studio import report
-    from grpo_studio.studio.rundata import RunData
+    from ..studio import report
+    from ..studio.rundata import RunData
 
     data = RunData(args.run)  # what the report will show: what it cannot read is a warning, never a traceback
     data.drain()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from grpo_studio.cli.output import stdout_to_stderr
+from .output import stdout_to_stderr
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -15,7 +15,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     with stdout_to_stderr():
-        from grpo_studio.engine.rewards import describe
+        from ..rewards import describe
 
         rows = describe()
     if args.json:

@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
-import os
-import sys
 
-from grpo_studio.cli.parser import add_recipe
-from grpo_studio.contract import config
-from grpo_studio.contract.errors import UserError
+from ..contract import config
+from ..contract.errors import UserError
+from .parser import add_recipe
 
 LOOPBACK = "127.0.0.1"
 
@@ -66,7 +64,8 @@ def run(args: argparse.Namespace) -> int:
     if cfg.rollout.backend == "hf":
         raise UserError("the rollout server runs vLLM; use 'vllm' or 'auto'", key="rollout.backend", value="hf")
     cfg.rollout.backend = "vllm"
-    from grpo_studio.engine.rollout_server import auth
+    from ..engine.rollout_server.http_api import serve  # first: its package quiets torch's C++ log before torch loads
+    from ..engine.sampler import auth
 
     secret = auth.read_secret(args.secret_file, "--secret-file")
     host = args.host or LOOPBACK
@@ -77,34 +76,4 @@ def run(args: argparse.Namespace) -> int:
             key="--host",
             value=host,
         )
-    # torch's C++ side logs a stack dump for a weight store it cannot reach; the API answers that in one line
-    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "FATAL")
-
-    import torch
-    import uvicorn
-
-    from grpo_studio.contract.precision_plan import resolve
-    from grpo_studio.engine import policy_loader
-    from grpo_studio.engine.rollout_server.http_api import Served, Server, body_limit, build_app
-    from grpo_studio.engine.sampler import make_sampler
-
-    model_path = policy_loader.resolve_model_path(cfg.model.name)
-    tokenizer = policy_loader.load_tokenizer(model_path)
-
-    def say(kind, message, **_):
-        print(f"{kind}: {message}", flush=True)
-
-    backend = make_sampler(cfg, model_path, tokenizer, resolve(cfg), emit_event=say, local=True)
-    server = Server(backend, torch.device("cpu" if backend.on_cpu else "cuda"), Served.of(backend))
-    print(f"rollout server: {cfg.model.name} on http://{host}:{args.port}", flush=True)
-    if secret is None:
-        print(
-            f"warning: no secret ({auth.SECRET_ENV} or --secret-file): any user of this machine can drive this server",
-            flush=True,
-        )
-    try:
-        uvicorn.run(build_app(server, secret, body_limit(cfg)), host=host, port=args.port, log_level="warning")
-    finally:
-        backend.close()
-    print("rollout server stopped", file=sys.stderr, flush=True)
-    return 0
+    return serve(cfg, host, args.port, secret)

@@ -6,11 +6,11 @@ import argparse
 import sys
 from pathlib import Path
 
-from grpo_studio.contract.errors import UserError
-from grpo_studio.contract.metrics import fmt
-from grpo_studio.contract.run_files import RUNS
-from grpo_studio.contract.run_reader import printable
-from grpo_studio.contract.run_state import run_summaries
+from ..contract.errors import UserError
+from ..contract.metrics import fmt
+from ..contract.run_files import RUNS
+from ..contract.run_reader import printable
+from ..contract.run_state import run_summaries
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

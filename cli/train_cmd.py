@@ -14,10 +14,10 @@ import threading
 import time
 from pathlib import Path
 
-from grpo_studio.cli.parser import add_recipe
-from grpo_studio.contract import config, metrics, resume_rules, rundir
-from grpo_studio.contract.errors import UserError, user_path
-from grpo_studio.contract.rundir import CONFIG, RUNS, RunLock
+from ..contract import config, metrics, resume_rules, rundir
+from ..contract.errors import UserError, user_path
+from ..contract.rundir import CONFIG, RUNS, RunLock
+from .parser import add_recipe
 
 IN_PROCESS = "--no-supervisor"  # the supervisor's child: train in this process
 
@@ -226,7 +226,7 @@ def run(args: argparse.Namespace) -> int:
 def train(cfg: config.Config, run_dir: Path, args: argparse.Namespace) -> int:
     """The trainer process: the run in this process, with its progress on stdout."""
     rehearsed = rehearse(cfg, run_dir, args) if args.rehearse else None
-    from grpo_studio.engine.trainer import StoppedLoading, Trainer  # torch loads once the config is known good
+    from ..engine.run.trainer import StoppedLoading, Trainer  # torch loads once the config is known good
 
     try:
         trainer = Trainer(cfg, run_dir, resume=args.resume is not None)
@@ -281,13 +281,13 @@ def check_rehearse(cfg: config.Config, args: argparse.Namespace) -> None:
 
 def rehearse(cfg: config.Config, run_dir: Path, args: argparse.Namespace):
     """One real step on the longest prompt at the longest completion, in a throwaway directory, before the run
-    loads (engine/rehearsal.py); its line printed. A peak over the free memory the pre-flight check sees stops the
+    loads (engine/run/rehearsal.py); its line printed. A peak over the free memory the pre-flight check sees stops the
     run in one line (unless --force), leaving a new run's directory as it was."""
-    from grpo_studio.contract.planner import preflight
+    from ..contract.planner import preflight
 
     devs = preflight.devices()
     verdict = preflight.check(cfg, devs)  # the pre-flight's planned total and free memory, before torch loads
-    from grpo_studio.engine import rehearsal
+    from ..engine.run import rehearsal
 
     result = rehearsal.rehearse(cfg, verdict.need_gib, verdict.free_gib, devs[0].where())
     print(result.line(), flush=True)
@@ -305,7 +305,7 @@ def rehearse(cfg: config.Config, run_dir: Path, args: argparse.Namespace):
 def preflight_check(cfg: config.Config, force: bool, nproc: int = 1) -> None:
     """The planner's total against the device's free memory, before anything loads (contract/planner/preflight.py):
     every rank and the rollout servers the run starts; a run that will not fit is refused in one line unless --force."""
-    from grpo_studio.contract.planner import preflight
+    from ..contract.planner import preflight
 
     verdict = preflight.check(cfg, preflight.devices(), world_size=nproc)
     if verdict.fits or force:
@@ -402,7 +402,7 @@ def bound_exit(code: int, grace_s: float = EXIT_GRACE_S) -> None:
     threading.Thread(target=watchdog, name="exit-watchdog", daemon=True).start()
 
 
-PASSED_ON = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)  # what the trainer handles (engine/trainer.py _Signals)
+PASSED_ON = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)  # what the trainer handles (engine/run/trainer.py _Signals)
 PR_SET_PDEATHSIG = 1  # prctl(2)
 
 

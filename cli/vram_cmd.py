@@ -7,11 +7,11 @@ import argparse
 import json
 import re
 
-from grpo_studio.cli.output import stdout_to_stderr
-from grpo_studio.contract import config as config_mod
-from grpo_studio.contract import model_card
-from grpo_studio.contract.errors import UserError
-from grpo_studio.contract.planner import vram
+from ..contract import config as config_mod
+from ..contract import model_card
+from ..contract.errors import UserError
+from ..contract.planner import vram
+from .output import stdout_to_stderr
 
 UNITS = {
     "": 1.0,
@@ -41,7 +41,7 @@ def parse_gpu_mem(text: str) -> float:
 def detect_gpu_gib() -> tuple[float | None, str]:
     """Total memory of the first visible GPU (pynvml, contract/planner/preflight.py); (None, reason) when there
     is none."""
-    from grpo_studio.contract.planner import preflight
+    from ..contract.planner import preflight
 
     dev = preflight.gpu()
     return (None, "no GPU detected") if dev is None else (dev.total_gib, dev.name)

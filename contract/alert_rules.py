@@ -1,7 +1,7 @@
 """Alert rules: the small grammar of `alerts.rules`, its one-line errors, and the crossing logic.
 
 Pure python (no torch), so `config.validate` refuses a bad rule before anything loads and the studio's
-setup form shows the same line. The trainer evaluates the rules on each metrics row (engine/alerts.py
+setup form shows the same line. The trainer evaluates the rules on each metrics row (engine/out/alerts.py
 delivers the firings). docs/alerts.md is the user's page.
 
     <metric> <op> <number> [for <N> steps]     op: >  >=  <  <=
@@ -20,8 +20,8 @@ import operator
 import re
 from dataclasses import dataclass
 
-from grpo_studio.contract import metrics
-from grpo_studio.contract.errors import UserError, did_you_mean
+from . import metrics
+from .errors import UserError, did_you_mean
 
 GRAMMAR = (
     "'<metric> <op> <number> [for <N> steps]' (op: >, >=, <, <=), '<metric> is nan [for <N> steps]', or 'defaults'"

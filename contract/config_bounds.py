@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import field
 
-from grpo_studio.contract import algorithms, dtypes, loss_types
+from . import algorithms, dtypes, loss_types
 
 
 def opt(default, *, choices=None, lo=None, hi=None, lo_open=False, item=None, auto=None, help=""):

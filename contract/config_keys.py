@@ -13,9 +13,9 @@ import tomllib
 from dataclasses import dataclass
 from typing import Any
 
-from grpo_studio.contract.config_bounds import AUTO
-from grpo_studio.contract.config_schema import Config
-from grpo_studio.contract.errors import UserError, did_you_mean, show_choices
+from .config_bounds import AUTO
+from .config_schema import Config
+from .errors import UserError, did_you_mean, show_choices
 
 MAX_NESTING = 8  # TOML tables and arrays inside each other: a recipe needs 3 ([section], key, list)
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import urllib.parse
 
-from grpo_studio.contract import alert_rules, algorithms, backend, dtypes, metrics
-from grpo_studio.contract.config_bounds import MAX_SEQUENCES, MAX_TOKENS, TRACKERS, VLLM_MAX_TEMPERATURE
-from grpo_studio.contract.config_schema import Config, WarmupConfig
-from grpo_studio.contract.config_training import AlgoConfig, RolloutConfig
-from grpo_studio.contract.errors import UserError, did_you_mean
+from . import alert_rules, algorithms, backend, dtypes, metrics
+from .config_bounds import MAX_SEQUENCES, MAX_TOKENS, TRACKERS, VLLM_MAX_TEMPERATURE
+from .config_schema import Config, WarmupConfig
+from .config_training import AlgoConfig, RolloutConfig
+from .errors import UserError, did_you_mean
 
 
 def validate(cfg: Config) -> None:
@@ -139,7 +139,7 @@ MAX_PATH_PART, MAX_PATH = 255, 4096  # a file name's and a path's limits (NAME_M
 
 def _check_model_name(name: str) -> None:
     """model.name as a name or path can be: within the file system's limits, no control characters; whether
-    it names a model is the loader's question (engine/policy_loader.py resolve_model_path)."""
+    it names a model is the loader's question (engine/model/policy_loader.py resolve_model_path)."""
     parts = name.replace("\\", "/").split("/")
     if (
         len(name.encode("utf-8", "surrogateescape")) > MAX_PATH
@@ -195,7 +195,7 @@ def _check_parallel(cfg: Config) -> None:
 
 
 def _check_fsdp(cfg: Config) -> None:
-    """What FSDP2 sharding (engine/fsdp.py) cannot run: weights read outside the model's own forward (where a
+    """What FSDP2 sharding (engine/model/fsdp.py) cannot run: weights read outside the model's own forward (where a
     rank holds only its shard), ranks with different numbers of forwards, layers it cannot shard."""
     t, m = cfg.train, cfg.model
     why = {
@@ -289,7 +289,7 @@ def _check_updates_per_rollout(cfg: Config, sequences: int) -> None:
 
 
 def _check_dynamic_sampling(cfg: Config) -> None:
-    """DAPO dynamic sampling scores a round before it samples the next (engine/dynamic_sampling.py)."""
+    """DAPO dynamic sampling scores a round before it samples the next (engine/rollout/dynamic_sampling.py)."""
     a, default = cfg.algo, AlgoConfig().dynamic_sampling_max_rounds
     if not a.dynamic_sampling:
         if a.dynamic_sampling_max_rounds != default:
@@ -358,7 +358,7 @@ def check_processes(
 ) -> None:
     """The process-count rule, its one home: `nproc` (named `key`) is a whole number >= 1; more than one
     process needs train.parallel ddp or fsdp; the step's prompts (named `prompts_key`) divide evenly among
-    them (each rank samples its contiguous share, engine/distributed.py shard). `kind` labels the message."""
+    them (each rank samples its contiguous share, engine/run/distributed.py shard). `kind` labels the message."""
     if isinstance(nproc, bool) or not isinstance(nproc, int) or nproc < 1:
         raise UserError("must be a whole number >= 1", kind=kind, key=key, value=nproc)
     if nproc > 1 and cfg.train.parallel == "none":

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from grpo_studio.contract.config_bounds import (
+from .config_bounds import (
     MAX_COEF,
     MAX_SCALE,
     MAX_SECONDS,
@@ -20,7 +20,7 @@ from grpo_studio.contract.config_bounds import (
     MAX_TOKENS,
     opt,
 )
-from grpo_studio.contract.config_training import AlgoConfig, ModelConfig, RolloutConfig, TrainConfig
+from .config_training import AlgoConfig, ModelConfig, RolloutConfig, TrainConfig
 
 
 @dataclass

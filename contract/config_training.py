@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from grpo_studio.contract import loss_types
-from grpo_studio.contract.config_bounds import (
+from . import loss_types
+from .config_bounds import (
     ALGOS,
     AUTO,
     DTYPES,

@@ -12,12 +12,12 @@ from dataclasses import asdict, dataclass
 from itertools import groupby
 from pathlib import Path
 
-from grpo_studio.contract import config_schema as keys
-from grpo_studio.contract import metrics as schema
-from grpo_studio.contract.dtypes import DTYPES
-from grpo_studio.contract.metrics import fmt
-from grpo_studio.contract.run_files import METRICS, SAMPLES
-from grpo_studio.contract.run_reader import (
+from . import config_schema as keys
+from . import metrics as schema
+from .dtypes import DTYPES
+from .metrics import fmt
+from .run_files import METRICS, SAMPLES
+from .run_reader import (
     Warn,
     as_number,
     read_config,

@@ -12,9 +12,9 @@ import statistics
 from collections.abc import Callable
 from pathlib import Path
 
-from grpo_studio.contract import config_bounds as keys
-from grpo_studio.contract import metrics as schema
-from grpo_studio.contract.diagnosis import (
+from . import config_bounds as keys
+from . import metrics as schema
+from .diagnosis import (
     BETA,
     CLIP,
     CLIP_FLOOR,
@@ -57,9 +57,9 @@ from grpo_studio.contract.diagnosis import (
     twice,
     windows,
 )
-from grpo_studio.contract.dtypes import DTYPES
-from grpo_studio.contract.metrics import fmt
-from grpo_studio.contract.run_reader import Warn, as_number
+from .dtypes import DTYPES
+from .metrics import fmt
+from .run_reader import Warn, as_number
 
 
 def diverged(run: RunView) -> Finding | None:

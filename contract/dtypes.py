@@ -1,6 +1,6 @@
 """The dtype table: every fact about each `model.dtype` / `rollout.dtype` value, in one place.
 
-Pure python (no torch): engine/precision.py turns `torch` into a torch dtype with getattr(torch, name).
+Pure python (no torch): engine/precision/numerics.py turns `torch` into a torch dtype with getattr(torch, name).
 """
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Dtype:
     torch: str  # torch dtype of the stored weights, also vLLM's dtype= (fp8 keeps bf16 master weights)
-    train_bytes: int  # bytes per trainer weight (fp8: the bf16 master weights, engine/fp8.py)
+    train_bytes: int  # bytes per trainer weight (fp8: the bf16 master weights, engine/precision/fp8.py)
     rollout_bytes: int  # bytes per rollout weight and KV element (fp8 quantises the rollout)
     mantissa_bits: int  # explicit mantissa bits: orders precisions in the mismatch warning
     loss_scaling: bool  # the trainer needs the dynamic loss scaler (fp16's 5 exponent bits underflow)
-    quantised: bool  # its linears compute in FP8 GEMMs over bf16 master weights (engine/fp8.py)
+    quantised: bool  # its linears compute in FP8 GEMMs over bf16 master weights (engine/precision/fp8.py)
     autocast: bool  # a full fine-tune keeps fp32 master weights and computes under torch.autocast in this dtype
     less_mismatch: str | None  # the dtype of the same size whose rollout/train mismatch is lower (doctor's fix)
     ab_partner: str  # the dtype the studio's one-click precision A/B compares it against

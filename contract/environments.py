@@ -24,7 +24,7 @@ class (a built-in name or `file.py:Class` / `module:Class`, as reward functions 
 instance and checks it, guarded and time-bound (contract/user_code.py `guarded`); everything wrong with the class
 is one UserError line naming env.environment before the first step. A class with both public tools and `step` is
 refused as ambiguous. What goes wrong inside an episode (malformed tool calls, unknown tools, a tool that raises or
-times out, a wrong return type) ends that episode with a stop reason, never the run (engine/episodes.py).
+times out, a wrong return type) ends that episode with a stop reason, never the run (engine/rollout/episodes.py).
 
 Pure python (no torch): the studio and `grpo-studio validate` check an environment without the engine.
 """
@@ -34,9 +34,9 @@ from __future__ import annotations
 import inspect
 from dataclasses import dataclass, field
 
-from grpo_studio.contract import bundled, user_code
-from grpo_studio.contract.config_schema import EnvConfig
-from grpo_studio.contract.errors import UserError, describe
+from . import bundled, user_code
+from .config_schema import EnvConfig
+from .errors import UserError, describe
 
 KEY = "env.environment"
 BUILTIN = {  # name -> presets/environments/<file>:<class>

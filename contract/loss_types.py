@@ -6,7 +6,7 @@ A loss type says how the per-token losses of a step become one scalar, and every
   micro_batch_weight   what a micro-batch's loss is multiplied by when a step is cut into several
   rank_units           what one data-parallel rank holds of the global normaliser (None: it is global already)
   same_weight_anywhere whether a row weighs the same whatever micro-batch holds it (zero-advantage rows may then
-                       be batched apart: engine/zero_advantage.py)
+                       be batched apart: engine/train/zero_advantage.py)
 
 The registry BY_NAME is the list of allowed values (contract/config_bounds.py reads it), so adding a loss type is
 one class here and its test (docs/design.md, "Adding a loss type"). The math is torch-free (tensor methods only),
@@ -15,7 +15,7 @@ so the contract, which every process imports, can hold it.
 
 from __future__ import annotations
 
-from grpo_studio.contract.errors import UserError
+from .errors import UserError
 
 
 class LossType:

@@ -150,7 +150,7 @@ SCHEMA = {
         Metric(
             "perf/skipped_backward_rows",
             "rows of the step whose backward was skipped: every row of their micro-batch had advantage 0, "
-            "so their gradient is exactly 0 (engine/zero_advantage.py)",
+            "so their gradient is exactly 0 (engine/train/zero_advantage.py)",
             "rows",
             combine="sum",
         ),
@@ -191,7 +191,7 @@ SCHEMA = {
         ),
         Metric(
             "perf/flop",
-            "model FLOPs of the step (engine/flops.py: 2N per generated or forwarded token, 4N LoRA / "
+            "model FLOPs of the step (engine/train/flops.py: 2N per generated or forwarded token, 4N LoRA / "
             "6N full per trained token, 2N where its backward was skipped)",
             "FLOP",
             log=True,
@@ -202,7 +202,7 @@ SCHEMA = {
             "FLOP/s",
             log=True,
         ),
-        # env.environment: multi-turn episodes (engine/episodes.py); environment tokens are in none of the above
+        # env.environment: multi-turn episodes (engine/rollout/episodes.py); environment tokens are in none of the above
         Metric("env/turns_mean", "model turns per episode", "turns"),
         Metric("env/turns_max", "most model turns of one episode", "turns", combine="max"),
         Metric("env/tool_calls_mean", "tool calls the model wrote per episode (malformed ones too)", "calls"),

@@ -14,8 +14,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grpo_studio.contract import bundled
-from grpo_studio.contract.errors import UserError, close_matches, describe
+from . import bundled
+from .errors import UserError, close_matches, describe
 
 FAMILIES = ("llama", "qwen2", "qwen3", "gemma3", "phi3", "gpt_oss")
 # config.json model_type -> family (Mistral's dense blocks are Llama blocks)

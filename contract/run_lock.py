@@ -16,8 +16,8 @@ from pathlib import Path
 
 import psutil
 
-from grpo_studio.contract.run_files import PIDFILE, atomic_write_text
-from grpo_studio.contract.run_reader import read_bytes
+from .run_files import PIDFILE, atomic_write_text
+from .run_reader import read_bytes
 
 MAX_LOCK_BYTES = 4096  # a lock is one short JSON object
 START_TIME_SLACK_S = 1.0  # two readings of one process's start time differ by less (boot-time rounding)

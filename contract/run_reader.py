@@ -33,9 +33,9 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from grpo_studio.contract import metrics as schema
-from grpo_studio.contract.errors import describe
-from grpo_studio.contract.run_files import CONFIG, EVENTS, HISTOGRAMS, METRICS, SAMPLES, SETUP, STATE_EVENTS
+from . import metrics as schema
+from .errors import describe
+from .run_files import CONFIG, EVENTS, HISTOGRAMS, METRICS, SAMPLES, SETUP, STATE_EVENTS
 
 Warn = Callable[[str], None]
 MAX_LINE_BYTES = 16 << 20  # a longer line is skipped (and counted) without being held in memory

@@ -12,11 +12,11 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grpo_studio.contract import metrics as schema
-from grpo_studio.contract.errors import UserError
-from grpo_studio.contract.run_files import CHECKPOINTS, CONFIG, EVENTS, METRICS, PIDFILE, STREAMS
-from grpo_studio.contract.run_lock import lock_holder, read_lock
-from grpo_studio.contract.run_reader import (
+from . import metrics as schema
+from .errors import UserError
+from .run_files import CHECKPOINTS, CONFIG, EVENTS, METRICS, PIDFILE, STREAMS
+from .run_lock import lock_holder, read_lock
+from .run_reader import (
     Warnings,
     as_number,
     first_row,

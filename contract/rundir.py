@@ -27,9 +27,9 @@ import sys
 import time
 from pathlib import Path
 
-from grpo_studio.contract import metrics as schema
-from grpo_studio.contract.errors import UserError
-from grpo_studio.contract.run_files import (  # noqa: F401  (CONFIG, RUNS, STDOUT, atomic_write_text: importers)
+from . import metrics as schema
+from .errors import UserError
+from .run_files import (  # noqa: F401  (CONFIG, RUNS, STDOUT, atomic_write_text: importers)
     CHECKPOINTS,
     CONFIG,
     EVENTS,
@@ -43,7 +43,7 @@ from grpo_studio.contract.run_files import (  # noqa: F401  (CONFIG, RUNS, STDOU
     STREAMS,
     atomic_write_text,
 )
-from grpo_studio.contract.run_lock import (  # noqa: F401  (RunLock: importers)
+from .run_lock import (  # noqa: F401  (RunLock: importers)
     Lock,
     RunLock,
     in_use,
@@ -53,7 +53,7 @@ from grpo_studio.contract.run_lock import (  # noqa: F401  (RunLock: importers)
     stale_reason,
     write_lock,
 )
-from grpo_studio.contract.run_reader import (  # noqa: F401  (as_number, read_rows, JsonlTail: importers)
+from .run_reader import (  # noqa: F401  (as_number, read_rows, JsonlTail: importers)
     JsonlTail,
     as_number,
     last_metrics_row,
@@ -63,7 +63,7 @@ from grpo_studio.contract.run_reader import (  # noqa: F401  (as_number, read_ro
     read_events,
     read_rows,
 )
-from grpo_studio.contract.run_state import (  # noqa: F401  (list_runs, run_summaries, run_state: importers)
+from .run_state import (  # noqa: F401  (list_runs, run_summaries, run_state: importers)
     list_runs,
     refuse_held_run,
     run_state,

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from grpo_studio.contract.errors import UserError, describe, user_path
+from .errors import UserError, describe, user_path
 
 
 class CallTimeout(BaseException):

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import torch
 
-from grpo_studio.contract.errors import UserError, describe
-from grpo_studio.contract.rundir import CONFIG
+from ..contract.errors import UserError, describe
+from ..contract.rundir import CONFIG
 
 # What takes less memory in each phase of a step (the VRAM planner's keys).
 LOWER = {

@@ -10,7 +10,7 @@ process, so every path loads as a user's run does), or a direct check:
   vLLM CUDA + Triton   bf16, rollout.backend = vllm (compiled), model.logits_chunk = 1024 (Triton log-probs
                        on CUDA): the run finishes, mismatch/k3 is finite and below 1e-2; "skip" without vLLM
   VRAM estimate (vLLM) the same against the vLLM run's peak (vLLM's reservation in the estimate)
-  Triton vs torch      engine/logprobs.triton_logps against materialised log-probs on the model's head, fp32
+  Triton vs torch      engine/train/logprobs.triton_logps against materialised log-probs on the model's head, fp32
   fp8 unified          model.dtype = fp8, precision.fp8_flow = unified: the run finishes with finite rewards
   fp16 scaler          model.dtype = fp16: precision/loss_scale is logged and finite
 
@@ -68,8 +68,8 @@ class Table(list):
 def triton_check() -> tuple[str, str, str]:
     import torch
 
-    from grpo_studio.engine.logprobs import materialised_logps, triton_kernels_available, triton_logps
-    from grpo_studio.engine.policy_loader import load_base, resolve_model_path
+    from grpo_studio.engine.model.policy_loader import load_base, resolve_model_path
+    from grpo_studio.engine.train.logprobs import materialised_logps, triton_kernels_available, triton_logps
 
     if not triton_kernels_available():
         return _row("Triton vs torch", False, "Triton kernels unavailable")

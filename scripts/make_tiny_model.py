@@ -26,7 +26,7 @@ from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from grpo_studio.engine import arith  # noqa: E402
+from grpo_studio.engine.prompts import arith  # noqa: E402
 
 OUT = ROOT / "presets" / "models" / "tiny-arith"
 SPECIALS = ["<pad>", "<eos>", "<unk>"]

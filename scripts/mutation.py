@@ -4,9 +4,9 @@ A benchmark of the tests, not part of `make test`. mutmut copies the code to mut
 function into a trampoline that runs the original or one mutant (an operator, a constant, a
 comparison, an argument changed), and runs the tests that reach that function once per mutant.
 
-Why a staging copy: mutmut names each mutant after its file's path (engine/losses.py ->
-engine.losses) and makes the tests import the mutated copy through sys.path, while the tests import
-grpo_studio.engine.losses, which pyproject's package-dir mapping puts at engine/. So this script
+Why a staging copy: mutmut names each mutant after its file's path (engine/train/losses.py ->
+engine.train.losses) and makes the tests import the mutated copy through sys.path, while the tests import
+grpo_studio.engine.train.losses, which pyproject's package-dir mapping puts at engine/. So this script
 builds .mutation/ with engine/ at grpo_studio/engine (plus tests/ and pyproject.toml, whose
 [tool.mutmut] table is the configuration), runs `mutmut run` there on the functions below, and
 writes the score per module with every surviving mutant's diff to .mutation/report.md.
@@ -14,7 +14,7 @@ PYTHONPATH points at the mutated copy too, so tests that start a subprocess run 
 
     python scripts/mutation.py                 # everything in SCOPE (tens of minutes on 2 cores)
     python scripts/mutation.py --keep          # reuse .mutation/ and mutmut's cached results
-    python scripts/mutation.py 'grpo_studio.engine.losses.*'   # some mutants only
+    python scripts/mutation.py 'grpo_studio.engine.train.losses.*'   # some mutants only
 """
 
 from __future__ import annotations
@@ -36,19 +36,19 @@ MUTMUT = Path(sys.executable).with_name("mutmut")
 
 # The engine's core, as mutmut names its functions: module.x_function, module.xǁClassǁmethod.
 SCOPE = [
-    "grpo_studio.engine.advantages.*",
-    "grpo_studio.engine.losses.*",
-    "grpo_studio.engine.mismatch.*",
-    "grpo_studio.engine.precision.*",
-    "grpo_studio.engine.checkpoint.*",
-    "grpo_studio.engine.grpo_step.xǁGRPOStepǁ_lr_factor__mutmut_*",  # the LR schedule
+    "grpo_studio.engine.rollout.advantages.*",
+    "grpo_studio.engine.train.losses.*",
+    "grpo_studio.engine.precision.mismatch.*",
+    "grpo_studio.engine.precision.numerics.*",
+    "grpo_studio.engine.out.checkpoint.*",
+    "grpo_studio.engine.train.grpo_step.xǁGRPOStepǁ_lr_factor__mutmut_*",  # the LR schedule
     *[
         f"grpo_studio.contract.config.x_{name}__mutmut_*"  # validation
         for name in ("validate", "_check", "_coerce", "set_key", "_lower", "_upper", "parse_override")
     ],
 ]
-# Not scored: a developer's shell helper (`python -m grpo_studio.engine.mismatch`), no behaviour.
-EXCLUDE = ["grpo_studio.engine.mismatch.x__self_check__mutmut_*"]
+# Not scored: a developer's shell helper (`python -m grpo_studio.engine.precision.mismatch`), no behaviour.
+EXCLUDE = ["grpo_studio.engine.precision.mismatch.x__self_check__mutmut_*"]
 DETECTED = {"killed", "timeout", "segfault", "caught by type check"}
 
 
@@ -60,6 +60,7 @@ def stage(keep: bool) -> None:
     for src, dst in (
         (ROOT / "engine", STAGE / "grpo_studio" / "engine"),
         (ROOT / "contract", STAGE / "grpo_studio" / "contract"),
+        (ROOT / "rewards", STAGE / "grpo_studio" / "rewards"),
         (ROOT / "tests", STAGE / "tests"),
         (ROOT / "scripts", STAGE / "scripts"),
     ):

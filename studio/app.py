@@ -17,15 +17,15 @@ from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.screen import Screen
 
-from grpo_studio.contract import config as cfgmod
-from grpo_studio.contract import rundir
-from grpo_studio.contract.bundled import DEFAULT_RECIPE
-from grpo_studio.contract.config import Config
-from grpo_studio.contract.errors import UserError
-from grpo_studio.contract.run_reader import Warnings, read_config
-from grpo_studio.contract.run_state import run_state
-from grpo_studio.studio import launcher, messages
-from grpo_studio.studio.keymap import load_keymap
+from ..contract import config as cfgmod
+from ..contract import rundir
+from ..contract.bundled import DEFAULT_RECIPE
+from ..contract.config import Config
+from ..contract.errors import UserError
+from ..contract.run_reader import Warnings, read_config
+from ..contract.run_state import run_state
+from . import launcher, messages
+from .keymap import load_keymap
 
 
 class StudioApp(App):
@@ -66,7 +66,7 @@ class StudioApp(App):
             self.set_keymap(keymap)
         if error:
             self.notify(error, severity="error")
-        from grpo_studio.studio.screens.setup_screen import SetupScreen
+        from .screens.setup_screen import SetupScreen
 
         self.setup_screen = SetupScreen(self.cfg, self.source)
         self.push_screen(self.setup_screen)
@@ -106,14 +106,14 @@ class StudioApp(App):
             self.pop_screen()
 
     def action_show_runs(self, mark: Path | None = None) -> None:
-        from grpo_studio.studio.screens.runs_list_screen import RunsScreen
+        from .screens.runs_list_screen import RunsScreen
 
         if isinstance(self.screen, RunsScreen):
             return
         self.push_screen(RunsScreen(self.runs_root, mark=mark))
 
     def action_keys_help(self) -> None:
-        from grpo_studio.studio.screens.keys_help import KeysHelp, binding_rows
+        from .screens.keys_help import KeysHelp, binding_rows
 
         screen = self.screen
         if isinstance(screen, KeysHelp):
@@ -124,12 +124,12 @@ class StudioApp(App):
         )
 
     def open_run(self, run_dir: Path) -> None:
-        from grpo_studio.studio.screens.dashboard_screen import DashboardScreen
+        from .screens.dashboard_screen import DashboardScreen
 
         self.push_screen(DashboardScreen(Path(run_dir), poll_s=self.poll_s, live_hardware=self.live_hardware))
 
     def compare_runs(self, run_dirs: list[Path]) -> None:
-        from grpo_studio.studio.screens.compare_screen import CompareScreen
+        from .screens.compare_screen import CompareScreen
 
         self.push_screen(CompareScreen(run_dirs))
 
@@ -144,7 +144,7 @@ class StudioApp(App):
         return run_dir
 
     def duplicate_run(self, run_dir: Path) -> None:
-        from grpo_studio.studio.screens.modals import Confirm
+        from .screens.modals import Confirm
 
         try:
             cfg, dtype = launcher.duplicate_with_dtype(Path(run_dir))
@@ -162,9 +162,9 @@ class StudioApp(App):
     def fork_run(self, run_dir: Path, key: str, value: str) -> None:
         """Show the fork's config diff and where it starts; on yes, write it, start it and compare it with its
         parent (studio/fork.py)."""
-        from grpo_studio.studio import fork
-        from grpo_studio.studio.screens.compare_screen import CompareScreen
-        from grpo_studio.studio.screens.modals import Confirm
+        from . import fork
+        from .screens.compare_screen import CompareScreen
+        from .screens.modals import Confirm
 
         try:
             plan = fork.plan(Path(run_dir), key, value)
@@ -186,7 +186,7 @@ class StudioApp(App):
     def export_model(self, run_dir: Path) -> None:
         """Ask for a destination, then export the run's newest checkpoint there in a child process (a folder:
         merged safetensors; FILE.gguf: f16 GGUF), showing its one line."""
-        from grpo_studio.studio.screens.modals import PathPrompt
+        from .screens.modals import PathPrompt
 
         run_dir = Path(run_dir)
 
@@ -209,7 +209,7 @@ class StudioApp(App):
 
     def export_report(self, run_dir: Path) -> None:
         def work() -> None:
-            from grpo_studio.studio import report
+            from . import report
 
             out = report.export(Path(run_dir))
             self.call_from_thread(self.notify, f"report written: {out}/index.html")
@@ -262,8 +262,8 @@ class StudioApp(App):
     # ---- command palette --------------------------------------------------------------------
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
-        from grpo_studio.studio.screens.dashboard_screen import DashboardScreen
-        from grpo_studio.studio.screens.setup_screen import SetupScreen
+        from .screens.dashboard_screen import DashboardScreen
+        from .screens.setup_screen import SetupScreen
 
         yield SystemCommand("Runs", "List runs: open, compare, A/B precision", self.action_show_runs)
         yield SystemCommand("Setup", "Back to the setup screen", self.action_show_setup)

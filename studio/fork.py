@@ -15,12 +15,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from grpo_studio.contract import config as cfgmod
-from grpo_studio.contract import rundir
-from grpo_studio.contract.config import Config
-from grpo_studio.contract.run_files import CHECKPOINTS, CONFIG, EVENTS, FORK, STATE_EVENTS, STREAMS, checkpoint_folders
-from grpo_studio.contract.run_reader import read_bytes, read_events
-from grpo_studio.studio import launcher
+from ..contract import config as cfgmod
+from ..contract import rundir
+from ..contract.config import Config
+from ..contract.run_files import CHECKPOINTS, CONFIG, EVENTS, FORK, STATE_EVENTS, STREAMS, checkpoint_folders
+from ..contract.run_reader import read_bytes, read_events
+from . import launcher
 
 WEIGHT_KEYS = ("model.",)  # the model, its dtype, its LoRA: changes a checkpoint cannot carry into
 

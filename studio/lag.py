@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from grpo_studio.contract.dtypes import DTYPES
-from grpo_studio.contract.metrics import fmt
-from grpo_studio.studio.widgets.perf_tables import whole_percents
+from ..contract.dtypes import DTYPES
+from ..contract.metrics import fmt
+from .widgets.perf_tables import whole_percents
 
 LAG0_K3, LAGGED_K3, LAGGED_FRAC = "mismatch/lag0/k3", "mismatch/lagged/k3", "mismatch/lagged_frac"
 LAG_KEYS = (LAG0_K3, LAGGED_K3, LAGGED_FRAC, "policy/token_lag_mean", "policy/token_lag_max")

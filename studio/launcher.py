@@ -14,11 +14,11 @@ from pathlib import Path
 
 import psutil
 
-from grpo_studio.contract import config as cfgmod
-from grpo_studio.contract import rundir
-from grpo_studio.contract.config import Config
-from grpo_studio.contract.dtypes import DTYPES
-from grpo_studio.contract.errors import UserError
+from ..contract import config as cfgmod
+from ..contract import rundir
+from ..contract.config import Config
+from ..contract.dtypes import DTYPES
+from ..contract.errors import UserError
 
 
 def new_run_dir(root: Path, label: str) -> Path:

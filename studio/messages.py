@@ -11,7 +11,7 @@ from typing import Any
 from textual.message import Message
 from textual.screen import Screen
 
-from grpo_studio.contract.config import Config
+from ..contract.config import Config
 
 
 class LaunchRequested(Message):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from grpo_studio.contract import bundled, packaged
+from ..contract import bundled, packaged
 
 
 def hf_cache_dir() -> Path:

@@ -5,13 +5,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from grpo_studio.contract import metrics
-from grpo_studio.contract.environments import STOPS
-from grpo_studio.contract.metrics import fmt
-from grpo_studio.studio.lag import LAG0_K3, LAGGED_FRAC, LAGGED_K3
-from grpo_studio.studio.rundata import RunData
-from grpo_studio.studio.widgets.metric_chart import Line, ema, percent
-from grpo_studio.studio.widgets.perf_tables import MFU
+from ..contract import metrics
+from ..contract.environments import STOPS
+from ..contract.metrics import fmt
+from .lag import LAG0_K3, LAGGED_FRAC, LAGGED_K3
+from .rundata import RunData
+from .widgets.metric_chart import Line, ema, percent
+from .widgets.perf_tables import MFU
 
 
 @dataclass
@@ -106,7 +106,7 @@ PANELS = {
         Panel("lag_k3", "k3 lag 0 vs lagged", [LAG0_K3, LAGGED_K3], gate=LAGGED_FRAC),  # runs with policy lag only
         Panel("token_lag", "token policy lag", ["policy/token_lag_mean", "policy/token_lag_max"], gate=LAGGED_FRAC),
         Panel("mfu", "MFU, % of measured matmul peak", [MFU], gate=MFU, percent=True),
-        # env.environment runs only (engine/episodes.py): every episode has a model turn, so turns_mean > 0
+        # env.environment runs only (engine/rollout/episodes.py): every episode has a model turn, so turns_mean > 0
         Panel("turns", "model turns per episode", ["env/turns_mean", "env/turns_max"], gate=ENV),
         Panel("tool_calls", "tool calls per episode", ["env/tool_calls_mean"], gate=ENV, family="env/tool_calls/"),
         Panel(

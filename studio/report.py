@@ -5,11 +5,11 @@ from __future__ import annotations
 import html
 from pathlib import Path
 
-from grpo_studio.contract import metrics
-from grpo_studio.contract.metrics import fmt
-from grpo_studio.studio.panels import PANELS, histogram_bars, histogram_title
-from grpo_studio.studio.rundata import RunData
-from grpo_studio.studio.widgets.metric_chart import ema
+from ..contract import metrics
+from ..contract.metrics import fmt
+from .panels import PANELS, histogram_bars, histogram_title
+from .rundata import RunData
+from .widgets.metric_chart import ema
 
 REPORT_PANELS = [
     "reward",

@@ -7,11 +7,11 @@ FALLBACK = [("correctness", "+2 when the answer equals the reference"), ("format
 
 def builtin_rewards() -> list[tuple[str, str]]:
     try:
-        from grpo_studio.engine import rewards
+        from .. import rewards
 
         if hasattr(rewards, "describe"):
             return [(name, about) for name, about, *_ in rewards.describe()]
-        from grpo_studio.engine.rewards import builtin
+        from ..rewards import builtin
 
         out = []
         for name, entry in builtin.REGISTRY.items():

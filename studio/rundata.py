@@ -15,10 +15,10 @@ import time
 from collections import deque
 from pathlib import Path
 
-from grpo_studio.contract import metrics
-from grpo_studio.contract.metrics import EVAL_KEYS, STEP  # poll() names its rows `metrics`
-from grpo_studio.contract.run_files import CONFIG, EVENTS, HISTOGRAMS, METRICS, SAMPLES, STATE_EVENTS
-from grpo_studio.contract.run_reader import (
+from ..contract import metrics
+from ..contract.metrics import EVAL_KEYS, STEP  # poll() names its rows `metrics`
+from ..contract.run_files import CONFIG, EVENTS, HISTOGRAMS, METRICS, SAMPLES, STATE_EVENTS
+from ..contract.run_reader import (
     JsonlTail,
     Warnings,
     as_number,
@@ -30,7 +30,7 @@ from grpo_studio.contract.run_reader import (
     setting,
     total_steps,
 )
-from grpo_studio.contract.run_state import run_state, state_of
+from ..contract.run_state import run_state, state_of
 
 
 class RunData:

@@ -6,10 +6,10 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 
-from grpo_studio.contract import model_card
-from grpo_studio.contract.config import Config
-from grpo_studio.contract.errors import UserError
-from grpo_studio.contract.planner import vram
+from ..contract import model_card
+from ..contract.config import Config
+from ..contract.errors import UserError
+from ..contract.planner import vram
 
 
 @dataclass

@@ -54,7 +54,7 @@ def smol_tiny_model(tmp_path_factory) -> Path:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from grpo_studio.engine.policy_loader import load_tokenizer, resolve_model_path
+    from grpo_studio.engine.model.policy_loader import load_tokenizer, resolve_model_path
 
     tokenizer = load_tokenizer(resolve_model_path("smollm2-135m-instruct"))
     torch.manual_seed(0)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import torch
 
 from grpo_studio.contract.precision_plan import resolve
-from grpo_studio.engine import policy_loader
-from grpo_studio.engine.logprobs import token_logprobs
+from grpo_studio.engine.model import policy_loader
+from grpo_studio.engine.train.logprobs import token_logprobs
 
 SEQUENCE = "12+3=<answer>15</answer>"
 

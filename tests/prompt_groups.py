@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from grpo_studio.engine.batching import join_prompt_completion
-from grpo_studio.engine.policy_loader import load_tokenizer, resolve_model_path
+from grpo_studio.engine.model.policy_loader import load_tokenizer, resolve_model_path
+from grpo_studio.engine.rollout.batching import join_prompt_completion
 
 
 def grouped_batch(G: int, T: int, seed: int = 0):

@@ -1,4 +1,4 @@
-"""grpo_studio.engine.advantages.compute_advantages against TRL 1.16 and against hand computation.
+"""grpo_studio.engine.rollout.advantages.compute_advantages against TRL 1.16 and against hand computation.
 
 TRL computes advantages inline in `GRPOTrainer._generate_and_score_completions`, which needs a
 model and a generator. The oracle here extracts that method's advantage block verbatim with
@@ -19,7 +19,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from grpo_studio.engine.advantages import compute_advantages
+from grpo_studio.engine.rollout.advantages import compute_advantages
 
 NAN = float("nan")
 

@@ -19,7 +19,7 @@ from cli_helpers import run_cli
 
 from grpo_studio.contract import alert_rules, config, rundir
 from grpo_studio.contract.errors import UserError
-from grpo_studio.engine.alerts import Alerts
+from grpo_studio.engine.out.alerts import Alerts
 
 GRAMMAR = (
     "'<metric> <op> <number> [for <N> steps]' (op: >, >=, <, <=), '<metric> is nan [for <N> steps]', or 'defaults'"
@@ -243,7 +243,7 @@ STEPS = 6
 def bf16_run(tmp_path_factory):
     """fp32 trainer, bf16 rollout (the mismatch story of docs/mismatch.md), with k3 rules at log-spaced
     thresholds, one of them for 2 steps, alerts on finished, and a webhook."""
-    from grpo_studio.engine.trainer import Trainer
+    from grpo_studio.engine.run.trainer import Trainer
 
     server = Hook()
     rules = [f"mismatch/k3 > {t}" for t in THRESHOLDS] + [f"mismatch/k3 > {t} for 2 steps" for t in THRESHOLDS]

@@ -1,7 +1,7 @@
 """Issue 3 acceptance: every named algorithm trains the bundled tiny model for a short headless
 run without NaN and logs the metrics its loss defines.
 
-Which metrics each preset must log follows from contract/algorithms.py + engine/losses.py:
+Which metrics each preset must log follows from contract/algorithms.py + engine/train/losses.py:
   clip/low, clip/high, clip/region, entropy     every preset (0.0 for the unclipped pg_* objective)
   kl_ref                                        only when algo.beta > 0 (no preset sets it; one extra
                                                 case runs grpo with beta = 0.04)
@@ -18,7 +18,7 @@ import math
 import pytest
 
 from grpo_studio.contract import algorithms, config
-from grpo_studio.engine.trainer import Trainer
+from grpo_studio.engine.run.trainer import Trainer
 
 STEPS = 2
 CASES = [(name, 0.0) for name in config.ALGOS] + [("grpo", 0.04)]

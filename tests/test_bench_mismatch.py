@@ -82,7 +82,7 @@ def test_fp8_full_finetune_trainer_is_the_rollout_model(model_path):
     """model.dtype = fp8, lora_rank = 0: bf16 master weights (not fp32), FP8 GEMMs, and the
     trainer's forward gives bit-identical logits to the hf rollout's fp8 copy on the same input."""
     from grpo_studio.contract.precision_plan import resolve
-    from grpo_studio.engine import policy_loader
+    from grpo_studio.engine.model import policy_loader
     from grpo_studio.engine.sampler.hf import HFBackend
 
     cfg = bench.precision_config("fp8-unified", model=model_path, lora_rank=0)

@@ -1,4 +1,4 @@
-"""engine/checkpoint.py in-process, against the files themselves: what save writes (a manifest whose
+"""engine/out/checkpoint.py in-process, against the files themselves: what save writes (a manifest whose
 sizes and sha256 are the files' own), what restore puts back (weights, AdamW state, LR schedule,
 loss scaler, RNG, data cursor: equal to what was saved), which checkpoint it picks (the newest by
 number), and the exact reason it gives for each kind of damage. (The SIGKILL/resume stories through
@@ -14,8 +14,9 @@ import pytest
 import torch
 
 from grpo_studio.contract import config, precision_plan
-from grpo_studio.engine import checkpoint, policy_loader
-from grpo_studio.engine.precision import LossScaler
+from grpo_studio.engine.model import policy_loader
+from grpo_studio.engine.out import checkpoint
+from grpo_studio.engine.precision.numerics import LossScaler
 
 
 class Objects:

@@ -1,4 +1,4 @@
-"""Completions packed side by side under their shared prompt (engine/completion_packing.py, used by
+"""Completions packed side by side under their shared prompt (engine/train/completion_packing.py, used by
 train.shared_prefix when the rows' completion spans are known).
 
 Oracles: a hand-packed plan (first-fit decreasing per prompt), and the plain single-pass forward, whose
@@ -14,9 +14,9 @@ from prompt_groups import grouped_batch
 
 from grpo_studio.contract import config
 from grpo_studio.contract.precision_plan import resolve
-from grpo_studio.engine.completion_packing import first_fit, pack
-from grpo_studio.engine.logprobs import token_logprobs
-from grpo_studio.engine.policy_loader import load_policy, resolve_model_path
+from grpo_studio.engine.model.policy_loader import load_policy, resolve_model_path
+from grpo_studio.engine.train.completion_packing import first_fit, pack
+from grpo_studio.engine.train.logprobs import token_logprobs
 
 G, T = 3, 9
 # per prompt, spans whose needs (span - 1) pack 3 rows into 2: 8 | 4 + 2, 8 | 5 + 3, 6 | 6 (and 1 needs nothing)

@@ -31,7 +31,7 @@ from grpo_studio.contract.rundir import EVENTS, HISTOGRAMS, METRICS, PIDFILE, SA
 from grpo_studio.studio import launcher
 from grpo_studio.studio.rundata import RunData
 
-PAUSE_ENV = "GRPO_STUDIO_TEST_CHECKPOINT_PAUSE_S"  # engine/checkpoint.py's test hook
+PAUSE_ENV = "GRPO_STUDIO_TEST_CHECKPOINT_PAUSE_S"  # engine/out/checkpoint.py's test hook
 STEPS = 12
 PACE = Path(__file__).with_name("pace_reward.py")  # 50 ms a step: kills land between the chosen steps
 SETTINGS = [

@@ -13,8 +13,8 @@ import pytest
 
 from grpo_studio.contract.config import load
 from grpo_studio.contract.errors import UserError
-from grpo_studio.engine import data, prompt_render
-from grpo_studio.engine.rewards.builtin import SYSTEM_PROMPT
+from grpo_studio.engine.prompts import data, prompt_render
+from grpo_studio.rewards.builtin import SYSTEM_PROMPT
 
 GSM8K = [
     {"question": "Janet has 16 eggs and eats 3. How many are left?", "answer": "16 - 3 = <<16-3=13>>13\n#### 13"},
@@ -196,7 +196,7 @@ def test_conversational_data_without_a_template_is_a_clear_error(tmp_path, token
 
 
 def test_gsm8k_file_trains_with_the_gsm8k_reward_set(tmp_path, request):
-    from grpo_studio.engine.trainer import Trainer
+    from grpo_studio.engine.run.trainer import Trainer
 
     model = "tiny-arith"
     path = write_jsonl(tmp_path / "gsm8k.jsonl", GSM8K * 2)

@@ -15,7 +15,8 @@ from cli_helpers import run_cli
 from grpo_studio.contract import bundled, model_card
 from grpo_studio.contract.config import load
 from grpo_studio.contract.errors import UserError
-from grpo_studio.engine import data, policy_loader
+from grpo_studio.engine.model import policy_loader
+from grpo_studio.engine.prompts import data
 
 ROLES = "allowed: system, developer, user, assistant, tool"
 GOOD_ROW = {"prompt": "1+1=", "answer": "2"}

@@ -1,4 +1,4 @@
-"""Data-parallel GRPO (train.parallel = ddp, engine/distributed.py) with real torchrun subprocesses, gloo on CPU.
+"""Data-parallel GRPO (train.parallel = ddp, engine/run/distributed.py) with real torchrun subprocesses, gloo on CPU.
 
 - one step on 2 ranks gives the LoRA weights of one process on the same global batch (1e-6, fp32), for
   every loss normalisation;
@@ -90,7 +90,7 @@ def one_step(run_dir: Path, loss_type: str, parallel: str, *sets: str) -> dict:
     """Train one step; returns the trainable weights after it and the step's loss (rank 0's view). FSDP's
     sharded parameters and gradients are gathered whole (DTensor.full_tensor, a collective)."""
     from grpo_studio.contract import config
-    from grpo_studio.engine.trainer import Trainer
+    from grpo_studio.engine.run.trainer import Trainer
 
     cfg = config.load("tiny-arith", [*STEP_SETS, f"algo.loss_type={loss_type}", f"train.parallel={parallel}", *sets])
     trainer = Trainer(cfg, run_dir)
@@ -139,7 +139,7 @@ def broken_reward(*args, **kwargs):
 def leftovers(run_dir: Path, parallel: str) -> dict:
     """Eval at start, then 2 steps: rank 1's first rollout is not finite, its rewards fail in the second."""
     from grpo_studio.contract import config
-    from grpo_studio.engine.trainer import Trainer
+    from grpo_studio.engine.run.trainer import Trainer
 
     cfg = config.load(
         "tiny-arith",
@@ -289,7 +289,7 @@ def test_leftovers_non_finite_rollout_reward_errors_and_eval_split(tmp_path):
 
 def leftovers_one_process(run_dir: Path) -> float:
     from grpo_studio.contract import config
-    from grpo_studio.engine.trainer import Trainer
+    from grpo_studio.engine.run.trainer import Trainer
 
     trainer = Trainer(config.load("tiny-arith", [*STEP_SETS, "data.eval_size=7"]), run_dir)
     seeded(trainer)
@@ -301,7 +301,7 @@ def leftovers_one_process(run_dir: Path) -> float:
 
 def test_metrics_are_global(ddp_run):
     """Every completion of both ranks is in samples.jsonl: the row's numbers are theirs, not one rank's."""
-    from grpo_studio.engine import policy_loader
+    from grpo_studio.engine.model import policy_loader
 
     run, _, _ = ddp_run
     tok = policy_loader.load_tokenizer(policy_loader.resolve_model_path("tiny-arith"))

@@ -23,9 +23,9 @@ from cli_helpers import run_cli
 
 from grpo_studio.contract import config, rundir
 from grpo_studio.contract.errors import UserError
-from grpo_studio.engine.mismatch import mismatch_metrics
+from grpo_studio.engine.precision.mismatch import mismatch_metrics
+from grpo_studio.engine.run.trainer import Trainer
 from grpo_studio.engine.sampler.base import NonFiniteSampling, Sampling
-from grpo_studio.engine.trainer import Trainer
 
 SMALL = ["train.prompts_per_step=4", "rollout.num_generations=4", "train.eval_every=0"]
 SETS = [a for s in SMALL for a in ("--set", s)]
@@ -150,7 +150,7 @@ def test_max_bad_steps_0_never_stops(tmp_path):
 
 def test_hf_sampler_with_nan_weights_raises_nonfinite_not_a_multinomial_error():
     from grpo_studio.contract import precision_plan
-    from grpo_studio.engine import policy_loader
+    from grpo_studio.engine.model import policy_loader
     from grpo_studio.engine.sampler.hf import HFBackend
 
     cfg = config.load("tiny-arith")

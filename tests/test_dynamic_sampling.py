@@ -1,4 +1,4 @@
-"""DAPO dynamic sampling (algo.dynamic_sampling, engine/dynamic_sampling.py) in real runs of the bundled model,
+"""DAPO dynamic sampling (algo.dynamic_sampling, engine/rollout/dynamic_sampling.py) in real runs of the bundled model,
 against an oracle reward that knows which prompts have signal: an answer that `modulus` divides scores its
 group's completions 0, 1, 0, 1; any other scores every completion 0.5 (all equal: no signal). The reward logs the prompts
 of each call (one call per sampling round), so the rounds, kept and dropped groups are counted by hand."""
@@ -34,7 +34,7 @@ def has_signal(prompt: str, modulus: int) -> bool:
 def train(tmp_path: Path, name: str, *overrides: str, modulus: int = 2) -> tuple[Path, list[list[str]]]:
     """A short run with the oracle as its only reward (a group has signal when modulus divides its answer);
     its run directory and the prompts of each sampling round, in order."""
-    from grpo_studio.engine.trainer import Trainer
+    from grpo_studio.engine.run.trainer import Trainer
 
     log = tmp_path / f"{name}.calls.jsonl"
     reward = tmp_path / f"{name}_oracle.py"

@@ -1,4 +1,4 @@
-"""The built-in environments (presets/environments/) and their built-in tasks (engine/tasks.py) against oracles:
+"""The built-in environments (presets/environments/) and their built-in tasks (engine/prompts/tasks.py) against oracles:
 hand-checked values, a hand-traced game, and every task row's answer recomputed here independently."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 
 from grpo_studio.contract import bundled, environments
 from grpo_studio.contract.config import DataConfig
-from grpo_studio.engine import data, tasks
+from grpo_studio.engine.prompts import data, tasks
 
 ENVS = bundled.PRESETS / "environments"
 

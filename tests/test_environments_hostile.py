@@ -16,8 +16,8 @@ import pytest
 from grpo_studio.benchmarks.hostile_environments import BASE, SMALL, TEMPLATE, episode_of, model_turn
 from grpo_studio.contract import config, environments
 from grpo_studio.contract.errors import UserError
-from grpo_studio.engine.tool_calls import EpisodeEnds
-from grpo_studio.engine.trainer import Trainer
+from grpo_studio.engine.rollout.tool_calls import EpisodeEnds
+from grpo_studio.engine.run.trainer import Trainer
 
 
 def _write(tmp: Path, body: str) -> str:
@@ -140,7 +140,7 @@ def test_tool_timeout_s_has_no_unbounded_zero():
     ],
 )
 def test_an_episode_the_environment_cannot_start_has_no_tokens(tmp_path, body, stop, why):
-    from grpo_studio.engine.episodes import EveryEpisodeFailed, every_episode_failed
+    from grpo_studio.engine.rollout.episodes import EveryEpisodeFailed, every_episode_failed
 
     episodes, _ = episode_of(tmp_path, "Tools")  # SmolLM2's tokenizer and template: only the class changes
     episodes.env = _load(tmp_path, "\n" + body + "\n")  # its probe instance was the first one made
@@ -225,8 +225,8 @@ def test_get_reward_returning_anything_but_a_finite_number_is_a_reward_error(tmp
 def test_start_up_measures_the_rows_within_one_bound(tmp_path):
     """A reset that takes 0.3 s: the measuring before weights load stops after env.tool_timeout_s (1 s) in all,
     not after rows x 0.3 s."""
-    from grpo_studio.engine import episodes as episodes_lib
-    from grpo_studio.engine.policy_loader import load_tokenizer, resolve_model_path
+    from grpo_studio.engine.model.policy_loader import load_tokenizer, resolve_model_path
+    from grpo_studio.engine.rollout import episodes as episodes_lib
 
     body = "\ncalls = []\nclass E(Tools):\n def reset(self, **row):\n  calls.append(1)\n  time.sleep(0.3)\n"
     spec = _write(tmp_path, body)
@@ -346,8 +346,8 @@ def test_calls_spinning_past_their_bound_are_counted_until_no_episode_starts(tmp
     import threading
 
     from grpo_studio.contract import environments, user_code
-    from grpo_studio.engine import tool_calls
-    from grpo_studio.engine.episodes import MAX_STILL_RUNNING
+    from grpo_studio.engine.rollout import tool_calls
+    from grpo_studio.engine.rollout.episodes import MAX_STILL_RUNNING
 
     episodes, _ = episode_of(tmp_path, "Tools")
     stop = threading.Event()

@@ -17,9 +17,9 @@ import torch
 from grpo_studio.contract import environments
 from grpo_studio.contract.config import EnvConfig
 from grpo_studio.contract.errors import UserError
-from grpo_studio.engine import tool_template
-from grpo_studio.engine.episodes import Episodes, metrics
-from grpo_studio.engine.policy_loader import load_tokenizer, resolve_model_path
+from grpo_studio.engine.model.policy_loader import load_tokenizer, resolve_model_path
+from grpo_studio.engine.rollout import tool_template
+from grpo_studio.engine.rollout.episodes import Episodes, metrics
 from grpo_studio.engine.sampler.base import Rollout, Sampling
 
 ENVS = Path(__file__).with_name("episode_envs.py")
@@ -214,7 +214,7 @@ def test_the_first_turn_is_sampled_as_a_one_turn_rollout(tok):
 def test_loss_gradient_is_exactly_zero_on_environment_tokens():
     """d loss / d log π is 0 wherever the mask is 0, for every loss type, with the KL term and rollout correction on."""
     from grpo_studio.contract.config import AlgoConfig
-    from grpo_studio.engine.losses import LossInputs, policy_loss
+    from grpo_studio.engine.train.losses import LossInputs, policy_loss
 
     torch.manual_seed(0)
     mask = torch.tensor([[1.0, 1, 0, 0, 1, 1], [1, 0, 0, 1, 0, 0]])
@@ -273,7 +273,7 @@ def test_the_template_check_refuses_a_template_that_is_not_prefix_preserving(tok
 
 
 def test_metrics_of_a_rollout_by_hand():
-    from grpo_studio.engine.episodes import Episode
+    from grpo_studio.engine.rollout.episodes import Episode
 
     a = Episode(
         None,

@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from grpo_studio.contract import config
-from grpo_studio.engine.trainer import Trainer
+from grpo_studio.engine.run.trainer import Trainer
 
 ENVS = Path(__file__).with_name("episode_envs.py")
 EOS_LOGIT = 9.5  # p(end of turn) ≈ 0.2 a token against 49k near-zero logits

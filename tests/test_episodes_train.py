@@ -12,7 +12,7 @@ import torch
 
 from grpo_studio.contract import config
 from grpo_studio.contract.errors import UserError
-from grpo_studio.engine.trainer import Trainer
+from grpo_studio.engine.run.trainer import Trainer
 
 ENVS = Path(__file__).with_name("episode_envs.py")
 SMALL = [

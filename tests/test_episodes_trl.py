@@ -26,7 +26,7 @@ import pytest
 from trl import GRPOTrainer
 from trl.chat_template_utils import parse_response, qwen3_template
 
-from grpo_studio.engine import tool_template
+from grpo_studio.engine.rollout import tool_template
 from grpo_studio.engine.sampler.base import Sampling
 from tests import episode_envs
 from tests.test_episodes import CALL, ScriptedSampler, _episodes, _turns, tok  # noqa: F401

@@ -13,9 +13,9 @@ import torch
 
 from grpo_studio.contract import config, metrics
 from grpo_studio.contract.errors import UserError
-from grpo_studio.engine import evaluation
-from grpo_studio.engine.rewards import builtin
+from grpo_studio.engine.run import evaluation
 from grpo_studio.engine.sampler.base import Rollout
+from grpo_studio.rewards import builtin
 
 K = 4
 ENVS = Path(__file__).with_name("episode_envs.py")
@@ -116,7 +116,7 @@ def scripted(trainer, calls: list):
 
 
 def test_the_trainer_writes_the_hand_numbers_everywhere(tmp_path, monkeypatch):
-    from grpo_studio.engine.trainer import Trainer
+    from grpo_studio.engine.run.trainer import Trainer
     from grpo_studio.studio import report
     from grpo_studio.studio.panels import PANELS
     from grpo_studio.studio.rundata import RunData
@@ -147,7 +147,7 @@ def test_the_trainer_writes_the_hand_numbers_everywhere(tmp_path, monkeypatch):
 
 def test_k_1_writes_eval_accuracy_alone_from_one_sample_per_prompt(tmp_path, monkeypatch):
     """As before train.eval_k: one sampler call with n = 1, seed 10007, and the share of right samples."""
-    from grpo_studio.engine.trainer import Trainer
+    from grpo_studio.engine.run.trainer import Trainer
 
     run_dir = tmp_path / "run"
     trainer = Trainer(config.load("tiny-arith", SHORT), run_dir)
@@ -183,7 +183,7 @@ def test_k_1_writes_eval_accuracy_alone_from_one_sample_per_prompt(tmp_path, mon
 
 def test_an_environment_that_ends_on_its_first_step_evaluates_as_plain_sampling(tmp_path):
     """Episodes (env.environment) sample eval_k per row too, in the same order, scoring their last model turn."""
-    from grpo_studio.engine.trainer import Trainer
+    from grpo_studio.engine.run.trainer import Trainer
 
     sets = [
         "model.name=smollm2-135m-instruct",

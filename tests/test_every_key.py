@@ -256,7 +256,7 @@ def _fill(items, places) -> list[str]:
 @pytest.fixture(scope="module")
 def run_of(tmp_path_factory, places):
     """What a short run with these overrides did, as comparable JSON text (cached per override list)."""
-    from grpo_studio.engine.trainer import Trainer
+    from grpo_studio.engine.run.trainer import Trainer
 
     cache: dict[tuple, dict] = {}
 
@@ -309,7 +309,7 @@ def test_key_changes_the_run(run_of, key):
 
 @pytest.mark.parametrize("key", BUILT)
 def test_key_changes_the_built_trainer(tmp_path, key):
-    from grpo_studio.engine.trainer import Trainer
+    from grpo_studio.engine.run.trainer import Trainer
 
     value, context, read = BUILT[key]
     seen = []
@@ -324,7 +324,7 @@ def test_key_changes_the_built_trainer(tmp_path, key):
 
 
 def _scores(overrides: list[str]) -> list[list[float]]:
-    from grpo_studio.engine import rewards
+    from grpo_studio import rewards
 
     cfg = config.load("tiny-arith", overrides)
     n = len(COMPLETIONS)
@@ -344,7 +344,8 @@ def test_key_changes_the_rewards(key):
 
 
 def _rendered(overrides: list[str], places) -> list[str]:
-    from grpo_studio.engine import data, policy_loader, prompt_render
+    from grpo_studio.engine.model import policy_loader
+    from grpo_studio.engine.prompts import data, prompt_render
 
     cfg = config.load("tiny-arith", _fill(overrides, places))
     tokenizer = policy_loader.load_tokenizer(policy_loader.resolve_model_path(cfg.model.name))
@@ -383,8 +384,8 @@ def test_the_named_proof_exists(key):
 
 def test_logits_chunk_runs_the_chunked_path_in_the_trainer(tmp_path, monkeypatch):
     """Its numbers equal the materialised path's (tests/test_logprobs.py); here: the trainer takes that path."""
-    from grpo_studio.engine.chunked_logsoftmax import ChunkedLogSoftmax
-    from grpo_studio.engine.trainer import Trainer
+    from grpo_studio.engine.run.trainer import Trainer
+    from grpo_studio.engine.train.chunked_logsoftmax import ChunkedLogSoftmax
 
     calls = []
     apply = ChunkedLogSoftmax.apply
@@ -405,7 +406,7 @@ def test_offload_checkpoints_moves_saved_activations_to_host():
     """On CUDA the tensors saved for backward live in host RAM (on a CPU they are there already)."""
     import torch
 
-    from grpo_studio.engine import policy_loader
+    from grpo_studio.engine.model import policy_loader
 
     cfg = config.load("tiny-arith", ["model.offload_checkpoints=true"])
     x = torch.randn(4096, 4096, device="cuda", requires_grad=True)

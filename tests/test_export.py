@@ -23,7 +23,7 @@ NEW_TOKENS = 12
 
 def _train(run_dir, *overrides):
     from grpo_studio.contract import config
-    from grpo_studio.engine.trainer import Trainer
+    from grpo_studio.engine.run.trainer import Trainer
 
     cfg = config.load(
         "tiny-arith",
@@ -48,7 +48,7 @@ def runs(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def tok():
-    from grpo_studio.engine.policy_loader import load_tokenizer, resolve_model_path
+    from grpo_studio.engine.model.policy_loader import load_tokenizer, resolve_model_path
 
     return load_tokenizer(resolve_model_path("tiny-arith"))
 
@@ -56,7 +56,7 @@ def tok():
 @pytest.fixture(scope="module")
 def texts(tok):
     from grpo_studio.contract import config
-    from grpo_studio.engine import data, prompt_render
+    from grpo_studio.engine.prompts import data, prompt_render
 
     cfg = config.load("tiny-arith")
     return [prompt_render.prompt_text(row, cfg.data, tok) for row in data.load_rows(cfg.data, "train")[:PROMPTS]]
@@ -70,11 +70,11 @@ def prompts(tok, texts):
 @pytest.fixture(scope="module")
 def trainer_merged(runs):
     """The trainer's merged policy at the newest LoRA checkpoint: its adapters loaded into the trainer's model,
-    and the weights its sampler receives (engine/weights.py) loaded into a copy of the base."""
+    and the weights its sampler receives (engine/model/weights.py) loaded into a copy of the base."""
     from peft import PeftModel
 
-    from grpo_studio.engine.policy_loader import load_base, resolve_model_path
-    from grpo_studio.engine.weights import export_weights
+    from grpo_studio.engine.model.policy_loader import load_base, resolve_model_path
+    from grpo_studio.engine.model.weights import export_weights
 
     base_path = resolve_model_path("tiny-arith")
     policy = PeftModel.from_pretrained(load_base(base_path, torch.float32), runs["lora"] / "checkpoints/step-2")
@@ -109,7 +109,7 @@ def test_merged_loads_and_matches_the_trainers_merged_policy(merged_dir, trainer
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from grpo_studio.engine.policy_loader import load_base, resolve_model_path
+    from grpo_studio.engine.model.policy_loader import load_base, resolve_model_path
 
     assert sorted(p.name for p in merged_dir.iterdir()) == [
         "config.json",
@@ -133,7 +133,7 @@ def test_merged_loads_and_matches_the_trainers_merged_policy(merged_dir, trainer
 def test_full_fine_tune_exports_in_the_runs_dtype(runs, tmp_path):
     from safetensors.torch import load_file
 
-    from grpo_studio.engine import export
+    from grpo_studio.engine.out import export
 
     line = export.export_merged(runs["full"], None, tmp_path / "m")
     assert line == f"exported full/step-1 merged (bfloat16) to {tmp_path / 'm'}"
@@ -169,7 +169,7 @@ def test_gguf_reads_back_with_the_expected_tensors_and_metadata(runs, trainer_me
     import gguf
     import numpy as np
 
-    from grpo_studio.engine import export
+    from grpo_studio.engine.out import export
 
     path = tmp_path / "m.gguf"
     assert export.export_gguf(runs["lora"], None, path, quant) == f"exported lora/step-2 as GGUF {quant} to {path}"
@@ -234,7 +234,7 @@ def test_gguf_tokenizes_and_generates_in_llama_cpp_like_transformers(
 ):
     from llama_cpp import Llama
 
-    from grpo_studio.engine import export
+    from grpo_studio.engine.out import export
 
     path = tmp_path / "m.gguf"
     export.export_gguf(runs["lora"], None, path, "f32")

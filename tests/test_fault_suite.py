@@ -10,6 +10,7 @@ import pytest
 from grpo_studio.benchmarks.fault_cases import CRASHED, READ, REFUSED, fast_cases
 from grpo_studio.benchmarks.fault_probes import Probe, hostile_cases
 from grpo_studio.benchmarks.faults_bench import judge
+from grpo_studio.cli.main import main
 
 HOSTILE = hostile_cases()
 CASES = fast_cases() + [case for case in HOSTILE if not case.slow]
@@ -41,7 +42,7 @@ def test_every_feature_brings_its_hostile_cases():
 
 @pytest.mark.parametrize("case", CASES, ids=[f"{c.category}:{c.name}" for c in CASES])
 def test_case_holds(case):
-    verdict, outcome = judge(case, in_process=True)
+    verdict, outcome = judge(case, main)
     expected = (
         "the probe's check held"
         if isinstance(case, Probe)

@@ -1,4 +1,4 @@
-"""engine/flops.py: the model FLOPs of a step counted by hand on tiny models, and the trainer's perf/mfu,
+"""engine/train/flops.py: the model FLOPs of a step counted by hand on tiny models, and the trainer's perf/mfu,
 perf/flop and perf/idle_s rows consistent with each other and with the run's own files."""
 
 from __future__ import annotations
@@ -10,8 +10,9 @@ import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from grpo_studio.contract import config
-from grpo_studio.engine import flops, prompt_render
-from grpo_studio.engine.policy_loader import load_tokenizer, resolve_model_path
+from grpo_studio.engine.model.policy_loader import load_tokenizer, resolve_model_path
+from grpo_studio.engine.prompts import prompt_render
+from grpo_studio.engine.train import flops
 
 # hidden 16, 2 layers, 4 query heads and 2 KV heads of 8 dims, MLP 24, vocabulary 40, lm_head tied
 H, LAYERS, HEADS, KV, D, I, V = 16, 2, 4, 2, 8, 24, 40
@@ -70,7 +71,7 @@ def test_step_flop_by_hand(sampled_here, old_logps, reference, lora, per_token):
 
 @pytest.mark.parametrize(("lora", "train"), [(True, 4), (False, 6)])
 def test_rows_whose_backward_was_skipped_count_as_a_forward(lora, train):
-    """engine/zero_advantage.py: row 3 of the step's rows 1 and 3 only went forward (2N per token)."""
+    """engine/train/zero_advantage.py: row 3 of the step's rows 1 and 3 only went forward (2N per token)."""
     tokens, rows = torch.tensor([6.0, 5.0, 9.0, 4.0]), torch.tensor([1, 3])
     got = flops.grpo_step_flop(
         HAND_N, tokens, rows, sampled_here=False, old_logps=False, reference=False, lora=lora, untrained=rows[1:]
@@ -83,8 +84,8 @@ def test_trainer_rows_carry_mfu_from_their_own_numbers(tmp_path, monkeypatch):
     each trains on its half with LoRA, so their FLOPs add up to (2 + 2 + 4)·N per real token of the rollout,
     the prompt tokens re-counted from samples.jsonl. perf/mfu = perf/flop / perf/step_s / perf/peak_flop_s.
     Zero-advantage skipping is off, so every row is trained (the skipped rows' count: the test above)."""
-    from grpo_studio.engine import zero_advantage
-    from grpo_studio.engine.trainer import Trainer
+    from grpo_studio.engine.run.trainer import Trainer
+    from grpo_studio.engine.train import zero_advantage
 
     monkeypatch.setenv("GRPO_STUDIO_CACHE", str(tmp_path / "cache"))  # the peak measured here, not a cached one
     monkeypatch.setattr(zero_advantage, "skippable", lambda *_: False)

@@ -14,7 +14,7 @@ from grpo_studio.contract import config as cfgmod
 from grpo_studio.contract import run_files, run_state, rundir
 from grpo_studio.contract.errors import UserError
 from grpo_studio.contract.run_reader import read_events
-from grpo_studio.engine.trainer import Trainer
+from grpo_studio.engine.run.trainer import Trainer
 from grpo_studio.studio import fork
 from grpo_studio.studio.app import StudioApp
 from grpo_studio.studio.screens.compare_screen import CompareScreen

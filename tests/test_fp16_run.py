@@ -1,7 +1,7 @@
 """Issue 4 acceptance: a short fp16 training run of the bundled model shows precision/loss_scale
 adapting (it grows after the growth interval) and no NaN in any metric.
 
-Oracle: the dynamic loss-scaling rule (torch.amp.GradScaler semantics, engine/precision.py),
+Oracle: the dynamic loss-scaling rule (torch.amp.GradScaler semantics, engine/precision/numerics.py),
 replayed by hand from the run's own skipped-step counter: a finite step increments the growth
 counter and the scale doubles when the counter reaches the interval; a non-finite step halves
 the scale and resets the counter.
@@ -15,7 +15,7 @@ import math
 import pytest
 
 from grpo_studio.contract import config
-from grpo_studio.engine.trainer import Trainer
+from grpo_studio.engine.run.trainer import Trainer
 
 INIT, INTERVAL, STEPS = 2.0**16, 2, 5
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from grpo_studio.engine.fp8 import (
+from grpo_studio.engine.precision.fp8 import (
     ACT_BLOCK,
     FP8_MAX,
     WEIGHT_BLOCK,
@@ -18,7 +18,7 @@ from grpo_studio.engine.fp8 import (
     quantize_blocks,
     quantize_dequantize,
 )
-from grpo_studio.engine.mismatch import mismatch_metrics
+from grpo_studio.engine.precision.mismatch import mismatch_metrics
 
 # e4m3: 3 mantissa bits → relative rounding error ≤ 2^-4 for normal values (|q| ≥ 2^-6);
 # subnormal spacing 2^-9 → absolute error ≤ 2^-10 in scaled units (i.e. ≤ 2^-10 · scale).
@@ -42,7 +42,7 @@ def blocky(shape, block, seed=0):
 
 
 def block_scales(x, block):
-    """Each element's block scale absmax/448, computed independently of grpo_studio.engine.fp8."""
+    """Each element's block scale absmax/448, computed independently of grpo_studio.engine.precision.fp8."""
     br, bc = block
     s = torch.empty_like(x)
     for i in range(0, x.shape[0], br):
@@ -249,7 +249,7 @@ def test_unified_flow_with_lora_and_training_gradients():
 def test_scaled_mm_layouts_pass_torch_shape_checks(M, N, K):
     # The CUDA path cannot run here; torch's meta kernels run the same shape/stride checks
     # as the real op, so at least the scale layouts are verified on CPU.
-    from grpo_studio.engine.fp8 import scaled_mm_blockwise
+    from grpo_studio.engine.precision.fp8 import scaled_mm_blockwise
 
     xq, xs = quantize_blocks(torch.randn(M, K), ACT_BLOCK)
     wq, ws = quantize_blocks(torch.randn(N, K), WEIGHT_BLOCK)
@@ -291,6 +291,6 @@ def test_cuda_kernel_matches_simulation():
         torch.testing.assert_close(real.float(), sim.float(), rtol=2.0**-7, atol=1e-3)
         real.float().sum().backward()
         assert torch.isfinite(w.grad).all() and torch.isfinite(x.grad).all()
-    from grpo_studio.engine import fp8 as F
+    from grpo_studio.engine.precision import fp8 as F
 
     assert not F._CUDA_FP8_BROKEN  # the real kernel ran, no silent fallback to the simulation

@@ -1,4 +1,4 @@
-"""FSDP2 (train.parallel = fsdp, engine/fsdp.py) with real torchrun subprocesses, gloo on CPU.
+"""FSDP2 (train.parallel = fsdp, engine/model/fsdp.py) with real torchrun subprocesses, gloo on CPU.
 
 - one step on 2 ranks gives the weights of one process on the same global batch (1e-6, fp32), for LoRA and
   for full fine-tuning;
@@ -135,15 +135,16 @@ def test_fsdp_checkpoint_resumes_into_the_uninterrupted_run(kind, sets, weights,
 
 
 def _clip_and_overflow(rank: int, port: int, out: str) -> None:
-    """One rank of the clip / overflow check (torch.multiprocessing): a 2-layer net sharded by engine/fsdp.py,
+    """One rank of the clip / overflow check (torch.multiprocessing): a 2-layer net sharded by engine/model/fsdp.py,
     each rank's loss on its half of a batch; rank 0 writes what both saw."""
     import copy
 
     import torch
 
     from grpo_studio.contract import config, precision_plan
-    from grpo_studio.engine import distributed, fsdp
-    from grpo_studio.engine.precision import LossScaler, clip_grad_norm
+    from grpo_studio.engine.model import fsdp
+    from grpo_studio.engine.precision.numerics import LossScaler, clip_grad_norm
+    from grpo_studio.engine.run import distributed
 
     os.environ.update(
         RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)

@@ -1,4 +1,4 @@
-"""The GGUF cache is keyed by the whole file's sha256 (engine/gguf_cache.py): two files of one name, size and first
+"""The GGUF cache is keyed by the whole file's sha256 (engine/model/gguf_cache.py): two files of one name, size and first
 MiB get two folders with their own weights; the hash is computed once and remembered by path, size, mtime, ctime
 and inode; a rewrite in place is hashed again even with its mtime put back; folders of the old key are not reused.
 The files are real GGUFs of the bundled tiny model (benchmarks/hostile_cache.py builds them), converted for real."""
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from grpo_studio.benchmarks.hostile_cache import tiny_gguf, twin
-from grpo_studio.engine import gguf_cache
+from grpo_studio.engine.model import gguf_cache
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""engine/grouped_sdpa.py: SDPA reading grouped KV heads in place must compute transformers' own `sdpa`
+"""engine/model/grouped_sdpa.py: SDPA reading grouped KV heads in place must compute transformers' own `sdpa`
 attention (oracle: transformers' sdpa_attention_forward, which repeats the KV heads under a mask): the same
 output bit for bit, the same gradients to fp32 rounding, for a masked decode step, a masked prefill, a maskless
 causal prefill; and a GQA model run through it must give the logits and greedy tokens of transformers' own."""
@@ -12,7 +12,7 @@ import torch
 from transformers import AttentionInterface, LlamaConfig, LlamaForCausalLM
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-from grpo_studio.engine.grouped_sdpa import grouped_sdpa, use_grouped_sdpa
+from grpo_studio.engine.model.grouped_sdpa import grouped_sdpa, use_grouped_sdpa
 
 HEADS, KV_HEADS, D = 6, 2, 16
 

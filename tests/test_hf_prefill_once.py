@@ -8,7 +8,7 @@ import torch
 
 from grpo_studio.contract.config import Config
 from grpo_studio.contract.precision_plan import resolve
-from grpo_studio.engine.policy_loader import load_tokenizer
+from grpo_studio.engine.model.policy_loader import load_tokenizer
 from grpo_studio.engine.sampler import Sampling
 from grpo_studio.engine.sampler.hf import HFBackend
 

@@ -1,4 +1,4 @@
-"""engine/host_memory.py: glibc's malloc keeps what a CPU micro-batch frees, so the next one does not page-fault it
+"""engine/run/host_memory.py: glibc's malloc keeps what a CPU micro-batch frees, so the next one does not page-fault it
 in again.
 
 Oracle: a measured baseline. The same forward and backward of a residual MLP stack (8 rows × 128 tokens, 1,536
@@ -15,11 +15,11 @@ import sys
 import pytest
 import torch
 
-from grpo_studio.engine import host_memory
+from grpo_studio.engine.run import host_memory
 
 SCRIPT = """
 import resource, sys, torch
-from grpo_studio.engine import host_memory
+from grpo_studio.engine.run import host_memory
 if sys.argv[1] == "keep":
     assert host_memory.keep_freed_memory(torch.device("cpu"))
 torch.set_num_threads(1)

@@ -53,7 +53,7 @@ def test_studio_imports_no_torch_transformers_or_vllm():
 
 
 def test_engine_imports_no_textual():
-    mods = loaded_after("import grpo_studio.engine.trainer, grpo_studio.cli.train_cmd")
+    mods = loaded_after("import grpo_studio.engine.run.trainer, grpo_studio.cli.train_cmd")
     assert "torch" in mods
     assert not mods & UI
 
@@ -66,7 +66,7 @@ def test_wheel_claims_one_import_name_and_carries_the_bundled_data(tmp_path):
     from pathlib import Path
 
     root, src = Path(__file__).resolve().parents[1], tmp_path / "src"  # a copy: the build leaves build/ behind
-    for name in ("contract", "engine", "studio", "cli", "benchmarks", "presets"):
+    for name in ("contract", "rewards", "engine", "studio", "cli", "benchmarks", "presets"):
         shutil.copytree(root / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(root / name, src / name)

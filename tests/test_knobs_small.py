@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from grpo_studio.contract.config import load
-from grpo_studio.engine import data
+from grpo_studio.engine.prompts import data
 
 SHORT = ["train.prompts_per_step=2", "rollout.num_generations=2", "train.save_every=0"]
 
@@ -30,7 +30,7 @@ def test_builtin_arith_keeps_its_200_held_out_rows():
 
 
 def test_a_64_row_jsonl_trains_with_default_settings(tmp_path):
-    from grpo_studio.engine.trainer import Trainer
+    from grpo_studio.engine.run.trainer import Trainer
 
     path = write_arith_jsonl(tmp_path / "mine.jsonl", 64)
     cfg = load("tiny-arith", [f"data.source={path}", "train.steps=2", *SHORT])
@@ -58,7 +58,7 @@ def test_a_64_row_jsonl_trains_with_default_settings(tmp_path):
     ],
 )
 def test_the_first_event_says_what_is_held_out(tmp_path, extra, message):
-    from grpo_studio.engine.trainer import Trainer
+    from grpo_studio.engine.run.trainer import Trainer
 
     path = write_arith_jsonl(tmp_path / "mine.jsonl", 64)
     cfg = load("tiny-arith", [f"data.source={path}", "train.steps=1", "train.eval_every=0", *SHORT, *extra])
@@ -68,7 +68,7 @@ def test_the_first_event_says_what_is_held_out(tmp_path, extra, message):
 
 @pytest.mark.parametrize("best_metric", ["", "reward/mean"])
 def test_keep_checkpoints_keeps_the_newest_and_the_best(tmp_path, best_metric):
-    from grpo_studio.engine.trainer import Trainer
+    from grpo_studio.engine.run.trainer import Trainer
 
     run = tmp_path / "run"
     cfg = load(

@@ -8,10 +8,10 @@ import torch
 
 from grpo_studio.contract import config
 from grpo_studio.contract.precision_plan import resolve
-from grpo_studio.engine.batching import join_prompt_completion
-from grpo_studio.engine.chunked_logsoftmax import ChunkedLogSoftmax
-from grpo_studio.engine.logprobs import fused_logps, token_logprobs
-from grpo_studio.engine.policy_loader import load_policy, load_tokenizer, resolve_model_path
+from grpo_studio.engine.model.policy_loader import load_policy, load_tokenizer, resolve_model_path
+from grpo_studio.engine.rollout.batching import join_prompt_completion
+from grpo_studio.engine.train.chunked_logsoftmax import ChunkedLogSoftmax
+from grpo_studio.engine.train.logprobs import fused_logps, token_logprobs
 
 
 def _batch(tokenizer):

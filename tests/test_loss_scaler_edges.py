@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from grpo_studio.engine.precision import LossScaler, clip_grad_norm
+from grpo_studio.engine.precision.numerics import LossScaler, clip_grad_norm
 
 
 @pytest.mark.parametrize(

@@ -23,7 +23,7 @@ import torch
 from grpo_studio.contract import algorithms
 from grpo_studio.contract.config import AlgoConfig, load
 from grpo_studio.contract.errors import UserError
-from grpo_studio.engine.losses import LossInputs, policy_loss
+from grpo_studio.engine.train.losses import LossInputs, policy_loss
 
 TOL = 1e-6
 L05, L08 = math.log(0.5), math.log(0.8)
@@ -286,7 +286,7 @@ def test_the_loss_is_computed_in_the_log_prob_dtype():
 
 # ---- rollout correction (IS against μ): weights and metrics by hand ---------------------------------
 
-from grpo_studio.engine.losses import rollout_correction  # noqa: E402
+from grpo_studio.engine.train.losses import rollout_correction  # noqa: E402
 
 
 def rho_example():

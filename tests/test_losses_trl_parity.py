@@ -1,4 +1,4 @@
-"""Parity of grpo_studio.engine.losses.policy_loss with TRL 1.16's GRPOTrainer on identical tensors.
+"""Parity of grpo_studio.engine.train.losses.policy_loss with TRL 1.16's GRPOTrainer on identical tensors.
 
 The oracle is TRL's own code, driven offline on constructed inputs:
 - the loss is `GRPOTrainer._compute_loss`, called on an instance made with `__new__` that carries
@@ -27,7 +27,7 @@ import torch
 import trl.trainer.grpo_trainer as trl_grpo  # noqa: E402
 
 from grpo_studio.contract.config import AlgoConfig
-from grpo_studio.engine.losses import LossInputs, policy_loss
+from grpo_studio.engine.train.losses import LossInputs, policy_loss
 
 GRPOTrainer = trl_grpo.GRPOTrainer
 

@@ -1,4 +1,4 @@
-"""engine/flops.py's matmul peak: measured on torch.mm and F.linear, cached per machine with the conditions
+"""engine/train/flops.py's matmul peak: measured on torch.mm and F.linear, cached per machine with the conditions
 it was measured under, and measured again once when a step beats it (hand numbers, a fake measurement)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from grpo_studio.engine import flops
+from grpo_studio.engine.train import flops
 
 GFLOP = 1e9
 

@@ -13,7 +13,7 @@ from grpo_studio.contract.rundir import METRICS, RunWriter
 def test_a_real_trainer_row_names_exactly_the_schema(tmp_path):
     """Every optional family switched on (fp16 scaler, KL to the reference, rollout correction,
     eval with pass@k and maj@k): the row the trainer wrote through RunWriter holds every schema name, and no other."""
-    from grpo_studio.engine.trainer import Trainer
+    from grpo_studio.engine.run.trainer import Trainer
 
     cfg = config.load(
         "tiny-arith",

@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from grpo_studio.engine.mismatch import HIST_EDGES, METRIC_NAMES, dlogp_histogram, mismatch_metrics
+from grpo_studio.engine.precision.mismatch import HIST_EDGES, METRIC_NAMES, dlogp_histogram, mismatch_metrics
 
 # The docstring's worked example: Δ = π − μ = [−0.1, 0, 0.2]; the padded positions hold junk
 # (including −inf and NaN) that the mask must hide.
@@ -267,7 +267,7 @@ def test_histogram_edges_are_exact_and_sides_are_counted_apart():
 # ---- the split by policy lag (rollout.async_mode = one_step / in_flight) --------------------------------
 def test_lag_split_hand_computed():
     """lag_metrics' docstring example, with one padded position (junk lag and log-probs) the mask hides."""
-    from grpo_studio.engine.mismatch import LAG_NAMES, lag_metrics
+    from grpo_studio.engine.precision.mismatch import LAG_NAMES, lag_metrics
 
     mu, pi = torch.tensor([[-1.0, -2.0, -0.5, 9.0]]), torch.tensor([[-1.1, -2.0, -0.3, -9.0]])
     lags, mask = torch.tensor([[0, 1, 2, 7]]), torch.tensor([[1, 1, 1, 0]])
@@ -283,7 +283,7 @@ def test_lag_split_hand_computed():
 
 
 def test_lag_split_without_lagged_tokens_leaves_that_part_out_and_the_whole_k3_at_lag_0():
-    from grpo_studio.engine.mismatch import LAG_NAMES, lag_metrics
+    from grpo_studio.engine.precision.mismatch import LAG_NAMES, lag_metrics
 
     out = lag_metrics(MU, PI, MASK, torch.zeros(2, 3, dtype=torch.long))
     whole = mismatch_metrics(MU, PI, MASK)
@@ -298,7 +298,7 @@ def test_lag_split_without_lagged_tokens_leaves_that_part_out_and_the_whole_k3_a
 
 
 def test_lag_counts_and_their_merge_across_ranks():
-    from grpo_studio.engine.mismatch import lag_counts, merge_lag_counts
+    from grpo_studio.engine.precision.mismatch import lag_counts, merge_lag_counts
 
     counts = lag_counts(torch.tensor([[1, 1, 1, 0], [1, 0, 0, 0]]), torch.tensor([[0, 1, 1, 5], [2, 9, 9, 9]]))
     assert counts == {"0": 1, "1": 2, "2": 1}

@@ -25,9 +25,9 @@ import pytest
 import torch
 
 from grpo_studio.contract import algorithms, config
-from grpo_studio.engine import data
-from grpo_studio.engine.batching import spans
-from grpo_studio.engine.trainer import Trainer
+from grpo_studio.engine.prompts import data
+from grpo_studio.engine.rollout.batching import spans
+from grpo_studio.engine.run.trainer import Trainer
 from tests.test_losses_trl_parity import GRPOTrainer, trl_is_ratio, trl_trainer
 
 TOL = 1e-6

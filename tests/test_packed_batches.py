@@ -1,5 +1,5 @@
 """train.micro_batch_tokens: length-sorted micro-batches under a token budget, each cut to its own longest
-row (engine/batching.py), against the oracle of one whole padded batch (train.micro_batch_tokens = 0):
+row (engine/rollout/batching.py), against the oracle of one whole padded batch (train.micro_batch_tokens = 0):
 the same loss and the same gradient of every trained parameter to 1e-5 (fp32), for every loss_type's
 normalisation, on policy and off policy with the KL term; and the same π on every completion token."""
 
@@ -10,8 +10,8 @@ import torch
 from cli_helpers import run_cli
 
 from grpo_studio.contract import config
-from grpo_studio.engine.batching import token_budget_groups
-from grpo_studio.engine.trainer import Trainer
+from grpo_studio.engine.rollout.batching import token_budget_groups
+from grpo_studio.engine.run.trainer import Trainer
 
 TOL = 1e-5
 BUDGET = 40  # token slots per forward: 2-4 rows of the tiny task (prompts 4-6 tokens, completions up to 8)

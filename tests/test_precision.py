@@ -10,7 +10,7 @@ from grpo_studio.contract import config as C
 from grpo_studio.contract.dtypes import DTYPES
 from grpo_studio.contract.errors import UserError
 from grpo_studio.contract.precision_plan import fp8_sides, plan, resolve
-from grpo_studio.engine.precision import LossScaler, clip_grad_norm, torch_dtype
+from grpo_studio.engine.precision.numerics import LossScaler, clip_grad_norm, torch_dtype
 
 
 def test_dtypes():

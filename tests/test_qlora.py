@@ -22,14 +22,15 @@ import torch
 from grpo_studio.benchmarks.tensor_bytes import with_quant_states
 from grpo_studio.contract import backend, config, model_card, precision_plan
 from grpo_studio.contract.planner import vram
-from grpo_studio.engine import data, policy_loader, prompt_render
-from grpo_studio.engine.batching import join_prompt_completion
-from grpo_studio.engine.logprobs import token_logprobs
-from grpo_studio.engine.precision import torch_dtype
+from grpo_studio.engine.model import policy_loader
+from grpo_studio.engine.model.weights import export_weights
+from grpo_studio.engine.precision.numerics import torch_dtype
+from grpo_studio.engine.prompts import data, prompt_render
+from grpo_studio.engine.rollout.batching import join_prompt_completion
+from grpo_studio.engine.run.trainer import Trainer
 from grpo_studio.engine.sampler import Sampling
 from grpo_studio.engine.sampler.hf import HFBackend
-from grpo_studio.engine.trainer import Trainer
-from grpo_studio.engine.weights import export_weights
+from grpo_studio.engine.train.logprobs import token_logprobs
 
 PATH = policy_loader.resolve_model_path("tiny-arith")
 LINEARS = ["down_proj", "gate_proj", "k_proj", "o_proj", "q_proj", "up_proj", "v_proj"]

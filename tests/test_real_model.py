@@ -17,8 +17,9 @@ import torch
 
 from grpo_studio.contract.config import Config, load
 from grpo_studio.contract.errors import UserError
-from grpo_studio.engine import data, gguf_cache, prompt_render
-from grpo_studio.engine.policy_loader import load_base, load_tokenizer, resolve_model_path
+from grpo_studio.engine.model import gguf_cache
+from grpo_studio.engine.model.policy_loader import load_base, load_tokenizer, resolve_model_path
+from grpo_studio.engine.prompts import data, prompt_render
 
 NAME = "smollm2-135m-instruct"
 HEAD = "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
@@ -64,8 +65,8 @@ def test_prompts_render_through_chatml_with_each_system_choice(tok):
 
 def test_left_padded_batch_logprobs_equal_each_unpadded_sample(path, tok):
     """In float64, so that what differs is the padding's doing and not fp32 GEMM blocking (~1e-5 here)."""
-    from grpo_studio.engine.batching import join_prompt_completion
-    from grpo_studio.engine.logprobs import token_logprobs
+    from grpo_studio.engine.rollout.batching import join_prompt_completion
+    from grpo_studio.engine.train.logprobs import token_logprobs
 
     model = load_base(path, torch.float64).eval()
 
@@ -90,10 +91,10 @@ def test_left_padded_batch_logprobs_equal_each_unpadded_sample(path, tok):
 
 def test_hf_rollout_stops_at_the_end_of_turn_trains_it_and_nothing_after(path, tok, model):
     from grpo_studio.contract.precision_plan import resolve
-    from grpo_studio.engine.batching import join_prompt_completion
-    from grpo_studio.engine.logprobs import token_logprobs
+    from grpo_studio.engine.rollout.batching import join_prompt_completion
     from grpo_studio.engine.sampler import Sampling
     from grpo_studio.engine.sampler.hf import HFBackend
+    from grpo_studio.engine.train.logprobs import token_logprobs
 
     cfg = Config()
     sampler = HFBackend(path, tok, resolve(cfg))
@@ -185,7 +186,7 @@ def test_a_damaged_cache_is_rebuilt_once_by_two_racing_processes(tmp_path, path)
         fh.truncate(manifest["model.safetensors"] // 2)
     assert gguf_cache.is_complete(Path(path)) and not gguf_cache.is_complete(folder)
     env = {**os.environ, "GRPO_STUDIO_CACHE": str(tmp_path)}
-    code = f"from grpo_studio.engine.policy_loader import resolve_model_path; print(resolve_model_path({NAME!r}))"
+    code = f"from grpo_studio.engine.model.policy_loader import resolve_model_path; print(resolve_model_path({NAME!r}))"
     procs = [
         subprocess.Popen(
             [sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
@@ -207,9 +208,9 @@ def test_vllm_rolls_out_the_real_model_and_follows_a_weight_sync(path, tok):
     from policy_step import PolicyStep
 
     from grpo_studio.contract.precision_plan import resolve
+    from grpo_studio.engine.model.weights import export_weights
     from grpo_studio.engine.sampler import Sampling
     from grpo_studio.engine.sampler.vllm_backend import VLLMBackend
-    from grpo_studio.engine.weights import export_weights
 
     cfg = Config()
     cfg.model.name, cfg.model.dtype = path, "fp32"
@@ -295,7 +296,7 @@ def test_gpu_check_says_in_one_line_that_there_is_no_gpu():
 
 @pytest.mark.parametrize("recipe", ["chat-arith", "word-problems"])
 def test_the_chat_recipes_load_with_their_rewards_and_fit_their_prompts(recipe, tok):
-    from grpo_studio.engine import rewards
+    from grpo_studio import rewards
 
     cfg = load(recipe)
     assert cfg.model.name == NAME and [n for n, _ in rewards.build(cfg.rewards)] == cfg.rewards.funcs

@@ -1,4 +1,4 @@
-"""`grpo-studio train --rehearse` (engine/rehearsal.py): one real step on the longest prompt at the full completion
+"""`grpo-studio train --rehearse` (engine/run/rehearsal.py): one real step on the longest prompt at the full completion
 length before the run, its peak memory next to the planner's, nothing of it in the run directory."""
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ PREFLIGHT = re.compile(r"^pre-flight: ([\d.]+) GiB planned, ([\d.]+) GiB free on
 
 def longest_by_hand(cfg: config.Config) -> int:
     """The longest training prompt in tokens, as the pre-load prompt-length check measures it."""
-    from grpo_studio.engine import data, policy_loader, prompt_render
+    from grpo_studio.engine.model import policy_loader
+    from grpo_studio.engine.prompts import data, prompt_render
 
     rows = data.load_rows(cfg.data, "train")
     tokenizer = policy_loader.load_tokenizer(policy_loader.resolve_model_path(cfg.model.name))
@@ -66,7 +67,7 @@ def test_the_rehearsal_takes_the_longest_prompt_at_the_longest_completion(rehear
 
 def test_the_longest_prompt_of_a_file_and_every_completion_full(tmp_path):
     """One prompt much longer than the others: the step runs on it, every completion at max_completion_len."""
-    from grpo_studio.engine import rehearsal
+    from grpo_studio.engine.run import rehearsal
 
     rows = [{"prompt": f"{i}+{i}=", "answer": str(2 * i)} for i in range(20)]
     rows[7] = {"prompt": "12345+67890+11111+22222+33333=", "answer": "146901"}

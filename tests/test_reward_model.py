@@ -10,8 +10,8 @@ import torch
 
 from grpo_studio.contract.config import load
 from grpo_studio.contract.errors import UserError
-from grpo_studio.engine import policy_loader
-from grpo_studio.engine.rewards import build, score
+from grpo_studio.engine.model import policy_loader
+from grpo_studio.rewards import build, score
 
 PROMPTS = ["6+1=", "12+30=", "2+2=", "9+9=", "1+1="]
 COMPLETIONS = ["7", "<answer>42</answer>", "", "18 " * 70, "two"]  # "", and one past the 128 positions
@@ -112,8 +112,8 @@ def test_one_training_step_with_every_new_reward_kind(tmp_path, reward_model_dir
     logged score is what the function gives on that sample, and each mean is in metrics.jsonl."""
     import json
 
-    from grpo_studio.engine.rewards import builtin
-    from grpo_studio.engine.trainer import Trainer
+    from grpo_studio.engine.run.trainer import Trainer
+    from grpo_studio.rewards import builtin
 
     (tmp_path / "async_rewards.py").write_text(ASYNC_FILE)
     rm = f"rm_{reward_model_dir.name}"

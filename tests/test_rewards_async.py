@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 import sys
 
-from grpo_studio.engine.rewards import build, score
-from grpo_studio.engine.rewards.runner import RewardFuncs
+from grpo_studio.rewards import build, score
+from grpo_studio.rewards.runner import RewardFuncs
 
 ASYNC_FILE = """
 import asyncio, threading

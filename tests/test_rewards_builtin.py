@@ -6,8 +6,8 @@ import pytest
 
 from grpo_studio.contract.config import load
 from grpo_studio.contract.errors import UserError
-from grpo_studio.engine.rewards import build, builtin, describe
-from grpo_studio.engine.rewards.builtin import Options
+from grpo_studio.rewards import build, builtin, describe
+from grpo_studio.rewards.builtin import Options
 
 GOOD = "<reasoning>\nJanet has 16 eggs. 16 - 3 - 4 = 9. 9 * 2 = 18.\n</reasoning>\n<answer>\n18\n</answer>\n"
 UNICODE = "<reasoning>\n😀 ünïcödé 計算: 9 × 2 = 18\n</reasoning>\n<answer>\n18\n</answer>"

@@ -15,7 +15,7 @@ import pytest
 
 from grpo_studio.contract.config import load
 from grpo_studio.contract.errors import UserError
-from grpo_studio.engine.rewards import build, score
+from grpo_studio.rewards import build, score
 
 FAULTY_FILE = """
 import time
@@ -319,7 +319,7 @@ def _jsonl(path):
 
 
 def _run(tmp_path, model_name, names, extra=()):
-    from grpo_studio.engine.trainer import Trainer
+    from grpo_studio.engine.run.trainer import Trainer
 
     (tmp_path / "faulty.py").write_text(FAULTY_FILE)
     entries = [n if n == "correctness" else f"{tmp_path}/faulty.py:{n}" for n in names]

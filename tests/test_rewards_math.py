@@ -9,7 +9,7 @@ import pytest
 
 from grpo_studio.contract.config import load
 from grpo_studio.contract.errors import UserError
-from grpo_studio.engine.rewards import build, builtin, score
+from grpo_studio.rewards import build, builtin, score
 
 pytest.importorskip("math_verify")
 

@@ -12,7 +12,7 @@ import pytest
 
 from grpo_studio.contract.config import load
 from grpo_studio.contract.errors import UserError
-from grpo_studio.engine.rewards import build, score
+from grpo_studio.rewards import build, score
 
 USER_FILE = '''
 import json, os
@@ -62,7 +62,7 @@ def test_load_from_file_and_module(tmp_path, monkeypatch):
     funcs = build(
         [
             "my_rewards.py:score",
-            "grpo_studio.engine.rewards.builtin:proximity",
+            "grpo_studio.rewards.builtin:proximity",
             str(tmp_path / "my_rewards.py") + ":score",
         ]
     )
@@ -197,7 +197,7 @@ RUN = [
 
 
 def test_failing_rewards_never_stop_training(tmp_path, model_name):
-    from grpo_studio.engine.trainer import Trainer
+    from grpo_studio.engine.run.trainer import Trainer
 
     (tmp_path / "failing.py").write_text(FAILING_FILE)
     f = tmp_path / "failing.py"
@@ -238,7 +238,7 @@ def test_failing_rewards_never_stop_training(tmp_path, model_name):
 def test_user_reward_file_in_our_trainer_and_in_trl(tmp_path, model_name, monkeypatch, random_tiny_model):
     """The same file, in TRL's signature, called by our trainer and by trl.GRPOTrainer: same
     arguments (names and types), and each logs rewards/score/mean = the mean of what it returned."""
-    from grpo_studio.engine.trainer import Trainer
+    from grpo_studio.engine.run.trainer import Trainer
 
     (tmp_path / "my_rewards.py").write_text(USER_FILE)
     data = tmp_path / "sums.jsonl"

@@ -46,7 +46,7 @@ def _cfg(**rollout):
 
 @pytest.fixture(scope="module")
 def model():
-    from grpo_studio.engine import policy_loader
+    from grpo_studio.engine.model import policy_loader
 
     path = policy_loader.resolve_model_path("tiny-arith")
     return path, policy_loader.load_tokenizer(path)
@@ -130,7 +130,7 @@ def test_weight_sync_over_gloo_after_an_adamw_step(remote, local, model):
     """After a real AdamW step and load_weights (one gloo broadcast per layer), the server's log-probs of a
     fixed sequence are bit for bit those of the in-process backend given the same weights, nearer the trainer's
     new π than its old one, and the version moves. (Runs after the parity test: it changes both engines.)"""
-    from grpo_studio.engine.weights import export_weights
+    from grpo_studio.engine.model.weights import export_weights
 
     path, tok = model
     step = PolicyStep(_cfg(colocate=False), path, tok)
@@ -155,11 +155,11 @@ def test_in_flight_update_enters_a_running_generation_between_decode_steps(local
     norm, which no cached key/value depends on, so the tokens after the update are exactly the new policy's (with
     other weights the KV of earlier tokens stays as the old ones computed it)."""
     from grpo_studio.contract.precision_plan import resolve
-    from grpo_studio.engine import policy_loader
-    from grpo_studio.engine.logprobs import token_logprobs
+    from grpo_studio.engine.model import policy_loader
+    from grpo_studio.engine.model.weights import export_weights
     from grpo_studio.engine.rollout_server.http_api import Served, Server, Update
     from grpo_studio.engine.sampler import Sampling
-    from grpo_studio.engine.weights import export_weights
+    from grpo_studio.engine.train.logprobs import token_logprobs
 
     path, tok = model
     cfg = _cfg()
@@ -210,7 +210,7 @@ def test_in_flight_update_enters_a_running_generation_between_decode_steps(local
 
 
 def test_chunks_are_layers_and_the_plan_describes_them():
-    from grpo_studio.engine.rollout_server import transport
+    from grpo_studio.engine.sampler import transport
 
     named = [
         ("model.embed_tokens.weight", torch.zeros(4, 2)),
@@ -244,7 +244,7 @@ def runs(remote, tmp_path_factory):
     """20-step runs of the tiny-arith recipe (half its prompts per step) against the
     module's server: synchronous, and one_step asynchronous (in_flight: the shorter runs of the resume test)."""
     from grpo_studio.contract.config import load
-    from grpo_studio.engine.trainer import Trainer
+    from grpo_studio.engine.run.trainer import Trainer
 
     out = {}
     for mode in ("off", "one_step"):
@@ -318,7 +318,7 @@ def test_token_lags_in_metrics_and_histograms(runs, mode):
 
 def _server_run(remote, run_dir, sets, stop_at=None, resume=False) -> str:
     from grpo_studio.contract.config import load
-    from grpo_studio.engine.trainer import Trainer
+    from grpo_studio.engine.run.trainer import Trainer
 
     cfg = load(
         "tiny-arith",
@@ -463,7 +463,7 @@ def test_vram_planner_still_reads_colocate_false(tmp_path):
 def _run_losing_the_server(remote, tmp_path, timeout: float, lose) -> tuple[str, list[dict]]:
     """A 6-step run against the module's server; lose(pid) after step 2. Returns the run error and events."""
     from grpo_studio.contract.errors import UserError
-    from grpo_studio.engine.trainer import Trainer
+    from grpo_studio.engine.run.trainer import Trainer
 
     cfg = _cfg(
         colocate=False, server=remote.address, server_secret_file=str(remote.secret_path), server_timeout=timeout

@@ -240,7 +240,7 @@ def test_rollout_serve_refuses_an_open_bind_in_one_line(tmp_path, args, mode, st
 def test_the_secret_is_read_from_a_file_or_the_environment(tmp_path, monkeypatch):
     """A file's secret without its line end; the variable's; neither is None; an auto-started server's secret
     is 43 URL-safe characters (32 random bytes) and new each time."""
-    from grpo_studio.engine.rollout_server import auth
+    from grpo_studio.engine.sampler import auth
 
     monkeypatch.delenv(auth.SECRET_ENV, raising=False)
     path = _secret_file(tmp_path)
@@ -295,7 +295,7 @@ def test_body_limit_is_the_largest_request_of_the_config():
 def test_transport_refuses_a_plan_before_allocating():
     """check_plan against hand-made shapes: a plan whose tensor would take 2**124 elements is refused without
     allocating; a matching one passes."""
-    from grpo_studio.engine.rollout_server import transport
+    from grpo_studio.engine.sampler import transport
 
     shapes = {"a.weight": (4, 2), "b.weight": (3,)}
     transport.check_plan([{"dtype": "bfloat16", "tensors": [("a.weight", [4, 2]), ("b.weight", [3])]}], shapes)

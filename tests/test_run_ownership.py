@@ -67,7 +67,7 @@ def test_a_new_run_into_a_finished_directory_is_one_line_and_changes_nothing(fin
 def test_the_trainer_itself_refuses_a_new_run_there_before_anything_loads(finished, monkeypatch):
     """The engine's own check (the CLI's is only the early one): Trainer(..., resume=False) refuses with the
     same line, loads nothing, writes nothing and leaves no lock."""
-    from grpo_studio.engine import trainer as trainer_mod
+    from grpo_studio.engine.run import trainer as trainer_mod
 
     def must_not_load(*args, **kwargs):
         raise AssertionError("loaded before the run directory was checked")
@@ -203,7 +203,7 @@ def test_a_second_trainer_is_refused_at_once_and_writes_nothing(tmp_path):
 def test_the_trainer_takes_the_lock_before_anything_loads(tmp_path, monkeypatch):
     """A live process holds the lock: Trainer(...) is refused (RunLock) before rewards, data, tokenizer or
     model load, and writes no event."""
-    from grpo_studio.engine import trainer as trainer_mod
+    from grpo_studio.engine.run import trainer as trainer_mod
 
     def must_not_load(*args, **kwargs):
         raise AssertionError("loaded before the lock was taken")

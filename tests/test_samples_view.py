@@ -1,5 +1,5 @@
 """The Samples tab's data and view: samples.jsonl rows carry the group, token counts and which tokens were
-trained (engine/sample_rows.py, checked on real runs of the bundled model against hand counts), the filters
+trained (engine/rollout/sample_rows.py, checked on real runs of the bundled model against hand counts), the filters
 and search by hand, and the real app showing a truncated, masked completion behind the masked gutter."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 
 from grpo_studio.contract import config as cfgmod
 from grpo_studio.contract import rundir
-from grpo_studio.engine.sample_rows import masked_spans
-from grpo_studio.engine.trainer import Trainer
+from grpo_studio.engine.rollout.sample_rows import masked_spans
+from grpo_studio.engine.run.trainer import Trainer
 from grpo_studio.studio.app import StudioApp
 from grpo_studio.studio.widgets import sample_view
 from tests.studio_helpers import anyio_backend, visible_text, wait_until  # noqa: F401

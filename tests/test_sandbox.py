@@ -12,8 +12,8 @@ import sys
 
 import pytest
 
-from grpo_studio.engine.rewards import builtin, sandbox
-from grpo_studio.engine.rewards.builtin import Options
+from grpo_studio.rewards import builtin, sandbox
+from grpo_studio.rewards.builtin import Options
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the sandbox uses Linux namespaces and rlimits")
 
@@ -209,7 +209,7 @@ def test_sandbox_choices_are_refused_in_one_line(sets, message, tmp_path, capfd)
 def test_bwrap_where_it_cannot_run_is_refused_in_one_line(tmp_path, monkeypatch):
     from grpo_studio.contract.config import load
     from grpo_studio.contract.errors import UserError
-    from grpo_studio.engine.rewards import build
+    from grpo_studio.rewards import build
 
     monkeypatch.setenv("PATH", str(tmp_path))  # this machine without bwrap
     sandbox.bwrap_problem.cache_clear()
@@ -227,7 +227,7 @@ def test_bwrap_where_it_cannot_run_is_refused_in_one_line(tmp_path, monkeypatch)
 
 def test_forced_none_is_accepted():
     from grpo_studio.contract.config import load
-    from grpo_studio.engine.rewards import build
+    from grpo_studio.rewards import build
 
     cfg = load("tiny-arith", ['rewards.funcs=["code_exec"]', "rewards.sandbox=none", "rewards.sandbox_force_none=true"])
     ((name, fn),) = build(cfg.rewards)

@@ -22,8 +22,8 @@ import torch
 
 from grpo_studio.contract import config
 from grpo_studio.contract.errors import UserError
-from grpo_studio.engine.grpo_step import GRPOStep
-from grpo_studio.engine.trainer import Trainer
+from grpo_studio.engine.run.trainer import Trainer
+from grpo_studio.engine.train.grpo_step import GRPOStep
 
 # ---- the schedule --------------------------------------------------------------------------------
 

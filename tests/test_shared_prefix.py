@@ -1,4 +1,4 @@
-"""Shared-prefix log-probs (train.shared_prefix, engine/logprobs.py `_shared_prefix_hidden`): each distinct
+"""Shared-prefix log-probs (train.shared_prefix, engine/train/logprobs.py `_shared_prefix_hidden`): each distinct
 prompt run once and its KV cache indexed out to its G completions must give the plain path's log-probs,
 entropies and gradients (oracle: the plain single-pass forward), fp32 to 1e-5, with left-padded prompts of
 different lengths, shuffled rows, LoRA and full fine-tune, materialised and chunked heads; and be refused in
@@ -12,8 +12,8 @@ from prompt_groups import grouped_batch
 
 from grpo_studio.contract import config
 from grpo_studio.contract.precision_plan import resolve
-from grpo_studio.engine.logprobs import prefix_groups, shared_prefix_refusal, token_logprobs
-from grpo_studio.engine.policy_loader import load_policy, resolve_model_path
+from grpo_studio.engine.model.policy_loader import load_policy, resolve_model_path
+from grpo_studio.engine.train.logprobs import prefix_groups, shared_prefix_refusal, token_logprobs
 
 G, T = 3, 9
 
@@ -103,7 +103,7 @@ def test_refusal_names_what_cannot_be_shared(model, line):
 
 def test_on_is_refused_in_one_line_where_it_cannot_be_exact():
     from grpo_studio.contract.errors import UserError
-    from grpo_studio.engine.logprobs import use_shared_prefix
+    from grpo_studio.engine.train.logprobs import use_shared_prefix
 
     model = _tiny("qwen3", attn_implementation="flex_attention")
     ids = torch.ones(2, 20, dtype=torch.long)
@@ -145,7 +145,7 @@ def test_on_with_gradient_checkpointing_exits_2_with_one_line(tmp_path, capsys):
     ids=["long-repeated", "short", "no-repeats"],
 )
 def test_auto_is_on_where_a_long_prompt_repeats(prompt_len, repeats, expected):
-    from grpo_studio.engine.logprobs import use_shared_prefix
+    from grpo_studio.engine.train.logprobs import use_shared_prefix
 
     prompts = torch.arange(3 * prompt_len).view(3, prompt_len).repeat_interleave(repeats, 0)
     ids = torch.cat([prompts, torch.zeros(prompts.shape[0], 4, dtype=torch.long)], 1)
@@ -156,8 +156,8 @@ def test_auto_is_on_where_a_long_prompt_repeats(prompt_len, repeats, expected):
 def test_shared_prefix_runs_in_the_trainer(tmp_path, monkeypatch):
     """Its numbers equal the plain path's (above); here: the trainer takes it for every log-prob pass (zero-advantage
     skipping off, so each pass has every row)."""
-    from grpo_studio.engine import logprobs, zero_advantage
-    from grpo_studio.engine.trainer import Trainer
+    from grpo_studio.engine.run.trainer import Trainer
+    from grpo_studio.engine.train import logprobs, zero_advantage
 
     monkeypatch.setattr(zero_advantage, "skippable", lambda *_: False)
     calls = []

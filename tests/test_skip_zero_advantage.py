@@ -1,4 +1,4 @@
-"""Micro-batches whose rows all have advantage 0 are not trained (engine/zero_advantage.py): their backward is
+"""Micro-batches whose rows all have advantage 0 are not trained (engine/train/zero_advantage.py): their backward is
 skipped, and by default their forward too, with such rows batched apart from the others, after them; the update is
 bitwise the one without skipping.
 
@@ -21,9 +21,9 @@ import pytest
 import torch
 
 from grpo_studio.contract import config, precision_plan
-from grpo_studio.engine import grpo_step, zero_advantage
-from grpo_studio.engine.batching import micro_batches
-from grpo_studio.engine.trainer import Trainer
+from grpo_studio.engine.rollout.batching import micro_batches
+from grpo_studio.engine.run.trainer import Trainer
+from grpo_studio.engine.train import grpo_step, zero_advantage
 
 STEPS, P, G = 2, 4, 4
 SETTINGS = [

@@ -114,7 +114,7 @@ def test_perf_table_shows_mfu_in_percent_and_flags_one_above_the_peak():
     row = {"step": 1, "perf/step_s": 2.0, "perf/trainer_wait_s": 1.0, "perf/sync_s": 0.25, "perf/idle_s": 0.25}
     assert "MFU 32.54%" in split_text([{**row, "perf/mfu": 0.3254}])
     assert "stale" not in split_text([{**row, "perf/mfu": 1.0}])
-    # above 100%: the peak it was divided by is stale (engine/flops.py Peak measures it again); shown as is
+    # above 100%: the peak it was divided by is stale (engine/train/flops.py Peak measures it again); shown as is
     assert "MFU 125% (peak stale)" in split_text([{**row, "perf/mfu": 1.25}])
 
 

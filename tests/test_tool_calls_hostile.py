@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from grpo_studio.engine import tool_calls
-from grpo_studio.engine.tool_calls import Call, EpisodeEnds, parse, plain_messages, plain_text, run_calls
+from grpo_studio.engine.rollout import tool_calls
+from grpo_studio.engine.rollout.tool_calls import Call, EpisodeEnds, parse, plain_messages, plain_text, run_calls
 
 
 def _call(name: str = "add", arguments: str = '{"a": 1, "b": 2}') -> str:

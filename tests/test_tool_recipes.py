@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import pytest
 
+from grpo_studio import rewards
 from grpo_studio.contract import config, environments
-from grpo_studio.engine import data, episodes, rewards, tasks, warmup
-from grpo_studio.engine.policy_loader import load_tokenizer, resolve_model_path
+from grpo_studio.engine.model.policy_loader import load_tokenizer, resolve_model_path
+from grpo_studio.engine.prompts import data, tasks
+from grpo_studio.engine.rollout import episodes
+from grpo_studio.engine.train import warmup
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ from cli_helpers import ENV
 
 from grpo_studio.contract import config, rundir
 from grpo_studio.contract.errors import UserError
-from grpo_studio.engine import trackers
+from grpo_studio.engine.out import trackers
 
 STEPS = 3
 PROJECT = "grpo-studio-test"
@@ -27,7 +27,7 @@ PROJECT = "grpo-studio-test"
 
 @pytest.fixture(scope="module")
 def tracked_run(tmp_path_factory):
-    from grpo_studio.engine.trainer import Trainer
+    from grpo_studio.engine.run.trainer import Trainer
 
     root = tmp_path_factory.mktemp("trackers")
     with pytest.MonkeyPatch.context() as env:
@@ -215,7 +215,7 @@ def test_a_resumed_run_continues_the_same_wandb_and_trackio_runs(tmp_path, monke
     and trackio's one run holds steps 1-3 (resume by name); trackers.json names the W&B id."""
     from trackio.sqlite_storage import SQLiteStorage
 
-    from grpo_studio.engine.trainer import Trainer
+    from grpo_studio.engine.run.trainer import Trainer
 
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_DIR", str(tmp_path))

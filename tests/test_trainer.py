@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from grpo_studio.contract import config
-from grpo_studio.engine.trainer import Trainer
+from grpo_studio.engine.run.trainer import Trainer
 
 SMALL = ["train.prompts_per_step=4", "rollout.num_generations=4"]
 
@@ -141,7 +141,7 @@ def test_sigterm_then_resume_gives_one_gap_free_stream(tmp_path):
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
-    from grpo_studio.engine.policy_loader import resolve_model_path
+    from grpo_studio.engine.model.policy_loader import resolve_model_path
 
     base = AutoModelForCausalLM.from_pretrained(resolve_model_path("tiny-arith"))
     loaded = PeftModel.from_pretrained(base, run / f"checkpoints/step-{steps}")

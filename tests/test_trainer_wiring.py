@@ -2,7 +2,7 @@
 independent computation from the same rollout.
 
 Each test runs real trainer steps on the bundled tiny-arith model at a sampling temperature
-T = 0.7 (every temperature bug is invisible at T = 1) and spies on the names engine/grpo_step.py
+T = 0.7 (every temperature bug is invisible at T = 1) and spies on the names engine/train/grpo_step.py
 imported (`policy_loss`, `mismatch_metrics`, `dlogp_histogram`) and on the sampler, so it sees
 exactly what each one received. The oracles:
 
@@ -24,8 +24,9 @@ import pytest
 import torch
 
 from grpo_studio.contract import algorithms, config
-from grpo_studio.engine import grpo_step, losses, mismatch
-from grpo_studio.engine.trainer import Trainer
+from grpo_studio.engine.precision import mismatch
+from grpo_studio.engine.run.trainer import Trainer
+from grpo_studio.engine.train import grpo_step, losses
 
 TEMP = 0.7
 G = 4

@@ -1,4 +1,4 @@
-"""The Triton log-prob path (engine/logprobs.py `triton_logps`: TRL's `trl.kernels` ChunkedLogProbFunction)
+"""The Triton log-prob path (engine/train/logprobs.py `triton_logps`: TRL's `trl.kernels` ChunkedLogProbFunction)
 against the PyTorch one (ChunkedLogSoftmax): values, entropies and the gradients of hidden states and
 lm_head, under Triton's CPU interpreter (TRITON_INTERPRET=1, set before triton imports, so in a
 subprocess). The kernels run for real: TRL's torch fallbacks for non-CUDA devices are made to raise.
@@ -29,7 +29,7 @@ def refuse(*a, **k):
 
 chunked_logprob._use_triton = lambda device: True
 chunked_logprob._forward_tile = chunked_logprob._backward_tile = refuse
-from grpo_studio.engine.logprobs import fused_logps, triton_logps
+from grpo_studio.engine.train.logprobs import fused_logps, triton_logps
 
 out = {}
 for name, (scale, softcap, tau) in json.loads(sys.argv[1]).items():

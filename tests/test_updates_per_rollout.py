@@ -17,7 +17,7 @@ import torch
 
 from grpo_studio.contract import config
 from grpo_studio.contract.errors import UserError
-from grpo_studio.engine.trainer import Trainer
+from grpo_studio.engine.run.trainer import Trainer
 
 SMALL = [
     "train.prompts_per_step=4",

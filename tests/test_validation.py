@@ -13,8 +13,9 @@ from cli_helpers import run_cli
 
 from grpo_studio.contract import config
 from grpo_studio.contract.errors import UserError
-from grpo_studio.engine import data, policy_loader, prompt_render
-from grpo_studio.engine.rewards import build
+from grpo_studio.engine.model import policy_loader
+from grpo_studio.engine.prompts import data, prompt_render
+from grpo_studio.rewards import build
 
 LONG = "a" * 300  # one path component longer than NAME_MAX (255)
 

@@ -39,7 +39,7 @@ def _cfg(*sets: str) -> config.Config:
 
 @pytest.fixture(scope="module")
 def tok():
-    from grpo_studio.engine.policy_loader import load_tokenizer
+    from grpo_studio.engine.model.policy_loader import load_tokenizer
 
     return load_tokenizer(MODEL)
 
@@ -73,7 +73,7 @@ def step(tok):
 
 
 def test_after_each_sync_the_adapter_path_gives_the_merged_paths_and_the_trainers_log_probs(engines, step):
-    from grpo_studio.engine.weights import export_weights
+    from grpo_studio.engine.model.weights import export_weights
 
     adapter, merged = engines["adapter"], engines["merged"]
     assert adapter.events[-1].startswith("vLLM weight sync: adapter: only the rank-16 LoRA adapter is sent")
@@ -99,10 +99,10 @@ def test_after_each_sync_the_adapter_path_gives_the_merged_paths_and_the_trainer
 
 def test_rollouts_sample_with_the_adapter(engines, step):
     """μ of generated completions is the trainer's π of them: the rollout requests carry the adapter."""
-    from grpo_studio.engine.logprobs import token_logprobs
-    from grpo_studio.engine.policy_loader import load_base
+    from grpo_studio.engine.model.policy_loader import load_base
+    from grpo_studio.engine.model.weights import export_weights
     from grpo_studio.engine.sampler import Sampling
-    from grpo_studio.engine.weights import export_weights
+    from grpo_studio.engine.train.logprobs import token_logprobs
 
     adapter = engines["adapter"]
     step.adamw_step()
@@ -171,7 +171,7 @@ def test_max_lora_rank_is_the_smallest_slot_vllm_takes():
 
 
 def _run(tmp_path, *sets):
-    from grpo_studio.engine.trainer import Trainer
+    from grpo_studio.engine.run.trainer import Trainer
 
     small = ["train.steps=2", "train.prompts_per_step=4", "rollout.num_generations=4", "train.save_every=0"]
     trainer = Trainer(_cfg(*small, "train.eval_every=0", *sets), tmp_path)

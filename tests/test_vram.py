@@ -346,7 +346,7 @@ def test_fsdp_divides_weights_and_state_and_each_rank_trains_its_share():
 
 
 def test_fsdp_full_fine_tune_computes_in_its_dtype_without_autocast_copies():
-    """Full FT bf16 under fsdp (engine/fsdp.py: fp32 master weights sharded, bf16 compute through the
+    """Full FT bf16 under fsdp (engine/model/fsdp.py: fp32 master weights sharded, bf16 compute through the
     mixed-precision policy): 12 B/param state ÷ 2 with no autocast copies; the gathered root + layer in bf16
     plus their fp32 gradients: 6 B/param."""
     card = model_card.load("llama-3.2-1b")
@@ -361,7 +361,7 @@ def test_fsdp_full_fine_tune_computes_in_its_dtype_without_autocast_copies():
 
 
 def test_ddp_keeps_the_whole_model_per_rank_and_adds_the_gradient_all_reduce():
-    """ddp, N = 2: weights and state as N = 1; activations halve; engine/distributed.py's reduce_gradients holds
+    """ddp, N = 2: weights and state as N = 1; activations halve; engine/run/distributed.py's reduce_gradients holds
     8 B per trainable parameter after the backward (a phase of its own: the activations are freed by then)."""
     card = model_card.load("llama-3.2-1b")
     one = vram.estimate(card, parallel_cfg("none", *LLAMA_1B), device="cpu")

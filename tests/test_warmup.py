@@ -1,4 +1,4 @@
-"""The supervised warm-up (engine/warmup.py) against oracles: transformers' own assistant-token mask of the
+"""The supervised warm-up (engine/train/warmup.py) against oracles: transformers' own assistant-token mask of the
 conversation, a hand computation of the cross-entropy, the trainer's first step sampled by the warmed-up
 weights (mismatch k3 at fp32 rounding), and one-line refusals. SmolLM2's real tokenizer; a tiny Llama for
 the training."""
@@ -15,10 +15,12 @@ from grpo_studio.contract import bundled, config
 from grpo_studio.contract.environments import load as load_env
 from grpo_studio.contract.environments import schemas
 from grpo_studio.contract.errors import UserError
-from grpo_studio.engine import episodes, tasks, warmup
-from grpo_studio.engine.policy_loader import load_tokenizer, resolve_model_path
-from grpo_studio.engine.prompt_render import render_ids
-from grpo_studio.engine.trainer import Trainer
+from grpo_studio.engine.model.policy_loader import load_tokenizer, resolve_model_path
+from grpo_studio.engine.prompts import tasks
+from grpo_studio.engine.prompts.prompt_render import render_ids
+from grpo_studio.engine.rollout import episodes
+from grpo_studio.engine.run.trainer import Trainer
+from grpo_studio.engine.train import warmup
 
 TOOLS_TEMPLATE = (bundled.PRESETS / "templates" / "chatml_tools.jinja").read_text()
 

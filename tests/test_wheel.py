@@ -164,7 +164,7 @@ def test_the_installed_wheel_is_what_runs(venv, tmp_path):
             [
                 "import importlib.metadata as md, importlib.util, json, sys",
                 "import grpo_studio, grpo_studio.engine, grpo_studio.cli.main",
-                "import grpo_studio.engine.rollout_server.http_api as app, grpo_studio.engine.rollout_server.transport",
+                "import grpo_studio.engine.rollout_server.http_api as app, grpo_studio.engine.sampler.transport",
                 "from grpo_studio.contract import bundled",
                 "dist = md.distribution('grpo-studio')",
                 "print(json.dumps({'path': list(grpo_studio.__path__), 'engine': grpo_studio.engine.__file__,",

@@ -12,7 +12,7 @@ DTYPES = ("bf16", "fp16")
 def train(root: Path) -> dict[str, Path]:
     """bf16 and fp16 runs of the bundled model, TRAINED_STEPS steps each, eval every 2 steps."""
     from grpo_studio.contract import config
-    from grpo_studio.engine.trainer import Trainer
+    from grpo_studio.engine.run.trainer import Trainer
 
     runs = {}
     for dtype in DTYPES:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Literal
 
-from grpo_studio.contract.dtypes import DTYPES
+from ..dtypes import DTYPES
 
 GIB = 2**30
 # When a row's memory is live: the whole run, while sampling, during the forward/backward, after the backward
@@ -21,7 +21,7 @@ BYTES = {name: d.train_bytes for name, d in DTYPES.items()}  # trainer storage p
 ROLLOUT_BYTES = {name: d.rollout_bytes for name, d in DTYPES.items()}  # rollout weight / KV element
 NF4_BLOCK = 64  # bitsandbytes 4-bit: one absmax scale per 64 weights
 NF4_NESTED_BLOCK = 256  # double quantisation: the absmax scales in uint8, one fp32 scale per 256 of them
-LOGPROB_CHUNK_ROWS = 8  # engine/logprobs.py token_logprobs(chunk_rows=8)
+LOGPROB_CHUNK_ROWS = 8  # engine/train/logprobs.py token_logprobs(chunk_rows=8)
 CUDA_CONTEXT_GIB = 0.5  # CUDA context + cuBLAS workspace, typical for torch on recent GPUs
 ALLOCATOR_MARGIN = 0.05  # caching-allocator fragmentation, share of the tensor total
 VLLM_HEADROOM = 1.2  # rollout.gpu_memory_utilization = auto: the need for one rollout, plus 20% ...

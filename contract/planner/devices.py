@@ -1,10 +1,10 @@
 """The VRAM planner's accurate mode, device by device (docs/vram.md, "Devices").
 
-  training ranks   `world_size` processes of `train --nproc N` (engine/distributed.py), each on its own device
+  training ranks   `world_size` processes of `train --nproc N` (engine/run/distributed.py), each on its own device
                    and its share of the step's prompts: activations, logits and the hf rollout's KV cache are
                    those of its rows. train.parallel = ddp: every rank holds the whole model and its full
                    trainable state, and after the backward the gradient all-reduce's fp32 buffers. fsdp
-                   (FSDP2 fully_shard, engine/fsdp.py): weights and trainable state are divided among the
+                   (FSDP2 fully_shard, engine/model/fsdp.py): weights and trainable state are divided among the
                    ranks; the root unit is gathered whole for the forward and backward, each layer in turn.
   rollout devices  rollout.colocate = false: vLLM runs in `grpo-studio rollout-serve` on a device of its own
                    (one shared server with rollout.server, else one started by each rank), holding
@@ -15,12 +15,12 @@ Pure python, like contract/planner/vram.py.
 
 from __future__ import annotations
 
-from grpo_studio.contract import backend
-from grpo_studio.contract.config import Config, check_processes
-from grpo_studio.contract.dtypes import DTYPES
-from grpo_studio.contract.model_card import Card
-from grpo_studio.contract.planner.breakdown import ALLOCATOR_MARGIN, BYTES, GIB, Device, Row, _g, _n, phase_peak
-from grpo_studio.contract.planner.vram import accurate, vllm_need, vllm_row
+from .. import backend
+from ..config import Config, check_processes
+from ..dtypes import DTYPES
+from ..model_card import Card
+from .breakdown import ALLOCATOR_MARGIN, BYTES, GIB, Device, Row, _g, _n, phase_peak
+from .vram import accurate, vllm_need, vllm_row
 
 
 def plan(card: Card, cfg: Config, gpu_gib: float | None, device: str, world_size: int) -> tuple[list[Device], str]:
@@ -44,7 +44,7 @@ def plan(card: Card, cfg: Config, gpu_gib: float | None, device: str, world_size
 
 
 def gathered_weights(card: Card, cfg: Config) -> tuple[float, str]:
-    """What FSDP2 holds unsharded during the forward and backward (engine/fsdp.py: fully_shard on each decoder
+    """What FSDP2 holds unsharded during the forward and backward (engine/model/fsdp.py: fully_shard on each decoder
     layer, then the root): the root's parameters (embeddings, lm_head, final norm), which FSDP2 does not
     reshard after the forward, and one decoder layer's at a time; in the dtype they compute in (LoRA: as
     stored; full FT: model.dtype through the mixed-precision policy). A full fine-tune also holds their
@@ -61,13 +61,13 @@ def gathered_weights(card: Card, cfg: Config) -> tuple[float, str]:
 
 
 def allreduce_bytes(card: Card, cfg: Config) -> tuple[float, str]:
-    """engine/distributed.py reduce_gradients: every grad times its rank's weight in fp32, then one flat fp32
+    """engine/run/distributed.py reduce_gradients: every grad times its rank's weight in fp32, then one flat fp32
     bucket of them all for the all-reduce: 8 B per trainable parameter at once, after the backward."""
     m = cfg.model
     n = card.lora_params(m.lora_rank, m.lora_target_modules) if m.lora_rank > 0 else card.total_params()
     return _g(
         8.0 * n
-    ), f"{_n(n)} trainable params · 8 B (weighted fp32 grads + the flat fp32 bucket, engine/distributed.py)"
+    ), f"{_n(n)} trainable params · 8 B (weighted fp32 grads + the flat fp32 bucket, engine/run/distributed.py)"
 
 
 def device_total(rows: list[Row], overlap: bool, device: str) -> float:

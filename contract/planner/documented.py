@@ -3,10 +3,10 @@ GRPO"), as published (docs/vram.md). Pure python, like contract/planner/vram.py.
 
 from __future__ import annotations
 
-from grpo_studio.contract import backend
-from grpo_studio.contract.config import Config
-from grpo_studio.contract.model_card import Card
-from grpo_studio.contract.planner.breakdown import Row, _g
+from .. import backend
+from ..config import Config
+from ..model_card import Card
+from .breakdown import Row, _g
 
 # Unsloth's published "Training Memory Cost" for Llama 3.1 8B, 20K context, 8 generations.
 # No derivation is published; the planner takes them as the doc's inputs.

@@ -15,10 +15,10 @@ import copy
 import os
 from dataclasses import dataclass, field
 
-from grpo_studio.contract import model_card
-from grpo_studio.contract.config import Config
-from grpo_studio.contract.errors import UserError
-from grpo_studio.contract.planner import breakdown, vram
+from .. import model_card
+from ..config import Config
+from ..errors import UserError
+from . import breakdown, vram
 
 GIB = 2**30
 SUGGEST_KEYS = ("num_generations", "max_completion_len")  # what the planner may shrink, in this order

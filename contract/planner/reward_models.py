@@ -1,4 +1,4 @@
-"""The VRAM planner's rows for reward models (rewards.funcs "rm:PATH", engine/rewards/reward_model.py): each is
+"""The VRAM planner's rows for reward models (rewards.funcs "rm:PATH", rewards/reward_model.py): each is
 loaded on the trainer's device, in the dtype it was saved in, and kept for the run. Pure python."""
 
 from __future__ import annotations
@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from grpo_studio.contract import model_card
-from grpo_studio.contract.errors import UserError
+from .. import model_card
+from ..errors import UserError
 
-PREFIX = "rm:"  # engine/rewards/reward_model.py PREFIX
+PREFIX = "rm:"  # rewards/reward_model.py PREFIX
 SAVED_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 

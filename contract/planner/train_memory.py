@@ -7,16 +7,19 @@ Pure python, like contract/planner/vram.py.
 
 from __future__ import annotations
 
-from grpo_studio.contract.config import Config, check_processes
-from grpo_studio.contract.dtypes import low_precision
-from grpo_studio.contract.model_card import Card
-from grpo_studio.contract.planner.breakdown import BYTES, LOGPROB_CHUNK_ROWS, NF4_BLOCK, NF4_NESTED_BLOCK, _n
+from ..config import Config, check_processes
+from ..dtypes import low_precision
+from ..model_card import Card
+from .breakdown import BYTES, LOGPROB_CHUNK_ROWS, NF4_BLOCK, NF4_NESTED_BLOCK, _n
 
 
 def weight_bytes(card: Card, cfg: Config) -> tuple[float, str]:
     m, P = cfg.model, card.total_params()
     if m.lora_rank == 0:
-        return 4.0 * P, f"{_n(P)} params · 4 B (full fine-tune keeps fp32 master weights, engine/policy_loader.py)"
+        return (
+            4.0 * P,
+            f"{_n(P)} params · 4 B (full fine-tune keeps fp32 master weights, engine/model/policy_loader.py)",
+        )
     b = BYTES[m.dtype]
     if m.load_in_4bit:
         return nf4_model_bytes(card, cfg, m.dtype)
@@ -24,7 +27,7 @@ def weight_bytes(card: Card, cfg: Config) -> tuple[float, str]:
 
 
 def nf4_model_bytes(card: Card, cfg: Config, dtype: str) -> tuple[float, str]:
-    """A 4-bit base as bitsandbytes allocates it (engine/policy_loader.quantization): each decoder linear
+    """A 4-bit base as bitsandbytes allocates it (engine/model/policy_loader.quantization): each decoder linear
     of n weights holds n/2 B of NF4 codes, one absmax per 64-weight block (fp32; with model.double_quant
     uint8 plus one fp32 per 256 of them, an fp32 offset and that level's 256-entry fp32 code table) and the
     16-entry fp32 NF4 table; everything else (embeddings, lm_head, norms, MoE experts, which are not
@@ -52,7 +55,7 @@ def nf4_model_bytes(card: Card, cfg: Config, dtype: str) -> tuple[float, str]:
 
 def train_state_bytes(card: Card, cfg: Config, shards: int = 1) -> tuple[str, float, str]:
     """Trainable parameters' fp32 state; FSDP2 keeps 1/`shards` of it on each rank, and a full fine-tune computes
-    in model.dtype through its mixed-precision policy instead of autocast's weight copies (engine/fsdp.py)."""
+    in model.dtype through its mixed-precision policy instead of autocast's weight copies (engine/model/fsdp.py)."""
     m, P = cfg.model, card.total_params()
     per = f" ÷ {shards} (FSDP2: each rank holds its shard)" if shards > 1 else ""
     if m.lora_rank > 0:
@@ -128,14 +131,14 @@ def per_layer_token_bytes(card: Card, cfg: Config, device: str, seq: int) -> tup
 
 
 def rank_prompts(cfg: Config, world_size: int = 1) -> int:
-    """Prompts per step on one rank: each rank samples its contiguous share (engine/distributed.py shard)."""
+    """Prompts per step on one rank: each rank samples its contiguous share (engine/run/distributed.py shard)."""
     check_processes(cfg, world_size, kind="vram")
     return cfg.train.prompts_per_step // world_size
 
 
 def train_rows(cfg: Config, world_size: int = 1) -> int:
     """Sequences in one forward/backward on one rank: train.micro_batch_size, or under train.micro_batch_tokens
-    as many full-length rows as the budget holds (engine/batching.py: rows × the longest row <= budget; a
+    as many full-length rows as the budget holds (engine/rollout/batching.py: rows × the longest row <= budget; a
     row wider than the budget goes alone), or the rank's whole step batch."""
     t, r = cfg.train, cfg.rollout
     batch = rank_prompts(cfg, world_size) * r.num_generations
@@ -197,7 +200,7 @@ def logits_bytes(card: Card, cfg: Config, world_size: int = 1) -> tuple[float, s
     return total, (
         f"materialised over completion tokens (logits_to_keep): {_rows_text(cfg, B)} · {c + 1} tok · "
         f"{V} vocab · (4 B fp32 log-softmax saved + {a} B logits/grad) + 2 fp32 chunk temporaries "
-        f"({chunk} rows, engine/logprobs.py)"
+        f"({chunk} rows, engine/train/logprobs.py)"
     )
 
 

@@ -7,7 +7,7 @@ re-exported here.
 Two modes (formulas and sources in docs/vram.md):
   documented  Unsloth's GRPO memory arithmetic (unsloth.ai/blog/grpo, "Long-context GRPO"), as published
               (contract/planner/documented.py).
-  accurate    from the architecture, following what this engine does (engine/policy_loader.py, logprobs.py,
+  accurate    from the architecture, following what this engine does (engine/model/policy_loader.py, logprobs.py,
               trainer.py); checked against real training steps by `grpo-studio bench vram-accuracy`.
 
 Accurate mode plans every device of the run (contract/planner/devices.py): `world_size` training ranks
@@ -21,11 +21,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from grpo_studio.contract import backend
-from grpo_studio.contract.config import AUTO, Config
-from grpo_studio.contract.errors import UserError
-from grpo_studio.contract.model_card import Card
-from grpo_studio.contract.planner.breakdown import (  # noqa: F401 - a plan's parts, re-exported
+from .. import backend
+from ..config import AUTO, Config
+from ..errors import UserError
+from ..model_card import Card
+from .breakdown import (  # noqa: F401 - a plan's parts, re-exported
     ALLOCATOR_MARGIN,
     BYTES,
     CUDA_CONTEXT_GIB,
@@ -44,8 +44,8 @@ from grpo_studio.contract.planner.breakdown import (  # noqa: F401 - a plan's pa
     _n,
     phase_peak,
 )
-from grpo_studio.contract.planner.reward_models import reward_model_rows
-from grpo_studio.contract.planner.train_memory import (  # noqa: F401 - one rank's formulas, re-exported
+from .reward_models import reward_model_rows
+from .train_memory import (  # noqa: F401 - one rank's formulas, re-exported
     activation_bytes,
     logits_bytes,
     nf4_model_bytes,
@@ -205,7 +205,7 @@ def estimate(
     world_size: int = 1,
 ) -> Breakdown:
     """The plan of every device (Breakdown.devices); `gpu_gib` is the size of each device (all alike)."""
-    from grpo_studio.contract.planner import devices, documented  # both build on this module's rows
+    from . import devices, documented  # both build on this module's rows
 
     if mode not in MODES:
         raise UserError(kind="vram", key="--mode", value=mode, allowed=MODES)

@@ -31,15 +31,15 @@ from typing import Literal
 import torch
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, model_validator
 
-from grpo_studio.contract.config_bounds import (
+from ...contract.config_bounds import (
     MAX_GENERATIONS,
     MAX_SECONDS,
     MAX_SEQUENCES,
     MAX_TOKENS,
     VLLM_MAX_TEMPERATURE,
 )
-from grpo_studio.engine.rollout_server import auth, transport
-from grpo_studio.engine.sampler.base import Sampling
+from ..sampler import auth, transport
+from ..sampler.base import Sampling
 
 MIN_BODY, MAX_BODY = 16 * 2**20, 2**30  # bytes: any update plan or score request fits 16 MiB; 1 GiB at most
 STRICT = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
@@ -142,7 +142,7 @@ def body_limit(cfg) -> int:
     rollout's prompts, or the eval's held-out rows; each one row per completion with an environment) of
     prompt + completion ids at 8 JSON bytes each; never under MIN_BODY (update plans, score requests) nor over
     MAX_BODY, which an eval split of unknown size (data.eval_split) gets."""
-    from grpo_studio.engine import data
+    from ..prompts import data
 
     r, t = cfg.rollout, cfg.train
     if cfg.data.eval_split:
@@ -245,7 +245,7 @@ class Server:
         return self.version
 
     def info(self) -> dict:
-        from grpo_studio.engine import __version__
+        from .. import __version__
 
         return {
             "vllm": self.backend.version,
@@ -327,3 +327,34 @@ def build_app(server: Server, secret: str | None, max_body: int):
         return server.update_weights(req.version, [chunk.model_dump() for chunk in req.plan])
 
     return auth.Guard(app, secret, max_body)
+
+
+def serve(cfg, host: str, port: int, secret: str | None) -> int:
+    """Build the vLLM engine the config names and answer on http://host:port until stopped (checked arguments:
+    cli/rollout_serve_cmd.py, or the trainer's own child, __main__.py)."""
+    import uvicorn
+
+    from ...contract.precision_plan import resolve
+    from ..model import policy_loader
+    from ..sampler import make_sampler
+
+    model_path = policy_loader.resolve_model_path(cfg.model.name)
+    tokenizer = policy_loader.load_tokenizer(model_path)
+
+    def say(kind, message, **_):
+        print(f"{kind}: {message}", flush=True)
+
+    backend = make_sampler(cfg, model_path, tokenizer, resolve(cfg), emit_event=say, local=True)
+    server = Server(backend, torch.device("cpu" if backend.on_cpu else "cuda"), Served.of(backend))
+    print(f"rollout server: {cfg.model.name} on http://{host}:{port}", flush=True)
+    if secret is None:
+        print(
+            f"warning: no secret ({auth.SECRET_ENV} or --secret-file): any user of this machine can drive this server",
+            flush=True,
+        )
+    try:
+        uvicorn.run(build_app(server, secret, body_limit(cfg)), host=host, port=port, log_level="warning")
+    finally:
+        backend.close()
+    print("rollout server stopped", file=sys.stderr, flush=True)
+    return 0

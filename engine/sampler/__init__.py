@@ -6,13 +6,17 @@ vllm_backend   vLLM's offline engine, in-process, colocated with the trainer
 vllm_sync      weight sync into a live vLLM engine; the simulated FP8 rollout
 vllm_lora      the adapter-only weight sync: vLLM's LoRA serves the trainer's adapter (rollout.vllm_sync)
 remote         the client of a rollout server (rollout.colocate = false)
+auth           the rollout server's guard, shared by client and server: the secret, the body limit
+transport      the weight transport between trainer and rollout server (a torch.distributed group)
+
+May import: contract, engine.prompts, engine.precision, engine.model.
 """
 
 from __future__ import annotations
 
-from grpo_studio.contract import backend
-from grpo_studio.contract.errors import UserError
-from grpo_studio.engine.sampler.base import Rollout, Sampler, Sampling
+from ...contract import backend
+from ...contract.errors import UserError
+from .base import Rollout, Sampler, Sampling
 
 
 def make_sampler(cfg, model_path: str, tokenizer, plan, emit_event=None, local: bool = False, log_dir=None) -> Sampler:
@@ -21,7 +25,7 @@ def make_sampler(cfg, model_path: str, tokenizer, plan, emit_event=None, local: 
     of a rollout server (remote.py; an auto-started one logs into log_dir) unless `local` (the server's own
     engine)."""
     if not cfg.rollout.colocate and not local:
-        from grpo_studio.engine.sampler.remote import RemoteSampler
+        from .remote import RemoteSampler
 
         return RemoteSampler(cfg, plan, log_dir=log_dir, emit_event=emit_event)
     name, problem = backend.resolve(cfg.rollout.backend, _vllm_problem, cfg.model.load_in_4bit)
@@ -30,12 +34,12 @@ def make_sampler(cfg, model_path: str, tokenizer, plan, emit_event=None, local: 
     if problem and emit_event:
         emit_event("warning", f"rollout.backend = 'auto': vLLM unavailable ({problem}); using hf")
     if name == "vllm":
-        from grpo_studio.engine.sampler.vllm_backend import VLLMBackend
+        from .vllm_backend import VLLMBackend
 
         backend.refuse_vllm_dtype(model_type(model_path), cfg)
 
         return VLLMBackend(cfg, model_path, tokenizer, plan, emit_event=emit_event, run_dir=log_dir)
-    from grpo_studio.engine.sampler.hf import HFBackend
+    from .hf import HFBackend
 
     return HFBackend(model_path, tokenizer, plan, cfg.model)
 
@@ -49,7 +53,7 @@ def model_type(model_path: str) -> str:
 
 
 def _vllm_problem() -> str | None:
-    from grpo_studio.engine.sampler import vllm_backend  # sets vLLM's environment before it loads
+    from . import vllm_backend  # sets vLLM's environment before it loads
 
     return vllm_backend.unavailable_reason()
 

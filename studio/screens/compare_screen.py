@@ -11,11 +11,11 @@ from textual.containers import Grid
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Static
 
-from grpo_studio.contract import metrics
-from grpo_studio.contract.metrics import fmt
-from grpo_studio.studio.panels import PANELS
-from grpo_studio.studio.rundata import RunData
-from grpo_studio.studio.widgets.metric_chart import COLORS, Line, MetricChart
+from ...contract import metrics
+from ...contract.metrics import fmt
+from ..panels import PANELS
+from ..rundata import RunData
+from ..widgets.metric_chart import COLORS, Line, MetricChart
 
 COMPARE_PANELS = ["reward", "k3", "loss", "dp_max"]
 

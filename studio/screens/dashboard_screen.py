@@ -15,19 +15,19 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Label, ProgressBar, RichLog, Static, TabbedContent, TabPane
 
-from grpo_studio.contract import metrics
-from grpo_studio.contract.dtypes import DTYPES
-from grpo_studio.contract.errors import UserError
-from grpo_studio.contract.metrics import fmt
-from grpo_studio.studio import hardware, lag, launcher
-from grpo_studio.studio.messages import AskUser, DuplicateRun, ExportModel, ExportReport, ForkRun, GoBack, ShowRuns
-from grpo_studio.studio.panels import PANELS, TABS, histogram_bars, histogram_title
-from grpo_studio.studio.rundata import RunData
-from grpo_studio.studio.screens.modals import Confirm
-from grpo_studio.studio.widgets import perf_tables
-from grpo_studio.studio.widgets.doctor_panel import DoctorPanel
-from grpo_studio.studio.widgets.metric_chart import MetricChart
-from grpo_studio.studio.widgets.samples_panel import SamplesPanel
+from ...contract import metrics
+from ...contract.dtypes import DTYPES
+from ...contract.errors import UserError
+from ...contract.metrics import fmt
+from .. import hardware, lag, launcher
+from ..messages import AskUser, DuplicateRun, ExportModel, ExportReport, ForkRun, GoBack, ShowRuns
+from ..panels import PANELS, TABS, histogram_bars, histogram_title
+from ..rundata import RunData
+from ..widgets import perf_tables
+from ..widgets.doctor_panel import DoctorPanel
+from ..widgets.metric_chart import MetricChart
+from ..widgets.samples_panel import SamplesPanel
+from .modals import Confirm
 
 EVENT_STYLE = {
     "warning": "yellow",
@@ -156,7 +156,7 @@ class DashboardScreen(Screen):
 
     def _estimate(self) -> None:
         try:
-            from grpo_studio.studio import vram_adapter
+            from .. import vram_adapter
 
             cfg = launcher.load_run_config(self.run.dir)
             plan = vram_adapter.plan(cfg, "accurate", solve=False)

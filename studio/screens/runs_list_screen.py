@@ -13,10 +13,10 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 
-from grpo_studio.contract import rundir
-from grpo_studio.contract.metrics import fmt
-from grpo_studio.studio.messages import CompareRuns, DuplicateRun, ExportModel, OpenRun, ShowSetup
-from grpo_studio.studio.screens.dashboard_screen import STATE_STYLE
+from ...contract import rundir
+from ...contract.metrics import fmt
+from ..messages import CompareRuns, DuplicateRun, ExportModel, OpenRun, ShowSetup
+from .dashboard_screen import STATE_STYLE
 
 
 class RunsScreen(Screen):

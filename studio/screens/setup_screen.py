@@ -15,16 +15,16 @@ from textual.reactive import reactive
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Input, Label, Select, SelectionList, Static
 
-from grpo_studio.contract import algorithms
-from grpo_studio.contract import config as cfgmod
-from grpo_studio.contract.config import Config
-from grpo_studio.contract.dtypes import DTYPES
-from grpo_studio.contract.errors import UserError, show
-from grpo_studio.studio import hardware, models, vram_adapter
-from grpo_studio.studio.messages import AskUser, LaunchRequested
-from grpo_studio.studio.rewards_info import builtin_rewards
-from grpo_studio.studio.widgets.reward_list import RewardList
-from grpo_studio.studio.widgets.vram_panel import VramPanel
+from ...contract import algorithms
+from ...contract import config as cfgmod
+from ...contract.config import Config
+from ...contract.dtypes import DTYPES
+from ...contract.errors import UserError, show
+from .. import hardware, models, vram_adapter
+from ..messages import AskUser, LaunchRequested
+from ..rewards_info import builtin_rewards
+from ..widgets.reward_list import RewardList
+from ..widgets.vram_panel import VramPanel
 
 DTYPE_HINTS = {name: d.hint for name, d in DTYPES.items()}
 
@@ -313,8 +313,8 @@ class SetupScreen(Screen):
     def action_launch(self, rehearse: bool = False) -> None:
         """Launch after the pre-flight check (contract/planner/preflight.py); a run it refuses launches only
         when the user answers yes to "launch anyway"."""
-        from grpo_studio.contract.planner import preflight
-        from grpo_studio.studio.screens.modals import Confirm
+        from ...contract.planner import preflight
+        from .modals import Confirm
 
         cfg = self.valid_config()
         if cfg is None:
@@ -332,7 +332,7 @@ class SetupScreen(Screen):
         self.post_message(AskUser(Confirm(f"Pre-flight: {verdict.message}. Launch anyway?"), done))
 
     def action_save(self) -> None:
-        from grpo_studio.studio.screens.modals import PathPrompt
+        from .modals import PathPrompt
 
         def done(path: str | None) -> None:
             if path:
@@ -344,7 +344,7 @@ class SetupScreen(Screen):
         self.post_message(AskUser(PathPrompt("Save setup as TOML", "setup.toml"), done))
 
     def action_load(self) -> None:
-        from grpo_studio.studio.screens.modals import PathPrompt
+        from .modals import PathPrompt
 
         def done(path: str | None) -> None:
             if path:

@@ -12,8 +12,8 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import DataTable, Static
 
-from grpo_studio.contract.diagnosis import Finding, read_run
-from grpo_studio.contract.diagnosis_rules import findings, healthy_line
+from ...contract.diagnosis import Finding, read_run
+from ...contract.diagnosis_rules import findings, healthy_line
 
 READ_EVERY_S = 10.0  # a live run's files are read again at most this often (samples.jsonl grows large)
 FORK_HINT = "f: fork this run with the suggested change (the config diff is shown first)"

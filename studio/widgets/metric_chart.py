@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 from textual_plotext import PlotextPlot
 
-from grpo_studio.contract.metrics import fmt
-from grpo_studio.studio.widgets import chart_axes
+from ...contract.metrics import fmt
+from . import chart_axes
 
 # Named colours plotext maps onto the 16-colour palette, so charts read in plain terminals too.
 COLORS = ["cyan", "magenta", "green", "yellow", "blue", "red", "white"]

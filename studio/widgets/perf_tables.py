@@ -9,10 +9,10 @@ from dataclasses import dataclass
 
 from rich.table import Table
 
-from grpo_studio.contract import metrics
-from grpo_studio.contract.metrics import fmt
-from grpo_studio.studio.rundata import RunData
-from grpo_studio.studio.widgets.metric_chart import percent
+from ...contract import metrics
+from ...contract.metrics import fmt
+from ..rundata import RunData
+from .metric_chart import percent
 
 MFU = "perf/mfu"
 WAIT, SYNC, IDLE = "perf/trainer_wait_s", "perf/sync_s", "perf/idle_s"

@@ -2,7 +2,7 @@
 
 A one-completion row: the prompt exactly as the model saw it, then the completion.
 
-A multi-turn row (an "episode" key, engine/episodes.py) shows the episode turn by turn, readable without
+A multi-turn row (an "episode" key, engine/rollout/episodes.py) shows the episode turn by turn, readable without
 colour. Every turn starts with a header line that says whether its tokens were trained:
 
     ▶ model · trained               then each of its lines behind "┃ "
@@ -15,7 +15,7 @@ stripped into a label), and every line break is kept (an empty gutter line is an
 e.g. the newline an environment turn starts with), so what was masked is exactly what is shown. Colour
 (green trained, dim masked) only repeats what the markers already say.
 
-A one-completion row written with its token counts (engine/sample_rows.py) shows the completion behind the
+A one-completion row written with its token counts (engine/rollout/sample_rows.py) shows the completion behind the
 same gutters: "┃ " when its tokens were trained, "│ " when none were (e.g. cut at max_completion_len with
 algo.mask_truncated_completions), and ⟦ ⟧ around the text of tokens left out of an otherwise trained one.
 Above it, one line: the step, the group (its size and reward range), the advantage and each reward.
@@ -27,8 +27,8 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from grpo_studio.contract.diagnosis import no_signal  # the doctor's zero-variance group
-from grpo_studio.contract.metrics import fmt
+from ...contract.diagnosis import no_signal  # the doctor's zero-variance group
+from ...contract.metrics import fmt
 
 TRAINED_GUTTER, MASKED_GUTTER = "┃ ", "│ "
 TRAINED_STYLE, MASKED_STYLE = "green", "dim"

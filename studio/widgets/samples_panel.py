@@ -9,9 +9,9 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import DataTable, Input, Static
 
-from grpo_studio.contract.metrics import fmt
-from grpo_studio.studio.rundata import RunData
-from grpo_studio.studio.widgets import sample_view
+from ...contract.metrics import fmt
+from ..rundata import RunData
+from . import sample_view
 
 
 class SamplesPanel(Vertical):

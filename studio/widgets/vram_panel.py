@@ -8,7 +8,7 @@ from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
 
-from grpo_studio.studio.vram_adapter import Plan
+from ..vram_adapter import Plan
 
 
 def render_plan(plan: Plan, gpu_label: str, width: int = 0) -> Group | Text:

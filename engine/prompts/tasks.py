@@ -1,0 +1,227 @@
+"""Built-in tasks for chat models, generated offline (pure python, seeded): data.source = builtin:NAME.
+
+    builtin:chat-arith     "What is 7 + 4? Reply with only the number."  answer "11"
+                           every a + b with a, b in 0..20 (441 rows)
+    builtin:word-problems  GSM8K-shaped one- and two-step word problems (2,000 rows): `question`, and
+                           `answer` = a worked solution ending in "#### N", read as GSM8K is
+                           (the reasoning system prompt, the built-in GSM8K rewards)
+    builtin:tool-arith     "What is (47 * 86) + 512? Use the calculator, then reply with only the number."
+                           answer "4554": a two-digit product plus or minus a 3-digit number, a sum times a
+                           two-digit number, or two products added, too big for a small model's head
+                           (2,000 rows; env.environment = "calculator")
+    builtin:lookup         "In what year was Drathvou Tordrein born? Use the lookup tool, then reply with only
+                           the year." answer "1892", and the town variant: the 200 invented people of
+                           presets/environments/lookup.py (400 rows; env.environment = "lookup")
+    builtin:guess-number   "Guess the number." with a `secret` column (1..50), answer the secret
+                           (500 rows; env.environment = "guess_number", whose messages are the real prompt)
+
+Whole conversations for the supervised warm-up (warmup.source), a `messages` column each: the question, one
+tool call, the real tool's result and the answer:
+    builtin:tool-arith-demos  500 expressions of builtin:tool-arith's kinds, from another seed
+    builtin:lookup-demos      400 questions about 200 other invented people, none of them in the lookup table
+
+builtin:arith, the bundled tiny model's task, lives in engine/prompts/arith.py. Held-out rows: data.eval_size
+(auto: 200), a seeded slice as for a file.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import random
+
+from ...contract import bundled
+
+SEED = 20_261_125
+NAMES = [
+    "Ava",
+    "Ben",
+    "Chloe",
+    "Dan",
+    "Emma",
+    "Finn",
+    "Grace",
+    "Hugo",
+    "Isla",
+    "Jack",
+    "Lena",
+    "Omar",
+    "Priya",
+    "Sam",
+    "Tara",
+    "Yusuf",
+]
+THINGS = ["apples", "pencils", "stickers", "marbles", "books", "cookies", "stamps", "shells", "cards", "coins"]
+
+
+def chat_arith() -> list[dict]:
+    return [
+        {"prompt": f"What is {a} + {b}? Reply with only the number.", "answer": str(a + b)}
+        for a in range(21)
+        for b in range(21)
+    ]
+
+
+def _problem(rng: random.Random) -> tuple[str, str, int]:
+    """(question, worked solution, answer) of one word problem."""
+    name, other = rng.sample(NAMES, 2)
+    thing = rng.choice(THINGS)
+    kind = rng.randrange(5)
+    if kind == 0:
+        a, b = rng.randint(2, 60), rng.randint(2, 40)
+        return (
+            f"{name} has {a} {thing}. {other} gives {name} {b} more. How many {thing} does {name} have now?",
+            f"{name} starts with {a} {thing} and gets {b} more, so {a} + {b} = {a + b}.",
+            a + b,
+        )
+    if kind == 1:
+        a = rng.randint(10, 90)
+        b = rng.randint(1, a - 1)
+        return (
+            f"{name} had {a} {thing} and gave {b} of them to {other}. How many {thing} does {name} have left?",
+            f"{name} gives away {b} of {a} {thing}, so {a} - {b} = {a - b}.",
+            a - b,
+        )
+    if kind == 2:
+        a, b = rng.randint(2, 12), rng.randint(2, 12)
+        return (
+            f"{name} fills {a} bags with {b} {thing} each. How many {thing} are in the bags altogether?",
+            f"{a} bags of {b} {thing} hold {a} * {b} = {a * b}.",
+            a * b,
+        )
+    if kind == 3:
+        b, q = rng.randint(2, 9), rng.randint(2, 12)
+        return (
+            f"{name} shares {b * q} {thing} equally among {b} friends. How many {thing} does each friend get?",
+            f"{b * q} {thing} shared by {b} friends is {b * q} / {b} = {q} each.",
+            q,
+        )
+    a, b, c = rng.randint(5, 40), rng.randint(2, 30), rng.randint(1, 20)
+    c = min(c, a + b - 1)
+    return (
+        f"{name} has {a} {thing}, buys {b} more, then gives {c} to {other}. How many {thing} does {name} have now?",
+        f"After buying, {name} has {a} + {b} = {a + b}. After giving {c} away, {a + b} - {c} = {a + b - c}.",
+        a + b - c,
+    )
+
+
+def word_problems(count: int = 2000) -> list[dict]:
+    rng = random.Random(SEED)
+    rows = []
+    for _ in range(count):
+        question, solution, answer = _problem(rng)
+        rows.append({"question": question, "answer": f"{solution}\n#### {answer}"})
+    return rows
+
+
+def _expression(rng: random.Random) -> tuple[str, int]:
+    """One 2-3 step integer expression and its value (never negative)."""
+    kind = rng.randrange(4)
+    a, b = rng.randint(12, 99), rng.randint(12, 99)
+    if kind == 0:
+        c = rng.randint(100, 999)
+        return f"({a} * {b}) + {c}", a * b + c
+    if kind == 1:
+        c = rng.randint(100, min(999, a * b - 1))
+        return f"({a} * {b}) - {c}", a * b - c
+    if kind == 2:
+        a, b, c = rng.randint(100, 999), rng.randint(10, 99), rng.randint(12, 99)
+        return f"({a} + {b}) * {c}", (a + b) * c
+    c, d = rng.randint(12, 99), rng.randint(2, 9)
+    return f"{a} * {b} + {c} * {d}", a * b + c * d
+
+
+def tool_arith(count: int = 2000) -> list[dict]:
+    rng = random.Random(SEED + 1)
+    rows = []
+    for _ in range(count):
+        expression, value = _expression(rng)
+        prompt = f"What is {expression}? Use the calculator, then reply with only the number."
+        rows.append({"prompt": prompt, "answer": str(value)})
+    return rows
+
+
+def _preset(name: str):
+    """presets/environments/NAME.py, loaded by path: the presets stay standalone examples."""
+    path = bundled.PRESETS / "environments" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"grpo_studio_preset_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def lookup() -> list[dict]:
+    rows = []
+    for person in _preset("lookup").people():
+        name = person["name"]
+        rows.append(
+            {
+                "prompt": f"In what year was {name} born? Use the lookup tool, then reply with only the year.",
+                "answer": str(person["year"]),
+            }
+        )
+        rows.append(
+            {
+                "prompt": f"In what town was {name} born? Use the lookup tool, then reply with only the town.",
+                "answer": person["town"],
+            }
+        )
+    random.Random(SEED + 2).shuffle(rows)
+    return rows
+
+
+def guess_number(repeats: int = 10) -> list[dict]:
+    rows = [{"prompt": "Guess the number.", "secret": k, "answer": str(k)} for k in range(1, 51)] * repeats
+    random.Random(SEED + 3).shuffle(rows)
+    return [dict(row) for row in rows]
+
+
+# ---- demonstrations for the supervised warm-up (warmup.source) ---------------------------------------------
+def _tool_demo(question: str, tool: str, arguments: dict, result: str, answer: str) -> dict:
+    """One whole conversation: the question, the tool call, the tool's result, the answer."""
+    call = {"type": "function", "function": {"name": tool, "arguments": arguments}}
+    return {
+        "messages": [
+            {"role": "user", "content": question},
+            {"role": "assistant", "content": "", "tool_calls": [call]},
+            {"role": "tool", "name": tool, "content": result},
+            {"role": "assistant", "content": answer},
+        ]
+    }
+
+
+def tool_arith_demos(count: int = 500) -> list[dict]:
+    calculator, rng = _preset("calculator"), random.Random(SEED + 11)
+    rows = []
+    for _ in range(count):
+        expression, _value = _expression(rng)
+        result = calculator.evaluate(expression)  # the real tool's answer
+        question = f"What is {expression}? Use the calculator, then reply with only the number."
+        rows.append(_tool_demo(question, "calculate", {"expression": expression}, result, result))
+    return rows
+
+
+def lookup_demos(count: int = 200) -> list[dict]:
+    lookup_env = _preset("lookup")
+    known = {p["name"].lower() for p in lookup_env.people()}
+    others = [p for p in lookup_env.people(seed=SEED + 12, count=count + 40) if p["name"].lower() not in known]
+    rows = []
+    for person in others[:count]:
+        result = lookup_env.describe(person)
+        for what, answer in (("year", str(person["year"])), ("town", person["town"])):
+            question = (
+                f"In what {what} was {person['name']} born? Use the lookup tool, then reply with only the {what}."
+            )
+            rows.append(_tool_demo(question, "lookup", {"name": person["name"]}, result, answer))
+    random.Random(SEED + 13).shuffle(rows)
+    return rows
+
+
+TASKS = {
+    "builtin:chat-arith": chat_arith,
+    "builtin:word-problems": word_problems,
+    "builtin:tool-arith": tool_arith,
+    "builtin:lookup": lookup,
+    "builtin:guess-number": guess_number,
+    "builtin:tool-arith-demos": tool_arith_demos,
+    "builtin:lookup-demos": lookup_demos,
+}
