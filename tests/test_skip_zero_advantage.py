@@ -77,7 +77,7 @@ def train(tmp_path, settings, reward, skip: bool, seen: list | None = None):
     trainer.grpo.rollouts.reward_fns = [("correctness", reward), ("format", nothing)]
     with pytest.MonkeyPatch.context() as patch:
         if not skip:  # the same micro-batches, none of them skipped
-            layout = zero_advantage.packable(cfg, trainer.grpo.dist, trainer.grpo.precision)
+            layout = zero_advantage.packable(cfg, trainer.grpo.run.dist, trainer.grpo.model.plan)
             patch.setattr(zero_advantage, "packable", lambda *_: layout)
             patch.setattr(zero_advantage, "skippable", lambda *_: False)
         if seen is not None:

@@ -21,11 +21,12 @@ from pathlib import Path
 import torch
 
 from ... import rewards as reward_lib
-from ...contract import config, precision_plan, resume_rules
+from ...contract import config, model_card, precision_plan, resume_rules
 from ...contract import metrics as schema
 from ...contract.config import Config
 from ...contract.config import save as save_config
 from ...contract.errors import UserError
+from ...contract.planner import micro_batch
 from ...contract.rundir import (
     CONFIG,
     METRICS,
@@ -44,7 +45,7 @@ from ..prompts import data, prompt_render
 from ..rollout import episodes
 from ..sampler.remote import RolloutServerLost
 from ..train import warmup
-from ..train.grpo_step import GRPOStep
+from ..train.grpo_step import GRPOStep, RolloutSources, RunLinks, TrainedModel
 from ..train.skipped_steps import last_checkpoint
 from . import distributed, evaluation, host_memory
 
@@ -126,6 +127,7 @@ class Trainer:
             )
         self.warmup = warmup.prepare(cfg, self.tokenizer, self.episodes)  # warmup.source's conversations, tokenised
         self.device = policy_loader.device()
+        step_cfg = self._choose_micro_batch(cfg)  # before the weights load: the free memory is the budget
         host_memory.keep_freed_memory(self.device)  # CPU: what a micro-batch frees is kept for the next one
         self.precision = precision_plan.resolve(cfg)  # the one precision decision, handed to every consumer
         self.policy = self.dist.wrap(
@@ -133,19 +135,30 @@ class Trainer:
         )  # fsdp: sharded
         self.policy.train()  # transformers only checkpoints activations in train mode
         self.grpo = GRPOStep(
-            cfg,
-            self.dist,
-            self.rundir,
-            self.outlets,
-            self.policy,
-            self.precision,
-            self.model_path,
-            self.tokenizer,
-            self.prompts,
-            reward_fns,
-            self.device,
-            self.episodes,
+            step_cfg,
+            TrainedModel(self.policy, self.precision, self.model_path, self.tokenizer, self.device),
+            RunLinks(self.dist, self.rundir, self.outlets),
+            RolloutSources(self.prompts, reward_fns, self.episodes),
         )
+
+    def _choose_micro_batch(self, cfg: Config) -> Config:
+        """train.micro_batch_size = auto: the rows contract/planner/micro_batch.py chooses for this machine (the
+        smallest choice of any rank, so every rank cuts alike), recorded as an `info` event; the step's config
+        holds the number, config.toml keeps auto. Any other value: `cfg` as it is."""
+        self.micro_batch = None
+        if not micro_batch.is_auto(cfg):
+            return micro_batch.fixed(cfg)
+        try:
+            card = model_card.load(cfg.model.name)
+        except UserError:  # no card and no readable config.json: no memory plan (the choice says so)
+            card = None
+        choice = micro_batch.choose(card, cfg, world_size=self.dist.world)
+        rows = min(self.dist.gather([choice.rows]))
+        if rows != choice.rows:
+            choice = micro_batch.Choice(rows, "the smallest rank's choice", choice.budget)
+        self.micro_batch = choice
+        self.rundir.event("info", choice.full_line(), micro_batch_rows=rows)
+        return micro_batch.with_rows(cfg, rows)
 
     @property
     def step_no(self) -> int:

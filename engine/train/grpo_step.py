@@ -10,9 +10,11 @@
             → weight sync to the rollout engine after a rollout's last step
             → one metrics row, for the run (engine/run/trainer.py) to write
 
-Between the phases the step hands on typed bundles: the rollout (GenerationBatch), the forward and backward
-(LossPass), the optimizer step (Update) and the phases' wall time (StepTimes); the metrics row they become
-(engine/train/step_metrics.py) is a dict keyed by contract/metrics.py's names.
+The step is built from three typed parts: the model it trains (TrainedModel), where it reports (RunLinks) and
+what rollouts are made from (RolloutSources). Between the phases it hands on typed bundles: the rollout
+(GenerationBatch), the forward and backward (LossPass), the optimizer step (Update) and the phases' wall time
+(StepTimes); with where the run is (RunState) they make the typed record (TakenStep) that
+engine/train/step_metrics.py turns into the metrics row, keyed by contract/metrics.py's names.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import torch
 from ...contract import loss_types
 from ...contract import metrics as schema
 from ...contract.config import Config
+from ...contract.precision_plan import PrecisionPlan
 from ..faults import out_of_memory
 from ..model import policy_loader
 from ..model.weights import export_weights
@@ -44,41 +47,40 @@ from ..rollout.rollouts import GenerationBatch, Rollouts
 from ..sampler import make_sampler
 from ..sampler.base import NonFiniteSampling
 from ..sampler.remote import RolloutServerLost
-from . import flops, zero_advantage
+from . import flops, step_metrics, zero_advantage
 from .logprobs import token_logprobs, use_shared_prefix
 from .losses import LossInputs, policy_loss
 from .skipped_steps import SkippedSteps
-from .step_metrics import common_metrics, merge_metrics, taken_row
+from .step_metrics import LossPass, StepTimes, Update, merge_metrics
 
 
 @dataclasses.dataclass
-class LossPass:
-    """Phase 4's forward and backward over the step's rows, one micro-batch at a time."""
+class TrainedModel:
+    """The policy the step trains, and how: its precision plan, where it was loaded from, its tokenizer, its device."""
 
-    logps: torch.Tensor  # π of the rows [B, T], detached; 0 past a micro-batch's cut (no completion token there)
-    loss: float  # the rows' loss value (micro-batches weighted as their gradients)
-    metrics: dict  # the loss's metrics (engine/train/losses.py), row-weighted over the micro-batches
-    skipped: torch.Tensor  # the rows (of the step's) run forward only (engine/train/zero_advantage.py)
-    unscored: torch.Tensor  # the rows not run at all: their logps are 0, the metrics are over the others
-
-
-@dataclasses.dataclass
-class Update:
-    """Phase 4's optimizer step on the step's loss."""
-
-    loss: float  # the step's loss (data-parallel: reduced over the ranks)
-    grad_norm: float  # before clipping; inf for a non-finite loss
-    skipped: str | None  # why the step was skipped (non-finite loss or gradients); None: it was taken
+    policy: torch.nn.Module  # fsdp: sharded; LoRA: a peft model
+    plan: PrecisionPlan  # contract/precision_plan.py: the one precision decision
+    path: str  # the resolved model folder (the sampler loads the same)
+    tokenizer: object
+    device: torch.device
 
 
 @dataclasses.dataclass
-class StepTimes:
-    """Wall-clock of a step's phases (perf/*)."""
+class RunLinks:
+    """Where the step reports: the ranks (engine/run/distributed.py), the run directory's writer, trackers and alerts."""
 
-    start: float  # time.perf_counter() at the step's start
-    rollout_s: float = 0.0  # getting the rollout (its first step only)
-    train_s: float = 0.0  # π_old, π, loss, backward, AdamW
-    sync_s: float = 0.0  # the weight sync (a rollout's last step only)
+    dist: object
+    rundir: object
+    outlets: object
+
+
+@dataclasses.dataclass
+class RolloutSources:
+    """What rollouts are made from: the seeded prompt stream, the reward functions, the environment (or None)."""
+
+    prompts: data.PromptStream
+    reward_fns: object
+    episodes: object = None
 
 
 class GRPOStep:
@@ -86,37 +88,33 @@ class GRPOStep:
     the rollout engine and its rollouts; and where the run is: the rollout being trained on, the updates still
     to take on it, the steps and weight syncs so far."""
 
-    def __init__(
-        self,
-        cfg: Config,
-        dist,
-        rundir,
-        outlets,
-        policy,
-        precision,
-        model_path,
-        tokenizer,
-        prompts: data.PromptStream,
-        reward_fns,
-        device,
-        episodes=None,
-    ):
-        self.cfg, self.dist, self.rundir, self.prompts, self.policy = cfg, dist, rundir, prompts, policy
-        self.precision, self.model_path, self.device = precision, model_path, device
-        self.params = [p for p in policy.parameters() if p.requires_grad]
+    def __init__(self, cfg: Config, model: TrainedModel, run: RunLinks, sources: RolloutSources):
+        self.cfg, self.model, self.run, self.prompts = cfg, model, run, sources.prompts
+        dist, rundir = run.dist, run.rundir
+        self.params = [p for p in model.policy.parameters() if p.requires_grad]
         # perf/mfu: the model's matmul weights N and this device's matmul peak in the run dtype (cached per machine)
-        self.matmul_params = flops.matmul_params(policy)
-        self.peak = flops.Peak(str(device), torch_dtype(precision.model_dtype), rundir.event)
+        self.matmul_params = flops.matmul_params(model.policy)
+        self.peak = flops.Peak(str(model.device), torch_dtype(model.plan.model_dtype), rundir.event)
         dist.sync_params(self.params)
         self.optimizer = torch.optim.AdamW(self.params, lr=cfg.train.lr, weight_decay=cfg.train.weight_decay)
         self.schedule = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_factor)
-        self.scaler = LossScaler.from_config(cfg, precision)  # fp16; elsewhere it only skips NaN steps
-        self.sampler = make_sampler(cfg, model_path, tokenizer, precision, emit_event=rundir.event, log_dir=rundir.dir)
+        self.scaler = LossScaler.from_config(cfg, model.plan)  # fp16; elsewhere it only skips NaN steps
+        self.sampler = make_sampler(
+            cfg, model.path, model.tokenizer, model.plan, emit_event=rundir.event, log_dir=rundir.dir
+        )
         self.rollouts = Rollouts(
-            cfg, dist, prompts, tokenizer, dist.agreeing(self.sampler), reward_fns, device, rundir, episodes
+            cfg,
+            dist,
+            sources.prompts,
+            model.tokenizer,
+            dist.agreeing(self.sampler),
+            sources.reward_fns,
+            model.device,
+            rundir,
+            sources.episodes,
         )
         if not cfg.rollout.colocate:  # a rollout server may hold another run's weights: this policy is version 0
-            self.sampler.load_weights(export_weights(policy), version=0)
+            self.sampler.load_weights(export_weights(model.policy), version=0)
         truncation = [
             f"rollout.{k} = {v:g}"
             for k, v, off in (("top_k", cfg.rollout.top_k, 0), ("top_p", cfg.rollout.top_p, 1))
@@ -131,7 +129,7 @@ class GRPOStep:
         self.batch: GenerationBatch | None = None  # the rollout being trained on
         self.updates: list[torch.Tensor] = []  # the rows of each optimizer step still to take on it
         self.step_no = 0
-        self.skips = SkippedSteps(rundir, outlets, self.scaler)  # steps skipped for non-finite numbers
+        self.skips = SkippedSteps(rundir, run.outlets, self.scaler)  # steps skipped for non-finite numbers
         self.rank_weight = 1.0  # this rank's loss weight in the step's backward (fsdp: its share of the normaliser)
         self.reference = None
         self.policy_version = 0  # weight syncs to the sampler so far (a rollout server numbers them the same)
@@ -170,14 +168,14 @@ class GRPOStep:
                 environment = self.cfg.env.environment if isinstance(err, EveryEpisodeFailed) else ""
                 self.skips.judge(self.step_no + 1, str(err), self.cfg.train, environment)
                 self.step_no += 1
-                return {**common_metrics(self, times.start), "loss": math.nan, "grad_norm": math.nan}
+                return step_metrics.skipped_row(self._state(), times)
             times.rollout_s = time.perf_counter() - times.start
             self.updates = self._update_plan(len(self.batch.input_ids))
         batch, rows = self.batch, self.updates.pop(0)
         lag = self.step_no - batch.step  # optimizer steps since the weights that sampled the batch
 
         t_train = time.perf_counter()
-        with out_of_memory("training", self.step_no + 1, self.rundir.dir):
+        with out_of_memory("training", self.step_no + 1, self.run.rundir.dir):
             # 3. π_old, the log-probs under the weights that sampled, once per rollout and only where it can
             #    differ from π (more updates follow this one): TRL's _generate_and_score_completions skips
             #    old_per_token_logps otherwise, and _compute_loss then uses π.detach() (as _accumulate does).
@@ -185,7 +183,7 @@ class GRPOStep:
                 batch.inputs.old_logps = self._old_logps(batch)
             # 4. π on this step's rows at the sampler's temperature, loss and backward, one micro-batch at
             #    a time (gradient accumulation); then clip, one AdamW step and the LR schedule.
-            self.rank_weight = self.dist.backward_weight(batch.inputs.mask[rows], self.loss_type)
+            self.rank_weight = self.run.dist.backward_weight(batch.inputs.mask[rows], self.loss_type)
             passed = self._accumulate(
                 batch.input_ids[rows],
                 batch.attention[rows],
@@ -194,7 +192,7 @@ class GRPOStep:
                 spans(batch.rollout.mask[rows]),
             )
             update = self._optimize(
-                self.dist.reduce_gradients(self.params, passed.loss, batch.inputs.mask[rows], self.loss_type)
+                self.run.dist.reduce_gradients(self.params, passed.loss, batch.inputs.mask[rows], self.loss_type)
             )
         times.train_s = time.perf_counter() - t_train
         self.skips.judge(self.step_no + 1, update.skipped, self.cfg.train)
@@ -215,11 +213,11 @@ class GRPOStep:
             pi = pi.cpu()
             batch.metrics.update(mismatch_metrics(out.logprobs, pi, mask))
             batch.metrics.update(lag_metrics(out.logprobs, pi, mask, batch.lags))
-            self.rundir.histogram(
+            self.run.rundir.histogram(
                 {
                     "step": self.step_no + 1,
-                    **self.dist.merge_histogram(dlogp_histogram(out.logprobs, pi, mask)),
-                    "lag": merge_lag_counts(self.dist.gather([lag_counts(mask, batch.lags)])),
+                    **self.run.dist.merge_histogram(dlogp_histogram(out.logprobs, pi, mask)),
+                    "lag": merge_lag_counts(self.run.dist.gather([lag_counts(mask, batch.lags)])),
                 }
             )
 
@@ -227,7 +225,7 @@ class GRPOStep:
         if not self.updates:
             sync_start = time.perf_counter()
             try:
-                self.sampler.load_weights(export_weights(self.policy))
+                self.sampler.load_weights(export_weights(self.model.policy))
                 self.policy_version += 1
             except RolloutServerLost as err:  # the step stands (its row, its checkpoint); then the run stops
                 self.lost = err
@@ -235,11 +233,42 @@ class GRPOStep:
         self.step_no += 1
 
         # 7. The metrics row; each rollout's samples once.
-        metrics = taken_row(self, batch, rows, sampled, lag, passed, update, times)
+        taken = step_metrics.TakenStep(
+            batch, rows, sampled, lag, passed, update, self._flop(batch, rows, sampled, passed)
+        )
+        metrics = step_metrics.taken_row(self._state(), taken, times, self.peak)
         if batch.samples and self.step_no % self.cfg.train.samples_every == 0:
-            self.rundir.samples(self.dist.gather([{"step": self.step_no, **sample} for sample in batch.samples]))
+            self.run.rundir.samples(
+                self.run.dist.gather([{"step": self.step_no, **sample} for sample in batch.samples])
+            )
             batch.samples = None
         return metrics
+
+    def _state(self) -> step_metrics.RunState:
+        """Where the run is after this step (call after step_no += 1)."""
+        return step_metrics.RunState(
+            step=self.step_no,
+            epoch=self.prompts.epoch + self.prompts.index / max(1, len(self.prompts.rows)),
+            lr=self.schedule.get_last_lr()[0],
+            bad_steps=self.skips.bad_steps,
+            bad_streak=self.skips.bad_streak,
+            loss_scale=self.scaler.metrics() if self.model.plan.loss_scaling else {},
+        )
+
+    def _flop(self, batch: GenerationBatch, rows, sampled: bool, passed: LossPass) -> float:
+        """The step's model FLOPs (engine/train/flops.py): the rollout where sampled here, π_old, π (and π_ref)
+        forward, and backward on the rows trained."""
+        return flops.grpo_step_flop(
+            self.matmul_params,
+            flops.real_tokens(batch.attention, batch.rollout.mask),
+            rows,
+            sampled_here=sampled and self.cfg.rollout.colocate,
+            old_logps=sampled and batch.inputs.old_logps is not None,
+            reference=self.cfg.algo.beta > 0,
+            lora=self.cfg.model.lora_rank > 0,
+            untrained=rows[passed.skipped],
+            unrun=rows[passed.unscored],
+        )
 
     def _update_plan(self, n: int) -> list[torch.Tensor]:
         """The rows of each optimizer step on a rollout of n sequences, in order, as TRL's _prepare_inputs
@@ -284,9 +313,11 @@ class GRPOStep:
                 for i in range(0, B, size)
             ]
         old = torch.zeros(B, T, device=batch.input_ids.device)
-        with policy_loader.autocast(self.precision):
+        with policy_loader.autocast(self.model.plan):
             for rows, ids, attention, width in parts:
-                old[rows.to(old.device), :width] = self._logps(self.policy, ids, attention, width, lengths[rows])[0]
+                old[rows.to(old.device), :width] = self._logps(self.model.policy, ids, attention, width, lengths[rows])[
+                    0
+                ]
         return old
 
     @torch.no_grad()
@@ -295,14 +326,14 @@ class GRPOStep:
         if self.cfg.algo.beta <= 0:
             return None
         if self.cfg.model.lora_rank > 0:
-            with self.policy.disable_adapter():
-                return self._logps(self.policy, input_ids, attention, completion_len, lengths)[0]
+            with self.model.policy.disable_adapter():
+                return self._logps(self.model.policy, input_ids, attention, completion_len, lengths)[0]
         if self.reference is None:  # full fine-tune: a frozen copy of the starting weights
             self.reference = policy_loader.load_policy(
                 self.cfg,
-                self.model_path,  # same numerics
-                self.precision,
-            ).to(self.device)
+                self.model.path,  # same numerics
+                self.model.plan,
+            ).to(self.model.device)
             self.reference.requires_grad_(False)
         return self._logps(self.reference, input_ids, attention, completion_len, lengths)[0]
 
@@ -321,11 +352,11 @@ class GRPOStep:
         budget, size = cfg.train.micro_batch_tokens, cfg.train.micro_batch_size or B
         prompt_lens = attention[:, :-T].sum(1).cpu() if budget else None
         zero = torch.zeros(B, dtype=torch.bool)
-        if zero_advantage.packable(cfg, self.dist, self.precision):
+        if zero_advantage.packable(cfg, self.run.dist, self.model.plan):
             zero = batch.advantages.cpu() == 0
         groups = micro_batches(zero, size, prompt_lens, lengths.cpu(), budget)
         self.optimizer.zero_grad(set_to_none=True)
-        skip, skipped = zero_advantage.skippable(cfg, self.dist, self.precision), zero_advantage.Skipped()
+        skip, skipped = zero_advantage.skippable(cfg, self.run.dist, self.model.plan), zero_advantage.Skipped()
         unrun = zero_advantage.unscored(groups, batch.advantages, skip, cfg.train.score_zero_advantage)
         run = [rows for rows, out in zip(groups, unrun) if not out]
         unscored = [rows for rows, out in zip(groups, unrun) if out]
@@ -336,8 +367,8 @@ class GRPOStep:
             if budget:
                 ids, att, width = trim(ids, att, T, prompt_lens[rows], lengths[rows])
             part_inputs = _take(batch, rows, width)
-            with policy_loader.autocast(self.precision), policy_loader.offload_activations(cfg):
-                logps, entropy = self._logps(self.policy, ids, att, width, lengths[rows], with_entropy=True)
+            with policy_loader.autocast(self.model.plan), policy_loader.offload_activations(cfg):
+                logps, entropy = self._logps(self.model.policy, ids, att, width, lengths[rows], with_entropy=True)
                 ref_logps = self._reference_logps(ids, att, width, lengths[rows])
             old_logps = logps.detach() if batch.old_logps is None else part_inputs.old_logps  # TRL _compute_loss
             loss, part = policy_loss(
@@ -371,7 +402,7 @@ class GRPOStep:
             self.scaler.update(found_inf=True)
             return Update(loss, math.inf, "non-finite loss")
         stepped, grad_norm = self.scaler.step(
-            self.optimizer, self.params, self.cfg.train.grad_clip, self.dist.shard_sum
+            self.optimizer, self.params, self.cfg.train.grad_clip, self.run.dist.shard_sum
         )
         if not stepped:
             return Update(loss, grad_norm, "non-finite gradients")
@@ -391,7 +422,7 @@ class GRPOStep:
             group["weight_decay"] = t.weight_decay
         self.policy_version = step // (t.steps_per_generation * t.num_iterations)  # syncs made so far
         version = {} if self.cfg.rollout.colocate else {"version": self.policy_version}  # the server numbers them
-        self.sampler.load_weights(export_weights(self.policy), **version)
+        self.sampler.load_weights(export_weights(self.model.policy), **version)
 
 
 def _take(inputs: LossInputs, rows, width: int | None = None) -> LossInputs:

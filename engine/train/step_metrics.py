@@ -1,103 +1,130 @@
-"""A GRPO step's metrics row (engine/train/grpo_step.py): the part every step has, taken or skipped, a taken step's
-loss, gradient and perf/* (wall time, model FLOPs, MFU, idle), mem/* and the micro-batches' loss metrics
-merged into one. Keys are contract/metrics.py's names."""
+"""A GRPO step's metrics row (engine/train/grpo_step.py), from the typed record the step hands over: where the run
+is (RunState, every step), and for a taken step what its phases returned (TakenStep: the rollout, the loss pass,
+the update, the FLOPs) with their wall time (StepTimes). Keys are contract/metrics.py's names: the part every
+step has, a taken step's loss, gradient and perf/* (wall time, model FLOPs, MFU, idle), mem/* and the
+micro-batches' loss metrics merged into one."""
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import time
-from typing import TYPE_CHECKING
 
 import torch
 
-from . import flops
-
-if TYPE_CHECKING:
-    from ..rollout.rollouts import GenerationBatch
-    from .grpo_step import GRPOStep, LossPass, StepTimes, Update
+from ..rollout.rollouts import GenerationBatch
+from .flops import Peak
 
 
-def taken_row(
-    grpo: GRPOStep,
-    batch: GenerationBatch,
-    rows,
-    sampled: bool,
-    lag: int,
-    passed: LossPass,
-    update: Update,
-    times: StepTimes,
-) -> dict:
-    """A taken step's metrics row (call after step_no += 1)."""
+@dataclasses.dataclass
+class LossPass:
+    """Phase 4's forward and backward over the step's rows, one micro-batch at a time."""
+
+    logps: torch.Tensor  # π of the rows [B, T], detached; 0 past a micro-batch's cut (no completion token there)
+    loss: float  # the rows' loss value (micro-batches weighted as their gradients)
+    metrics: dict  # the loss's metrics (engine/train/losses.py), row-weighted over the micro-batches
+    skipped: torch.Tensor  # the rows (of the step's) run forward only (engine/train/zero_advantage.py)
+    unscored: torch.Tensor  # the rows not run at all: their logps are 0, the metrics are over the others
+
+
+@dataclasses.dataclass
+class Update:
+    """Phase 4's optimizer step on the step's loss."""
+
+    loss: float  # the step's loss (data-parallel: reduced over the ranks)
+    grad_norm: float  # before clipping; inf for a non-finite loss
+    skipped: str | None  # why the step was skipped (non-finite loss or gradients); None: it was taken
+
+
+@dataclasses.dataclass
+class StepTimes:
+    """Wall-clock of a step's phases (perf/*)."""
+
+    start: float  # time.perf_counter() at the step's start
+    rollout_s: float = 0.0  # getting the rollout (its first step only)
+    train_s: float = 0.0  # π_old, π, loss, backward, AdamW
+    sync_s: float = 0.0  # the weight sync (a rollout's last step only)
+
+
+@dataclasses.dataclass
+class RunState:
+    """Where the run is after a step, taken or skipped."""
+
+    step: int  # optimizer steps done, this one included
+    epoch: float  # passes over the prompts, fractional
+    lr: float  # the learning rate after the step's schedule update
+    bad_steps: int  # steps skipped for non-finite numbers so far (engine/train/skipped_steps.py)
+    bad_streak: int  # of them, in a row up to this step
+    loss_scale: dict  # fp16: the loss scaler's metrics; else empty
+
+
+@dataclasses.dataclass
+class TakenStep:
+    """What a taken step's phases returned."""
+
+    batch: GenerationBatch  # the rollout trained on
+    rows: torch.Tensor  # its rows in this step
+    sampled: bool  # this step made the rollout (its first step)
+    lag: int  # optimizer steps since the weights that sampled it
+    passed: LossPass
+    update: Update
+    flop: float  # the step's model FLOPs (engine/train/flops.py)
+
+
+def skipped_row(state: RunState, times: StepTimes) -> dict:
+    """A step skipped before its loss (nothing to train on): the common part, loss and gradient NaN."""
+    return {**_common(state, times.start), "loss": math.nan, "grad_norm": math.nan}
+
+
+def taken_row(state: RunState, taken: TakenStep, times: StepTimes, peak: Peak) -> dict:
+    """A taken step's metrics row; `peak` is the matmul peak perf/mfu divides by (measured again when this step
+    beats it)."""
+    batch, passed = taken.batch, taken.passed
     # the loss's mismatch/is_* override the rollout's: as applied
-    metrics = {**batch.metrics, **passed.metrics, **common_metrics(grpo, times.start)}
+    metrics = {**batch.metrics, **passed.metrics, **_common(state, times.start)}
+    step_s = metrics["perf/step_s"]
     metrics.update(
         {
-            "loss": update.loss,
-            "grad_norm": update.grad_norm,
-            "policy/lag": float(lag),
-            "perf/rollout_s": batch.rollout.seconds if sampled else 0.0,
-            "perf/train_s": metrics["perf/step_s"] - times.rollout_s,
+            "loss": taken.update.loss,
+            "grad_norm": taken.update.grad_norm,
+            "policy/lag": float(taken.lag),
+            "perf/rollout_s": batch.rollout.seconds if taken.sampled else 0.0,
+            "perf/train_s": step_s - times.rollout_s,
             "perf/sync_s": times.sync_s,
             "perf/skipped_backward_rows": float(len(passed.skipped) + len(passed.unscored)),
             "perf/skipped_forward_rows": float(len(passed.unscored)),
         }
     )
-    if not sampled:  # the waiting happened on the rollout's first step
+    if not taken.sampled:  # the waiting happened on the rollout's first step
         metrics.update({"perf/trainer_wait_s": 0.0, "perf/overlap_frac": 0.0})
+    # perf/idle_s: the step less waiting for the rollout, training (π_old, log-probs, loss, backward, AdamW) and
+    # the weight sync
+    wait_s = metrics["perf/trainer_wait_s"]
     metrics.update(
-        _perf(grpo, batch, rows, passed, sampled, metrics["perf/step_s"], metrics["perf/trainer_wait_s"], times)
+        {
+            "perf/flop": taken.flop,
+            "perf/mfu": peak.mfu(taken.flop / step_s, state.step),
+            "perf/peak_flop_s": peak.flop_s,
+            "perf/idle_s": max(0.0, step_s - wait_s - times.train_s - times.sync_s),
+        }
     )
     return metrics
 
 
-def _perf(
-    grpo: GRPOStep,
-    batch: GenerationBatch,
-    rows,
-    passed: LossPass,
-    sampled: bool,
-    step_s: float,
-    wait_s: float,
-    times: StepTimes,
-) -> dict:
-    """perf/flop, perf/peak_flop_s, perf/mfu and perf/idle_s of a step: its model FLOPs (engine/train/flops.py)
-    over its wall time and the matmul peak (flops.Peak: measured again when this step beats it); idle = the
-    step less waiting for the rollout, training (π_old, log-probs, loss, backward, AdamW) and the weight sync."""
-    flop = flops.grpo_step_flop(
-        grpo.matmul_params,
-        flops.real_tokens(batch.attention, batch.rollout.mask),
-        rows,
-        sampled_here=sampled and grpo.cfg.rollout.colocate,
-        old_logps=sampled and batch.inputs.old_logps is not None,
-        reference=grpo.cfg.algo.beta > 0,
-        lora=grpo.cfg.model.lora_rank > 0,
-        untrained=rows[passed.skipped],
-        unrun=rows[passed.unscored],
-    )
-    mfu = grpo.peak.mfu(flop / step_s, grpo.step_no)
+def _common(state: RunState, start: float) -> dict:
+    """The part of a metrics row every step has, taken or skipped."""
     return {
-        "perf/flop": flop,
-        "perf/peak_flop_s": grpo.peak.flop_s,
-        "perf/mfu": mfu,
-        "perf/idle_s": max(0.0, step_s - wait_s - times.train_s - times.sync_s),
-    }
-
-
-def common_metrics(grpo: GRPOStep, start: float) -> dict:
-    """The part of a metrics row every step has, taken or skipped (call after step_no += 1)."""
-    row = {
-        "step": grpo.step_no,
+        "step": state.step,
         "time": time.time(),
-        "epoch": grpo.prompts.epoch + grpo.prompts.index / max(1, len(grpo.prompts.rows)),
-        "lr": grpo.schedule.get_last_lr()[0],
+        "epoch": state.epoch,
+        "lr": state.lr,
         "perf/step_s": time.perf_counter() - start,
         "mem/peak_gib": _peak_gib(),
         "mem/rss_gib": _rss_gib(),
-        "precision/bad_steps": float(grpo.skips.bad_steps),
-        "precision/bad_streak": float(grpo.skips.bad_streak),
+        "precision/bad_steps": float(state.bad_steps),
+        "precision/bad_streak": float(state.bad_streak),
+        **state.loss_scale,
     }
-    if grpo.precision.loss_scaling:
-        row.update(grpo.scaler.metrics())
-    return row
 
 
 def merge_metrics(into: dict, part: dict, share: float) -> None:
