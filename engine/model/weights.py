@@ -87,6 +87,9 @@ def _export(policy) -> Iterator[tuple[str, torch.Tensor]]:
     adapter = policy.active_adapter
     for name, module in policy.named_modules():
         if isinstance(module, LoraLayer) and adapter in module.lora_A:
-            base = module.get_base_layer().weight
+            # peft's ParamWrapper adapts one parameter of a module (an MoE's fused experts), nested once per
+            # parameter: the HF name is the module's path without the wrappers' .base_layer
+            param = getattr(module, "parameter_name", "weight")
+            base = getattr(module.get_base_layer(), param)
             merged = base.float() + module.get_delta_weight(adapter).float()
-            yield name.removeprefix(PEFT_PREFIX) + ".weight", merged
+            yield name.removeprefix(PEFT_PREFIX).replace(".base_layer", "") + "." + param, merged

@@ -9,6 +9,8 @@ from typing import Protocol
 
 import torch
 
+from ..model.moe import Routes
+
 
 @dataclass
 class Sampling:
@@ -43,6 +45,7 @@ class Rollout:
     truncated: torch.Tensor  # [B] bool
     seconds: float = 0.0
     versions: torch.Tensor | None = None  # [B, T] long
+    routes: Routes | None = None  # an MoE's experts per token (engine/model/moe.py); None: dense or not recorded
 
 
 class Sampler(Protocol):

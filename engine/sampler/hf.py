@@ -23,6 +23,7 @@ from collections.abc import Iterable
 
 import torch
 
+from ..model.moe import RouteRecorder, routers
 from ..model.policy_loader import add_lora, device, load_base, quantization
 from ..precision.numerics import torch_dtype
 from .base import NonFiniteSampling, Rollout, Sampling, rollout_from
@@ -108,6 +109,8 @@ class HFBackend:
 
             apply_fp8(self.model)
         self._params = dict(self.model.named_parameters())
+        # an MoE's sampled experts, for router telemetry and replay (engine/model/moe.py)
+        self.routes = RouteRecorder(self.model) if routers(self.model) else None
 
     @torch.no_grad()
     def generate(self, prompt_ids: list[list[int]], sampling: Sampling) -> Rollout:
@@ -117,6 +120,8 @@ class HFBackend:
         pad = self.tokenizer.pad_token_id
         input_ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows], device=self.device)
         attention = torch.arange(width).unsqueeze(0) >= torch.tensor([width - len(r) for r in rows]).unsqueeze(1)
+        if self.routes is not None:
+            self.routes.clear()
         cache = self._prompt_cache(input_ids[:: sampling.n], attention[:: sampling.n], sampling.n)
         from transformers import LogitsProcessorList
 
@@ -139,7 +144,10 @@ class HFBackend:
             pad_token_id=pad,
         )
         ids = sequences[:, width:]
-        return rollout_from(ids, recorder.result(ids), self.tokenizer.eos_token_id, pad, start)
+        rollout = rollout_from(ids, recorder.result(ids), self.tokenizer.eos_token_id, pad, start)
+        if self.routes is not None:
+            rollout.routes = self.routes.routes(sampling.n, cache is not None, attention, rollout.mask)
+        return rollout
 
     def _prompt_cache(self, prompt_ids: torch.Tensor, attention: torch.Tensor, n: int):
         """The KV cache of each distinct prompt less its last token, repeated n times (None for n = 1)."""

@@ -1,0 +1,161 @@
+"""Mixture-of-experts models: the tiny Qwen3-MoE, its routers recorded and replayed (engine/model/moe.py, R3)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from grpo_studio.benchmarks.tiny_moe import build_tiny_moe
+from grpo_studio.contract.errors import UserError
+from grpo_studio.engine.model import moe
+
+
+@pytest.fixture(scope="module")
+def moe_folder(tmp_path_factory):
+    return build_tiny_moe(tmp_path_factory.mktemp("tiny-moe"))
+
+
+def load(folder, dtype=torch.float32):
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(folder, dtype=dtype).eval()
+
+
+def own_routes(model, ids) -> torch.Tensor:
+    """The experts the model picks itself for `ids` [B, S]: [B, S, L, k]."""
+    recorder = moe.RouteRecorder(model)
+    with torch.no_grad():
+        model(ids)
+    recorder.remove()
+    return torch.stack(recorder.calls[0], 1).view(*ids.shape, -1, 2)
+
+
+def hand_forced_logits(model, ids, forced) -> torch.Tensor:
+    """The logits with every router's forward replaced by hand: its logits, the `forced` experts, the gate
+    weights softmax-gathered from its logits and renormalised (the router's own formula on given indices)."""
+    from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeTopKRouter
+
+    layer = {id(r): i for i, r in enumerate(moe.routers(model))}
+
+    def forward(self, hidden):
+        logits = torch.nn.functional.linear(hidden.reshape(-1, self.hidden_dim), self.weight)
+        experts = forced[:, :, layer[id(self)]].reshape(-1, self.top_k)
+        weights = torch.softmax(logits, -1, dtype=torch.float).gather(-1, experts)
+        return logits, (weights / weights.sum(-1, keepdim=True)).to(logits.dtype), experts
+
+    original = Qwen3MoeTopKRouter.forward
+    Qwen3MoeTopKRouter.forward = forward
+    try:
+        return model(ids).logits
+    finally:
+        Qwen3MoeTopKRouter.forward = original
+
+
+def test_replay_equals_a_hand_forced_forward_and_the_router_trains(moe_folder):
+    model = load(moe_folder)
+    ids = torch.randint(3, 64, (3, 10), generator=torch.Generator().manual_seed(1))
+    own = own_routes(model, ids)
+    forced = (own + 3) % 8  # another expert set at every token: experts e+3, e'+3 stay distinct
+    with torch.no_grad():
+        expected = hand_forced_logits(model, ids, forced)
+    replay = moe.RouterReplay(model, replay=True)
+    replay.use(forced)
+    model.train()
+    logits = model(ids).logits
+    assert torch.equal(logits.detach(), expected)
+    assert replay.disagreement() == [0.0, 0.0]  # every token used the sampler's experts
+    logits.log_softmax(-1)[..., 5].sum().backward()
+    for router in moe.routers(model):
+        assert router.weight.grad is not None and router.weight.grad.norm() > 0
+    replay.remove()
+    with torch.no_grad():
+        assert not torch.equal(model(ids).logits, expected)  # hooks gone: the model's own routing again
+
+
+def test_replay_keeps_own_top_k_where_no_route(moe_folder):
+    model = load(moe_folder)
+    ids = torch.randint(3, 64, (2, 8), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        plain = model(ids).logits
+        replay = moe.RouterReplay(model, replay=True)
+        replay.use(torch.full((2, 8, 2, 2), -1))
+        assert torch.equal(model(ids).logits, plain)
+        assert all(d != d for d in replay.disagreement())  # nothing compared: nan
+        replay.remove()
+
+
+def test_compare_only_counts_tokens_whose_expert_sets_differ(moe_folder):
+    model = load(moe_folder)
+    ids = torch.randint(3, 64, (2, 6), generator=torch.Generator().manual_seed(3))
+    own = own_routes(model, ids)
+    given = own.flip(-1).clone()  # the same sets in another order: agree
+    given[0, :3, 0] = (own[0, :3, 0] + 3) % 8  # 3 of 12 tokens differ in layer 0
+    given[1, 5, 1] = -1  # one token of layer 1 not compared
+    replay = moe.RouterReplay(model, replay=False)
+    replay.use(given)
+    with torch.no_grad():
+        plain = model(ids).logits
+    assert replay.disagreement() == [3 / 12, 0.0]
+    assert replay.compared.tolist() == [12, 11]
+    replay.remove()
+    assert torch.equal(load(moe_folder)(ids).logits, plain)  # compare-only leaves the forward alone
+
+
+def test_disagreement_by_hand():
+    a = torch.tensor([[[[0, 1]], [[2, 3]], [[4, 5]], [[6, 7]]]])  # [1, 4 positions, 1 layer, k=2]
+    b = torch.tensor([[[[1, 0]], [[2, 4]], [[-1, -1]], [[7, 5]]]])
+    # position 0 the same set, 1 and 3 differ, 2 unrouted: 2 of 3
+    assert moe.disagreement(a, b) == [pytest.approx(2 / 3)]
+
+
+def test_routes_layout_slices_like_the_trainer():
+    prompt = torch.arange(4).view(1, 4, 1, 1).expand(2, 4, 1, 2).clone()  # right-aligned prompts
+    completion = (10 + torch.arange(3)).view(1, 3, 1, 1).expand(2, 3, 1, 2).clone()
+    routes = moe.Routes(prompt, completion)
+    cut = routes.layout(torch.tensor([1]), 2, 2)  # trim: the last 2 prompt columns, the first 2 completion
+    assert cut[0, :, 0, 0].tolist() == [2, 3, 10, 11]
+    wide = routes.layout(None, 6, 3)  # a wider prompt layout: -1 on the left
+    assert wide[0, :, 0, 0].tolist() == [-1, -1, 0, 1, 2, 3, 10, 11, 12]
+
+
+def test_hf_sampler_records_the_experts_its_forward_used(moe_folder):
+    """The routes the hf sampler records from its own generate (prompt cache, then one token per call) are
+    the experts a teacher-forced fp32 forward of the same fp32 weights picks for the same tokens."""
+    from types import SimpleNamespace
+
+    from grpo_studio.engine.model.policy_loader import load_tokenizer
+    from grpo_studio.engine.rollout.batching import join_prompt_completion
+    from grpo_studio.engine.sampler.base import Sampling
+    from grpo_studio.engine.sampler.hf import HFBackend
+
+    tokenizer = load_tokenizer(str(moe_folder))
+    sampler = HFBackend(str(moe_folder), tokenizer, SimpleNamespace(rollout_dtype="fp32", rollout_fp8=False))
+    prompts = [tokenizer.encode("12+3="), tokenizer.encode("7+45=")[:4]]
+    out = sampler.generate(prompts, Sampling(n=3, max_tokens=6, temperature=1.0, seed=0))
+    routes = out.routes
+    assert routes.prompt.shape[:2] == (6, 5) and routes.completion.shape[:2] == out.completion_ids.shape
+    assert (routes.prompt[3:, 0] == -1).all()  # the short prompt's left padding
+    ids, attention = join_prompt_completion(prompts, out.completion_ids, 3, tokenizer.pad_token_id)
+    model = load(moe_folder)
+    replay = moe.RouterReplay(model, replay=False)
+    replay.use(routes.layout(None, 5, out.completion_ids.shape[1]))
+    with torch.no_grad():
+        model(input_ids=ids, attention_mask=attention, position_ids=(attention.cumsum(-1) - 1).clamp(min=0))
+    assert replay.disagreement() == [0.0, 0.0]
+    compared = int(attention[:, :5].sum() + out.mask.sum()) - int((out.mask.sum(1) == 6).sum())  # last never fed
+    assert replay.compared.tolist() == [compared, compared]
+
+
+def test_dense_and_unsupported_models_are_refused_in_one_line():
+    from transformers import LlamaConfig, MixtralConfig, Qwen3MoeConfig
+
+    with pytest.raises(
+        UserError, match=r"^config error: algo.router_replay = 'replay': .*model_type 'llama' has no experts;"
+    ):
+        moe.check_routers(LlamaConfig(), "algo.router_replay", "replay")
+    with pytest.raises(
+        UserError,
+        match=r"^config error: algo.router_replay = 'replay': the routers of MoE model_type 'mixtral' are not sup",
+    ):
+        moe.check_routers(MixtralConfig(), "algo.router_replay", "replay")
+    moe.check_routers(Qwen3MoeConfig(), "algo.router_replay", "replay")
