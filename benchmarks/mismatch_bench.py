@@ -139,7 +139,8 @@ def measure_one(cfg, prompt_ids: list[list[int]], seed: int) -> dict:
         prompt_ids, out.completion_ids, r.num_generations, tokenizer.pad_token_id, dev
     )
     with torch.no_grad(), policy_loader.autocast(precision_plan.resolve(cfg)):
-        logps, _ = token_logprobs(policy, input_ids, attention, out.completion_ids.shape[1], r.temperature)
+        width = out.completion_ids.shape[1]
+        logps, _ = token_logprobs(policy, input_ids, attention, width, r.temperature, support=out.support)
     del policy
     t_train = time.perf_counter() - t1
 

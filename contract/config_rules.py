@@ -111,7 +111,7 @@ def validate(cfg: Config) -> None:
         )
     _check_updates_per_rollout(cfg, sequences)
     _check_dynamic_sampling(cfg)
-    _refuse_truncated_is(cfg)
+    _check_truncated_support(cfg)
     backend.refuse_vllm_sync(cfg)  # rollout.vllm_sync; a 4-bit base's merged sync to vLLM
     backend.refuse_vllm_keys_with_hf(cfg)  # rollout.* keys only vLLM reads, with the hf sampler asked for
     _check_rollout_server(cfg.rollout)
@@ -315,23 +315,52 @@ def _check_dynamic_sampling(cfg: Config) -> None:
         )
 
 
-def _refuse_truncated_is(cfg: Config) -> None:
-    """top-p / top-k sampling makes μ the truncated distribution while π is the full one: π_old/μ is then no
-    importance weight (docs/mismatch.md), so rollout correction is refused with it."""
-    r = cfg.rollout
-    if r.top_k == 0 and r.top_p == 1:
+def _truncation(r: RolloutConfig) -> str | None:
+    """The rollout key that truncates the sampler's distribution, as `key = value` (None: it draws from all)."""
+    if r.top_k:
+        return f"rollout.top_k = {r.top_k}"
+    return f"rollout.top_p = {r.top_p:g}" if r.top_p < 1 else None
+
+
+def _check_truncated_support(cfg: Config) -> None:
+    """top-p / top-k sampling makes μ the truncated distribution. With algo.logprob_support = sampler π is
+    renormalised on the tokens the sampler kept (docs/mismatch.md, "Truncated sampling"), so a sampler that
+    cannot return them is refused; with full, π is the whole distribution and π_old/μ is no importance weight,
+    so rollout correction is refused."""
+    r, a = cfg.rollout, cfg.algo
+    truncation = _truncation(r)
+    if truncation is None:
         return
     name = backend.resolve(r.backend, load_in_4bit=cfg.model.load_in_4bit)[0]
-    level = algorithms.rollout_is_level(cfg.algo.is_level, name)
+    if a.logprob_support == "sampler":
+        cannot = None
+        if not r.colocate:
+            cannot = "a rollout server (rollout.colocate = false) does not return them"
+        elif cfg.env.environment:
+            cannot = f"the episodes of env.environment = {cfg.env.environment!r} do not carry them"
+        elif name == "vllm":
+            cannot = (
+                f"vLLM {backend.installed_version() or '(not installed)'} returns them only from its Model Runner "
+                f"V2 (SamplingParams.return_sampling_mask), which the vllm rollout does not run"
+            )
+        if cannot:
+            raise UserError(
+                f"with {truncation} pi is taken on the tokens the sampler kept at each position, and {cannot}; "
+                f"allowed: full (pi on the whole vocabulary), or rollout.backend = 'hf' colocated",
+                key="algo.logprob_support",
+                value="sampler",
+            )
+        return
+    level = algorithms.rollout_is_level(a.is_level, name)
     if level != "none":
-        key, value = ("rollout.top_k", r.top_k) if r.top_k else ("rollout.top_p", r.top_p)
-        shown = "" if level == cfg.algo.is_level else f" ({level} for the {name} rollout)"
+        key = truncation.split(" = ")[0]
+        shown = "" if level == a.is_level else f" ({level} for the {name} rollout)"
         raise UserError(
-            f"algo.is_level = {cfg.algo.is_level!r}{shown} corrects towards the sampler's mu, "
-            f"which this truncates while pi does not; set algo.is_level = 'none', or sample the full "
-            f"distribution (rollout.top_k = 0, rollout.top_p = 1)",
+            f"algo.is_level = {a.is_level!r}{shown} corrects towards the sampler's mu, which this truncates "
+            f"while pi does not with algo.logprob_support = 'full'; set algo.logprob_support = 'sampler' or "
+            f"algo.is_level = 'none', or sample the full distribution (rollout.top_k = 0, rollout.top_p = 1)",
             key=key,
-            value=value,
+            value=r.top_k if key == "rollout.top_k" else r.top_p,
         )
 
 

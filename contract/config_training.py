@@ -171,6 +171,13 @@ class AlgoConfig:
     is_cap: float = opt(
         3.0, lo=0, hi=MAX_SCALE, help="C for rollout correction; 0 = no cap (plain IS, truncate mode only)"
     )
+    logprob_support: str = opt(
+        "sampler",
+        choices=["sampler", "full"],
+        help="with rollout.top_p < 1 or top_k > 0, pi (its entropy, the reference's KL) on the tokens the "
+        "sampler kept at each position, renormalised as mu is; full = the whole vocabulary (mismatch/* then "
+        "also measure the truncation; docs/mismatch.md)",
+    )
     objective: str = opt(
         "ppo", choices=["ppo", "pg"], help="ppo = clipped surrogate; pg = -sg(w)·A·log pi (vanilla policy gradient)"
     )

@@ -72,6 +72,7 @@ RUN = {
     "algo.is_level": ("token", MISMATCH),
     "algo.is_mode": ("truncate", [*MISMATCH, "algo.is_level=token", "algo.is_cap=1.001"]),
     "algo.is_cap": ("1.001", [*MISMATCH, "algo.is_level=token"]),
+    "algo.logprob_support": ("full", ["rollout.top_p=0.9"]),
     "algo.objective": ("pg", []),
     "algo.use_bias_correction_kl": ("false", ["algo.beta=0.1", *CLIP]),
     "train.steps": ("3", []),

@@ -296,30 +296,32 @@ RULES = [
         id="save-on-rollout-boundaries",
     ),
     pytest.param(
-        dict(rollout__backend="hf", rollout__top_k=5, algo__is_level="token"),
+        dict(rollout__backend="hf", rollout__top_k=5, algo__is_level="token", algo__logprob_support="full"),
         "config error: rollout.top_k = 5: algo.is_level = 'token' corrects towards the sampler's mu, which "
-        "this truncates while pi does not; set algo.is_level = 'none', or sample the full distribution "
-        "(rollout.top_k = 0, rollout.top_p = 1)",
+        "this truncates while pi does not with algo.logprob_support = 'full'; set algo.logprob_support = "
+        "'sampler' or algo.is_level = 'none', or sample the full distribution (rollout.top_k = 0, rollout.top_p = 1)",
         [
-            dict(rollout__backend="hf", rollout__top_k=5, algo__is_level="none"),
-            dict(rollout__backend="hf", rollout__top_k=5, algo__is_level="auto"),  # auto = none on hf
+            dict(rollout__backend="hf", rollout__top_k=5, algo__is_level="none", algo__logprob_support="full"),
+            dict(rollout__backend="hf", rollout__top_k=5, algo__is_level="auto", algo__logprob_support="full"),
+            dict(rollout__backend="hf", rollout__top_k=5, algo__is_level="token"),  # pi on the sampler's support
             dict(rollout__backend="hf", rollout__top_k=0, rollout__top_p=1.0, algo__is_level="token"),
         ],
         id="no-is-with-top-k",
     ),
     pytest.param(
-        dict(rollout__backend="hf", rollout__top_p=0.9, algo__is_level="sequence"),
+        dict(rollout__backend="hf", rollout__top_p=0.9, algo__is_level="sequence", algo__logprob_support="full"),
         "config error: rollout.top_p = 0.9: algo.is_level = 'sequence' corrects towards the sampler's mu, "
-        "which this truncates while pi does not; set algo.is_level = 'none', or sample the full "
-        "distribution (rollout.top_k = 0, rollout.top_p = 1)",
+        "which this truncates while pi does not with algo.logprob_support = 'full'; set algo.logprob_support = "
+        "'sampler' or algo.is_level = 'none', or sample the full distribution (rollout.top_k = 0, rollout.top_p = 1)",
         [],
         id="no-is-with-top-p",
     ),
     pytest.param(
-        dict(rollout__backend="vllm", rollout__top_k=5, algo__is_level="auto"),
+        dict(rollout__backend="vllm", rollout__top_k=5, algo__is_level="auto", algo__logprob_support="full"),
         "config error: rollout.top_k = 5: algo.is_level = 'auto' (sequence for the vllm rollout) corrects "
-        "towards the sampler's mu, which this truncates while pi does not; set algo.is_level = 'none', or "
-        "sample the full distribution (rollout.top_k = 0, rollout.top_p = 1)",
+        "towards the sampler's mu, which this truncates while pi does not with algo.logprob_support = 'full'; "
+        "set algo.logprob_support = 'sampler' or algo.is_level = 'none', or sample the full distribution "
+        "(rollout.top_k = 0, rollout.top_p = 1)",
         [],
         id="no-auto-is-on-vllm",
     ),

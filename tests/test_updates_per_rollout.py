@@ -158,17 +158,23 @@ def test_save_every_inside_a_rollout_is_refused():
 
 
 def test_top_k_with_rollout_correction_is_refused_in_one_line():
+    """Refused where pi is the full distribution (algo.logprob_support = full); with pi on the sampler's
+    support (the default) the correction is allowed."""
     with pytest.raises(UserError) as err:
-        config.load("tiny-arith", ["rollout.top_k=8", "algo.is_level=token"])
+        config.load("tiny-arith", ["rollout.top_k=8", "algo.is_level=token", "algo.logprob_support=full"])
     assert str(err.value) == (
         "config error: rollout.top_k = 8: algo.is_level = 'token' corrects towards the sampler's "
-        "mu, which this truncates while pi does not; set algo.is_level = 'none', or sample the "
+        "mu, which this truncates while pi does not with algo.logprob_support = 'full'; set "
+        "algo.logprob_support = 'sampler' or algo.is_level = 'none', or sample the "
         "full distribution (rollout.top_k = 0, rollout.top_p = 1)"
     )
+    assert config.load("tiny-arith", ["rollout.top_k=8", "algo.is_level=token"]).algo.is_level == "token"
     # TRL's default correction ('auto') is on for a vLLM rollout only: refused there, accepted with hf
     with pytest.raises(UserError, match=r"rollout.top_p = 0.9: algo.is_level = 'auto' \(sequence for the vllm"):
-        config.validate(_with(config.Config(), rollout__backend="vllm", rollout__top_p=0.9))
-    config.validate(_with(config.Config(), rollout__backend="hf", rollout__top_p=0.9))
+        config.validate(
+            _with(config.Config(), rollout__backend="vllm", rollout__top_p=0.9, algo__logprob_support="full")
+        )
+    config.validate(_with(config.Config(), rollout__backend="hf", rollout__top_p=0.9, algo__logprob_support="full"))
 
 
 def _with(cfg: config.Config, **keys) -> config.Config:

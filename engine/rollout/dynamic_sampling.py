@@ -84,6 +84,11 @@ def _join(rounds: list[Scored], pad_id: int) -> Scored:
         logprobs=cat("logprobs", 0.0),
         truncated=torch.cat([o.truncated for o in outs]),
         seconds=sum(o.seconds for o in outs),
+        support=None
+        if outs[0].support is None  # the kept sets of the padding columns: every token (Rollout.support)
+        else torch.cat(
+            [torch.nn.functional.pad(o.support, (0, 0, 0, width - o.support.shape[1]), value=255) for o in outs]
+        ),
     )
     request = {**rounds[0].request}
     for key in ("rows", "prompts", "prompt_ids"):
@@ -108,6 +113,7 @@ def _pick(s: Scored, groups: list[int], group_size: int) -> Scored:
         mask=s.out.mask[rows, :width],
         logprobs=s.out.logprobs[rows, :width],
         truncated=s.out.truncated[rows],
+        support=None if s.out.support is None else s.out.support[rows, :width],
     )
     request = {**s.request}
     for key in ("rows", "prompts", "prompt_ids"):

@@ -41,7 +41,7 @@ def make_sampler(cfg, model_path: str, tokenizer, plan, emit_event=None, local: 
         return VLLMBackend(cfg, model_path, tokenizer, plan, emit_event=emit_event, run_dir=log_dir)
     from .hf import HFBackend
 
-    return HFBackend(model_path, tokenizer, plan, cfg.model)
+    return HFBackend(model_path, tokenizer, plan, cfg.model, keep_support=cfg.algo.logprob_support == "sampler")
 
 
 def model_type(model_path: str) -> str:

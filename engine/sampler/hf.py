@@ -26,7 +26,7 @@ import torch
 from ..model.moe import RouteRecorder, routers
 from ..model.policy_loader import add_lora, device, load_base, quantization
 from ..precision.numerics import torch_dtype
-from .base import NonFiniteSampling, Rollout, Sampling, rollout_from
+from .base import NonFiniteSampling, Rollout, Sampling, pack_support, rollout_from, truncates
 
 
 def _keep_training_kernel(model) -> None:
@@ -48,15 +48,21 @@ class SampledLogprobs:
     (torch.multinomial) draws an exponential for every vocabulary entry of every row at every step: on a
     CPU that was 8.5 s of a 44 s GSM8K-shaped rollout (64 rows × 49,152 entries × 128 steps); one uniform
     per row and a cumulative sum do the same draw. Its output_scores would keep every step's B × V scores
-    (1.6 GB there)."""
+    (1.6 GB there).
 
-    def __init__(self):
+    With `keep_support` it also keeps each step's kept set, the tokens the warpers left finite (the support
+    μ is renormalised over), bit-packed: B × V/8 bytes a step (algo.logprob_support = sampler)."""
+
+    def __init__(self, keep_support: bool = False):
         self.logps: list[torch.Tensor] = []
+        self.supports: list[torch.Tensor] | None = [] if keep_support else None
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         logp = torch.log_softmax(scores.float(), dim=-1)
         token = draw(logp)
         self.logps.append(logp.gather(1, token).squeeze(1))
+        if self.supports is not None:
+            self.supports.append(pack_support(torch.isfinite(scores)))
         return scores.scatter_(1, token, math.inf)
 
     def result(self, ids: torch.Tensor) -> torch.Tensor:
@@ -64,6 +70,12 @@ class SampledLogprobs:
         if ids.shape[1] == 0:
             return ids.new_zeros(ids.shape, dtype=torch.float32)
         return torch.stack(self.logps[: ids.shape[1]], dim=1)
+
+    def support(self, ids: torch.Tensor) -> torch.Tensor | None:
+        """The packed kept sets [B, T, ceil(V/8)] of the completion tokens `ids` [B, T] (None: not kept)."""
+        if self.supports is None or ids.shape[1] == 0:
+            return None
+        return torch.stack(self.supports[: ids.shape[1]], dim=1)
 
 
 def draw(logp: torch.Tensor) -> torch.Tensor:
@@ -92,9 +104,11 @@ def warpers(sampling: Sampling) -> list:
 class HFBackend:
     name = "hf"
 
-    def __init__(self, model_path: str, tokenizer, plan, model_cfg=None):
-        """`model_cfg`: the run's model.* keys, read for a 4-bit base (its quantisation and adapters)."""
+    def __init__(self, model_path: str, tokenizer, plan, model_cfg=None, keep_support: bool = False):
+        """`model_cfg`: the run's model.* keys, read for a 4-bit base (its quantisation and adapters);
+        `keep_support`: a truncated rollout returns each position's kept set (Rollout.support)."""
         self.tokenizer = tokenizer
+        self.keep_support = keep_support
         self.device = device()
         dtype = torch_dtype(plan.rollout_dtype)
         quant = quantization(model_cfg, dtype) if model_cfg is not None else None
@@ -125,7 +139,7 @@ class HFBackend:
         cache = self._prompt_cache(input_ids[:: sampling.n], attention[:: sampling.n], sampling.n)
         from transformers import LogitsProcessorList
 
-        recorder = SampledLogprobs()
+        recorder = SampledLogprobs(self.keep_support and truncates(sampling))
         torch.manual_seed(sampling.seed)
         sequences = self.model.generate(
             input_ids=input_ids,
@@ -144,7 +158,8 @@ class HFBackend:
             pad_token_id=pad,
         )
         ids = sequences[:, width:]
-        rollout = rollout_from(ids, recorder.result(ids), self.tokenizer.eos_token_id, pad, start)
+        eos = self.tokenizer.eos_token_id
+        rollout = rollout_from(ids, recorder.result(ids), eos, pad, start, recorder.support(ids))
         if self.routes is not None:
             rollout.routes = self.routes.routes(sampling.n, cache is not None, attention, rollout.mask)
         return rollout

@@ -4,12 +4,18 @@
 The lm_head and the log-softmax run in tiles of token rows × vocabulary columns (`tile_shape`: at most N·V
 logits per tile) folded into an online log-sum-exp; the tile loop (`_forward_block`), its reused fp32 buffers
 and the logit transform of one tile live here, the model-facing choice of path in engine/train/logprobs.py.
+Given the sampler's kept sets, each tile's logits outside them are OUTSIDE: the sums run over the kept tokens.
 """
 
 from __future__ import annotations
 
 import torch
 
+from ..sampler.base import unpack_support
+
+# A logit outside the sampler's kept set: finite, so e^{z−m} is exactly 0 and 0·z stays 0 in the entropy's and
+# the Jacobian's sums (−inf would make them NaN), and a row's first kept logit resets any running max it set.
+OUTSIDE = -1e30
 COLUMNS = 8192  # vocabulary columns per tile: measured fastest of 2048-8192 at 512 × 151,936 on a 2-core CPU
 
 
@@ -34,7 +40,10 @@ class ChunkedLogSoftmax(torch.autograd.Function):
     online sum (one more matmul per tile, the one the materialised backward does) and the backward only
     scales it by the incoming gradient: nothing is recomputed for the hidden states. Without a soft cap
     the entropy comes from that sum too, Σ_v p_v·z_v = (s/τ)·h·Σ_v p_v·W_v. Only a trained lm_head (full
-    fine-tune), whose gradient sums rows weighted by their incoming gradients, recomputes the tiles."""
+    fine-tune), whose gradient sums rows weighted by their incoming gradients, recomputes the tiles.
+
+    `support` [N, ceil(V/8)] (the sampler's packed kept sets, or None): each tile's logits outside them are
+    OUTSIDE, so the log-sum-exp, p, the entropy and both gradients are those of the renormalised kept set."""
 
     @staticmethod
     def forward(
@@ -49,6 +58,7 @@ class ChunkedLogSoftmax(torch.autograd.Function):
         jacobian=False,
         with_entropy=True,
         columns=COLUMNS,
+        support=None,
     ):
         n, vocab = hidden.shape[0], weight.shape[0]
         rows, cols = tile_shape(n, vocab, chunk, columns)
@@ -62,11 +72,22 @@ class ChunkedLogSoftmax(torch.autograd.Function):
         buffers = _TileBuffers(rows * cols, hidden.device, two=bool(softcap) or (with_entropy and not jacobian))
         for r in range(0, n, rows):
             block = {k: (v[r : r + rows] if v is not None else None) for k, v in out.items()}
+            kept = None if support is None else support[r : r + rows]
             _forward_block(
-                hidden[r : r + rows], weight, targets[r : r + rows], temperature, scale, softcap, cols, buffers, block
+                hidden[r : r + rows],
+                weight,
+                targets[r : r + rows],
+                temperature,
+                scale,
+                softcap,
+                cols,
+                buffers,
+                block,
+                kept,
             )
         ctx.save_for_backward(hidden, weight, targets, out["dlogp_dh"], out["lse"], out["dcap_y"])
         ctx.temperature, ctx.scale, ctx.softcap, ctx.rows, ctx.cols = temperature, scale, softcap, rows, cols
+        ctx.support = support
         if with_entropy:
             ctx.mark_non_differentiable(out["entropy"])
         return out["logps"], out["entropy"]
@@ -85,9 +106,11 @@ class ChunkedLogSoftmax(torch.autograd.Function):
                 h, y = hidden[r : r + ctx.rows], targets[r : r + ctx.rows]
                 hg = h.float() * grad_logps[r : r + ctx.rows, None]
                 h, hk = _prescale(h, weight, ctx.temperature, ctx.scale, ctx.softcap)
+                kept = None if ctx.support is None else ctx.support[r : r + ctx.rows]
                 for v0 in range(0, weight.shape[0], ctx.cols):
                     w = weight[v0 : v0 + ctx.cols]
                     z, th = _logit_tile(h, hk, w, buffers, ctx.temperature, ctx.softcap)
+                    _mask_outside(z, kept, v0)
                     p = z.sub_(lse[r : r + ctx.rows, None]).exp_()
                     if ctx.softcap:
                         p.mul_(th.mul_(th).neg_().add_(1))
@@ -95,7 +118,18 @@ class ChunkedLogSoftmax(torch.autograd.Function):
                 dcap = dcap_y[r : r + ctx.rows, None] if ctx.softcap else 1.0
                 grad_weight.index_add_(0, y, hg.mul_(dcap), alpha=k)  # the onehot(y) term
             grad_weight = grad_weight.to(weight.dtype)
-        return grad_hidden, grad_weight, None, None, None, None, None, None, None, None
+        return grad_hidden, grad_weight, None, None, None, None, None, None, None, None, None
+
+
+def _mask_outside(z: torch.Tensor, kept: torch.Tensor | None, v0: int) -> None:
+    """Set a tile's logits z [n, w] of vocabulary columns v0.. to OUTSIDE where the packed kept sets `kept`
+    [n, ceil(V/8)] leave them out (None: all kept)."""
+    if kept is None:
+        return
+    first, w = v0 // 8, z.shape[1]
+    packed = kept[:, first : (v0 + w + 7) // 8]
+    bits = unpack_support(packed, 8 * packed.shape[1])
+    z.masked_fill_(~bits[:, v0 - 8 * first : v0 - 8 * first + w], OUTSIDE)
 
 
 class _TileBuffers:
@@ -133,9 +167,10 @@ def _logit_tile(h, k, w, buffers, temperature, softcap):
     return raw, None
 
 
-def _forward_block(h, weight, y, temperature, scale, softcap, cols, buffers, out):
+def _forward_block(h, weight, y, temperature, scale, softcap, cols, buffers, out, kept=None):
     """One block of token rows: sweep the vocabulary in column tiles, folding each into the online
-    log-sum-exp (m, Σe), the entropy's Σ e·z and the Jacobian's Σ e·f′·W; write `out`'s rows."""
+    log-sum-exp (m, Σe), the entropy's Σ e·z and the Jacobian's Σ e·f′·W (over the kept sets `kept`, where
+    given); write `out`'s rows."""
     n, k_h = h.shape[0], scale / temperature
     h, k = _prescale(h, weight, temperature, scale, softcap)
     m = h.new_full((n,), -torch.inf, dtype=torch.float32)
@@ -145,6 +180,7 @@ def _forward_block(h, weight, y, temperature, scale, softcap, cols, buffers, out
     for v0 in range(0, weight.shape[0], cols):
         w = weight[v0 : v0 + cols]
         z, th = _logit_tile(h, k, w, buffers, temperature, softcap)
+        _mask_outside(z, kept, v0)
         hit = ((y >= v0) & (y < v0 + w.shape[0])).nonzero().squeeze(1)  # rows whose target is in this tile
         if hit.numel():
             zy[hit] = z[hit, y[hit] - v0]

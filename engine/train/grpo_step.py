@@ -120,7 +120,7 @@ class GRPOStep:
             for k, v, off in (("top_k", cfg.rollout.top_k, 0), ("top_p", cfg.rollout.top_p, 1))
             if v != off
         ]
-        if truncation:  # config.validate refuses it with rollout correction
+        if truncation and cfg.algo.logprob_support == "full":  # config.validate refuses it with rollout correction
             rundir.event(
                 "warning",
                 f"{', '.join(truncation)}: the sampler's μ is the truncated distribution and "
@@ -190,6 +190,7 @@ class GRPOStep:
                 _take(batch.inputs, rows),
                 batch.num_items,
                 spans(batch.rollout.mask[rows]),
+                None if batch.rollout.support is None else batch.rollout.support[rows],
             )
             update = self._optimize(
                 self.run.dist.reduce_gradients(self.params, passed.loss, batch.inputs.mask[rows], self.loss_type)
@@ -280,9 +281,10 @@ class GRPOStep:
             order = torch.randperm(n, generator=torch.Generator().manual_seed(data.mix_seed(t.seed, self.step_no)))
         return list(order.view(t.steps_per_generation, -1)) * t.num_iterations
 
-    def _logps(self, model, input_ids, attention, completion_len, lengths=None, with_entropy=False):
-        """Per-token log-probs (and entropies) of the completion tokens at the sampler's temperature; given the rows'
-        completion spans `lengths`, 0 after them on the paths that leave those positions out (token_logprobs)."""
+    def _logps(self, model, input_ids, attention, completion_len, lengths=None, with_entropy=False, support=None):
+        """Per-token log-probs (and entropies) of the completion tokens at the sampler's temperature, on its kept
+        sets `support` where given (Rollout.support); given the rows' completion spans `lengths`, 0 after them on
+        the paths that leave those positions out (token_logprobs)."""
         mode = "off" if self.cfg.train.parallel == "fsdp" else self.cfg.train.shared_prefix  # fsdp: config refuses on
         shared = use_shared_prefix(mode, model, input_ids, attention, completion_len)
         return token_logprobs(
@@ -295,6 +297,7 @@ class GRPOStep:
             logits_chunk=self.cfg.model.logits_chunk,
             shared_prefix=shared,
             spans=lengths,
+            support=support,
         )
 
     @torch.no_grad()
@@ -312,22 +315,24 @@ class GRPOStep:
                 (torch.arange(i, min(i + size, B)), batch.input_ids[i : i + size], batch.attention[i : i + size], T)
                 for i in range(0, B, size)
             ]
-        old = torch.zeros(B, T, device=batch.input_ids.device)
+        old, support = torch.zeros(B, T, device=batch.input_ids.device), batch.rollout.support
         with policy_loader.autocast(self.model.plan):
             for rows, ids, attention, width in parts:
-                old[rows.to(old.device), :width] = self._logps(self.model.policy, ids, attention, width, lengths[rows])[
-                    0
-                ]
+                kept = None if support is None else support[rows]
+                old[rows.to(old.device), :width] = self._logps(
+                    self.model.policy, ids, attention, width, lengths[rows], support=kept
+                )[0]
         return old
 
     @torch.no_grad()
-    def _reference_logps(self, input_ids, attention, completion_len, lengths):
-        """π_ref for the k3 KL (GRPO, arXiv 2402.03300): with LoRA the base model with adapters disabled (no second copy)."""
+    def _reference_logps(self, input_ids, attention, completion_len, lengths, support=None):
+        """π_ref for the k3 KL (GRPO, arXiv 2402.03300): with LoRA the base model with adapters disabled (no second copy);
+        on the sampler's kept sets `support` as π is."""
         if self.cfg.algo.beta <= 0:
             return None
         if self.cfg.model.lora_rank > 0:
             with self.model.policy.disable_adapter():
-                return self._logps(self.model.policy, input_ids, attention, completion_len, lengths)[0]
+                return self._logps(self.model.policy, input_ids, attention, completion_len, lengths, support=support)[0]
         if self.reference is None:  # full fine-tune: a frozen copy of the starting weights
             self.reference = policy_loader.load_policy(
                 self.cfg,
@@ -335,12 +340,15 @@ class GRPOStep:
                 self.model.plan,
             ).to(self.model.device)
             self.reference.requires_grad_(False)
-        return self._logps(self.reference, input_ids, attention, completion_len, lengths)[0]
+        return self._logps(self.reference, input_ids, attention, completion_len, lengths, support=support)[0]
 
-    def _accumulate(self, input_ids, attention, batch: LossInputs, num_items, lengths: torch.Tensor) -> LossPass:
+    def _accumulate(
+        self, input_ids, attention, batch: LossInputs, num_items, lengths: torch.Tensor, support=None
+    ) -> LossPass:
         """Forward + backward over micro-batches: train.micro_batch_size rows at a time, or under
         train.micro_batch_tokens rows sorted by length and each micro-batch cut to its own longest row
-        (engine/rollout/batching.py; `lengths` are the rows' completion spans, batching.spans).
+        (engine/rollout/batching.py; `lengths` are the rows' completion spans, batching.spans; `support` their
+        sampler's kept sets, Rollout.support, or None).
 
         Each micro-batch loss is weighted so the accumulated gradient equals the whole-batch loss's, as the loss
         type says (contract/loss_types.py micro_batch_weight).
@@ -368,8 +376,11 @@ class GRPOStep:
                 ids, att, width = trim(ids, att, T, prompt_lens[rows], lengths[rows])
             part_inputs = _take(batch, rows, width)
             with policy_loader.autocast(self.model.plan), policy_loader.offload_activations(cfg):
-                logps, entropy = self._logps(self.model.policy, ids, att, width, lengths[rows], with_entropy=True)
-                ref_logps = self._reference_logps(ids, att, width, lengths[rows])
+                kept = None if support is None else support[rows]
+                logps, entropy = self._logps(
+                    self.model.policy, ids, att, width, lengths[rows], with_entropy=True, support=kept
+                )
+                ref_logps = self._reference_logps(ids, att, width, lengths[rows], kept)
             old_logps = logps.detach() if batch.old_logps is None else part_inputs.old_logps  # TRL _compute_loss
             loss, part = policy_loss(
                 dataclasses.replace(

@@ -18,15 +18,20 @@ shared prefix (train.shared_prefix): each distinct prompt of a batch runs once a
     the rows' completion spans packed side by side into fewer rows (engine/train/completion_packing.py).
 
 Log-probs use the same temperature as the sampler (TRL issue 4159: comparing μ at T with π at
-T=1 makes the mismatch metric and the IS weights meaningless).
+T=1 makes the mismatch metric and the IS weights meaningless), and, given the sampler's kept sets
+(`support`, Rollout.support: top-k/top-p with algo.logprob_support = sampler), the same support: every logit
+outside a position's kept set is OUTSIDE before the log-softmax, so π and its entropy are those of the
+truncated, renormalised distribution μ was drawn from, log π_S(y) = z_y − log Σ_{v∈S} e^{z_v}
+(docs/mismatch.md, "Truncated sampling").
 """
 
 from __future__ import annotations
 
 import torch
 
+from ..sampler.base import unpack_support
 from . import completion_packing
-from .chunked_logsoftmax import ChunkedLogSoftmax
+from .chunked_logsoftmax import COLUMNS, OUTSIDE, ChunkedLogSoftmax
 
 
 def position_ids(attention_mask: torch.Tensor) -> torch.Tensor:
@@ -45,11 +50,15 @@ def token_logprobs(
     logits_chunk: int = 0,
     shared_prefix: bool = False,
     spans: torch.Tensor | None = None,
+    support: torch.Tensor | None = None,
 ):
     """Return (logps [B, T], entropy [B, T] or None) for the last `completion_len` tokens. `spans` [B]: each
     row's completion span (batching.spans); on the hidden-state paths (shared prefix, chunked) the lm_head and
-    log-softmax run on those positions only, the padding after them reads 0."""
+    log-softmax run on those positions only, the padding after them reads 0. `support` [B, ≥T, ceil(V/8)]: the
+    sampler's packed kept sets (Rollout.support), π renormalised on them; None: the whole vocabulary."""
     targets = input_ids[:, -completion_len:]
+    if support is not None:
+        support = support[:, :completion_len].to(targets.device)
     if logits_chunk == 0 and not shared_prefix:
         out = model(
             input_ids=input_ids,
@@ -58,7 +67,8 @@ def token_logprobs(
             logits_to_keep=completion_len + 1,
             use_cache=False,
         )
-        return materialised_logps(out.logits[:, :-1, :], targets, temperature, chunk_rows, with_entropy)  # t → t+1
+        logits = out.logits[:, :-1, :]  # t → t+1
+        return materialised_logps(logits, targets, temperature, chunk_rows, with_entropy, support)
     if shared_prefix:
         hidden = _shared_prefix_hidden(model, input_ids, attention_mask, completion_len, spans)
     else:
@@ -69,12 +79,20 @@ def token_logprobs(
     scored = torch.ones_like(targets, dtype=torch.bool) if spans is None else _within(spans.to(targets.device), T)
     _check_head_transform(model, input_ids[:1], attention_mask[:1], hidden[0], scored[0], head.weight, scale, softcap)
     hidden, targets = hidden[scored], targets[scored]  # [N, H], [N]: each scored position a row
+    kept = None if support is None else support[scored]
     if logits_chunk == 0:  # the same N×V logits at once as chunk_rows rows of T
         logits = _final_logits(head(hidden), scale, softcap).unsqueeze(1)
-        logps, entropy = materialised_logps(logits, targets.unsqueeze(1), temperature, chunk_rows * T, with_entropy)
+        logps, entropy = materialised_logps(
+            logits,
+            targets.unsqueeze(1),
+            temperature,
+            chunk_rows * T,
+            with_entropy,
+            None if kept is None else kept[:, None],
+        )
     else:
         logps, entropy = fused_logps(
-            hidden, head.weight, targets, temperature, logits_chunk, scale, softcap, with_entropy
+            hidden, head.weight, targets, temperature, logits_chunk, scale, softcap, with_entropy, kept
         )
     return _spread(logps, scored), (_spread(entropy, scored) if with_entropy else None)
 
@@ -196,12 +214,15 @@ def shared_prefix_refusal(model) -> str | None:
     return None
 
 
-def materialised_logps(logits, targets, temperature, chunk_rows=8, with_entropy=False):
+def materialised_logps(logits, targets, temperature, chunk_rows=8, with_entropy=False, support=None):
     """(log p_y [B, T], entropy [B, T] or None) from whole [B, T, V] logits: fp32 log-softmax `chunk_rows`
-    rows at a time, autograd keeping each chunk's log-softmax for the backward."""
+    rows at a time, autograd keeping each chunk's log-softmax for the backward; given packed kept sets
+    `support` [B, T, ceil(V/8)], over each position's kept tokens only (the rest OUTSIDE: probability 0)."""
     logps, entropies = [], []
     for rows in range(0, logits.shape[0], chunk_rows):
         chunk = logits[rows : rows + chunk_rows].float() / temperature
+        if support is not None:
+            chunk = chunk.masked_fill(~unpack_support(support[rows : rows + chunk_rows], chunk.shape[-1]), OUTSIDE)
         logsm = torch.log_softmax(chunk, dim=-1)
         logps.append(logsm.gather(-1, targets[rows : rows + chunk_rows].unsqueeze(-1)).squeeze(-1))
         if with_entropy:
@@ -210,13 +231,16 @@ def materialised_logps(logits, targets, temperature, chunk_rows=8, with_entropy=
     return torch.cat(logps), (torch.cat(entropies) if with_entropy else None)
 
 
-def fused_logps(hidden, weight, targets, temperature, chunk, scale=1.0, softcap=None, with_entropy=True):
+def fused_logps(hidden, weight, targets, temperature, chunk, scale=1.0, softcap=None, with_entropy=True, support=None):
     """(log p_y [N], entropy [N] or None) of f(hidden·weightᵀ)/τ without [N, V] logits: TRL's Triton
-    kernels on CUDA when trl is installed (the `kernels` extra), else ChunkedLogSoftmax."""
-    if hidden.is_cuda and triton_kernels_available():
+    kernels on CUDA when trl is installed (the `kernels` extra), else ChunkedLogSoftmax, which alone takes the
+    sampler's packed kept sets `support` [N, ceil(V/8)] (TRL's kernels sum over the whole vocabulary)."""
+    if hidden.is_cuda and triton_kernels_available() and support is None:
         return triton_logps(hidden, weight, targets, temperature, chunk, scale, softcap, with_entropy)
     jacobian = torch.is_grad_enabled() and hidden.requires_grad
-    return ChunkedLogSoftmax.apply(hidden, weight, targets, temperature, chunk, scale, softcap, jacobian, with_entropy)
+    return ChunkedLogSoftmax.apply(
+        hidden, weight, targets, temperature, chunk, scale, softcap, jacobian, with_entropy, COLUMNS, support
+    )
 
 
 def triton_kernels_available() -> bool:
