@@ -1,5 +1,10 @@
-"""Train headless, writing a run directory: a rich progress bar on a terminal, one plain line per step
-when piped."""
+"""`grpo-studio train`: train headless, writing a run directory; a rich progress bar on a terminal, one plain line
+per step when piped.
+
+What it owns: the checks before anything starts (the recipe, --resume's rules, the run directory, the pre-flight
+and the rehearsal's flags), the supervisor (the trainer as a child process it outlives: its crash recorded, its
+signals passed on, a hang-up detached) and, in that child, the trainer with its progress. The command lines it
+starts come from contract/launch.py, which the studio's launcher uses too."""
 
 from __future__ import annotations
 
@@ -14,12 +19,12 @@ import threading
 import time
 from pathlib import Path
 
-from ..contract import config, metrics, resume_rules, rundir
+from ..contract import config, launch, metrics, resume_rules, rundir
 from ..contract.errors import UserError, user_path
 from ..contract.rundir import CONFIG, RUNS, RunLock
 from .parser import add_recipe
 
-IN_PROCESS = "--no-supervisor"  # the supervisor's child: train in this process
+IN_PROCESS = launch.NO_SUPERVISOR  # the supervisor's child: train in this process
 
 
 class PlainProgress:
@@ -323,23 +328,14 @@ def supervise(args: argparse.Namespace, run_dir: Path) -> int:
     RUN/stdout.log. The trainer never outlives this process: when it dies the trainer is sent SIGTERM and stops
     gracefully, writing its own `stopped` (_child_setup). Returns the child's exit code (128 + N when signal N
     killed it)."""
-    cmd = [sys.executable, "-m", "grpo_studio.cli.main", "train", IN_PROCESS]
+    resuming = args.resume is not None
+    flags = launch.train_args(
+        args.recipe, run_dir, args.sets, resume=resuming, force=args.force, rehearse=args.rehearse
+    )
+    cmd = launch.train_command(flags, trainer=True, ranks=args.nproc)
     env = dict(os.environ, **{SUPERVISED: "1"})
     if args.devices is not None:
         env["CUDA_VISIBLE_DEVICES"] = args.devices
-    if args.nproc > 1:  # torch's launcher starts the ranks and stops them all when one fails
-        cmd[1:3] = [
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            f"--nproc_per_node={args.nproc}",
-            "-m",
-            "grpo_studio.cli.main",
-        ]
-    cmd += ["--resume", str(run_dir)] if args.resume is not None else [args.recipe, "--run-dir", str(run_dir)]
-    for setting in args.sets:
-        cmd += ["--set", setting]
-    cmd += [flag for flag, on in (("--rehearse", args.rehearse), ("--force", args.force)) if on]
     child, pending = None, []
 
     def forward(signum, _frame):

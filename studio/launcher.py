@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from ..contract import rundir
 from ..contract.config import Config
 from ..contract.dtypes import DTYPES
 from ..contract.errors import UserError
+from ..contract.launch import FRONT_DOOR, train_args, train_command
 
 
 def new_run_dir(root: Path, label: str) -> Path:
@@ -44,22 +44,18 @@ def launch(cfg: Config, run_dir: Path, force: bool = False, nproc: int = 1, rehe
     run_dir.mkdir(parents=True, exist_ok=True)
     setup = run_dir / "setup.toml"
     rundir.atomic_write_text(setup, cfgmod.to_toml(cfg))
-    args = [str(setup), "--run-dir", str(run_dir)]
-    args += ["--force"] if force else []
-    args += ["--nproc", str(nproc)] if nproc > 1 else []
-    args += ["--rehearse"] if rehearse else []
-    return _train(run_dir, args)
+    return _train(run_dir, train_args(str(setup), run_dir, force=force, rehearse=rehearse, nproc=nproc))
 
 
 def resume(run_dir: Path) -> subprocess.Popen:
     """`grpo-studio train --resume RUN`, detached: a fork continuing from its parent's checkpoint (studio/fork.py)."""
-    return _train(Path(run_dir), ["--resume", str(run_dir)])
+    return _train(Path(run_dir), train_args(None, Path(run_dir), resume=True))
 
 
 def _train(run_dir: Path, args: list[str]) -> subprocess.Popen:
     """`grpo-studio train ARGS` in its own session, its output appended to the run's stdout.log."""
     log = open(run_dir / rundir.STDOUT, "ab")
-    cmd = [sys.executable, "-m", "grpo_studio.cli.main", "train", *args]
+    cmd = train_command(args)
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     try:
         return subprocess.Popen(
@@ -79,7 +75,7 @@ def _train(run_dir: Path, args: list[str]) -> subprocess.Popen:
 def export_command(run: Path, dest: str) -> list[str]:
     """The `grpo-studio export` command line for a destination typed in the studio: FILE.gguf or a folder."""
     kind = "--gguf" if dest.lower().endswith(".gguf") else "--merged"
-    return [sys.executable, "-m", "grpo_studio.cli.main", "export", str(run), kind, dest]
+    return [*FRONT_DOOR, "export", str(run), kind, dest]
 
 
 def export(run: Path, dest: str) -> tuple[bool, str]:

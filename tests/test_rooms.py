@@ -28,8 +28,9 @@ RULES = {
     "benchmarks": {"contract", "rewards", "engine", "studio", "benchmarks"},
 }
 # A room that starts the front door as a user would, in a subprocess (`python -m grpo_studio.cli.main ...`),
-# names it in a string without importing it: the studio's launcher and the benchmarks' command-line cases.
-MAY_START_CLI = {"studio", "benchmarks"}
+# names it in a string without importing it: the command lines (contract/launch.py), the studio's launcher and
+# the benchmarks' command-line cases. The engine never does.
+MAY_START_CLI = {"contract", "studio", "benchmarks"}
 NAMED = re.compile(r"\bgrpo_studio\.(\w+(?:\.\w+)*)")
 
 
