@@ -187,10 +187,16 @@ def _with(cfg: config.Config, **keys) -> config.Config:
 def test_top_k_mu_is_the_renormalised_pi_and_the_run_says_so(tmp_path):
     """With top_k = 8 the sampler's μ of each sampled token is π renormalised over the 8 most likely tokens:
     log μ − log π = −log Z_t, Z_t the top-8 mass of π at that position (by hand from a forward of the
-    sampling weights), so mismatch/k1 = mean(−log Z_t) > 0. The run writes one warning event saying so."""
+    sampling weights), so with π on the whole vocabulary (algo.logprob_support = full) mismatch/k1 =
+    mean(−log Z_t) > 0. The run writes one warning event saying so."""
     starts = []
     trainer, rows = run(
-        tmp_path, 1, "rollout.top_k=8", "rollout.temperature=0.7", spy=lambda t: starts.append(copy.deepcopy(t.policy))
+        tmp_path,
+        1,
+        "rollout.top_k=8",
+        "rollout.temperature=0.7",
+        "algo.logprob_support=full",
+        spy=lambda t: starts.append(copy.deepcopy(t.policy)),
     )
     b, T = trainer.grpo.batch, trainer.grpo.batch.inputs.mask.shape[1]
     with torch.no_grad():
