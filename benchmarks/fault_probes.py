@@ -34,6 +34,7 @@ HOSTILE = (
     "hostile_data",
     "hostile_signals",
     "hostile_cache",
+    "hostile_algorithms",
     "hostile_support",
 )
 

@@ -23,6 +23,7 @@ _BASE: dict[str, object] = {
     "algo.is_level": "auto",
     "algo.is_mode": "mask",
     "algo.is_cap": 3.0,
+    "algo.is_floor": 0.0,  # TRL's vllm_importance_sampling_clip_min = None
 }
 
 
@@ -53,6 +54,9 @@ PRESETS: dict[str, dict[str, object]] = {
     "pg_seq_is": _preset(loss_type="dapo", objective="pg", is_level="sequence", is_mode="truncate", is_cap=0.0),
     "pg_seq_tis": _preset(loss_type="dapo", objective="pg", is_level="sequence", is_mode="truncate", is_cap=2.0),
     "pg_seq_mis": _preset(loss_type="dapo", objective="pg", is_level="sequence", is_mode="mask", is_cap=10.0),
+    # IcePop (Ring-1T, "Every Step Evolves", arXiv 2510.18855): tokens whose π_old/μ lies outside [0.5, 5] are
+    # masked out of the gradient, the others weighted by it; each completion's token mean (the paper's 1/|y_i|).
+    "icepop": _preset(loss_type="grpo", is_level="token", is_mode="mask", is_floor=0.5, is_cap=5.0),
 }
 
 

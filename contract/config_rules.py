@@ -111,6 +111,8 @@ def validate(cfg: Config) -> None:
         )
     _check_updates_per_rollout(cfg, sequences)
     _check_dynamic_sampling(cfg)
+    _check_rollout_band(cfg)
+    _check_pass_at_k(cfg)
     _check_truncated_support(cfg)
     backend.refuse_vllm_sync(cfg)  # rollout.vllm_sync; a 4-bit base's merged sync to vLLM
     backend.refuse_vllm_keys_with_hf(cfg)  # rollout.* keys only vLLM reads, with the hf sampler asked for
@@ -289,6 +291,68 @@ def _check_updates_per_rollout(cfg: Config, sequences: int) -> None:
 
 
 def _check_dynamic_sampling(cfg: Config) -> None:
+def _check_rollout_band(cfg: Config) -> None:
+    """algo.is_floor, the lower edge of the rollout-correction band [is_floor, is_cap] (IcePop's [α, β] in mask
+    mode): it acts only where a correction runs, and below the cap."""
+    a = cfg.algo
+    if not a.is_floor:
+        return
+    name = backend.resolve(cfg.rollout.backend, load_in_4bit=cfg.model.load_in_4bit)[0]
+    level = algorithms.rollout_is_level(a.is_level, name)
+    if level == "none":
+        shown = "" if level == a.is_level else f" ({level} for the {name} rollout)"
+        raise UserError(
+            f"has no effect with algo.is_level = {a.is_level!r}{shown}: no rollout correction runs; set "
+            f"algo.is_level = 'token' (IcePop) or 'sequence', or leave this at 0",
+            key="algo.is_floor",
+            value=a.is_floor,
+        )
+    if 0 < a.is_cap <= a.is_floor:
+        raise UserError(
+            f"must be below algo.is_cap = {a.is_cap:g}: the band [algo.is_floor, algo.is_cap] a ratio is kept in "
+            f"would be empty",
+            key="algo.is_floor",
+            value=a.is_floor,
+        )
+
+
+def _check_pass_at_k(cfg: Config) -> None:
+    """algo.advantage = pass_at_k (engine/rollout/advantages.py): k below the group size, a pass/fail reward from
+    one function, and the group's own std; algo.pass_k acts only there."""
+    a, default = cfg.algo, AlgoConfig().pass_k
+    if a.advantage != "pass_at_k":
+        if a.pass_k != default:
+            raise UserError(
+                f"has no effect with algo.advantage = {a.advantage!r}; set algo.advantage = 'pass_at_k' or leave "
+                f"this at {default}",
+                key="algo.pass_k",
+                value=a.pass_k,
+            )
+        return
+    groups = cfg.rollout.num_generations
+    if a.pass_k >= groups:
+        raise UserError(
+            f"must be below rollout.num_generations = {groups}: pass@k advantages average over the k-subsets of a "
+            f"group, and at k >= {groups} there is at most one, so every advantage would be 0",
+            key="algo.pass_k",
+            value=a.pass_k,
+        )
+    if len(cfg.rewards.funcs) > 1:
+        raise UserError(
+            "algo.advantage = 'pass_at_k' takes pass (reward > 0) or fail from one reward function, as "
+            "eval/pass@k does; give one, e.g. ['correctness']",
+            key="rewards.funcs",
+            value=cfg.rewards.funcs,
+        )
+    if a.scale_rewards == "batch":
+        raise UserError(
+            "pass@k advantages are divided by the std of their group's k-subset rewards, or not at all; "
+            "allowed with algo.advantage = 'pass_at_k': group, none",
+            key="algo.scale_rewards",
+            value="batch",
+        )
+
+
     """DAPO dynamic sampling scores a round before it samples the next (engine/rollout/dynamic_sampling.py)."""
     a, default = cfg.algo, AlgoConfig().dynamic_sampling_max_rounds
     if not a.dynamic_sampling:

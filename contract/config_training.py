@@ -153,6 +153,19 @@ class AlgoConfig:
         choices=["group", "batch", "none"],
         help="advantages divided by the reward std of the group or the batch; none = only centred",
     )
+    advantage: str = opt(
+        "grpo",
+        choices=["grpo", "pass_at_k"],
+        help="group advantages: grpo = (r - mean) / std; pass_at_k = the pass@k objective's closed form "
+        "(Chen et al. 2025, arXiv 2508.10751), a completion passing when its reward is > 0 (docs/algorithms.md)",
+    )
+    pass_k: int = opt(
+        4,
+        lo=1,
+        hi=MAX_GENERATIONS,
+        help="k of algo.advantage = pass_at_k: the group reward is the best of k completions; below "
+        "rollout.num_generations",
+    )
     mask_truncated_completions: bool = opt(False, help="completions cut at max_completion_len are left out of the loss")
     importance_sampling_level: str = opt(
         "token", choices=["token", "sequence"], help="pi/pi_old ratio per token, or one per sequence (GSPO)"
@@ -166,10 +179,18 @@ class AlgoConfig:
     is_mode: str = opt(
         "mask",
         choices=["truncate", "mask"],
-        help="rollout correction above algo.is_cap: truncate the weight, or mask the token/sequence",
+        help="rollout correction outside [algo.is_floor, algo.is_cap]: truncate the weight, or mask the "
+        "token/sequence (MIS; IcePop with a floor)",
     )
     is_cap: float = opt(
         3.0, lo=0, hi=MAX_SCALE, help="C for rollout correction; 0 = no cap (plain IS, truncate mode only)"
+    )
+    is_floor: float = opt(
+        0.0,
+        lo=0,
+        hi=1,
+        help="lower bound of rollout correction: ratios below it are masked (is_mode mask: IcePop's band "
+        "[is_floor, is_cap], arXiv 2510.18855) or raised to it (truncate); 0 = none",
     )
     logprob_support: str = opt(
         "sampler",

@@ -118,7 +118,19 @@ SCHEMA = {
         Metric("mismatch/is_mean", "mean importance ratio π/μ", "ratio"),
         Metric("mismatch/is_max", "largest importance ratio π/μ", "ratio", combine="max"),
         Metric("mismatch/ess", "normalised effective sample size of the importance weights", "fraction"),
-        Metric("mismatch/masked_frac", "share of ratios above algo.is_cap (rollout correction on)", "fraction"),
+        Metric(
+            "mismatch/masked_frac",
+            "share of completion tokens (sequences at algo.is_level = sequence) whose ratio lies outside "
+            "[algo.is_floor, algo.is_cap]: masked, or truncated to the band (rollout correction on)",
+            "fraction",
+        ),
+        Metric(
+            ROUTER_DISAGREE,
+            "MoE models: share of tokens whose selected experts differ between the sampler's forward and the "
+            "trainer's, over MoE layers (0 with algo.router_replay = replay)",
+            "fraction",
+        ),
+        Metric(f"{ROUTER_DISAGREE}/{LAYER}", "router disagreement of one MoE layer", "fraction"),
         Metric("mismatch/tokens", "completion tokens the mismatch metrics cover", "tokens", combine="sum"),
         Metric("mismatch/nonfinite_tokens", "tokens left out because μ or π was not finite", "tokens", combine="sum"),
         Metric(

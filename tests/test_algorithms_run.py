@@ -25,7 +25,7 @@ CASES = [(name, 0.0) for name in config.ALGOS] + [("grpo", 0.04)]
 
 
 def test_algo_name_accepts_exactly_the_presets():
-    """config derives algo.name's choices from algorithms.PRESETS: all eleven, in preset order."""
+    """config derives algo.name's choices from algorithms.PRESETS: all twelve, in preset order."""
     (info,) = [k for k in config.key_info() if k.key == "algo.name"]
     assert info.choices == (
         "grpo",
@@ -39,6 +39,7 @@ def test_algo_name_accepts_exactly_the_presets():
         "pg_seq_is",
         "pg_seq_tis",
         "pg_seq_mis",
+        "icepop",
     )
 
 

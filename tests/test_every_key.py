@@ -43,6 +43,7 @@ MISMATCH = ["rollout.dtype=bf16"]  # μ ≠ π: rollout correction has something
 FP16 = ["model.dtype=fp16"]
 QLORA = ["model.load_in_4bit=true"]
 CONVERSATION = ["data.system_prompt=Answer briefly."]
+PASS_AT_K = ['rewards.funcs=["correctness"]', "rollout.num_generations=8"]  # one pass/fail reward, k < G
 
 # key -> (changed value, the context it acts in)
 RUN = {
@@ -72,6 +73,9 @@ RUN = {
     "algo.is_level": ("token", MISMATCH),
     "algo.is_mode": ("truncate", [*MISMATCH, "algo.is_level=token", "algo.is_cap=1.001"]),
     "algo.is_cap": ("1.001", [*MISMATCH, "algo.is_level=token"]),
+    "algo.is_floor": ("0.999", [*MISMATCH, "algo.is_level=token"]),
+    "algo.advantage": ("pass_at_k", PASS_AT_K),
+    "algo.pass_k": ("2", [*PASS_AT_K, "algo.advantage=pass_at_k"]),
     "algo.logprob_support": ("full", ["rollout.top_p=0.9"]),
     "algo.objective": ("pg", []),
     "algo.use_bias_correction_kl": ("false", ["algo.beta=0.1", *CLIP]),

@@ -49,13 +49,13 @@ IS_BLOCK = _trl_block(
 )
 
 
-def trl_is_ratio(mode: str, cap: float, old_logps, sampling_logps, mask):
-    """TRL's vllm_importance_sampling_ratio for `mode`, C_max = cap, C_min = None (its default)."""
+def trl_is_ratio(mode: str, cap: float, old_logps, sampling_logps, mask, floor: float | None = None):
+    """TRL's vllm_importance_sampling_ratio for `mode`, C_max = cap, C_min = floor (None: its default)."""
     trainer = SimpleNamespace(
         use_vllm=True,
         vllm_importance_sampling_correction=True,
         vllm_importance_sampling_mode=mode,
-        vllm_importance_sampling_clip_min=None,
+        vllm_importance_sampling_clip_min=floor,
         vllm_importance_sampling_clip_max=cap,
     )
     scope = {
@@ -115,7 +115,9 @@ def trl_trainer(
     return t
 
 
-def trl_loss(data: dict, logps: torch.Tensor, *, is_mode=None, is_cap=None, num_items_in_batch=None, **knobs):
+def trl_loss(
+    data: dict, logps: torch.Tensor, *, is_mode=None, is_cap=None, is_floor=None, num_items_in_batch=None, **knobs
+):
     """Loss from TRL's `_compute_loss` and the metrics it logged."""
     t = trl_trainer(vllm_is=is_mode is not None, **knobs)
     t._get_per_token_logps_and_entropies = lambda *a, **k: (logps, data["entropy"], None)
@@ -133,7 +135,7 @@ def trl_loss(data: dict, logps: torch.Tensor, *, is_mode=None, is_cap=None, num_
     }
     if is_mode is not None:
         inputs["importance_sampling_ratio"] = trl_is_ratio(
-            is_mode, is_cap, data["old_logps"], data["rollout_logps"], mask
+            is_mode, is_cap, data["old_logps"], data["rollout_logps"], mask, is_floor
         )
     loss = t._compute_loss(None, inputs)
     return loss, {k: v[-1] for k, v in t._metrics["train"].items()}

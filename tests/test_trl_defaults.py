@@ -43,6 +43,7 @@ SHARED = {
     "algo.use_bias_correction_kl": "use_bias_correction_kl",
     "algo.is_mode": lambda c: c.vllm_importance_sampling_mode.split("_")[1],
     "algo.is_cap": "vllm_importance_sampling_clip_max",
+    "algo.is_floor": lambda c: c.vllm_importance_sampling_clip_min or 0.0,  # None = no floor = our 0
     "rollout.temperature": "temperature",
     "rollout.top_p": "top_p",
     "rollout.top_k": "top_k",

@@ -100,9 +100,11 @@ class Rollouts:
         request, out, waited, texts, table = scored.request, scored.out, scored.waited, scored.texts, scored.table
         prompts, prompt_ids, episodes = request["prompts"], request["prompt_ids"], request.get("episodes")
         mask = out.mask.to(self.device)
-        # → group-relative advantages (of the kept groups)
+        # → group-relative advantages (of the kept groups): GRPO's, or pass@k's (algo.advantage)
         rewards = torch.tensor(table, dtype=torch.float32)
-        advantages, metrics = compute_advantages(rewards, self.reward_weights, G, cfg.algo.scale_rewards)
+        advantages, metrics = compute_advantages(
+            rewards, self.reward_weights, G, cfg.algo.scale_rewards, cfg.algo.advantage, cfg.algo.pass_k
+        )
         if cfg.algo.mask_truncated_completions:
             mask = mask * (~out.truncated).float().unsqueeze(1).to(self.device)
         # token lag = versions between the weights that sampled it (in_flight: per token) and the ones trained

@@ -2,7 +2,7 @@
 
 One function, `policy_loss`, read top to bottom:
 
-1. rollout-correction weights w against the sampler μ (TIS / MIS, token or sequence level);
+1. rollout-correction weights w against the sampler μ (TIS / MIS / IcePop, token or sequence level);
 2. the per-token objective: PPO-clip of r = π_θ/π_old (token, or GSPO sequence ratio),
    or the vanilla policy gradient -A·log π_θ;
 3. per-token loss × w, + β·k3 KL to the reference;
@@ -19,6 +19,8 @@ steps_per_generation optimizer steps), so micro-batch losses simply add up.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 from torch import Tensor
@@ -48,25 +50,28 @@ def masked_max(x: Tensor, mask: Tensor) -> float:
 
 
 def rollout_correction(
-    behaviour_logps: Tensor, rollout_logps: Tensor, mask: Tensor, level: str, mode: str, cap: float
+    behaviour_logps: Tensor, rollout_logps: Tensor, mask: Tensor, level: str, mode: str, cap: float, floor: float = 0.0
 ) -> tuple[Tensor, dict[str, float]]:
     """IS weights w ([B, T] or [B, 1], no grad) correcting samples from μ towards the behaviour policy.
 
-    token:    ρ_t = π_b(y_t)/μ(y_t)              sequence: ρ = Π_t π_b(y_t)/μ(y_t)
-    truncate: w = min(ρ, C)   (TIS, Yao et al. 2025; cap 0 = plain IS)
-    mask:     w = ρ·1[ρ ≤ C]  (MIS, arXiv 2510.26788)
-    Tokens whose μ is NaN (not scored by the sampler) get ρ_t = 1, as in TRL.
+    token:    ρ_t = π_b(y_t)/μ(y_t)                  sequence: ρ = Π_t π_b(y_t)/μ(y_t)
+    truncate: w = clamp(ρ, F, C)  (TIS, Yao et al. 2025; C = 0: no cap, plain IS; F = 0: no floor)
+    mask:     w = ρ·1[F ≤ ρ ≤ C]  (MIS, arXiv 2510.26788; with F > 0 IcePop's M(ρ; α, β), arXiv 2510.18855)
+    with C = algo.is_cap and F = algo.is_floor, as TRL 1.16's clip_max / clip_min. Tokens whose μ is NaN (not
+    scored by the sampler) get ρ_t = 1, as in TRL. mismatch/masked_frac is the share of ρ outside [F, C].
     """
     with torch.no_grad():
         log_rho = torch.nan_to_num((behaviour_logps - rollout_logps) * mask, nan=0.0)
         if level == "sequence":
             log_rho = log_rho.sum(dim=-1, keepdim=True).clamp(max=SEQ_LOG_RATIO_MAX)
         rho = torch.exp(log_rho)
-        capped = rho > cap if cap > 0 else torch.zeros_like(rho, dtype=torch.bool)
+        outside = rho < floor
+        if cap > 0:
+            outside |= rho > cap
         if mode == "truncate":
-            weights = rho.clamp(max=cap) if cap > 0 else rho
+            weights = rho.clamp(min=floor, max=cap if cap > 0 else math.inf)  # ρ ≥ 0: floor 0 is no floor
         elif mode == "mask":
-            weights = rho.masked_fill(capped, 0.0)
+            weights = rho.masked_fill(outside, 0.0)
         else:
             raise ValueError(f"algo.is_mode = {mode!r}: allowed: truncate, mask")
 
@@ -80,7 +85,7 @@ def rollout_correction(
             "mismatch/is_min": r.min().item(),
             "mismatch/is_mean": r.mean().item(),
             "mismatch/is_max": r.max().item(),
-            "mismatch/masked_frac": capped[active].float().mean().item(),
+            "mismatch/masked_frac": outside[active].float().mean().item(),
             # Kish effective sample size of the applied weights, (Σw)² / (n·Σw²) ∈ [0, 1]
             "mismatch/ess": (w.sum() ** 2 / (w.numel() * sq)).item() if sq > 0 else 0.0,
         }
@@ -109,7 +114,7 @@ def policy_loss(
             raise ValueError(f"algo.is_level = {is_level!r} needs rollout_logps (μ) from the sampler")
         behaviour = logps.detach() if algo.objective == "pg" else old_logps
         is_weights, is_metrics = rollout_correction(
-            behaviour, inp.rollout_logps, mask, is_level, algo.is_mode, algo.is_cap
+            behaviour, inp.rollout_logps, mask, is_level, algo.is_mode, algo.is_cap, algo.is_floor
         )
         metrics.update(is_metrics)
 
