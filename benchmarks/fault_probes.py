@@ -36,6 +36,7 @@ HOSTILE = (
     "hostile_cache",
     "hostile_algorithms",
     "hostile_support",
+    "hostile_moe",
 )
 
 

@@ -290,7 +290,6 @@ def _check_updates_per_rollout(cfg: Config, sequences: int) -> None:
         )
 
 
-def _check_dynamic_sampling(cfg: Config) -> None:
 def _check_rollout_band(cfg: Config) -> None:
     """algo.is_floor, the lower edge of the rollout-correction band [is_floor, is_cap] (IcePop's [α, β] in mask
     mode): it acts only where a correction runs, and below the cap."""
@@ -353,6 +352,7 @@ def _check_pass_at_k(cfg: Config) -> None:
         )
 
 
+def _check_dynamic_sampling(cfg: Config) -> None:
     """DAPO dynamic sampling scores a round before it samples the next (engine/rollout/dynamic_sampling.py)."""
     a, default = cfg.algo, AlgoConfig().dynamic_sampling_max_rounds
     if not a.dynamic_sampling:

@@ -215,6 +215,12 @@ class AlgoConfig:
         help="sampling rounds of one rollout with algo.dynamic_sampling, the first included; when they run "
         "out, the first dropped groups fill the rollout and a warning event says so",
     )
+    router_replay: str = opt(
+        "off",
+        choices=["off", "replay"],
+        help="mixture-of-experts models: replay = the training forward sends each token to the experts the "
+        "sampler chose, gate weights from the trainer's router (R3, Ma et al. 2025; docs/mismatch.md)",
+    )
 
 
 @dataclass

@@ -16,6 +16,8 @@ COMBINE = ("mean", "sum", "min", "max")  # how data-parallel ranks combine one m
 FN = "<fn>"  # stands for a reward function's name in a pattern
 RANK = "<i>"  # stands for a data-parallel rank's number in a pattern
 TOOL = "<tool>"  # stands for an environment's tool in a pattern
+LAYER = "layer<n>"  # stands for an MoE layer (layer0, layer1, ...) in a pattern
+ROUTER_DISAGREE = "mismatch/router_disagree"
 
 
 @dataclass(frozen=True)
@@ -343,6 +345,8 @@ def lookup(name: str) -> Metric | None:
     family, _, stat = name.rpartition("/")
     if family == "env/tool_calls":
         return SCHEMA.get(f"{family}/{TOOL}")
+    if family == ROUTER_DISAGREE and re.fullmatch(r"layer\d+", stat):
+        return SCHEMA.get(f"{family}/{LAYER}")
     return SCHEMA.get(reward_key(FN, stat) if family.startswith("rewards/") else name)
 
 
@@ -350,7 +354,7 @@ def names(reward_funcs: list[str]) -> list[str]:
     """Every name a run with these reward functions can write, in schema order."""
     out = []
     for name in SCHEMA:
-        if TOOL not in name:  # an environment's tools are known once it loads
+        if TOOL not in name and LAYER not in name:  # an environment's tools, a model's layers: known once loaded
             out += [name.replace(FN, fn) for fn in reward_funcs] if FN in name else [name]
     return out
 

@@ -184,6 +184,7 @@ ELSEWHERE = {
     "test_rounds_refill_the_rollout_with_groups_that_have_signal",
     "algo.dynamic_sampling_max_rounds": "tests/test_dynamic_sampling.py::"
     "test_the_round_limit_fills_with_the_first_dropped_groups_and_warns",
+    "algo.router_replay": "tests/test_moe.py::test_router_replay_closes_the_bf16_routing_gap",
     "train.best_metric": "tests/test_knobs_small.py::test_keep_checkpoints_keeps_the_newest_and_the_best",
     "train.max_bad_steps": "tests/test_divergence.py::test_a_nan_streak_stops_the_run_naming_cause_and_last_good_checkpoint",
     "train.micro_batch_size": "tests/test_trainer.py::test_micro_batches_accumulate_to_the_whole_batch_gradient",

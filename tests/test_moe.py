@@ -159,3 +159,46 @@ def test_dense_and_unsupported_models_are_refused_in_one_line():
     ):
         moe.check_routers(MixtralConfig(), "algo.router_replay", "replay")
     moe.check_routers(Qwen3MoeConfig(), "algo.router_replay", "replay")
+
+
+def train(moe_folder, run_dir, *settings) -> list[dict]:
+    """Two steps of the tiny-arith recipe on the tiny MoE, headless, rewarded by completion length (the random
+    model never answers; lengths differ inside a group, so the update is not 0); the metrics rows."""
+    import json
+
+    from tests.cli_helpers import run_cli
+
+    reward = run_dir.parent / "length_reward.py"
+    reward.write_text("def length(completions, **kwargs):\n    return [float(len(c)) for c in completions]\n")
+    sets = [f"model.name={moe_folder}", "train.steps=2", "train.prompts_per_step=4", "rollout.num_generations=4"]
+    sets += [f"rewards.funcs={reward}:length", "train.eval_every=0", "train.save_every=0", *settings]
+    args = [x for s in sets for x in ("--set", s)]
+    done = run_cli("train", "tiny-arith", "--run-dir", str(run_dir), *args, cwd=run_dir.parent, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.parametrize("lora_rank", [8, 0])
+def test_the_tiny_moe_trains_with_lora_and_full_fine_tuning(moe_folder, tmp_path, lora_rank):
+    """LoRA reaches the fused experts and the router (peft's target_parameters from all-linear) and the merged
+    weights reach the sampler: its μ and the trainer's π agree at fp32 noise after the update's sync."""
+    rows = train(moe_folder, tmp_path / "run", f"model.lora_rank={lora_rank}")
+    assert [r["step"] for r in rows] == [1, 2]
+    assert rows[0]["grad_norm"] > 0
+    assert rows[1]["mismatch/k3"] < 1e-9  # step 2 samples with step 1's weights, synced under their HF names
+    assert rows[1]["mismatch/router_disagree"] == 0.0  # fp32 both sides: the same experts
+
+
+def test_router_replay_closes_the_bf16_routing_gap(moe_folder, tmp_path):
+    """A bf16 sampler against the fp32 trainer: some tokens go to other experts; with algo.router_replay =
+    replay the trainer uses the sampler's experts: no token differs."""
+    off = train(moe_folder, tmp_path / "off", "rollout.dtype=bf16", "algo.router_replay=off")
+    on = train(moe_folder, tmp_path / "on", "rollout.dtype=bf16", "algo.router_replay=replay")
+    assert off[0]["mismatch/router_disagree"] > 0
+    assert {k: v for k, v in on[0].items() if k.startswith("mismatch/router_disagree")} == {
+        "mismatch/router_disagree": 0.0,
+        "mismatch/router_disagree/layer0": 0.0,
+        "mismatch/router_disagree/layer1": 0.0,
+    }
+    # step 1: the same rollout; π differs only by the routing (how much k3 drops: bench mismatch --moe)
+    assert on[0]["mismatch/k3"] != off[0]["mismatch/k3"]

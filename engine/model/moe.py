@@ -14,11 +14,13 @@ sampler never fed): there the router keeps its own top-k and nothing is compared
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import torch
 
 from ...contract.errors import UserError
+from ...contract.metrics import ROUTER_DISAGREE
 
 # model_type -> its router class; both compute gate weights as softmax over all experts, gathered, and
 # renormalised over the k when norm_topk_prob (transformers' Qwen3MoeTopKRouter, OlmoeTopKRouter)
@@ -153,8 +155,16 @@ class RouterReplay:
     Each hooked forward counts, per layer, the tokens compared and those whose expert *set* differs between
     the sampler and what this forward used (`disagreement()`, reset by `reset()`)."""
 
+    @staticmethod
+    def for_policy(policy, mode: str) -> RouterReplay | None:
+        """The hooks for algo.router_replay = `mode` on a policy: None for a model without hookable routers
+        (mode off); a dense model or an unsupported MoE family with mode replay is refused in one line."""
+        if mode != "off":
+            check_routers(policy.config, "algo.router_replay", mode)
+        return RouterReplay(policy, mode == "replay") if routers(policy) else None
+
     def __init__(self, model, replay: bool):
-        self.replay, self.routes = replay, None
+        self.replay, self.routes, self.counting = replay, None, True
         self.layers = routers(model)
         self.compared = torch.zeros(len(self.layers), dtype=torch.long)
         self.differ = torch.zeros(len(self.layers), dtype=torch.long)
@@ -173,9 +183,9 @@ class RouterReplay:
                 raise RuntimeError(f"router replay: routes for {given.shape[0]} tokens, the forward has {own.shape[0]}")
             has = (given >= 0).all(-1)
             used = torch.where(has.unsqueeze(-1), given, own) if self.replay else own
-            # gradient checkpointing's recompute counts its tokens again, the same way: the shares stay
-            self.compared[layer] += int(has.sum())
-            self.differ[layer] += int(differs(used, given).sum())
+            if self.counting:  # gradient checkpointing's recompute counts its tokens again: the shares stay
+                self.compared[layer] += int(has.sum())
+                self.differ[layer] += int(differs(used, given).sum())
             if not self.replay:
                 return None
             return logits, replayed_scores(router, logits, used), used
@@ -185,6 +195,14 @@ class RouterReplay:
     def reset(self) -> None:
         self.compared.zero_()
         self.differ.zero_()
+
+    def metrics(self) -> dict[str, float]:
+        """mismatch/router_disagree over all MoE layers and per layer, of the forwards since reset()."""
+        compared = int(self.compared.sum())
+        if not compared:
+            return {}
+        per_layer = {f"{ROUTER_DISAGREE}/layer{i}": share for i, share in enumerate(self.disagreement())}
+        return {ROUTER_DISAGREE: int(self.differ.sum()) / compared, **per_layer}
 
     def disagreement(self) -> list[float]:
         """Per MoE layer: the share of compared tokens whose selected experts differ (nan where none)."""
@@ -206,3 +224,16 @@ def disagreement(a: torch.Tensor, b: torch.Tensor) -> list[float]:
     both = (a >= 0).all(-1) & (b >= 0).all(-1)  # [..., L]
     dims = tuple(range(both.dim() - 1))
     return (differs(a, b).sum(dims) / both.sum(dims).clamp(min=1)).tolist()
+
+
+@contextlib.contextmanager
+def uncounted(replay: RouterReplay | None):
+    """Forwards that replay but are not counted (the reference policy's, under the same routers)."""
+    if replay is None:
+        yield
+        return
+    replay.counting = False
+    try:
+        yield
+    finally:
+        replay.counting = True

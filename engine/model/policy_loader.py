@@ -15,6 +15,7 @@ import contextlib
 import importlib.util
 import logging
 import os
+import warnings
 from pathlib import Path
 
 import torch
@@ -169,7 +170,11 @@ def add_lora(model, m):
         task_type="CAUSAL_LM",
     )
     try:
-        return get_peft_model(model, lora)
+        with warnings.catch_warnings():
+            # all-linear on an MoE: peft's conversion doubles gate_up_proj's rank by a pattern its own experts
+            # wrapper is not named by, and warns on every load (the experts get rank r, as every other target)
+            warnings.filterwarnings("ignore", r"The following (rank|alpha)_pattern keys did not match", RuntimeWarning)
+            return get_peft_model(model, lora)
     except ValueError:  # peft's NoMatchingPeftModuleError: a name the model does not have
         linear = sorted({n.rpartition(".")[2] for n, mod in model.named_modules() if isinstance(mod, torch.nn.Linear)})
         raise UserError(

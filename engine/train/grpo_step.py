@@ -30,7 +30,7 @@ from ...contract import metrics as schema
 from ...contract.config import Config
 from ...contract.precision_plan import PrecisionPlan
 from ..faults import out_of_memory
-from ..model import policy_loader
+from ..model import moe, policy_loader
 from ..model.weights import export_weights
 from ..precision.mismatch import (
     dlogp_histogram,
@@ -133,6 +133,8 @@ class GRPOStep:
         self.rank_weight = 1.0  # this rank's loss weight in the step's backward (fsdp: its share of the normaliser)
         self.reference = None
         self.policy_version = 0  # weight syncs to the sampler so far (a rollout server numbers them the same)
+        self.routes = moe.RouterReplay.for_policy(model.policy, cfg.algo.router_replay)  # MoE routers (R3)
+        self.step_rows = torch.arange(0)  # the rollout rows of the step being taken
         self.lost: RolloutServerLost | None = None  # the rollout server stopped answering: the run stops
 
     @property
@@ -179,11 +181,14 @@ class GRPOStep:
             # 3. π_old, the log-probs under the weights that sampled, once per rollout and only where it can
             #    differ from π (more updates follow this one): TRL's _generate_and_score_completions skips
             #    old_per_token_logps otherwise, and _compute_loss then uses π.detach() (as _accumulate does).
+            if sampled and self.routes is not None:
+                self.routes.reset()
             if sampled and self.updates:
                 batch.inputs.old_logps = self._old_logps(batch)
             # 4. π on this step's rows at the sampler's temperature, loss and backward, one micro-batch at
             #    a time (gradient accumulation); then clip, one AdamW step and the LR schedule.
             self.rank_weight = self.run.dist.backward_weight(batch.inputs.mask[rows], self.loss_type)
+            self.step_rows = rows
             passed = self._accumulate(
                 batch.input_ids[rows],
                 batch.attention[rows],
@@ -213,6 +218,8 @@ class GRPOStep:
                 mask[rows[passed.unscored]] = 0
             pi = pi.cpu()
             batch.metrics.update(mismatch_metrics(out.logprobs, pi, mask))
+            if self.routes is not None:  # the sampler's experts against those of the forwards π came from
+                batch.metrics.update(self.routes.metrics())
             batch.metrics.update(lag_metrics(out.logprobs, pi, mask, batch.lags))
             self.run.rundir.histogram(
                 {
@@ -285,7 +292,9 @@ class GRPOStep:
         """Per-token log-probs (and entropies) of the completion tokens at the sampler's temperature, on its kept
         sets `support` where given (Rollout.support); given the rows' completion spans `lengths`, 0 after them on
         the paths that leave those positions out (token_logprobs)."""
-        mode = "off" if self.cfg.train.parallel == "fsdp" else self.cfg.train.shared_prefix  # fsdp: config refuses on
+        # fsdp: config refuses on; an MoE's sampled experts are laid out like input_ids, which the prompt pass is not
+        off = self.cfg.train.parallel == "fsdp" or self.routes is not None
+        mode = "off" if off else self.cfg.train.shared_prefix
         shared = use_shared_prefix(mode, model, input_ids, attention, completion_len)
         return token_logprobs(
             model,
@@ -299,6 +308,13 @@ class GRPOStep:
             spans=lengths,
             support=support,
         )
+
+    def _route(self, rows: torch.Tensor, ids: torch.Tensor, width: int) -> None:
+        """The next forwards of `ids` (the rollout's rows `rows`, `width` completion columns) see the sampler's
+        experts for their tokens, replayed or compared by the router hooks (engine/model/moe.py)."""
+        routes = None if self.routes is None else self.batch.rollout.routes
+        if routes is not None:
+            self.routes.use(routes.layout(rows, ids.shape[1] - width, width))
 
     @torch.no_grad()
     def _old_logps(self, batch: GenerationBatch) -> torch.Tensor:
@@ -318,6 +334,7 @@ class GRPOStep:
         old, support = torch.zeros(B, T, device=batch.input_ids.device), batch.rollout.support
         with policy_loader.autocast(self.model.plan):
             for rows, ids, attention, width in parts:
+                self._route(rows, ids, width)
                 kept = None if support is None else support[rows]
                 old[rows.to(old.device), :width] = self._logps(
                     self.model.policy, ids, attention, width, lengths[rows], support=kept
@@ -331,7 +348,7 @@ class GRPOStep:
         if self.cfg.algo.beta <= 0:
             return None
         if self.cfg.model.lora_rank > 0:
-            with self.model.policy.disable_adapter():
+            with self.model.policy.disable_adapter(), moe.uncounted(self.routes):
                 return self._logps(self.model.policy, input_ids, attention, completion_len, lengths, support=support)[0]
         if self.reference is None:  # full fine-tune: a frozen copy of the starting weights
             self.reference = policy_loader.load_policy(
@@ -375,6 +392,7 @@ class GRPOStep:
             if budget:
                 ids, att, width = trim(ids, att, T, prompt_lens[rows], lengths[rows])
             part_inputs = _take(batch, rows, width)
+            self._route(self.step_rows[rows], ids, width)
             with policy_loader.autocast(self.model.plan), policy_loader.offload_activations(cfg):
                 kept = None if support is None else support[rows]
                 logps, entropy = self._logps(
