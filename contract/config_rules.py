@@ -114,6 +114,7 @@ def validate(cfg: Config) -> None:
     _check_rollout_band(cfg)
     _check_pass_at_k(cfg)
     _check_truncated_support(cfg)
+    _check_router_replay(cfg)
     backend.refuse_vllm_sync(cfg)  # rollout.vllm_sync; a 4-bit base's merged sync to vLLM
     backend.refuse_vllm_keys_with_hf(cfg)  # rollout.* keys only vLLM reads, with the hf sampler asked for
     _check_rollout_server(cfg.rollout)
@@ -376,6 +377,35 @@ def _check_dynamic_sampling(cfg: Config) -> None:
             f"allowed: false with an environment",
             key="algo.dynamic_sampling",
             value=True,
+        )
+
+
+def _check_router_replay(cfg: Config) -> None:
+    """algo.router_replay = replay needs each token's experts from the sampler: the colocated hf rollout records
+    them from its own forward (engine/model/moe.py); the model's routers are checked when it loads."""
+    if cfg.algo.router_replay == "off":
+        return
+    r, why = cfg.rollout, None
+    if backend.resolve(r.backend, load_in_4bit=cfg.model.load_in_4bit)[0] == "vllm":
+        why = (
+            f"vLLM {backend.installed_version() or '(not installed)'} returns them only from its Model Runner V2 "
+            "(enable_return_routed_experts), which the vllm rollout does not run (vLLM on cpu cannot: it needs "
+            "Triton)"
+        )
+    elif not r.colocate:
+        why = "a rollout server (rollout.colocate = false) does not return them"
+    elif cfg.env.environment:
+        why = f"the episodes of env.environment = {cfg.env.environment!r} do not carry them"
+    elif cfg.algo.dynamic_sampling:
+        why = "algo.dynamic_sampling's joined rounds do not carry them"
+    elif cfg.train.shared_prefix == "on":
+        why = "train.shared_prefix = 'on' reorders the tokens of the training forward (set auto or off)"
+    if why:
+        raise UserError(
+            f"replay needs the experts the sampler routed each token to, and {why}; allowed: off, or "
+            "rollout.backend = 'hf' colocated",
+            key="algo.router_replay",
+            value="replay",
         )
 
 
