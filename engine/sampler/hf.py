@@ -4,6 +4,8 @@ It keeps a separate model (like vLLM does), so the rollout precision can differ 
 trainer's and weight sync after each optimizer step goes through the same `load_weights` path
 as the vLLM backend. Each token is drawn, and its μ read, from generate's *processed* scores (after
 temperature, top-k, top-p), one step at a time (SampledLogprobs): μ is the distribution actually drawn from.
+With top-k/top-p and algo.logprob_support = sampler it also returns the tokens kept at each position
+(Rollout.support), so the trainer's π is renormalised on the same set (docs/mismatch.md, "Truncated sampling").
 
 Each distinct prompt is computed once: its tokens but the last run through the model into a KV cache, which is
 repeated for its G samples; `generate` then starts from the last prompt token (issue 27: the prompt is most of
