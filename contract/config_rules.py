@@ -10,7 +10,7 @@ from __future__ import annotations
 import urllib.parse
 
 from . import alert_rules, algorithms, backend, dtypes, metrics
-from .config_bounds import MAX_SEQUENCES, MAX_TOKENS, TRACKERS, VLLM_MAX_TEMPERATURE
+from .config_bounds import AUTO, MAX_SEQUENCES, MAX_TOKENS, TRACKERS, VLLM_MAX_TEMPERATURE
 from .config_schema import Config, WarmupConfig
 from .config_training import AlgoConfig, RolloutConfig
 from .errors import UserError, did_you_mean
@@ -96,7 +96,7 @@ def validate(cfg: Config) -> None:
             key="train.shared_prefix",
             value="on",
         )
-    if cfg.train.micro_batch_tokens and cfg.train.micro_batch_size:
+    if cfg.train.micro_batch_tokens and cfg.train.micro_batch_size not in (0, AUTO):
         raise UserError(
             f"train.micro_batch_tokens = {cfg.train.micro_batch_tokens} with train.micro_batch_size = "
             f"{cfg.train.micro_batch_size}: micro-batches are cut by one of them; set the other to 0"

@@ -233,11 +233,14 @@ class TrainConfig:
     prompts_per_step: int = opt(
         8, lo=1, hi=MAX_PROMPTS, help="prompts per step, each sampled rollout.num_generations times"
     )
-    micro_batch_size: int = opt(
-        0,
+    micro_batch_size: int | str = opt(
+        AUTO,
+        auto=int,
         lo=0,
         hi=MAX_SEQUENCES,
-        help="sequences per forward/backward (gradient accumulation); 0 = the whole step's batch at once",
+        help="sequences per forward/backward (gradient accumulation); auto = the most whole groups whose planned "
+        "peak fits the free memory (VRAM, or host RAM), on a CPU no more tokens than pay "
+        "(contract/planner/micro_batch.py, docs/performance.md); 0 = the whole step's batch at once",
     )
     micro_batch_tokens: int = opt(
         0,

@@ -18,7 +18,8 @@ from tests.cli_helpers import run_cli
 from tests.studio_helpers import anyio_backend, visible_text  # noqa: F401
 
 # a bundled card: 8B parameters, fp32 LoRA on the CPU needs ~100 GiB; with gradient checkpointing ~64
-BIG = ["model.name=qwen3-8b"]
+BIG = ["model.name=qwen3-8b", "train.micro_batch_size=0"]  # the whole batch: auto would shrink it to fit
+SET_BIG = [arg for key in BIG for arg in ("--set", key)]
 
 
 def small_host(free: float) -> preflight.Device:
@@ -30,7 +31,10 @@ def test_a_run_that_fits_passes_and_says_what_it_checked():
     need = vram.estimate(model_card.load(cfg.model.name), cfg, "accurate", None, device="cpu").total_gib
     verdict = preflight.check(cfg, small_host(need + 0.01))
     assert verdict.fits and verdict.need_gib == pytest.approx(need)
-    assert verdict.message == f"pre-flight: {need:.2f} GiB planned, {need + 0.01:.2f} GiB free on host RAM"
+    assert verdict.message == (
+        f"pre-flight: {need:.2f} GiB planned, {need + 0.01:.2f} GiB free on host RAM; "
+        "micro-batch auto = 128 rows (the whole step)"  # 16 prompts · 8: 16·16 + 128·8 tokens, under the CPU knee
+    )
 
 
 def test_a_run_that_does_not_fit_names_the_largest_row_and_a_setting_that_fits():
@@ -103,7 +107,7 @@ def test_device_without_a_gpu_is_host_ram():
 
 def test_headless_refusal_is_one_line_and_leaves_no_run_directory(tmp_path):
     run_dir = tmp_path / "big"
-    result = run_cli("train", "tiny-arith", "--set", *BIG, "--run-dir", str(run_dir), cwd=tmp_path)
+    result = run_cli("train", "tiny-arith", *SET_BIG, "--run-dir", str(run_dir), cwd=tmp_path)
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in result.stderr
@@ -117,7 +121,7 @@ def test_headless_refusal_is_one_line_and_leaves_no_run_directory(tmp_path):
 
 def test_force_launches_past_the_refusal(tmp_path):
     """--force goes on to the trainer, which then fails on its own terms (the 8B model is not downloaded)."""
-    result = run_cli("train", "tiny-arith", "--set", *BIG, "--run-dir", str(tmp_path / "big"), "--force", cwd=tmp_path)
+    result = run_cli("train", "tiny-arith", *SET_BIG, "--run-dir", str(tmp_path / "big"), "--force", cwd=tmp_path)
     assert result.stdout.startswith("pre-flight (--force): the run needs ")
     assert "model.name = 'qwen3-8b'" in result.stderr and result.returncode == 2
 

@@ -13,11 +13,15 @@ from grpo_studio.contract import config
 from grpo_studio.contract.rundir import EVENTS, METRICS, read_events
 
 LINE = re.compile(
-    r"^rehearsal: one step on the longest prompt \((\d+) tokens\) at (\d+) completion tokens: "
+    r"^rehearsal: one step on the longest prompt \((\d+) tokens\) at (\d+) completion tokens, "
+    r"micro-batch 128 \(auto: the whole step\): "
     r"peak ([\d.]+) GiB measured \(([^)]*)\), ([\d.]+) GiB planned \(host RAM\)$",
     re.M,
 )
-PREFLIGHT = re.compile(r"^pre-flight: ([\d.]+) GiB planned, ([\d.]+) GiB free on host RAM$", re.M)
+PREFLIGHT = re.compile(
+    r"^pre-flight: ([\d.]+) GiB planned, ([\d.]+) GiB free on host RAM; micro-batch auto = 128 rows \(the whole step\)$",
+    re.M,
+)
 
 
 def longest_by_hand(cfg: config.Config) -> int:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from .. import model_card
 from ..config import Config
 from ..errors import UserError
-from . import breakdown, vram
+from . import breakdown, micro_batch, vram
 
 GIB = 2**30
 SUGGEST_KEYS = ("num_generations", "max_completion_len")  # what the planner may shrink, in this order
@@ -165,12 +165,16 @@ def check(cfg: Config, dev: Device | list[Device], card: model_card.Card | None 
             card = model_card.load(cfg.model.name)
         except UserError as err:
             return Verdict(True, 0.0, devs[0].free_gib, f"pre-flight skipped: {str(err).split(' error: ', 1)[-1]}")
+    chosen = ""
+    if micro_batch.is_auto(cfg):  # the micro-batch the trainer will choose on these devices (engine/run/trainer.py)
+        choice = micro_batch.choose(card, cfg, devs, world_size)
+        cfg, chosen = micro_batch.with_rows(cfg, choice.rows), f"; {choice.line()}"
     placed = places(cfg, estimate(cfg, card, devs[0], world_size), devs)
     short = [p for p in placed if p.need_gib > p.dev.free_gib]
     if not short:
         need, free = max(p.need_gib for p in placed), min(p.dev.free_gib for p in placed)
         where = ", ".join(_where(p) for p in placed) if len(placed) > 1 else placed[0].dev.where()
-        return Verdict(True, need, free, f"pre-flight: {need:.2f} GiB planned, {free:.2f} GiB free on {where}")
+        return Verdict(True, need, free, f"pre-flight: {need:.2f} GiB planned, {free:.2f} GiB free on {where}{chosen}")
     p = short[0]
     planned = max(p.planned, key=lambda d: d.total_gib)
     largest = max((r for r in planned.rows if r.in_total), key=lambda r: r.gib)

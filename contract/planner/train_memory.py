@@ -7,7 +7,7 @@ Pure python, like contract/planner/vram.py.
 
 from __future__ import annotations
 
-from ..config import Config, check_processes
+from ..config import AUTO, Config, check_processes
 from ..dtypes import low_precision
 from ..model_card import Card
 from .breakdown import BYTES, LOGPROB_CHUNK_ROWS, NF4_BLOCK, NF4_NESTED_BLOCK, _n
@@ -139,12 +139,13 @@ def rank_prompts(cfg: Config, world_size: int = 1) -> int:
 def train_rows(cfg: Config, world_size: int = 1) -> int:
     """Sequences in one forward/backward on one rank: train.micro_batch_size, or under train.micro_batch_tokens
     as many full-length rows as the budget holds (engine/rollout/batching.py: rows × the longest row <= budget; a
-    row wider than the budget goes alone), or the rank's whole step batch."""
+    row wider than the budget goes alone), or the rank's whole step batch (also for an `auto` micro-batch, which
+    vram.estimate fills in first: contract/planner/micro_batch.py)."""
     t, r = cfg.train, cfg.rollout
     batch = rank_prompts(cfg, world_size) * r.num_generations
     if t.micro_batch_tokens > 0:
         return max(1, min(batch, t.micro_batch_tokens // (r.max_prompt_len + r.max_completion_len)))
-    return min(batch, t.micro_batch_size) if t.micro_batch_size > 0 else batch
+    return min(batch, t.micro_batch_size) if t.micro_batch_size not in (0, AUTO) else batch
 
 
 def _rows_text(cfg: Config, rows: int) -> str:

@@ -205,12 +205,13 @@ def estimate(
     world_size: int = 1,
 ) -> Breakdown:
     """The plan of every device (Breakdown.devices); `gpu_gib` is the size of each device (all alike)."""
-    from . import devices, documented  # both build on this module's rows
+    from . import devices, documented, micro_batch  # all build on this module's rows
 
     if mode not in MODES:
         raise UserError(kind="vram", key="--mode", value=mode, allowed=MODES)
     if variant not in VARIANTS:
         raise UserError(kind="vram", key="--variant", value=variant, allowed=VARIANTS)
+    cfg = micro_batch.for_plan(cfg, device, world_size)  # micro_batch_size = auto: its rows here
     out = Breakdown(mode=mode, model=card.name, gpu_gib=gpu_gib)
     if mode == "documented":
         if world_size > 1:

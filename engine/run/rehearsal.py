@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from ...contract.config import Config
+from ...contract.config import AUTO, Config
 from ..prompts import data, prompt_render
 
 GIB = 2**30
@@ -35,6 +35,7 @@ class Rehearsal:
     free_gib: float  # free on the device when the pre-flight check looked
     where: str  # the device: a GPU's name or "host RAM"
     how: str  # what measured the peak
+    micro_batch: str = ""  # the rows per forward/backward: "16 (auto)", "16", "whole batch", "tokens 4096"
 
     @property
     def fits(self) -> bool:
@@ -44,8 +45,12 @@ class Rehearsal:
         planned = f"{self.planned_gib:.2f} GiB planned" if self.planned_gib else "no plan (pre-flight skipped)"
         return (
             f"rehearsal: one step on the longest prompt ({self.prompt_tokens} tokens) at {self.completion_tokens} "
-            f"completion tokens: peak {self.measured_gib:.2f} GiB measured ({self.how}), {planned} ({self.where})"
+            f"completion tokens{self._at()}: peak {self.measured_gib:.2f} GiB measured ({self.how}), {planned} "
+            f"({self.where})"
         )
+
+    def _at(self) -> str:
+        return f", micro-batch {self.micro_batch}" if self.micro_batch else ""
 
     def fields(self) -> dict:
         """The run's `rehearsal` event's fields."""
@@ -115,6 +120,7 @@ def rehearse(cfg: Config, planned_gib: float, free_gib: float, where: str) -> Re
             grpo.rollouts.sampler = FullLength(grpo.rollouts.sampler)
             trainer.step()
             completion_tokens = int(grpo.batch.rollout.mask.sum(1).min())
+            micro = micro_batch_text(quiet, trainer.micro_batch)
             peak = torch.cuda.max_memory_allocated() - before if cuda else peak_rss() - before
         finally:
             trainer.close()
@@ -122,4 +128,14 @@ def rehearse(cfg: Config, planned_gib: float, free_gib: float, where: str) -> Re
             gc.collect()
             if cuda:
                 torch.cuda.empty_cache()
-    return Rehearsal(prompt_tokens, completion_tokens, max(peak, 0) / GIB, planned_gib, free_gib, where, how)
+    return Rehearsal(prompt_tokens, completion_tokens, max(peak, 0) / GIB, planned_gib, free_gib, where, how, micro)
+
+
+def micro_batch_text(cfg: Config, choice) -> str:
+    """The micro-batch the step ran: the auto choice (contract/planner/micro_batch.Choice) or the config's."""
+    if choice is not None:
+        return f"{choice.rows} (auto: {choice.why})"
+    t = cfg.train
+    if t.micro_batch_tokens:
+        return f"of at most {t.micro_batch_tokens} tokens"
+    return str(t.micro_batch_size) if t.micro_batch_size not in (0, AUTO) else "the whole batch"

@@ -157,7 +157,7 @@ class Trainer:
         if rows != choice.rows:
             choice = micro_batch.Choice(rows, "the smallest rank's choice", choice.budget)
         self.micro_batch = choice
-        self.rundir.event("info", choice.full_line(), micro_batch_rows=rows)
+        self.rundir.event("info", choice.line(), micro_batch_rows=rows, plan=choice.budget)
         return micro_batch.with_rows(cfg, rows)
 
     @property
