@@ -171,3 +171,22 @@ def test_a_sampler_that_cannot_return_its_kept_sets_is_refused_in_one_line(keys,
     assert line.endswith("; allowed: full (pi on the whole vocabulary), or rollout.backend = 'hf' colocated")
     assert re.search(why, line)
     config.load("tiny-arith", ["rollout.top_k=20", *keys, "algo.logprob_support=full", "algo.is_level=none"])
+
+
+@pytest.mark.parametrize(
+    "path", [dict(shared_prefix=True), dict(logits_chunk=3), dict(shared_prefix=True, logits_chunk=5)]
+)
+def test_every_log_prob_path_takes_the_kept_sets(tiny, path):
+    """The hidden-state paths (train.shared_prefix, model.logits_chunk) give the materialised path's π and entropy
+    on the sampler's kept sets, and the sampler's μ to fp32 rounding."""
+    cfg, _, out, pi, ids, attention = _sample_and_score(tiny, ["rollout.top_p=0.8"])
+    policy = policy_loader.load_policy(cfg, tiny[1], precision_plan.resolve(cfg))
+    T, spans = out.completion_ids.shape[1], out.mask.sum(1).long()
+    with torch.no_grad():
+        whole, h = token_logprobs(policy, ids, attention, T, with_entropy=True, spans=spans, support=out.support)
+        ours, h_ours = token_logprobs(
+            policy, ids, attention, T, with_entropy=True, spans=spans, support=out.support, **path
+        )
+    real = out.mask.bool()
+    assert torch.allclose(ours[real], whole[real], atol=1e-5) and torch.allclose(h_ours[real], h[real], atol=1e-5)
+    assert (ours[real] - out.logprobs[real]).abs().max() < 1e-4
