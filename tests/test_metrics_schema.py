@@ -37,7 +37,9 @@ def test_a_real_trainer_row_names_exactly_the_schema(tmp_path):
     lagged = {"mismatch/lagged/k3", "mismatch/lagged/abs_dlogp_mean"}
     # and the families of multi-turn episodes (env.environment; tests/test_episodes_train.py writes those)
     episodes = {n for n in metrics.SCHEMA if n.startswith("env/")} | {"perf/env_s", "perf/model_s"}
-    assert set(row) == set(metrics.names(["correctness", "format"])) - lagged - episodes
+    # and a mixture-of-experts model's router disagreement (tests/test_moe.py writes those)
+    routers = {metrics.ROUTER_DISAGREE}
+    assert set(row) == set(metrics.names(["correctness", "format"])) - lagged - episodes - routers
 
 
 def test_a_name_missing_from_the_schema_is_refused_before_it_is_written(tmp_path):
@@ -58,8 +60,11 @@ def test_reward_patterns_and_lookups():
     names = metrics.names(["a", "b"])
     assert names[:3] == ["step", "time", "epoch"]
     assert names[6:10] == ["rewards/a/mean", "rewards/b/mean", "rewards/a/std", "rewards/b/std"]
-    assert len(names) == len(metrics.SCHEMA) + 2 - 1  # env/tool_calls/<tool>: the tools are the environment's
+    # env/tool_calls/<tool> and mismatch/router_disagree/layer<n>: the environment's tools, the model's MoE layers
+    assert len(names) == len(metrics.SCHEMA) + 2 - 2
     assert metrics.lookup("env/tool_calls/add").name == "env/tool_calls/<tool>"
+    assert metrics.lookup("mismatch/router_disagree/layer12").name == "mismatch/router_disagree/layer<n>"
+    assert metrics.lookup("mismatch/router_disagree/layer") is None
     assert metrics.lookup("env/stop/done").name == "env/stop/done" and metrics.lookup("env/stop/other") is None
 
 
