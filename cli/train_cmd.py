@@ -212,6 +212,7 @@ def run(args: argparse.Namespace) -> int:
             cfg, args.force, args.nproc
         )  # before the run directory exists: a refused run leaves nothing behind
     usable_run_dir(run_dir, "--resume" if args.resume is not None else "--run-dir")
+    run_dir = run_dir.absolute()  # every event (a checkpoint's path) and a fork's fork.json name it from anywhere
     with rundir.terminal_loss_detaches(run_dir):  # a terminal gone without a SIGHUP: as a hang-up
         if not args.in_process:
             return supervise(args, run_dir)

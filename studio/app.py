@@ -119,9 +119,9 @@ class StudioApp(App):
         if isinstance(screen, KeysHelp):
             return
         name = type(screen).__name__.removesuffix("Screen").lower()
-        self.push_screen(
-            KeysHelp([(name, binding_rows(screen, self._keymap)), ("everywhere", binding_rows(self, self._keymap))])
-        )
+        own = screen.help_sections(self._keymap) if hasattr(screen, "help_sections") else None
+        sections = own or [(name, binding_rows(screen, self._keymap))]
+        self.push_screen(KeysHelp([*sections, ("everywhere", binding_rows(self, self._keymap))]))
 
     def open_run(self, run_dir: Path) -> None:
         from .screens.dashboard_screen import DashboardScreen
@@ -175,7 +175,7 @@ class StudioApp(App):
         def done(yes: bool | None) -> None:
             if not yes:
                 return
-            path = fork.make(plan, self.runs_root)
+            path = fork.make(plan)  # beside the parent, wherever the studio's runs list looks
             started = launcher.resume(path) if plan.step else launcher.launch(plan.cfg, path)
             self.procs.append(started)
             self.notify(f"fork started: {path}")
@@ -322,11 +322,13 @@ def resolve_run(run: str, runs_root: Path) -> Path:
     )
 
 
-def attach(run: str, runs_dir: Path) -> int:
+def attach(run: str, runs_dir: Path | None = None) -> int:
     """`grpo-studio attach RUN`: the studio on a run's dashboard. What the run directory cannot give (an
     unreadable file, a config.toml that does not load) is a `warning:` line on stderr, and the dashboard opens on
-    what is left (the setup screen then starts from the default recipe)."""
-    run_dir = resolve_run(run, runs_dir)
+    what is left (the setup screen then starts from the default recipe). Without --runs-dir the runs list is the
+    run's own folder, where its forks land beside it."""
+    run_dir = resolve_run(run, runs_dir or rundir.RUNS)
+    runs_dir = runs_dir or run_dir.resolve().parent
     warn = Warnings()
     state = run_state(run_dir)
     warn.extend(state.warnings)

@@ -1,6 +1,7 @@
 """Try a doctor's suggestion in one key: fork a run with one config change.
 
-The fork is a new run directory beside the parent. It continues from the parent's newest checkpoint when it
+The fork is a new run directory beside the parent (in the parent's folder, so `grpo-studio runs` of that folder and
+the studio's runs list show both), named by absolute paths in fork.json and its events. It continues from the parent's newest checkpoint when it
 can: the checkpoint folder and the parent's streams are copied, config.toml carries the change, and the trainer
 resumes there (`train --resume`, which cuts the streams back to the checkpoint's step and applies the config's
 train.lr). It starts at step 0 instead when the parent has no checkpoint before its last step, or when the change
@@ -64,25 +65,40 @@ def plan(parent: Path, key: str, value: str) -> Fork:
     return Fork(parent, key, value, cfg, shown, 0 if why else steps[-1], why)
 
 
-def make(fork: Fork, runs_root: Path) -> Path:
-    """Write the fork's run directory: config.toml, fork.json and, continuing from a checkpoint, that checkpoint
-    and the parent's streams and events less their state changes (the resume cuts the streams back to its step)."""
-    path = launcher.new_run_dir(runs_root, f"{fork.parent.name.split('-2')[0]}-fork")
+def make(fork: Fork) -> Path:
+    """Write the fork's run directory beside its parent: config.toml, fork.json and, continuing from a checkpoint,
+    that checkpoint and the parent's streams and events less their state changes (the resume cuts the streams back
+    to its step). Paths in fork.json and the copied events are absolute, so they hold wherever the fork is read."""
+    parent = fork.parent.resolve()
+    path = launcher.new_run_dir(parent.parent, f"{parent.name.split('-2')[0]}-fork")
     path.mkdir(parents=True)
-    record = {"parent": str(fork.parent.resolve()), "step": fork.step, "set": {fork.key: fork.value}}
+    record = {"parent": str(parent), "path": str(path), "step": fork.step, "set": {fork.key: fork.value}}
     rundir.atomic_write_text(path / FORK, json.dumps(record, indent=2) + "\n")
     if fork.step:
         for name in STREAMS:
-            if (fork.parent / name).is_file():
-                shutil.copy2(fork.parent / name, path / name)
+            if (parent / name).is_file():
+                shutil.copy2(parent / name, path / name)
         # the parent's events less its state changes: the fork's state is its own trainer's
-        kept = [e for e in read_events(fork.parent) if e.get("event") not in STATE_EVENTS]
-        note = {"time": time.time(), "event": "info", "message": f"fork of {fork.parent.name} at step {fork.step}: "}
+        kept = [_absolute(e, parent) for e in read_events(parent) if e.get("event") not in STATE_EVENTS]
+        note = {"time": time.time(), "event": "info", "message": f"fork of {parent.name} at step {fork.step}: "}
         note["message"] += f"{fork.key} = {fork.value}"
         rundir.atomic_write_text(path / EVENTS, "".join(json.dumps(e) + "\n" for e in [*kept, note]))
-        shutil.copytree(fork.parent / CHECKPOINTS / f"step-{fork.step}", path / CHECKPOINTS / f"step-{fork.step}")
+        shutil.copytree(parent / CHECKPOINTS / f"step-{fork.step}", path / CHECKPOINTS / f"step-{fork.step}")
         cfgmod.save(fork.cfg, path / CONFIG)
     return path
+
+
+def _absolute(event: dict, parent: Path) -> dict:
+    """The event with a relative `path` made absolute: a trainer started with a relative run directory wrote it
+    relative to its working directory, which holds the parent's folder as `path`'s first parts."""
+    where = event.get("path")
+    if not isinstance(where, str) or not where or Path(where).is_absolute():
+        return event
+    rel = Path(where)
+    # runs/x/checkpoints/step-2 → the parts from the parent's own name on; else relative to the parent
+    parts = rel.parts
+    tail = Path(*parts[parts.index(parent.name) + 1 :]) if parent.name in parts else rel
+    return {**event, "path": str(parent / tail)}
 
 
 def parent_of(run_dir: Path) -> Path | None:

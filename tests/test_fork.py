@@ -1,6 +1,7 @@
-"""Try a doctor's suggestion in one key: the fork's plan (diff, where it starts), its run directory (config.toml,
-fork.json, the parent's checkpoint), the real trainer resuming it with the changed train.lr, and the studio's
-Doctor tab from the finding to the confirmation that shows the diff."""
+"""Try a doctor's suggestion in one key: the fork's plan (diff, where it starts), its run directory beside the
+parent (config.toml, fork.json with absolute paths, the parent's checkpoint), the real trainer resuming it with the
+changed train.lr, `train --resume` of a relative path, and the studio's Doctor tab from the finding to the
+confirmation that shows the diff."""
 
 from __future__ import annotations
 
@@ -10,7 +11,11 @@ import shutil
 import pytest
 from textual.widgets import Label
 
+from pathlib import Path
+
+from grpo_studio.cli.main import main
 from grpo_studio.contract import config as cfgmod
+from grpo_studio.contract.launch import NO_SUPERVISOR
 from grpo_studio.contract import run_files, run_state, rundir
 from grpo_studio.contract.errors import UserError
 from grpo_studio.contract.run_reader import read_events
@@ -63,9 +68,11 @@ def test_plan_shows_the_diff_and_continues_from_the_newest_checkpoint_before_the
 
 def test_the_trainer_resumes_a_fork_at_its_checkpoint_with_the_changed_lr(parent, tmp_path):
     plan = fork.plan(parent, "train.lr", "5e-06")
-    path = fork.make(plan, tmp_path / "runs")
+    path = fork.make(plan)
+    assert path.parent == parent.resolve().parent  # beside its parent
     assert json.loads((path / run_files.FORK).read_text()) == {
         "parent": str(parent.resolve()),
+        "path": str(path),
         "step": 2,
         "set": {"train.lr": "5e-06"},
     }
@@ -86,7 +93,7 @@ def test_the_trainer_resumes_a_fork_at_its_checkpoint_with_the_changed_lr(parent
 
 def test_a_fork_with_nothing_to_continue_starts_at_step_0_with_only_fork_json(parent, tmp_path):
     plan = fork.plan(parent, "model.lora_rank", "4")
-    path = fork.make(plan, tmp_path / "runs")
+    path = fork.make(plan)
     assert sorted(p.name for p in path.iterdir()) == [run_files.FORK]  # launch() writes the rest; no run held yet
     assert run_state.held_run(path) is None
 
@@ -117,10 +124,12 @@ async def test_doctor_tab_lists_the_findings_and_f_shows_the_forks_diff_first(pa
         ]
         await pilot.press("n")
         await pilot.pause()
-        assert not (tmp_path / "runs").exists()  # no: nothing written
-        await pilot.press("f", "y")  # yes: the fork is written, its trainer resumes it, Compare shows both
+        before = set(parent.parent.iterdir())
+        assert not (tmp_path / "runs").exists() and set(parent.parent.iterdir()) == before  # no: nothing written
+        await pilot.press("f", "y")  # yes: the fork is written beside its parent, its trainer resumes it
         await pilot.pause()
-        (path,) = (tmp_path / "runs").iterdir()
+        assert not (tmp_path / "runs").exists()  # not in the studio's runs folder: beside the parent
+        (path,) = set(parent.parent.iterdir()) - before
         assert isinstance(app.screen, CompareScreen) and [r.dir for r in app.screen.runs] == [parent, path]
         await wait_until(pilot, lambda: run_state.run_state(path).state == "finished", timeout=300)
     got = rows(path)
@@ -147,3 +156,42 @@ def test_resume_with_a_changed_lr_trains_with_it_and_config_toml_says_so(parent,
     assert cfgmod.load(str(run_dir / rundir.CONFIG)).train.lr == 5e-06
     (event,) = [e for e in read_events(run_dir) if e["event"] == "config_changed"]
     assert event["message"] == f"resumed with train.lr {old.train.lr} -> 5e-06" and event["keys"] == ["train.lr"]
+
+
+@pytest.fixture(scope="module")
+def three_checkpoints(tmp_path_factory):
+    """A real 4-step run of the bundled model with a checkpoint every step: step-1, 2 and 3 before its last."""
+    run_dir = tmp_path_factory.mktemp("fork3") / "runs" / "parent"
+    sets = [*SETS[:3], "train.save_every=1", "train.samples_every=1"]
+    trainer = Trainer(cfgmod.load("tiny-arith", sets), run_dir)
+    try:
+        assert trainer.run() == "finished"
+    finally:
+        trainer.close()
+    return run_dir
+
+
+def test_a_fork_from_step_3_lands_beside_its_parent_and_train_resume_of_a_relative_path_continues_at_step_4(
+    three_checkpoints, monkeypatch
+):
+    parent = three_checkpoints
+    assert [step for step, _ in run_files.checkpoint_folders(parent)] == [1, 2, 3, 4]
+    plan = fork.plan(parent, "train.lr", "5e-06")
+    assert plan.step == 3  # the newest checkpoint before the parent's last step
+    path = fork.make(plan)
+    assert path.is_absolute() and path.parent == parent.parent
+    record = json.loads((path / run_files.FORK).read_text())
+    assert record == {"parent": str(parent), "path": str(path), "step": 3, "set": {"train.lr": "5e-06"}}
+    # `grpo-studio runs` of the parent's folder lists both, the fork naming its parent
+    names = {row["name"] for row in run_state.run_summaries(parent.parent)}
+    assert names == {"parent", path.name}
+    monkeypatch.chdir(parent.parent.parent)  # `train --resume runs/FORK`, as typed in the runs' folder's parent
+    assert main(["train", NO_SUPERVISOR, "--resume", str(Path("runs") / path.name)]) == 0
+    mine, theirs = rows(path), rows(parent)
+    assert [r["step"] for r in mine] == [1, 2, 3, 4]
+    assert mine[:3] == theirs[:3]  # the parent's rows up to the checkpoint; the fork's own training starts at 4
+    assert mine[3]["lr"] == 5e-06 and theirs[3]["lr"] == cfgmod.load("tiny-arith").train.lr
+    paths = [e["path"] for e in read_events(path) if "path" in e]
+    assert paths and all(Path(p).is_absolute() and Path(p).exists() for p in paths[-1:])
+    assert all(Path(p).is_absolute() for p in paths)
+    assert paths[-1] == str(path / rundir.CHECKPOINTS / "step-4")  # the fork's own checkpoint, by its full path
