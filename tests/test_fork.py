@@ -7,17 +7,16 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 from textual.widgets import Label
 
-from pathlib import Path
-
 from grpo_studio.cli.main import main
 from grpo_studio.contract import config as cfgmod
-from grpo_studio.contract.launch import NO_SUPERVISOR
 from grpo_studio.contract import run_files, run_state, rundir
 from grpo_studio.contract.errors import UserError
+from grpo_studio.contract.launch import NO_SUPERVISOR
 from grpo_studio.contract.run_reader import read_events
 from grpo_studio.engine.run.trainer import Trainer
 from grpo_studio.studio import fork
