@@ -51,6 +51,7 @@ SHOWN = {  # metric -> column header
     "mismatch/is_min": "IS min",
     "mismatch/is_max": "IS max",
     "mismatch/ess": "ESS",
+    "mismatch/router_disagree": "router ≠",  # MoE models (--moe)
 }
 
 
@@ -99,8 +100,10 @@ def precision_config(
     return config.load(recipe, sets)
 
 
-def measure_one(cfg, prompt_ids: list[list[int]], seed: int) -> dict:
-    """Sample `prompt_ids` with cfg's rollout backend, score the samples with cfg's trainer, return metrics."""
+def measure_one(cfg, prompt_ids: list[list[int]], seed: int, replay: str | None = None) -> dict:
+    """Sample `prompt_ids` with cfg's rollout backend, score the samples with cfg's trainer, return metrics.
+    `replay` (an MoE model, --moe): the trainer's forward replays the sampler's experts ("replay") or only
+    compares them ("off"), as algo.router_replay; mismatch/router_disagree is then measured too."""
     import torch
 
     from ..contract import precision_plan
@@ -138,6 +141,13 @@ def measure_one(cfg, prompt_ids: list[list[int]], seed: int) -> dict:
     input_ids, attention = join_prompt_completion(
         prompt_ids, out.completion_ids, r.num_generations, tokenizer.pad_token_id, dev
     )
+    if replay is not None:
+        from ..engine.model.moe import RouterReplay
+
+        routers = RouterReplay.for_policy(policy, replay)
+        routers.use(
+            out.routes.layout(None, input_ids.shape[1] - out.completion_ids.shape[1], out.completion_ids.shape[1])
+        )
     with torch.no_grad(), policy_loader.autocast(precision_plan.resolve(cfg)):
         width = out.completion_ids.shape[1]
         logps, _ = token_logprobs(policy, input_ids, attention, width, r.temperature, support=out.support)
@@ -145,6 +155,8 @@ def measure_one(cfg, prompt_ids: list[list[int]], seed: int) -> dict:
     t_train = time.perf_counter() - t1
 
     metrics = mismatch_metrics(out.logprobs, logps.detach().float().cpu(), out.mask)
+    if replay is not None:
+        metrics.update(routers.metrics())
     return {
         "trainer": plan.train_compute,
         "rollout": plan.rollout_compute,
@@ -182,9 +194,26 @@ def run(
     seed: int = 0,
     overrides=(),
     progress=None,
+    moe: bool = False,
 ) -> dict:
-    """Measure every precision in `names` on the same prompts and seed. Returns the JSON report."""
+    """Measure every precision in `names` on the same prompts and seed. Returns the JSON report. `moe`: each
+    precision twice, the trainer replaying the sampler's experts or not (rows "NAME replay" and "NAME"), on
+    `model` or the tiny MoE (benchmarks/tiny_moe.py)."""
     from ..contract.errors import UserError
+
+    if moe and backend != "hf":
+        raise UserError(
+            "the sampler's experts come from the hf rollout (vLLM's need its Model Runner V2)",
+            kind="bench",
+            key="--moe",
+            value=f"--backend {backend}",
+        )
+    if moe and model is None:
+        import tempfile
+
+        from .tiny_moe import build_tiny_moe
+
+        model = str(build_tiny_moe(tempfile.mkdtemp(prefix="tiny-moe-")))
 
     cfgs = {
         n: precision_config(
@@ -203,13 +232,14 @@ def run(
     first = cfgs[names[0]]
     prompt_ids = prompts_for(first, prompts, seed)
     results: dict[str, dict] = {}
-    for n in names:
+    runs = [(n, f"{n} replay" if mode == "replay" else n, mode) for n in names for mode in ("off", "replay")]
+    for n, row, mode in runs if moe else [(n, n, None) for n in names]:
         if progress:
-            progress(n)
+            progress(row)
         try:
-            results[n] = measure_one(cfgs[n], prompt_ids, seed)
+            results[row] = measure_one(cfgs[n], prompt_ids, seed, mode)
         except UserError as err:  # e.g. a backend that cannot run this precision
-            results[n] = {"error": str(err)}
+            results[row] = {"error": str(err)}
     base = results.get(BASELINE, {})
     for res in results.values():
         if "error" in res:
@@ -280,7 +310,7 @@ def print_table(report: dict) -> None:
             name,
             f"{res['trainer']}/{res['rollout']}",
             f"{int(res['mismatch/tokens'])}",
-            *[_fmt(res[k]) for k in SHOWN],
+            *[_fmt(res.get(k)) for k in SHOWN],
             _fmt(res["k3_vs_fp16"]),
             _fmt(res["abs_dlogp_vs_fp16"]),
         )

@@ -97,6 +97,11 @@ def mismatch_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="recipe override, repeatable"
     )
+    p.add_argument(
+        "--moe",
+        action="store_true",
+        help="an MoE model (--model, default the tiny Qwen3-MoE): each precision with and without router replay",
+    )
 
 
 def run_mismatch(args: argparse.Namespace) -> int:
@@ -125,6 +130,7 @@ def run_mismatch(args: argparse.Namespace) -> int:
             seed=args.seed,
             overrides=args.overrides,
             progress=progress,
+            moe=args.moe,
         ),
         mismatch.print_table,
     )

@@ -202,3 +202,16 @@ def test_router_replay_closes_the_bf16_routing_gap(moe_folder, tmp_path):
     }
     # step 1: the same rollout; π differs only by the routing (how much k3 drops: bench mismatch --moe)
     assert on[0]["mismatch/k3"] != off[0]["mismatch/k3"]
+
+
+def test_bench_mismatch_moe_rows_with_and_without_replay():
+    """`bench mismatch --moe` on the tiny MoE, bf16 both sides (fp32 master weights under autocast against the
+    sampler's bf16 copy): some tokens' experts differ without replay, none with it, and k3 drops."""
+    from grpo_studio.benchmarks import mismatch_bench
+
+    report = mismatch_bench.run(["bf16"], moe=True, prompts=32, generations=4, max_tokens=24)
+    off, on = report["results"]["bf16"], report["results"]["bf16 replay"]
+    assert off["mismatch/router_disagree"] > 0 and on["mismatch/router_disagree"] == 0.0
+    assert on["mismatch/k3"] < off["mismatch/k3"]
+    with pytest.raises(UserError, match="--moe"):
+        mismatch_bench.run(["bf16"], moe=True, backend="vllm")
