@@ -117,14 +117,7 @@ def measure_one(cfg, prompt_ids: list[list[int]], seed: int, replay: str | None 
     path = policy_loader.resolve_model_path(cfg.model.name)
     tokenizer = policy_loader.load_tokenizer(path)
     dev = policy_loader.device()
-    sampling = Sampling(
-        n=r.num_generations,
-        max_tokens=r.max_completion_len,
-        temperature=r.temperature,
-        top_p=r.top_p,
-        top_k=r.top_k,
-        seed=seed,
-    )
+    sampling = Sampling.of(r, seed)  # as the trainer's rollouts sample
     t0 = time.perf_counter()
     backend = make_sampler(cfg, path, tokenizer, plan)
     try:

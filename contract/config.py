@@ -85,6 +85,14 @@ def parse_override(text: str) -> tuple[str, str]:
     return key.strip(), value.strip()
 
 
+def choose_algorithm(cfg: Config, name: str) -> None:
+    """algo.name = `name` and its preset's defaults (contract/algorithms.py), over what `cfg` held: the one place
+    a preset is applied. Explicit keys come after it (a recipe's, --set, the studio's form)."""
+    set_key(cfg, "algo.name", name)
+    for key, value in algorithms.defaults(name).items():
+        set_key(cfg, key, value)
+
+
 def load(source: str | None = None, overrides: list[str] = ()) -> Config:
     """Resolve a recipe (preset name or TOML path) plus `--set` overrides into a validated Config.
     The algorithm preset fills its defaults before the explicit keys."""
@@ -96,9 +104,7 @@ def load(source: str | None = None, overrides: list[str] = ()) -> Config:
     for key, value in parsed:
         if key == "algo.name":
             algo_name = value
-    set_key(cfg, "algo.name", algo_name)
-    for key, value in algorithms.defaults(algo_name).items():
-        set_key(cfg, key, value)
+    choose_algorithm(cfg, algo_name)
     apply_dict(cfg, data, source or "")
     for key, value in parsed:
         set_key(cfg, key, value, from_text=True)

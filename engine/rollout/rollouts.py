@@ -191,17 +191,10 @@ class Rollouts:
         and the weights it is sampled with (step: optimizer steps done; version: weight syncs done)."""
         cfg, r, t = self.cfg, self.cfg.rollout, self.cfg.train
         rows = self.dist.shard(self.prompts.take(t.prompts_per_step * t.steps_per_generation))  # this rank's share
-        sampling = Sampling(
-            n=r.num_generations,
-            max_tokens=r.max_completion_len,
-            temperature=r.temperature,
-            top_p=r.top_p,
-            top_k=r.top_k,
-            # a later round of algo.dynamic_sampling samples with a seed of its own
-            seed=data.mix_seed(data.mix_seed(t.seed, at_step), round_no)
-            if round_no
-            else data.mix_seed(t.seed, at_step),
-        )
+        seed = data.mix_seed(t.seed, at_step)
+        if round_no:  # a later round of algo.dynamic_sampling samples with a seed of its own
+            seed = data.mix_seed(seed, round_no)
+        sampling = Sampling.of(r, seed)
         request = {"rows": rows, "sampling": sampling, "step": self.step_no, "version": self.version}
         if not self.episodes:  # an episode renders its own prompt when it starts
             request["prompts"] = [prompt_render.prompt_text(row, cfg.data, self.tokenizer) for row in rows]

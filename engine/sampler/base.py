@@ -22,6 +22,18 @@ class Sampling:
     seed: int = 0
     min_tokens: int = 0  # EOS suppressed before this many tokens (the rehearsal: every completion full length)
 
+    @classmethod
+    def of(cls, rollout, seed: int) -> Sampling:
+        """What the config's rollout.* section samples with, under this rollout's seed."""
+        return cls(
+            n=rollout.num_generations,
+            max_tokens=rollout.max_completion_len,
+            temperature=rollout.temperature,
+            top_p=rollout.top_p,
+            top_k=rollout.top_k,
+            seed=seed,
+        )
+
 
 class NonFiniteSampling(ArithmeticError):
     """The policy's next-token distribution holds NaN/inf (its weights or activations overflowed): this

@@ -15,7 +15,6 @@ from textual.reactive import reactive
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Input, Label, Select, SelectionList, Static
 
-from ...contract import algorithms
 from ...contract import config as cfgmod
 from ...contract.config import Config
 from ...contract.dtypes import DTYPES
@@ -210,9 +209,8 @@ class SetupScreen(Screen):
         cfg = copy.deepcopy(self.base)
         errors: dict[str, str] = {}
         algo = self._raw("algo.name")
-        if algo != self.base.algo.name:
-            for k, v in algorithms.defaults(algo).items():
-                cfgmod.set_key(cfg, k, v)
+        if algo != self.base.algo.name:  # the preset's defaults, then the form's fields over them
+            cfgmod.choose_algorithm(cfg, algo)
         for key, _, kind in FIELDS:
             try:
                 raw = self._raw(key)
