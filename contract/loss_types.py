@@ -26,16 +26,18 @@ class LossType:
         """The scalar loss of `masked` (per-token loss × mask, [B, T]) over these rows."""
         raise NotImplementedError
 
-    def micro_batch_weight(self, part_mask, step_mask, token_budget: bool) -> float:
+    def micro_batch_weight(self, part_mask, step_mask, exact: bool) -> float:
         """A micro-batch's share of the step's loss: by default its share of the rows, since the loss is a mean
-        over rows (GRPO arXiv 2402.03300, Dr. GRPO arXiv 2503.20783)."""
+        over rows (GRPO arXiv 2402.03300, Dr. GRPO arXiv 2503.20783). `exact`: the micro-batches must add up to
+        the whole batch's loss (train.micro_batch_tokens, train.micro_batch_size = auto); else a loss type may
+        follow TRL's per-micro-batch semantics (an explicit train.micro_batch_size)."""
         return part_mask.shape[0] / step_mask.shape[0]
 
     def rank_units(self, mask):
         """This rank's part of the global normaliser (a tensor for the all-reduce); by default its rows."""
         return mask.new_tensor(float(mask.shape[0]))
 
-    def same_weight_anywhere(self, token_budget: bool) -> bool:
+    def same_weight_anywhere(self, exact: bool) -> bool:
         return True
 
 
@@ -54,18 +56,18 @@ class Bnpo(LossType):
     def normalise(self, masked, mask, max_completion_len, num_items):
         return masked.sum() / mask.sum().clamp(min=1.0)
 
-    def micro_batch_weight(self, part_mask, step_mask, token_budget):
-        """Under a token budget its share of the step's tokens; under train.micro_batch_size each micro-batch is
-        its own token mean, weighted by rows, as in TRL."""
-        if token_budget:
+    def micro_batch_weight(self, part_mask, step_mask, exact):
+        """Exact: its share of the step's tokens; under an explicit train.micro_batch_size each micro-batch is its
+        own token mean, weighted by rows, as in TRL."""
+        if exact:
             return (part_mask.sum() / step_mask.sum().clamp(min=1.0)).item()
-        return super().micro_batch_weight(part_mask, step_mask, token_budget)
+        return super().micro_batch_weight(part_mask, step_mask, exact)
 
     def rank_units(self, mask):
         return mask.sum()
 
-    def same_weight_anywhere(self, token_budget):
-        return token_budget
+    def same_weight_anywhere(self, exact):
+        return exact
 
 
 class DrGrpo(LossType):
@@ -92,7 +94,7 @@ class Dapo(LossType):
             total = num_items.to(mask.dtype) if hasattr(num_items, "to") else mask.new_tensor(num_items)
         return masked.sum() / total.clamp(min=1.0)
 
-    def micro_batch_weight(self, part_mask, step_mask, token_budget):
+    def micro_batch_weight(self, part_mask, step_mask, exact):
         return 1.0
 
     def rank_units(self, mask):

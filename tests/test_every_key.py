@@ -187,7 +187,7 @@ ELSEWHERE = {
     "algo.router_replay": "tests/test_moe.py::test_router_replay_closes_the_bf16_routing_gap",
     "train.best_metric": "tests/test_knobs_small.py::test_keep_checkpoints_keeps_the_newest_and_the_best",
     "train.max_bad_steps": "tests/test_divergence.py::test_a_nan_streak_stops_the_run_naming_cause_and_last_good_checkpoint",
-    "train.micro_batch_size": "tests/test_trainer.py::test_micro_batches_accumulate_to_the_whole_batch_gradient",
+    "train.micro_batch_size": "tests/test_micro_batch_auto.py::test_auto_micro_batches_give_the_whole_batch_loss_and_gradient",
     "train.micro_batch_tokens": "tests/test_packed_batches.py::test_token_budget_gives_the_whole_batch_loss_and_gradients",
     "train.parallel": "tests/test_distributed.py::test_ddp_step_equals_one_process",
     "train.max_staleness": "tests/test_rollout_server.py::test_resumed_in_flight_run_takes_prompts_once_and_staleness_0_drops_lagged_tokens",

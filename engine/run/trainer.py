@@ -107,7 +107,8 @@ class Trainer:
         self.outlets = Outlets(cfg, self.rundir, self.dist.main)  # trackers and alerts (a missing extra fails here)
         self.prompts = data.PromptStream(data.load_rows(cfg.data, "train"), cfg.train.seed)
         self.eval_rows = data.load_rows(cfg.data, "eval")
-        self.rundir.event("info", data.split_summary(cfg.data, self.prompts.rows, self.eval_rows))
+        self.general_rows = data.load_rows(cfg.data, "general")  # the generalisation split, evaluated beside them
+        self.rundir.event("info", data.split_summary(cfg.data, self.prompts.rows, self.eval_rows, self.general_rows))
         if cfg.train.eval_every and not self.eval_rows:
             self.rundir.event(
                 "warning",
@@ -120,11 +121,10 @@ class Trainer:
         # every prompt rendered and measured before weights load: a broken template or a too-short
         # rollout.max_prompt_len fails here, in one line
         # (env.environment: the environment class, the chat template and every episode's first prompt)
-        self.episodes = episodes.make(cfg, self.tokenizer, self.prompts.rows + self.eval_rows)
+        every_row = self.prompts.rows + self.eval_rows + self.general_rows
+        self.episodes = episodes.make(cfg, self.tokenizer, every_row)
         if not self.episodes:
-            prompt_render.check_prompt_lengths(
-                self.prompts.rows + self.eval_rows, cfg.data, self.tokenizer, cfg.rollout.max_prompt_len
-            )
+            prompt_render.check_prompt_lengths(every_row, cfg.data, self.tokenizer, cfg.rollout.max_prompt_len)
         self.warmup = warmup.prepare(cfg, self.tokenizer, self.episodes)  # warmup.source's conversations, tokenised
         self.device = policy_loader.device()
         step_cfg = self._choose_micro_batch(cfg)  # before the weights load: the free memory is the budget
@@ -140,6 +140,7 @@ class Trainer:
             RunLinks(self.dist, self.rundir, self.outlets),
             RolloutSources(self.prompts, reward_fns, self.episodes),
         )
+        self.grpo.exact_parts = self.micro_batch is not None  # auto: every loss type equals its whole batch
 
     def _choose_micro_batch(self, cfg: Config) -> Config:
         """train.micro_batch_size = auto: the rows contract/planner/micro_batch.py chooses for this machine (the
@@ -175,15 +176,21 @@ class Trainer:
         return self.eval_metrics(limit)[schema.EVAL_ACCURACY]
 
     def eval_metrics(self, limit: int | None = None) -> dict[str, float]:
-        """The eval/* values of train.eval_k samples per eval prompt (engine/run/evaluation.py)."""
+        """The eval/* values of train.eval_k samples per eval prompt (engine/run/evaluation.py): the held-out
+        rows', then the generalisation split's (eval/general/*)."""
         sampler, rollouts = self.grpo.sampler, self.grpo.rollouts
         if self.grpo.updates:  # between the updates of a rollout the sampler still holds the weights that sampled it
             sampler.load_weights(export_weights(self.policy))
-        every = self.eval_rows[:limit] if limit else self.eval_rows
-        rows = self.dist.shard(every)  # data-parallel: each rank its part, the sums summed
-        sums = evaluation.sample(rollouts, rows, self.cfg) if rows else [0.0] * len(evaluation.TALLY)
-        sums = [float(self.dist.total(torch.tensor(s, dtype=torch.float64))) for s in sums]  # summed over ranks
-        return evaluation.eval_metrics(sums, len(every), self.cfg.train.eval_k)
+        out = {}
+        for split, split_rows in ((schema.EVAL, self.eval_rows), (schema.GENERAL, self.general_rows)):
+            every = split_rows[:limit] if limit else split_rows
+            if not every:
+                continue
+            rows = self.dist.shard(every)  # data-parallel: each rank its part, the sums summed
+            sums = evaluation.sample(rollouts, rows, self.cfg) if rows else [0.0] * len(evaluation.TALLY)
+            sums = [float(self.dist.total(torch.tensor(s, dtype=torch.float64))) for s in sums]  # summed over ranks
+            out.update(evaluation.eval_metrics(sums, len(every), self.cfg.train.eval_k, split))
+        return out
 
     # ---- the run ----------------------------------------------------------------------------
     def run(self, progress=None) -> str:
@@ -230,7 +237,7 @@ class Trainer:
         # a run resumed past it no longer equals the uninterrupted one bit for bit (tests/test_crash_consistency.py)
         if cfg.train.eval_before and cfg.train.eval_every and self.eval_rows and not self.resume:
             before = self.eval_metrics()
-            line = ", ".join(f"{key} {value:.3f}" for key, value in before.items())
+            line = evaluation.summary(before)
             fields = {key.removeprefix("eval/"): value for key, value in before.items()}  # metrics.EVAL_KEYS
             self.rundir.event("eval", f"before training: {line}", step=0, **fields)
             if progress:

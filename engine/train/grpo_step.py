@@ -88,6 +88,8 @@ class GRPOStep:
     the rollout engine and its rollouts; and where the run is: the rollout being trained on, the updates still
     to take on it, the steps and weight syncs so far."""
 
+    exact_parts = False  # micro-batches weighted to the whole batch's loss for every loss type (micro_batch_size auto)
+
     def __init__(self, cfg: Config, model: TrainedModel, run: RunLinks, sources: RolloutSources):
         self.cfg, self.model, self.run, self.prompts = cfg, model, run, sources.prompts
         dist, rundir = run.dist, run.rundir
@@ -409,7 +411,7 @@ class GRPOStep:
                 num_items_in_batch=num_items,
                 rollout_backend=self.sampler.name,
             )
-            weight = self.loss_type.micro_batch_weight(part_inputs.mask, batch.mask, bool(budget))
+            weight = self.loss_type.micro_batch_weight(part_inputs.mask, batch.mask, bool(budget) or self.exact_parts)
             part_loss = loss.item()
             if skip and zero_advantage.zero_gradient(part_inputs.advantages, part_loss):  # its gradient: all 0
                 skipped.add(loss, rows)
