@@ -230,8 +230,32 @@ def load(
     return done.value
 
 
+# Objects the Python API (grpo_studio.GRPOTrainer) hands the engine in this process, named in the config as
+# 'py:NAME': reward functions, environment factories. They exist only while the script that made them runs.
+REGISTRY: dict[str, object] = {}
+REGISTERED = "py"
+
+
+def register(obj, name: str) -> str:
+    """`obj` under the first free 'py:NAME' (NAME, NAME_2, ...), the spec a config names it by."""
+    base, k = name, 2
+    while REGISTRY.get(name, obj) is not obj:
+        name, k = f"{base}_{k}", k + 1
+    REGISTRY[name] = obj
+    return f"{REGISTERED}:{name}"
+
+
 def _find(spec: str, key: str, kind: str, builtins: str):
     target, sep, name = spec.rpartition(":")
+    if target == REGISTERED:
+        if name not in REGISTRY:
+            raise _fail(
+                spec,
+                f"a {kind} the Python script that started this run passed in memory; run that script again "
+                f"(trainer.train(resume_from_checkpoint=True) resumes)",
+                key,
+            )
+        return REGISTRY[name]
     if not sep or not target or not name:
         raise _fail(spec, f"expected a built-in name (see {builtins}), 'file.py:{kind}' or 'module:{kind}'", key)
     if target.endswith(".py") or "/" in target or "\\" in target:

@@ -1,0 +1,389 @@
+"""GRPOTrainer: TRL 1.16's constructor over the studio's engine. train() runs as `grpo-studio train` does, in this
+process: the same config validation, run-directory checks and pre-flight (cli/train_cmd.py), the same engine
+Trainer, the same run directory (args.output_dir: config.toml, the streams, checkpoints), which
+`grpo-studio attach OUTPUT_DIR` shows live.
+
+What TRL takes as objects reaches the engine so:
+    reward functions, environment factories   registered in this process (contract/user_code.REGISTRY) and named
+                                              'py:NAME' in config.toml
+    tools=[...]                               an environment class with the tools as its methods (reset -> None)
+    train_dataset                             written to RUN/data/train.jsonl, data.source
+    a model object (PreTrainedModel)          saved to RUN/model with its tokenizer, model.name
+    peft_config (LoraConfig)                  model.lora_rank/alpha/dropout/target_modules (no peft_config: a
+                                              full fine-tune, as TRL)
+    quantization_config (4-bit NF4)           model.load_in_4bit, model.double_quant
+Refused in one line: rollout_func (it drives TRL's own trainer object), optimizers other than (None, None) (the
+studio builds its AdamW and schedule from the config and checkpoints them), more than one process.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+
+from .contract import user_code
+from .contract.config import set_key, validate
+from .contract.errors import UserError
+from .contract.run_files import atomic_write_text
+from .field_fates import refuse
+from .grpo_config import GRPOConfig, from_trl, studio_config, studio_keys, world_size
+
+ENV_PROMPT_LEN = 2048  # rollout.max_prompt_len of an environment's episodes, which grow turn by turn
+
+
+def _error(why: str, argument: str, value=UserError) -> UserError:
+    if value is UserError:
+        return UserError(why, kind="GRPOTrainer", key=argument)
+    return UserError(why, kind="GRPOTrainer", key=argument, value=value)
+
+
+def _name_of(fn) -> str:
+    return getattr(fn, "__name__", None) or type(fn).__name__
+
+
+class GRPOTrainer:
+    """TRL's GRPOTrainer signature; train(), save_model(). Mistakes are one UserError line each."""
+
+    def __init__(
+        self,
+        model,
+        reward_funcs=None,
+        args=None,
+        train_dataset=None,
+        eval_dataset=None,
+        processing_class=None,
+        reward_processing_classes=None,
+        callbacks=None,
+        optimizers=(None, None),
+        quantization_config=None,
+        peft_config=None,
+        tools=None,
+        rollout_func=None,
+        environment_factory=None,
+    ):
+        if rollout_func is not None:
+            raise _error(
+                "grpo-studio samples with its own sampler (rollout.backend); a rollout function that drives TRL's "
+                "trainer object cannot run here; remove it",
+                "rollout_func",
+                _name_of(rollout_func),
+            )
+        if tuple(optimizers) != (None, None):
+            raise _error(
+                "grpo-studio builds its own AdamW and schedule from learning_rate, weight_decay, lr_scheduler_type "
+                "and warmup_steps, and checkpoints them; pass (None, None)",
+                "optimizers",
+                "(" + ", ".join(type(o).__name__ for o in optimizers) + ")",
+            )
+        if world_size() > 1:
+            raise _error(
+                "the Python API trains in one process; for data parallelism use `grpo-studio train --nproc N`",
+                "WORLD_SIZE",
+                world_size(),
+            )
+        self.model_object = None if isinstance(model, str) else model
+        model_name = model if isinstance(model, str) else _model_id(model)
+        if args is None:  # TRL: GRPOConfig(f"{model_name}-GRPO")
+            args = GRPOConfig(f"{model_name.split('/')[-1]}-GRPO")
+        elif not isinstance(args, GRPOConfig):
+            if not type(args).__module__.startswith("trl.") or not dataclasses.is_dataclass(args):
+                raise _error("expected a grpo_studio.GRPOConfig or a trl.GRPOConfig", "args", type(args).__name__)
+            args = from_trl(args)
+        self.args = args
+        self.run_dir = Path(args.output_dir or "trainer_output")
+        self.processing_class = processing_class
+        self.callbacks = [c() if isinstance(c, type) else c for c in callbacks or []]
+        self.rows = _rows(train_dataset, environment_factory, args)
+        if eval_dataset is not None:
+            _rows(eval_dataset, environment_factory, args, "eval_dataset")  # checked as TRL would; not evaluated
+        pairs = studio_keys(args, None if self.rows is None else len(self.rows))
+        pairs += self._model_keys(model, quantization_config, peft_config)
+        self.saved_rewards: list[tuple[int, object]] = []  # reward-model objects, saved into the run at train()
+        pairs += self._reward_keys(reward_funcs, reward_processing_classes, environment_factory)
+        pairs += self._env_keys(tools, environment_factory)
+        pairs += self._data_keys()
+        self.config = studio_config(pairs)
+        self._hinted, self._engine = False, None
+
+    # ---- the constructor's arguments as config keys ----------------------------------------------------------
+    def _model_keys(self, model, quantization_config, peft_config) -> list[tuple]:
+        if isinstance(model, str):
+            keys = [("model.name", model, "model")]
+        elif hasattr(model, "save_pretrained") and hasattr(model, "config"):
+            if hasattr(model, "peft_config"):
+                raise _error(
+                    "a PeftModel: pass its base model and the LoraConfig as peft_config", "model", type(model).__name__
+                )
+            keys = [("model.name", str(self.run_dir / "model"), "model")]
+        else:
+            raise _error("expected a model id, a folder, a packaged name or a PreTrainedModel", "model", repr(model))
+        keys.append(("model.lora_rank", 0, "peft_config"))
+        if peft_config is not None:
+            if type(peft_config).__name__ != "LoraConfig":
+                raise _error(
+                    "grpo-studio trains LoRA adapters only; pass a LoraConfig",
+                    "peft_config",
+                    type(peft_config).__name__,
+                )
+            targets = peft_config.target_modules
+            keys += [
+                ("model.lora_rank", peft_config.r, "peft_config.r"),
+                ("model.lora_alpha", peft_config.lora_alpha, "peft_config.lora_alpha"),
+                ("model.lora_dropout", peft_config.lora_dropout, "peft_config.lora_dropout"),
+            ]
+            if targets is not None:
+                targets = [targets] if isinstance(targets, str) else sorted(targets)
+                keys.append(("model.lora_target_modules", targets, "peft_config.target_modules"))
+        if quantization_config is not None:
+            four_bit = getattr(quantization_config, "load_in_4bit", False)
+            if not four_bit or getattr(quantization_config, "bnb_4bit_quant_type", "nf4") != "nf4":
+                raise _error(
+                    "grpo-studio quantises the base to 4-bit NF4 only (BitsAndBytesConfig(load_in_4bit=True, "
+                    "bnb_4bit_quant_type='nf4'))",
+                    "quantization_config",
+                    type(quantization_config).__name__,
+                )
+            keys += [
+                ("model.load_in_4bit", True, "quantization_config"),
+                ("model.double_quant", bool(quantization_config.bnb_4bit_use_double_quant), "quantization_config"),
+            ]
+        return keys
+
+    def _reward_keys(self, reward_funcs, processing_classes, environment_factory) -> list[tuple]:
+        funcs = [] if reward_funcs is None else reward_funcs if isinstance(reward_funcs, list) else [reward_funcs]
+        if not funcs and environment_factory is None:  # TRL grpo_trainer.py: "No reward source provided"
+            raise _error(
+                "no reward source provided; pass reward_funcs, or an environment_factory whose class has get_reward",
+                "reward_funcs",
+                None,
+            )
+        if processing_classes is not None:
+            classes = processing_classes if isinstance(processing_classes, list) else [processing_classes]
+            if len(classes) != len(funcs):
+                raise _error(
+                    f"the number of reward processing classes ({len(classes)}) must match the number of reward "
+                    f"functions ({len(funcs)})",
+                    "reward_processing_classes",
+                )
+        specs = []
+        for i, fn in enumerate(funcs):
+            if isinstance(fn, str):  # TRL: a reward model's id or folder
+                specs.append(f"rm:{fn}")
+            elif hasattr(fn, "save_pretrained") and hasattr(fn, "config"):
+                self.saved_rewards.append((i, fn))
+                specs.append(f"rm:{self.run_dir / 'reward_models' / str(i)}")
+            elif callable(fn):
+                specs.append(user_code.register(fn, _name_of(fn)))
+            else:
+                raise _error("expected a function, a reward model id or a reward model", f"reward_funcs[{i}]", repr(fn))
+        return [("rewards.funcs", specs, "reward_funcs")]
+
+    def _env_keys(self, tools, environment_factory) -> list[tuple]:
+        if tools is None and environment_factory is None:
+            return []
+        if isinstance(environment_factory, dict):
+            raise _error(
+                "grpo-studio runs one environment class per run; pass one factory", "environment_factory", "a dict"
+            )
+        factory = environment_factory if environment_factory is not None else _NoReset
+        if tools:
+            factory = _with_tools(factory, tools)
+        return [
+            ("env.environment", user_code.register(factory, _name_of(factory)), "environment_factory"),
+            ("rollout.max_prompt_len", ENV_PROMPT_LEN, "environment_factory"),
+        ]
+
+    def _data_keys(self) -> list[tuple]:
+        conversational = isinstance(self.rows[0]["prompt"], list)
+        return [
+            ("data.source", str(self.run_dir / "data" / "train.jsonl"), "train_dataset"),
+            ("data.prompt_column", "prompt", "train_dataset"),
+            ("data.eval_size", 0, "train_dataset"),
+            ("data.system_prompt", "none", "train_dataset"),  # TRL adds no system prompt
+            ("data.chat_template", "auto" if conversational else "none", "train_dataset"),  # text prompts as they are
+        ]
+
+    # ---- train --------------------------------------------------------------------------------------------
+    def train(self, resume_from_checkpoint: bool | str | None = None) -> None:
+        """Train to args.max_steps (or num_train_epochs) into args.output_dir; resume_from_checkpoint=True (or
+        the newest checkpoint's path) continues the run there."""
+        from .cli import train_cmd
+
+        resume = self._resume(resume_from_checkpoint)
+        run_dir, cfg = self.run_dir, self.config
+        _rekeyed(lambda: train_cmd.check_free(run_dir, resume))
+        self._check_cpu()
+        _rekeyed(lambda: train_cmd.usable_run_dir(run_dir, "output_dir"))
+        if not resume:
+            self._write_inputs()
+        self._measure_prompts(cfg)
+        train_cmd.preflight_check(cfg, force=False)
+        if not self._hinted:
+            print(f"watch it live: grpo-studio attach {run_dir}", flush=True)
+            self._hinted = True
+        from .engine.run.trainer import StoppedLoading, Trainer
+
+        try:
+            engine = Trainer(cfg, run_dir, resume=resume)
+        except StoppedLoading as stopped:
+            print(f"{stopped}: {run_dir}", flush=True)
+            return
+        from .callback_bridge import CallbackProgress
+
+        steps_per_epoch = max(len(self.rows) // max(cfg.train.prompts_per_step, 1), 1)
+        progress = CallbackProgress(
+            train_cmd.PlainProgress(cfg.train.steps), self.callbacks, self.args, engine, steps_per_epoch
+        )
+        save = engine._save  # the engine's checkpoint, then on_save (the only hook transformers' callbacks need)
+
+        def save_and_tell() -> None:
+            save()
+            progress.saved()
+
+        engine._save = save_and_tell
+        self._engine = engine
+        try:
+            progress.begin()
+            state = engine.run(progress)
+            progress.end()
+        finally:
+            engine.close()
+        print(f"{state} at step {engine.step_no}: {run_dir}", flush=True)
+
+    def _resume(self, resume_from_checkpoint) -> bool:
+        if not resume_from_checkpoint:
+            return False
+        from .contract.rundir import CHECKPOINTS
+
+        newest = sorted((self.run_dir / CHECKPOINTS).glob("step_*"))
+        if isinstance(resume_from_checkpoint, str):
+            given = Path(resume_from_checkpoint).resolve()
+            if not newest or given != newest[-1].resolve():
+                raise _error(
+                    f"grpo-studio resumes from the newest checkpoint of output_dir "
+                    f"({newest[-1] if newest else 'none yet'}); pass True",
+                    "resume_from_checkpoint",
+                    resume_from_checkpoint,
+                )
+        if not (self.run_dir / "config.toml").is_file():
+            raise _error(f"{self.run_dir} holds no run to resume", "resume_from_checkpoint", resume_from_checkpoint)
+        return True
+
+    def _check_cpu(self) -> None:
+        if not self.args.use_cpu:
+            return
+        import torch
+
+        if torch.cuda.is_available():
+            raise refuse("use_cpu", True, "hide the GPUs instead: CUDA_VISIBLE_DEVICES='' before the script starts")
+
+    def _write_inputs(self) -> None:
+        """The run's inputs as files in the run directory: the prompts, a model and reward models given as objects."""
+        data = self.run_dir / "data"
+        data.mkdir(exist_ok=True)
+        text = "".join(json.dumps(row, ensure_ascii=False, default=str) + "\n" for row in self.rows)
+        atomic_write_text(data / "train.jsonl", text)
+        if self.model_object is not None:
+            self.model_object.save_pretrained(self.run_dir / "model")
+            tokenizer = self.processing_class or _tokenizer_of(self.model_object)
+            tokenizer.save_pretrained(self.run_dir / "model")
+        for i, reward_model in self.saved_rewards:
+            reward_model.save_pretrained(self.run_dir / "reward_models" / str(i))
+
+    def _measure_prompts(self, cfg) -> None:
+        """rollout.max_prompt_len (TRL 1.16 has no bound): the longest rendered prompt of the dataset."""
+        if cfg.env.environment:
+            return
+        from .engine.model import policy_loader
+        from .engine.prompts import data, prompt_render
+
+        tokenizer = policy_loader.load_tokenizer(policy_loader.resolve_model_path(cfg.model.name))
+        rows = data.load_rows(cfg.data, "train")
+        longest = prompt_render.check_prompt_lengths(rows, cfg.data, tokenizer, 10**9)
+        set_key(cfg, "rollout.max_prompt_len", max(longest, 1))
+        validate(cfg)
+
+    def save_model(self, output_dir: str | None = None) -> None:
+        """The newest checkpoint's weights (LoRA merged) as a transformers folder in output_dir (default
+        args.output_dir, beside the run's files), readable with from_pretrained."""
+        from transformers import AutoTokenizer
+
+        from .engine.out import export
+
+        dest = Path(output_dir or self.run_dir)
+        model, base_path, _ = export.merged_model(self.run_dir, export.find_checkpoint(self.run_dir, None))
+        dest.mkdir(parents=True, exist_ok=True)
+        model.save_pretrained(dest, safe_serialization=True)
+        AutoTokenizer.from_pretrained(base_path).save_pretrained(dest)
+
+
+def _rekeyed(check) -> None:
+    """A CLI check's one line, naming output_dir where it named --run-dir or --resume."""
+    try:
+        check()
+    except UserError as err:
+        if err.key in ("--run-dir", "--resume"):
+            raise UserError(err.why, kind="GRPOTrainer", key="output_dir", value=err.value) from None
+        raise
+
+
+def _model_id(model) -> str:
+    return str(getattr(getattr(model, "config", None), "_name_or_path", "") or type(model).__name__)
+
+
+def _tokenizer_of(model):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(_model_id(model))
+
+
+def _rows(dataset, environment_factory, args, argument: str = "train_dataset") -> list[dict]:
+    """A datasets.Dataset / IterableDataset (or a list of dicts) as rows with a `prompt` column, as TRL takes them;
+    an IterableDataset is read to the prompts max_steps needs."""
+    if dataset is None:
+        raise _error(
+            "grpo-studio needs prompts: pass a dataset with a 'prompt' column (an environment's reset(**row) "
+            "receives the row's other columns)",
+            argument,
+            None,
+        )
+    if type(dataset).__name__ == "IterableDataset":
+        if args.max_steps <= 0:
+            raise refuse("max_steps", args.max_steps, "an IterableDataset has no length: set max_steps > 0, as TRL")
+        need = math.ceil(args.max_steps * args.generation_batch_size / args.num_generations)
+        rows = [dict(row) for _, row in zip(range(need), dataset)]
+    elif hasattr(dataset, "column_names") or isinstance(dataset, list):
+        rows = [dict(row) for row in dataset]
+    else:
+        raise _error("expected a datasets.Dataset or IterableDataset", argument, type(dataset).__name__)
+    if not rows:
+        raise _error("the dataset has no rows", argument, None)
+    if "prompt" not in rows[0]:
+        raise _error(f"no 'prompt' column (columns: {', '.join(map(str, rows[0]))}); TRL needs one", argument, None)
+    if args.remove_unused_columns:
+        rows = [{"prompt": row["prompt"]} for row in rows]
+    return rows
+
+
+class _NoReset:
+    """The environment of tools=[...] alone: nothing to reset."""
+
+    def reset(self, **kwargs) -> None:
+        return None
+
+
+def _with_tools(factory, tools: list) -> type:
+    """A subclass of the environment class with each tool as a method (TRL's tools=: functions the model may
+    call, sync or async); a tool stays a plain function (staticmethod), so its schema is its own."""
+    if not isinstance(factory, type):
+        raise _error(
+            "with tools=, pass the environment's class as environment_factory", "environment_factory", _name_of(factory)
+        )
+    methods = {}
+    for tool in tools:
+        if not callable(tool):
+            raise _error("expected a function", "tools", repr(tool))
+        methods[_name_of(tool)] = staticmethod(tool)
+    return type("tools" if factory is _NoReset else factory.__name__, (factory,), methods)
