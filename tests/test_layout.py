@@ -11,7 +11,7 @@ from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-ROOMS = ("contract", "rewards", "engine", "studio", "cli", "benchmarks", "presets", "scripts")
+ROOMS = ("contract", "rewards", "engine", "studio", "cli", "benchmarks", "presets", "scripts", "api")
 LARGEST = 10
 
 

@@ -18,7 +18,7 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-CODE = ("contract", "rewards", "engine", "studio", "cli", "benchmarks")
+CODE = ("contract", "rewards", "engine", "studio", "cli", "benchmarks", "api")
 RULES = {
     "contract": {"contract"},
     "rewards": {"contract", "rewards"},
@@ -26,6 +26,13 @@ RULES = {
     "studio": {"contract", "rewards", "studio"},
     "cli": set(CODE),  # the front door: each command loads its room when it runs
     "benchmarks": {"contract", "rewards", "engine", "studio", "benchmarks"},
+    "api": {
+        "contract",
+        "rewards",
+        "engine",
+        "cli",
+        "api",
+    },  # the Python API: the engine and cli's checks when it trains
 }
 # A room that starts the front door as a user would, in a subprocess (`python -m grpo_studio.cli.main ...`),
 # names it in a string without importing it: the command lines (contract/launch.py), the studio's launcher and
@@ -87,6 +94,10 @@ def violations(path: Path, source: str | None = None) -> list[str]:
     out = []
     for line, target, how in arrows(source or path.read_text(), module, path.name == "__init__.py"):
         parts = target.split(".")
+        if parts[0] == "api" and len(parts) > 1 and parts[1] in CODE:  # api/ is grpo_studio: `.engine` is a room
+            parts = parts[1:]
+        elif parts[0] == "api":
+            parts = ["api"]
         if parts[0] not in CODE:
             continue  # grpo_studio.presets (data) or a name like __version__ on the namespace
         where = f"{path.relative_to(ROOT)}:{line}: {room} -> {target} ({how})"
@@ -144,3 +155,8 @@ def test_the_checker_sees_lazy_relative_and_string_arrows():
         "benchmarks/faults_bench.py:2: benchmarks -> cli.main.main (import)"
     ]
     assert violations(bench, "CMD = ['-m', 'grpo_studio.cli.main']\n") == []  # a user's command line, in a process
+    api = ROOT / "api" / "grpo_trainer.py"  # api/ is grpo_studio itself: `.studio` is the studio room
+    assert violations(api, "def f():\n    from .studio import app\n") == [
+        "api/grpo_trainer.py:2: api -> api.studio.app (import)"
+    ]
+    assert violations(api, "from .engine.run import trainer\nfrom .field_fates import FATES\n") == []
