@@ -19,6 +19,7 @@ in one line otherwise); train.micro_batch_size = P keeps TRL's micro-step.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import math
 import os
 import sys
@@ -116,7 +117,8 @@ def world_size() -> int:
 def from_trl(args) -> GRPOConfig:
     """Ours from a trl.GRPOConfig (which has run its own __post_init__: both batch numbers are resolved, so
     generation_batch_size is left for ours to derive again). A field TRL has and the table has not: one line."""
-    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(args) if f.init}
+    values = {f.name: _plain(getattr(args, f.name)) for f in dataclasses.fields(args) if f.init}
+    values["debug"] = values["debug"] or ""  # transformers turns '' into []
     unknown = sorted(set(values) - set(BY_FIELD))
     if unknown:
         raise refuse(
@@ -124,6 +126,11 @@ def from_trl(args) -> GRPOConfig:
         )
     values["generation_batch_size"] = None
     return GRPOConfig(**values)
+
+
+def _plain(value):
+    """transformers' str enums (IntervalStrategy, SchedulerType, ...) as their strings."""
+    return value.value if isinstance(value, enum.Enum) else value
 
 
 def _trl_version() -> str:
@@ -238,8 +245,10 @@ def studio_keys(args: GRPOConfig, n_rows: int | None) -> list[tuple[str, object,
             "the Python API does not evaluate yet (the CLI's train.eval_every is held-out accuracy); allowed: 'no'",
         )
     put("train.eval_every", 0, "eval_strategy")
-    if args.save_strategy == "steps":
-        put("train.save_every", _ratio_steps("save_steps", args.save_steps, steps), "save_steps")
+    if args.save_strategy == "steps":  # rounded up to whole rollouts (a checkpoint never falls inside one)
+        rollout = (args.steps_per_generation // args.gradient_accumulation_steps) * args.num_iterations
+        every = _ratio_steps("save_steps", args.save_steps, steps)
+        put("train.save_every", math.ceil(every / rollout) * rollout, "save_steps")
     elif args.save_strategy == "no":
         put("train.save_every", 0, "save_strategy")
     else:

@@ -293,13 +293,22 @@ class GRPOTrainer:
             reward_model.save_pretrained(self.run_dir / "reward_models" / str(i))
 
     def _measure_prompts(self, cfg) -> None:
-        """rollout.max_prompt_len (TRL 1.16 has no bound): the longest rendered prompt of the dataset."""
-        if cfg.env.environment:
-            return
+        """rollout.max_prompt_len (TRL 1.16 has no bound): the longest rendered prompt of the dataset; and
+        chat_template_kwargs checked against the template."""
         from .engine.model import policy_loader
         from .engine.prompts import data, prompt_render
 
         tokenizer = policy_loader.load_tokenizer(policy_loader.resolve_model_path(cfg.model.name))
+        template = str(getattr(tokenizer, "chat_template", None) or "")
+        read = sorted(name for name in self.args.chat_template_kwargs or {} if name in template)
+        if read:  # no key passes them to the template yet: refused where the template would read them
+            raise refuse(
+                "chat_template_kwargs",
+                self.args.chat_template_kwargs,
+                f"the chat template reads {', '.join(read)}, which grpo-studio does not pass; remove it",
+            )
+        if cfg.env.environment:  # an episode's prompt grows turn by turn: ENV_PROMPT_LEN
+            return
         rows = data.load_rows(cfg.data, "train")
         longest = prompt_render.check_prompt_lengths(rows, cfg.data, tokenizer, 10**9)
         set_key(cfg, "rollout.max_prompt_len", max(longest, 1))
