@@ -42,6 +42,7 @@ def _known(name: str) -> str:
 ZERO_STD, ENTROPY, GRAD_NORM = _known("reward/frac_zero_std"), _known("entropy"), _known("grad_norm")
 CLIP, LEN_MEAN, LAG0_K3 = _known("clip/region"), _known("completion/len_mean"), _known("mismatch/lag0/k3")
 TRUNCATED = _known("completion/truncated_frac")
+ROUTER_DISAGREE = _known(schema.ROUTER_DISAGREE)
 
 MIN_ROWS = 3  # a rule over steps needs this many; its windows are the first and last third (>= MIN_ROWS)
 SKIPPED_SHARE = 0.1  # steps skipped or non-finite: above this share of the steps
@@ -57,6 +58,7 @@ LENGTH_GROWTH = 1.5  # completion/len_mean last window over first window: at or 
 FLAT_GAIN = 0.05  # ... while the first reward function gained less than this share of its value
 MISMATCH_X = 10.0  # median k3 of the last window this many times the precision's normal k3
 EVAL_DROP = 0.05  # eval/accuracy this far below its best (absolute) while reward/mean rose
+ROUTER_SHARE = 0.01  # mismatch/router_disagree averaged over the last window: above this (1 token in 100)
 LR_CUT, LR_EASE = 0.1, 0.5  # the train.lr suggested: × LR_CUT after NaN or divergence, × LR_EASE otherwise
 CLIP_HIGHER = 0.28  # DAPO's clip-higher algo.epsilon_high, against entropy collapse
 BETA = 0.04  # the algo.beta suggested when a run drifts from its reference with none

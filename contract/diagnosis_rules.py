@@ -35,6 +35,8 @@ from .diagnosis import (
     MIN_ROWS,
     MISMATCH_X,
     NO_SIGNAL,
+    ROUTER_DISAGREE,
+    ROUTER_SHARE,
     SEVERITIES,
     SKIPPED_SHARE,
     SPIKE_X,
@@ -315,6 +317,21 @@ def mismatch_level(run: RunView) -> Finding | None:
     )
 
 
+def router_disagreement(run: RunView) -> Finding | None:
+    last = windows(run.series(ROUTER_DISAGREE))[1]  # MoE models sampled by hf only; 0 under router replay
+    if len(last) < MIN_ROWS or mean(last) <= ROUTER_SHARE:
+        return None
+    return Finding(
+        WARNING,
+        "MoE routers disagree between the sampler and the trainer",
+        f"{ROUTER_DISAGREE} averaged {fmt(mean(last))} over {steps(last)}",
+        "the sampler sends tokens to other experts than the trainer does, a gap no precision fix closes "
+        "(docs/mismatch.md, MoE routers)",
+        "algo.router_replay",
+        "replay",
+    )
+
+
 def eval_falls(run: RunView) -> Finding | None:
     evals, rewards = run.series(schema.EVAL_ACCURACY), run.series(schema.REWARD)
     if len(evals) < 2 or len(rewards) < 2 * MIN_ROWS:
@@ -349,6 +366,7 @@ RULES: list[Callable[[RunView], Finding | None]] = [
     grad_blowup,
     length_hacking,
     mismatch_level,
+    router_disagreement,
     eval_falls,
 ]
 

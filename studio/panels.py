@@ -93,6 +93,16 @@ PANELS = {
         Panel("dp_max", "|Δp| max", [metrics.DP_MAX, "mismatch/abs_dp_mean"]),
         Panel("is", "IS ratio range", ["mismatch/is_max", "mismatch/is_mean", "mismatch/is_min"]),
         Panel("masked", "masked fraction", ["mismatch/masked_frac"]),
+        # MoE models only (engine/model/moe.py): once logged, 0 included (algo.router_replay = replay keeps it at 0)
+        Panel(
+            "router",
+            "router disagreement",
+            [metrics.ROUTER_DISAGREE],
+            gate=metrics.ROUTER_DISAGREE,
+            logged=True,
+            family=f"{metrics.ROUTER_DISAGREE}/",
+            percent=True,
+        ),
         Panel("length", "completion length", ["completion/len_mean", "completion/len_max"]),
         Panel("truncated", "truncated share", ["completion/truncated_frac"]),
         # perf/env_s, perf/model_s: the rollout's split in multi-turn runs only (a key without data draws no line)
@@ -122,7 +132,7 @@ PANELS = {
 TABS = [
     ("overview", "Overview", ["reward", "k3", "eval"]),
     ("training", "Train", ["loss", "grad_norm", "lr", "entropy", "clip", "kl_ref"]),
-    ("mismatch", "Mismatch", ["k3", "dp_max", "is", "masked", "lag_k3", "token_lag"]),
+    ("mismatch", "Mismatch", ["k3", "dp_max", "is", "masked", "router", "lag_k3", "token_lag"]),
     (
         "lengths",
         "Length",

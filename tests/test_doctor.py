@@ -152,7 +152,7 @@ def test_healthy_rows_have_no_findings(tmp_path):
     run = write(tmp_path / "run", [row(s) for s in range(1, 10)])
     assert dxr.diagnose(run) == []
     assert dxr.healthy_line(dx.read_run(run)) == (
-        "no findings: 9 steps, reward/mean 1.05 -> 1.45; none of the 13 rules fired"
+        "no findings: 9 steps, reward/mean 1.05 -> 1.45; none of the 14 rules fired"
     )
 
 
@@ -363,6 +363,18 @@ def test_mismatch_above_the_precisions_normal_range(tmp_path):
     assert dxr.diagnose(write(tmp_path / "d", lag0, sets=["model.dtype=bf16"])) == []
 
 
+def test_moe_routers_disagreeing_suggest_router_replay(tmp_path):
+    over = [row(s, **{"mismatch/router_disagree": 0.02, "mismatch/router_disagree/layer0": 0.03}) for s in range(1, 10)]
+    f = only(write(tmp_path / "a", over))
+    assert (f.title, f.evidence, f.suggestion) == (
+        "MoE routers disagree between the sampler and the trainer",
+        "mismatch/router_disagree averaged 0.02 over steps 7-9",
+        "--set algo.router_replay=replay",
+    )
+    at = [row(s, **{"mismatch/router_disagree": 0.01}) for s in range(1, 10)]  # at ROUTER_SHARE: silent
+    assert dxr.diagnose(write(tmp_path / "b", at)) == []
+
+
 def test_eval_accuracy_falls_while_reward_rises(tmp_path):
     evals = {3: 0.6, 6: 0.5, 9: 0.4}
     rows = [row(s, **({"eval/accuracy": evals[s]} if s in evals else {})) for s in range(1, 10)]
@@ -403,7 +415,7 @@ def test_a_run_before_its_first_step_and_a_damaged_line(tmp_path, capsys):
         fh.write(json.dumps(row(1)) + "\nnot json\n" + json.dumps(row(2)) + "\n" + being_written)
     assert front.main(["doctor", str(run)]) == 0
     out = capsys.readouterr()
-    assert out.out == "no findings: 2 steps, reward/mean 1.05 -> 1.1; none of the 13 rules fired\n"
+    assert out.out == "no findings: 2 steps, reward/mean 1.05 -> 1.1; none of the 14 rules fired\n"
     assert out.err == (
         f"warning: {run}/metrics.jsonl: skipped 1 malformed lines (not a JSON object with the fields the file needs)\n"
     )

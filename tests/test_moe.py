@@ -202,6 +202,21 @@ def test_router_replay_closes_the_bf16_routing_gap(moe_folder, tmp_path):
     }
     # step 1: the same rollout; π differs only by the routing (how much k3 drops: bench mismatch --moe)
     assert on[0]["mismatch/k3"] != off[0]["mismatch/k3"]
+    # the studio's Mismatch tab charts it, per layer, for both runs (0 included: replay's)
+    from grpo_studio.studio.panels import PANELS
+    from grpo_studio.studio.rundata import RunData
+
+    for name, rows in (("off", off), ("on", on)):
+        run = RunData(tmp_path / name)
+        run.drain()
+        lines = PANELS["router"].lines(run)
+        assert PANELS["router"].present(run)
+        assert [line.label for line in lines] == [
+            "router_disagree",
+            "router_disagree/layer0",
+            "router_disagree/layer1",
+        ]
+        assert lines[0].ys == [r["mismatch/router_disagree"] for r in rows]
 
 
 def test_bench_mismatch_moe_rows_with_and_without_replay():
