@@ -2,7 +2,9 @@
 
 `poll()` reads what the trainer appended since the last call (JsonlTail: complete lines only,
 at most 8 MiB a poll, so a huge backlog is drained over several polls) and bumps `version`
-when anything changed, so charts redraw only on new data. Everything is read through the tolerant
+when anything changed, so charts redraw only on new data. samples.jsonl is indexed rather than held
+(contract/samples_index.py: each row's offset and the numbers the Samples tab filters on), so the tab reaches
+every row of a run of any length. Everything is read through the tolerant
 readers (contract/run_reader.py): a file that cannot be read, a malformed line, a NaN or a number beyond
 a float's range, a config.toml that is not UTF-8 or has a section of the wrong type is a `warning` event
 (and a line of `warnings()`), never an exception; charts never receive a non-finite value.
@@ -31,20 +33,22 @@ from ..contract.run_reader import (
     total_steps,
 )
 from ..contract.run_state import run_state, state_of
+from ..contract.samples_index import SamplesIndex
+
+RECENT_SAMPLES = 200  # RunData.samples: the newest rows, for a glance (the Samples tab pages through all)
 
 
 class RunData:
-    def __init__(self, run_dir: Path, max_samples: int = 200, max_events: int = 500):
+    def __init__(self, run_dir: Path, max_events: int = 500):
         self.dir = Path(run_dir)
         self.name = self.dir.name
-        self._tails = {
-            name: JsonlTail(self.dir / name, max_rows=10**9) for name in (METRICS, EVENTS, SAMPLES, HISTOGRAMS)
-        }
+        self.samples_index = SamplesIndex(self.dir / SAMPLES)
+        self._tails = {name: JsonlTail(self.dir / name, max_rows=10**9) for name in (METRICS, EVENTS, HISTOGRAMS)}
+        self._tails[SAMPLES] = self.samples_index  # read like a tail: skipped lines, warnings, restarts, pending
         self.steps: list[int] = []
         self.columns: dict[str, list[float | None]] = {}
         self.times: list[float] = []
         self.events: deque[dict] = deque(maxlen=max_events)
-        self.samples: deque[dict] = deque(maxlen=max_samples)
         self.histogram: dict | None = None
         self.total_steps: int | None = None  # run_reader.total_steps: the last `started` event's, else the config's
         self._started_total = None  # the last `started` event's total_steps, as written
@@ -71,12 +75,16 @@ class RunData:
         """A stream's new rows without those whose step is beyond the run's total steps (said as a warning)."""
         total = self.total_steps
         kept = rows if total is None else [row for row in rows if row[STEP] <= total]
-        if len(kept) < len(rows):
-            self._beyond[name] = self._beyond.get(name, 0) + len(rows) - len(kept)
-            line = beyond_total(name, self._beyond[name], total)
+        self._left_out(name, len(rows) - len(kept))
+        return kept
+
+    def _left_out(self, name: str, n: int) -> None:
+        """Say `n` more rows of the stream `name` left out, their step beyond the run's total steps."""
+        if n > 0:
+            self._beyond[name] = self._beyond.get(name, 0) + n
+            line = beyond_total(name, self._beyond[name], self.total_steps)
             self.events.append({"time": time.time(), "event": "warning", "message": line})
             self.version += 1
-        return kept
 
     def add_metrics(self, rows: list[dict]) -> None:
         """Rows into the columns in step order: a row below the highest step so far goes in its place, and one
@@ -142,13 +150,14 @@ class RunData:
                 self._read_config()
             self.add_metrics(self._within(METRICS, metrics))
             changed = True
-        samples = tails[SAMPLES].read_new()
-        if tails[SAMPLES].restarted:
-            self.samples.clear()
-            self._beyond.pop(SAMPLES, None)
-        if samples:
-            self.samples.extend(self._within(SAMPLES, samples))
+        index = self.samples_index
+        index.max_step, beyond = self.total_steps, index.beyond
+        if index.update() or index.restarted:
             changed = True
+        if index.restarted:
+            self._beyond.pop(SAMPLES, None)
+        else:
+            self._left_out(SAMPLES, index.beyond - beyond)
         hists = tails[HISTOGRAMS].read_new()
         if tails[HISTOGRAMS].restarted:
             self.histogram = None
@@ -258,6 +267,11 @@ class RunData:
             if v is not None:
                 return v
         return None
+
+    @property
+    def samples(self) -> list[dict]:
+        """The last RECENT_SAMPLES rows of samples.jsonl, oldest first (every row: samples_index)."""
+        return self.samples_index.tail(RECENT_SAMPLES)
 
     @property
     def step(self) -> int:

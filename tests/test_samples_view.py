@@ -10,6 +10,7 @@ import pytest
 
 from grpo_studio.contract import config as cfgmod
 from grpo_studio.contract import rundir
+from grpo_studio.contract.samples_index import SamplesIndex, group_key
 from grpo_studio.engine.rollout.sample_rows import masked_spans
 from grpo_studio.engine.run.trainer import Trainer
 from grpo_studio.studio.app import StudioApp
@@ -76,19 +77,23 @@ def row(step, group, prompt, advantage, correct, completion="x", truncated=False
     }
 
 
-def test_filters_and_search_by_hand():
+def test_filters_and_search_by_hand(tmp_path):
     rows = [
         row(1, 0, "1+1=", 0.0, 2.0, "2"),
         row(1, 0, "1+1=", 0.0, 2.0, "2"),  # group 0: both right, no spread
         row(1, 1, "2+5=", 0.7, 2.0, "7"),
         row(1, 1, "2+5=", -0.7, 0.0, "8", truncated=True),
     ]
-    assert sample_view.select(rows, "all") == rows[::-1]  # newest first
-    assert sample_view.select(rows, "best")[0] is rows[2] and sample_view.select(rows, "worst")[0] is rows[3]
-    assert sample_view.select(rows, "zero-variance") == [rows[1], rows[0]]
-    assert sample_view.select(rows, "truncated") == [rows[3]]
-    assert sample_view.select(rows, "all", "2+5") == [rows[3], rows[2]]
-    assert sample_view.select(rows, "all", "7") == [rows[2]]  # the completion is searched too
+    (tmp_path / rundir.SAMPLES).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    index = SamplesIndex(tmp_path / rundir.SAMPLES)
+    assert index.update() == 4
+    assert list(index.order("all")) == [3, 2, 1, 0]  # newest first
+    assert index.order("best")[0] == 2 and index.order("worst")[0] == 3
+    assert index.order("zero-variance") == [1, 0]
+    assert index.order("truncated") == [3]
+    assert index.search("2+5") == ([2, 3], False) and index.order("all", [2, 3]) == [3, 2]
+    assert index.search("7") == ([2], False)  # the completion is searched too
+    assert index.rows(index.group(3)) == rows[2:]
     group = [rows[2], rows[3]]
     assert sample_view.scores_line(rows[3], group) == (
         "step 1 · group 1 (2 completions, rewards 0 … 2) · advantage -0.7 · correctness 0"
@@ -112,7 +117,7 @@ async def test_the_tab_shows_a_masked_truncated_completion_and_filters_by_key(ma
         truncated = [r for r in rows if r["truncated"]]
         assert panel.rows == truncated[::-1]
         newest = truncated[-1]
-        group = [r for r in rows if sample_view.group_key(r) == sample_view.group_key(newest)]
+        group = [r for r in rows if group_key(r) == group_key(newest)]
         assert str(detail.render()) == "\n".join(
             [
                 f"prompt (as rendered):\n{newest['prompt']}\n",
@@ -124,6 +129,7 @@ async def test_the_tab_shows_a_masked_truncated_completion_and_filters_by_key(ma
         assert sample_view.scores_line(newest, group).startswith(f"step 1 · group {newest['group']} (4 completions")
         await pilot.press("slash", *"zzz-no-such-text", "enter")
         await pilot.pause()
-        assert panel.rows == [] and "truncated: 0 of 8 matching 'zzz-no-such-text'" in visible_text(
+        await wait_until(pilot, lambda: "searching" not in visible_text(app.screen.query_one("#samples-filter")))
+        assert panel.rows == [] and "truncated: no rows matching 'zzz-no-such-text'" in visible_text(
             app.screen.query_one("#samples-filter")
         )

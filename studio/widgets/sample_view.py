@@ -20,8 +20,9 @@ same gutters: "┃ " when its tokens were trained, "│ " when none were (e.g. c
 algo.mask_truncated_completions), and ⟦ ⟧ around the text of tokens left out of an otherwise trained one.
 Above it, one line: the step, the group (its size and reward range), the advantage and each reward.
 
-Filters (`select`): all (newest first), best and worst (by advantage), zero-variance groups (every advantage of
-the group 0, the doctor's test: contract/diagnosis.no_signal), truncated; and a search of prompt and text."""
+Filters (FILTERS, applied on the run's samples index: contract/samples_index.SamplesIndex.order): all (newest
+first), best and worst (by advantage), zero-variance groups (every advantage of the group 0, the doctor's test:
+contract/diagnosis.no_signal), truncated; and a search of prompt and text (SamplesIndex.search)."""
 
 from __future__ import annotations
 
@@ -71,36 +72,7 @@ def table_cell(row: dict) -> str:
     return text[:120]
 
 
-def group_key(row: dict) -> tuple:
-    return row.get("step"), row.get("group"), row.get("prompt")
-
-
-def groups(rows: list[dict]) -> dict[tuple, list[dict]]:
-    out: dict[tuple, list[dict]] = {}
-    for row in rows:
-        out.setdefault(group_key(row), []).append(row)
-    return out
-
-
 FILTERS = {"a": "all", "b": "best", "w": "worst", "z": "zero-variance", "t": "truncated"}
-
-
-def select(rows: list[dict], mode: str, query: str = "", limit: int = 100) -> list[dict]:
-    """The rows a filter (FILTERS' names) and a search (case-insensitive, prompt or completion) keep."""
-    q = query.lower()
-    kept = [
-        r for r in rows[::-1] if not q or q in str(r.get("prompt", "")).lower() + str(r.get("completion", "")).lower()
-    ]
-    if mode == "best":
-        kept.sort(key=lambda r: -(r.get("advantage") or 0.0))
-    elif mode == "worst":
-        kept.sort(key=lambda r: r.get("advantage") or 0.0)
-    elif mode == "zero-variance":  # groups whose completions all got the same rewards
-        flat = {k for k, g in groups(rows).items() if no_signal(g)}
-        kept = [r for r in kept if group_key(r) in flat]
-    elif mode == "truncated":
-        kept = [r for r in kept if r.get("truncated") or (episode(r) or {}).get("stop") == "length"]
-    return kept[:limit]
 
 
 def scores_line(row: dict, group: list[dict]) -> str:
