@@ -15,6 +15,7 @@ import contextlib
 import importlib.util
 import logging
 import os
+import sys
 import warnings
 from pathlib import Path
 
@@ -157,8 +158,34 @@ def quantization(m, compute: torch.dtype):
     )
 
 
+@contextlib.contextmanager
+def _bitsandbytes_only_for_4bit(m):
+    """peft imports bitsandbytes (about 1 s of start-up: torch's inductor comes with it) whether or not the base
+    is 4-bit. Unless model.load_in_4bit, it is hidden while peft loads and wraps the model (a None in
+    sys.modules: peft's find_spec checks then say it is not installed), and shown again after, with peft's
+    cached answers cleared, so a later 4-bit load in the same process finds it."""
+    if m.load_in_4bit or "bitsandbytes" in sys.modules:
+        yield
+        return
+    sys.modules["bitsandbytes"] = None
+    try:
+        yield
+    finally:
+        if sys.modules.get("bitsandbytes", 0) is None:
+            del sys.modules["bitsandbytes"]
+        from peft import import_utils
+
+        import_utils.is_bnb_available.cache_clear()
+        import_utils.is_bnb_4bit_available.cache_clear()
+
+
 def add_lora(model, m):
     """The model wrapped by peft with model.lora_* adapters (the base frozen)."""
+    with _bitsandbytes_only_for_4bit(m):
+        return _add_lora(model, m)
+
+
+def _add_lora(model, m):
     from peft import LoraConfig, get_peft_model
 
     targets = m.lora_target_modules
