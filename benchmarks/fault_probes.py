@@ -37,6 +37,8 @@ HOSTILE = (
     "hostile_algorithms",
     "hostile_support",
     "hostile_moe",
+    "hostile_api",
+    "hostile_micro_batch",
 )
 
 
