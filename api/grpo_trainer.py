@@ -333,7 +333,7 @@ def _rekeyed(check) -> None:
     try:
         check()
     except UserError as err:
-        if err.key in ("--run-dir", "--resume"):
+        if err.key in ("--run-dir", "--resume", "output_dir"):
             raise UserError(err.why, kind="GRPOTrainer", key="output_dir", value=err.value) from None
         raise
 
@@ -368,9 +368,9 @@ def _rows(dataset, environment_factory, args, argument: str = "train_dataset") -
     else:
         raise _error("expected a datasets.Dataset or IterableDataset", argument, type(dataset).__name__)
     if not rows:
-        raise _error("the dataset has no rows", argument, None)
+        raise _error("the dataset has no rows", argument)
     if "prompt" not in rows[0]:
-        raise _error(f"no 'prompt' column (columns: {', '.join(map(str, rows[0]))}); TRL needs one", argument, None)
+        raise _error(f"no 'prompt' column (columns: {', '.join(map(str, rows[0]))}); TRL needs one", argument)
     if args.remove_unused_columns:
         rows = [{"prompt": row["prompt"]} for row in rows]
     return rows
