@@ -81,8 +81,8 @@ def test_rows_whose_backward_was_skipped_count_as_a_forward(lora, train):
 
 def test_trainer_rows_carry_mfu_from_their_own_numbers(tmp_path, monkeypatch):
     """Two steps on one rollout (steps_per_generation 2): the first generates it and computes π_old over it,
-    each trains on its half with LoRA, so their FLOPs add up to (2 + 2 + 4)·N per real token of the rollout,
-    the prompt tokens re-counted from samples.jsonl. perf/mfu = perf/flop / perf/step_s / perf/peak_flop_s.
+    each trains on its half with LoRA, so their FLOPs add up to 2·N per generated token (a prompt once per
+    group) and (2 + 4)·N per real token of the rollout, the prompt tokens re-counted from samples.jsonl. perf/mfu = perf/flop / perf/step_s / perf/peak_flop_s.
     Zero-advantage skipping is off, so every row is trained (the skipped rows' count: the test above)."""
     from grpo_studio.engine.run.trainer import Trainer
     from grpo_studio.engine.train import zero_advantage
@@ -112,7 +112,9 @@ def test_trainer_rows_carry_mfu_from_their_own_numbers(tmp_path, monkeypatch):
     assert len(samples) == 2 * P * G  # the one rollout: both steps' prompts, G completions each
     completion_tokens = rows[0]["completion/len_mean"] * len(samples)
     n = flops.matmul_params(trainer.policy)
-    assert sum(r["perf/flop"] for r in rows) == pytest.approx((2 + 2 + 4) * n * (prompt_tokens + completion_tokens))
+    generated = prompt_tokens / G + completion_tokens  # each prompt prefilled once for its G completions
+    trained = prompt_tokens + completion_tokens  # tiny-arith's prompts are under the shared-prefix pass's 16 tokens
+    assert sum(r["perf/flop"] for r in rows) == pytest.approx(2 * n * generated + (2 + 4) * n * trained)
     assert rows[1]["perf/flop"] < rows[0]["perf/flop"] / 2  # no generation, no π_old on the second step
     for r in rows:
         assert r["perf/peak_flop_s"] == trainer.grpo.peak.flop_s > 0

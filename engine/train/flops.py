@@ -11,6 +11,20 @@ waste, not work):
   training, LoRA       4·N  (the frozen weights need the input gradient, 2N, not their own)
   backward skipped     2·N  (a row of a zero-advantage micro-batch: engine/train/zero_advantage.py)
 
+A prompt is counted as often as it is computed. Generation computes each distinct prompt once for its G
+completions (the hf sampler prefills each distinct prompt once, engine/sampler/hf.py; vLLM's prefix cache), and
+so does each forward and backward where the shared-prefix pass runs (train.shared_prefix, engine/train/logprobs.py);
+so a row's tokens there are its completion span plus its prompt ÷ the rows sharing that prompt
+(shared_prompt_tokens). Where the pass does not run (off, fsdp, gradient checkpointing, no repeated prompt of 16
+tokens) every row counts its whole prompt (real_tokens). Per step, with P_g a distinct prompt's tokens and c_i a
+row's completion span:
+
+  generation     Σ_g P_g + Σ_i c_i
+  each pass      the same over its rows when the prompt is shared, else Σ_i (P_i + c_i)
+  perf/flop      N·(2·generation + 2·(π_old + π_ref + backward-skipped rows) + (4 LoRA | 6 full)·trained)
+
+A step that trains part of a group (train.steps_per_generation > 1) is charged that part's share of the prompt.
+
 Activation recomputation (gradient checkpointing) is not counted: MFU counts the model's FLOPs, not the
 hardware's. The peak is the best rate of a few bursts of square torch.mm and F.linear (what nn.Linear runs)
 on the device, in the run's dtype, at a few sizes: on a CPU the fp16 torch.mm kernel runs at a small fraction
@@ -64,6 +78,16 @@ def real_tokens(attention: torch.Tensor, completion_mask: torch.Tensor) -> torch
     return attention[:, :prompt_cols].sum(1).cpu().float() + spans(completion_mask).cpu().float()
 
 
+def shared_prompt_tokens(input_ids: torch.Tensor, attention: torch.Tensor, completion_mask: torch.Tensor):
+    """[B] tokens per row where each distinct prompt is computed once: the row's completion span plus its
+    prompt's real tokens ÷ the rows holding the same prompt (so a group's rows sum to P + Σ c_i)."""
+    prompt_cols = attention.shape[1] - completion_mask.shape[1]
+    prompts = torch.cat([input_ids[:, :prompt_cols], attention[:, :prompt_cols].to(input_ids.dtype)], dim=1)
+    _, which, count = torch.unique(prompts.cpu(), dim=0, return_inverse=True, return_counts=True)
+    prompt = attention[:, :prompt_cols].sum(1).cpu().float()
+    return prompt / count[which].float() + spans(completion_mask).cpu().float()
+
+
 def grpo_step_flop(
     n_params: int,
     tokens: torch.Tensor,
@@ -75,18 +99,21 @@ def grpo_step_flop(
     lora: bool,
     untrained: torch.Tensor | None = None,
     unrun: torch.Tensor | None = None,
+    generated: torch.Tensor | None = None,
 ) -> float:
-    """Model FLOPs of one trainer step on a rollout whose rows hold `tokens` real tokens each ([B]): its
-    generation when this process sampled it on this step (an in-process sampler, the rollout's first
-    step), π_old over the whole rollout when computed on this step, and this step's `rows` trained on
-    (plus their reference forward when algo.beta > 0); those of them in `untrained` only went forward
-    (their backward skipped: engine/train/zero_advantage.py), and those in `unrun` not at all."""
+    """Model FLOPs of one trainer step on a rollout whose rows hold `tokens` tokens each ([B]) in each forward
+    and backward (shared_prompt_tokens where the prompt pass is shared, else real_tokens) and `generated` each
+    in its generation (default `tokens`): its generation when this process sampled it on this step (an
+    in-process sampler, the rollout's first step), π_old over the whole rollout when computed on this step, and
+    this step's `rows` trained on (plus their reference forward when algo.beta > 0); those of them in
+    `untrained` only went forward (their backward skipped: engine/train/zero_advantage.py), and those in
+    `unrun` not at all."""
     mine = float(tokens[rows].sum()) - (float(tokens[unrun].sum()) if unrun is not None else 0.0)
     skipped = float(tokens[untrained].sum()) if untrained is not None else 0.0
     everything = float(tokens.sum())
     return step_flop(
         n_params,
-        generated=everything if sampled_here else 0.0,
+        generated=float((tokens if generated is None else generated).sum()) if sampled_here else 0.0,
         forward=(everything if old_logps else 0.0) + (mine if reference else 0.0) + skipped,
         trained=mine - skipped,
         lora=lora,

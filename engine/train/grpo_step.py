@@ -265,13 +265,24 @@ class GRPOStep:
             loss_scale=self.scaler.metrics() if self.model.plan.loss_scaling else {},
         )
 
+    @property
+    def _prefix_mode(self) -> str:
+        """train.shared_prefix as the forwards use it: fsdp (config refuses on) and an MoE's sampled experts, laid
+        out like input_ids, which the prompt pass is not, turn it off."""
+        off = self.cfg.train.parallel == "fsdp" or self.routes is not None
+        return "off" if off else self.cfg.train.shared_prefix
+
     def _flop(self, batch: GenerationBatch, rows, sampled: bool, passed: LossPass) -> float:
         """The step's model FLOPs (engine/train/flops.py): the rollout where sampled here, π_old, π (and π_ref)
         forward, and backward on the rows trained."""
+        once = flops.shared_prompt_tokens(batch.input_ids, batch.attention, batch.rollout.mask)  # prompt once a group
+        T = batch.rollout.mask.shape[1]
+        shared = use_shared_prefix(self._prefix_mode, self.model.policy, batch.input_ids, batch.attention, T)
         return flops.grpo_step_flop(
             self.matmul_params,
-            flops.real_tokens(batch.attention, batch.rollout.mask),
+            once if shared else flops.real_tokens(batch.attention, batch.rollout.mask),
             rows,
+            generated=once,
             sampled_here=sampled and self.cfg.rollout.colocate,
             old_logps=sampled and batch.inputs.old_logps is not None,
             reference=self.cfg.algo.beta > 0,
@@ -294,10 +305,7 @@ class GRPOStep:
         """Per-token log-probs (and entropies) of the completion tokens at the sampler's temperature, on its kept
         sets `support` where given (Rollout.support); given the rows' completion spans `lengths`, 0 after them on
         the paths that leave those positions out (token_logprobs)."""
-        # fsdp: config refuses on; an MoE's sampled experts are laid out like input_ids, which the prompt pass is not
-        off = self.cfg.train.parallel == "fsdp" or self.routes is not None
-        mode = "off" if off else self.cfg.train.shared_prefix
-        shared = use_shared_prefix(mode, model, input_ids, attention, completion_len)
+        shared = use_shared_prefix(self._prefix_mode, model, input_ids, attention, completion_len)
         return token_logprobs(
             model,
             input_ids,
