@@ -39,6 +39,8 @@ HOSTILE = (
     "hostile_moe",
     "hostile_api",
     "hostile_micro_batch",
+    "hostile_samples",
+    "hostile_evals",
 )
 
 

@@ -241,7 +241,7 @@ def train(cfg: config.Config, run_dir: Path, args: argparse.Namespace) -> int:
             print(f"{stopped}: {run_dir}", flush=True)
         return 0
     if rehearsed:
-        trainer.rundir.event("rehearsal", rehearsed.line(), **rehearsed.fields())
+        trainer.rundir.event("rehearsal", rehearsed.line(), phase="done", **rehearsed.fields())
     main = trainer.dist.main  # under torchrun, rank 0 reports for all
     progress = None
     if main:
@@ -293,14 +293,23 @@ def rehearse(cfg: config.Config, run_dir: Path, args: argparse.Namespace):
 
     devs = preflight.devices()
     verdict = preflight.check(cfg, devs)  # the pre-flight's planned total and free memory, before torch loads
+    running = (
+        f"rehearsal: one step on the longest prompt at {cfg.rollout.max_completion_len} completion tokens, "
+        f"{verdict.need_gib:.2f} GiB planned ({devs[0].where()}) …"
+    )
+    writer = rundir.RunWriter(run_dir)  # no lock: not a state event, so the run still reads as created
+    writer.event("rehearsal", running, phase="running", planned_gib=verdict.need_gib, where=devs[0].where())
+    writer.close()  # the studio shows the phase while the step runs (studio/rundata.py: RunData.rehearsal)
     from ..engine.run import rehearsal
 
     result = rehearsal.rehearse(cfg, verdict.need_gib, verdict.free_gib, devs[0].where())
     print(result.line(), flush=True)
     if result.fits or args.force:
         return result
-    if args.resume is None and not any(run_dir.iterdir()):
-        run_dir.rmdir()
+    if args.resume is None:  # a new run's directory as it was: the running event goes with the refusal
+        (run_dir / rundir.EVENTS).unlink(missing_ok=True)
+        if not any(run_dir.iterdir()):
+            run_dir.rmdir()
     raise UserError(
         f"the rehearsal step peaked at {result.measured_gib:.2f} GiB and {result.where} has "
         f"{result.free_gib:.2f} GiB free (planned {result.planned_gib:.2f} GiB); or launch anyway with --force",

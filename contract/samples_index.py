@@ -19,6 +19,7 @@ from array import array
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from .config_bounds import MAX_STEPS
 from .diagnosis import FLAT  # the doctor's zero-variance test (diagnosis.no_signal): every advantage within FLAT of 0
 from .metrics import STEP
 from .run_files import SAMPLES
@@ -147,6 +148,9 @@ class SamplesIndex:
         row, odd = _finite(row)  # NaN, Infinity, beyond a float's range: None, counted
         self.odd += odd
         step = row[STEP]
+        if step > MAX_STEPS:  # not a step any trainer wrote (nor one an array of int64 holds)
+            self.skipped += 1
+            return 0
         if self.max_step is not None and step > self.max_step:
             self.beyond += 1
             return 0

@@ -175,7 +175,11 @@ class StudioApp(App):
         def done(yes: bool | None) -> None:
             if not yes:
                 return
-            path = fork.make(plan)  # beside the parent, wherever the studio's runs list looks
+            try:
+                path = fork.make(plan)  # beside the parent, wherever the studio's runs list looks
+            except UserError as err:
+                self.notify(str(err), severity="error")
+                return
             started = launcher.resume(path) if plan.step else launcher.launch(plan.cfg, path)
             self.procs.append(started)
             self.notify(f"fork started: {path}")

@@ -19,6 +19,7 @@ from pathlib import Path
 from ..contract import config as cfgmod
 from ..contract import rundir
 from ..contract.config import Config
+from ..contract.errors import UserError
 from ..contract.run_files import CHECKPOINTS, CONFIG, EVENTS, FORK, STATE_EVENTS, STREAMS, checkpoint_folders
 from ..contract.run_reader import read_bytes, read_events
 from . import launcher
@@ -71,6 +72,19 @@ def make(fork: Fork) -> Path:
     to its step). Paths in fork.json and the copied events are absolute, so they hold wherever the fork is read."""
     parent = fork.parent.resolve()
     path = launcher.new_run_dir(parent.parent, f"{parent.name.split('-2')[0]}-fork")
+    try:
+        _write(fork, parent, path)
+    except OSError as err:  # the parent's folder read-only or gone, its checkpoint deleted meanwhile, a full disk
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)  # no half-written fork left to be listed
+        reason = err.strerror.lower() if err.strerror else str(err)
+        raise UserError(
+            f"cannot write the fork of {parent.name} beside it in {parent.parent}: {reason}", kind="fork"
+        ) from None
+    return path
+
+
+def _write(fork: Fork, parent: Path, path: Path) -> None:
     path.mkdir(parents=True)
     record = {"parent": str(parent), "path": str(path), "step": fork.step, "set": {fork.key: fork.value}}
     rundir.atomic_write_text(path / FORK, json.dumps(record, indent=2) + "\n")
@@ -85,7 +99,6 @@ def make(fork: Fork) -> Path:
         rundir.atomic_write_text(path / EVENTS, "".join(json.dumps(e) + "\n" for e in [*kept, note]))
         shutil.copytree(parent / CHECKPOINTS / f"step-{fork.step}", path / CHECKPOINTS / f"step-{fork.step}")
         cfgmod.save(fork.cfg, path / CONFIG)
-    return path
 
 
 def _absolute(event: dict, parent: Path) -> dict:

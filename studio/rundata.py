@@ -56,6 +56,7 @@ class RunData:
         self.last_state_event = ""
         self.start_time: float | None = None
         self.eval_before: dict[str, float] = {}  # eval/* of the starting weights (the step-0 `eval` event)
+        self.rehearsal: dict | None = None  # the last `rehearsal` event: phase "running", then "done" with its peak
         self.version = 0
         self._reported: dict[str, int] = {}  # skipped lines already reported, per file
         self._reported_odd: dict[str, int] = {}  # non-finite numbers already reported, per file
@@ -128,11 +129,14 @@ class RunData:
         events = tails[EVENTS].read_new()  # first: a `started` event's total_steps bounds the streams' rows
         if tails[EVENTS].restarted:  # a resume rewrote events.jsonl: it holds the whole history again
             self.events.clear()
+            self.rehearsal = None
         for event in events:
             self.events.append(event)
             kind = event["event"]
             if kind in STATE_EVENTS:
                 self.last_state_event = kind
+            if kind == "rehearsal":
+                self.rehearsal = event
             if kind == "eval" and event.get("step") == 0:
                 values = {key: as_number(event.get(key.removeprefix("eval/"))) for key in EVAL_KEYS}
                 self.eval_before = {key: value for key, value in values.items() if value is not None}

@@ -53,7 +53,8 @@ def test_the_cli_prints_the_rehearsal_next_to_the_plan_and_the_run_keeps_nothing
     assert out.stdout.index("rehearsal:") < out.stdout.index("run directory:")  # before the run starts
     rows = [json.loads(line) for line in (run / METRICS).read_text().splitlines()]
     assert [r["step"] for r in rows] == [1]  # train.steps rows: the rehearsal's step is not among them
-    (event,) = [e for e in read_events(run) if e["event"] == "rehearsal"]
+    running, event = [e for e in read_events(run) if e["event"] == "rehearsal"]  # its phase while it ran, its result
+    assert running["phase"] == "running" and event["phase"] == "done"
     assert event["message"] == match.group(0)
     assert event["measured_gib"] > 0 and f"{event['planned_gib']:.2f}" == planned
     kinds = [e["event"] for e in read_events(run)]

@@ -19,7 +19,7 @@ from ...contract import metrics
 from ...contract.dtypes import DTYPES
 from ...contract.errors import UserError
 from ...contract.metrics import fmt
-from .. import hardware, lag, launcher
+from .. import hardware, lag, launcher, memory_rows
 from ..messages import AskUser, DuplicateRun, ExportModel, ExportReport, ForkRun, GoBack, ShowRuns
 from ..panels import PANELS, TABS, histogram_bars, histogram_title
 from ..rundata import RunData
@@ -90,7 +90,7 @@ class DashboardScreen(Screen):
         self.live_hardware = live_hardware
         self.drawn: dict[str, int] = {}
         self.events_seen = 0
-        self.estimate_gib: float | None = None
+        self.plan_here: memory_rows.Plan | None = None  # the pre-flight's plan for this machine's device
         dtype = self.run.config.get("model", {}).get("dtype")
         self.fp16 = dtype in DTYPES and DTYPES[dtype].loss_scaling  # the loss-scale chart
 
@@ -155,14 +155,7 @@ class DashboardScreen(Screen):
             grid.styles.grid_rows = str(max(9, (height - info) // rows))
 
     def _estimate(self) -> None:
-        try:
-            from .. import vram_adapter
-
-            cfg = launcher.load_run_config(self.run.dir)
-            plan = vram_adapter.plan(cfg, "accurate", solve=False)
-            self.estimate_gib = plan.total if not plan.error else None
-        except Exception:
-            self.estimate_gib = None
+        self.plan_here = memory_rows.plan_here(self.run.dir)
 
     # ---- refreshing -------------------------------------------------------------------------
     def refresh_data(self) -> None:
@@ -210,6 +203,9 @@ class DashboardScreen(Screen):
     def _status(self) -> None:
         run, state = self.run, self.run.state()
         total = run.total_steps
+        rehearsal = run.rehearsal if not run.steps else None  # shown until the first step
+        if rehearsal and rehearsal.get("phase") == "running" and state == "created":
+            state = "rehearsing"
         title = Text(f"{state} · {run.dtype()}")
         title.stylize(STATE_STYLE.get(state, ""), 0, len(state))
         self.query_one("#run-title", Label).update(title)
@@ -218,7 +214,9 @@ class DashboardScreen(Screen):
         eta = run.eta_s() if state == "running" else None
         reward, k3 = run.last(metrics.REWARD), run.last(metrics.K3)
         self.query_one("#run-step", Label).update(
-            f"{run.step}/{total or '?'}  ETA {fmt_duration(eta)}  reward {fmt(reward)}  k3 {fmt(k3)}"
+            str(rehearsal.get("message", ""))
+            if rehearsal
+            else f"{run.step}/{total or '?'}  ETA {fmt_duration(eta)}  reward {fmt(reward)}  k3 {fmt(k3)}"
         )
 
     def _info(self, tab: str) -> None:
@@ -287,11 +285,12 @@ class DashboardScreen(Screen):
         table.add_row(
             f"CPU ×{h['cpus']}", f"{h['cpu_percent']:.0f}%", f"RAM {h['ram_used_gib']:.1f}/{h['ram_total_gib']:.0f} GiB"
         )
-        peak = max((v for v in self.run.columns.get(metrics.PEAK_GIB, []) if v is not None), default=None)
-        est = f"{self.estimate_gib:.2f} GiB" if self.estimate_gib is not None else "–"
-        table.add_row("run peak memory", "", f"{fmt(peak)} GiB  (planner estimate {est})")
+        memory, note = memory_rows.rows(self.run, memory_rows.planned(self.run, self.plan_here))
+        for label, value in memory:
+            table.add_row(label, "", value)
         ranks = perf_tables.rank_table(self.run)  # data-parallel runs: each rank's last step
-        self.query_one("#hardware-info", Static).update(table if ranks is None else Group(table, Text(""), ranks))
+        extra = [] if ranks is None else [Text(""), ranks]
+        self.query_one("#hardware-info", Static).update(Group(table, Text(note, style="dim"), *extra))
 
     # ---- actions ----------------------------------------------------------------------------
     def action_tab(self, tab: str) -> None:
