@@ -42,6 +42,13 @@ class DataConfig:
     split: str = opt("train", help="HF dataset split used for training")
     subset: str = opt("", help="HF dataset config name, e.g. 'main' for openai/gsm8k")
     eval_split: str = opt("", help="HF split for evaluation; empty = a seeded held-out slice of eval_size rows")
+    general_size: int = opt(
+        -1,
+        lo=-1,
+        hi=1_000_000,
+        help="rows of the built-in task's generalisation split (phrasings and number ranges training never "
+        "shows), evaluated beside the held-out rows as eval/general/*; -1 = auto: 200 where the task has one",
+    )
     system_prompt: str = opt(
         "auto",
         help="auto (the reasoning prompt for GSM8K-format data, else default) | "

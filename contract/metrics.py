@@ -34,7 +34,31 @@ STEP, TIME = "step", "time"
 REWARD, K3, LOSS = "reward/mean", "mismatch/k3", "loss"
 DP_MAX, PEAK_GIB, STEP_S, EVAL_ACCURACY = "mismatch/abs_dp_max", "mem/peak_gib", "perf/step_s", "eval/accuracy"
 EVAL_PASS_AT_K, EVAL_MAJ_AT_K = "eval/pass_at_k", "eval/maj_at_k"  # train.eval_k > 1 only
-EVAL_KEYS = (EVAL_ACCURACY, EVAL_PASS_AT_K, EVAL_MAJ_AT_K)  # the step-0 `eval` event's fields: these less "eval/"
+EVAL_ANSWER = "eval/answer_accuracy"  # the answer alone, whatever its format (engine/run/evaluation.py)
+# the prefixes of the held-out rows' metrics and of the generalisation split's (data.general_size)
+EVAL, GENERAL = "eval/", "eval/general/"
+
+
+def general(name: str) -> str:
+    """The generalisation split's name of an eval/* metric: general('eval/accuracy') = 'eval/general/accuracy'."""
+    return GENERAL + name.removeprefix(EVAL)
+
+
+def interval(name: str) -> tuple[str, str]:
+    """The names of an accuracy's Wilson 95% interval: ('eval/accuracy_lo', 'eval/accuracy_hi')."""
+    return f"{name}_lo", f"{name}_hi"
+
+
+def _eval_names() -> list[str]:
+    """Every eval/* name: each accuracy with its interval, for the held-out rows and the generalisation split."""
+    out = []
+    for split in (lambda name: name, general):
+        for name in (EVAL_ACCURACY, EVAL_ANSWER, EVAL_PASS_AT_K, EVAL_MAJ_AT_K):
+            out += [split(name), *map(split, interval(name))]
+    return out
+
+
+EVAL_KEYS = tuple(_eval_names())  # the step-0 `eval` event's fields: these less "eval/"
 
 SCHEMA = {
     m.name: m
@@ -266,26 +290,31 @@ SCHEMA = {
             "steps",
             combine="max",
         ),
-        Metric(
-            EVAL_ACCURACY,
-            "pass@1: share of eval samples the first reward function scores above 0 (train.eval_k per "
-            "prompt: the mean over prompts of c/k, c of the k right)",
-            "fraction",
-        ),
-        Metric(
-            EVAL_PASS_AT_K,
-            "pass@k (train.eval_k > 1): share of eval prompts with at least one of their k samples right "
-            "(Chen et al. 2021's unbiased estimator with n = k)",
-            "fraction",
-        ),
-        Metric(
-            EVAL_MAJ_AT_K,
-            "maj@k (train.eval_k > 1): share of eval prompts whose most common extracted answer among the k "
-            "(ties: the first) is right; no answer counts wrong; not written when no sample has one",
-            "fraction",
-        ),
     ]
 }
+EVAL_MEANINGS = {
+    EVAL_ACCURACY: "pass@1: share of eval samples the first reward function scores above 0 (train.eval_k per "
+    "prompt: the mean over prompts of c/k, c of the k right)",
+    EVAL_ANSWER: "share of eval samples whose answer alone is right, whatever its format: the last number of the "
+    "reply against a numeric reference, else the answer the rewards extract (format rewards play no part)",
+    EVAL_PASS_AT_K: "pass@k (train.eval_k > 1): share of eval prompts with at least one of their k samples right "
+    "(Chen et al. 2021's unbiased estimator with n = k)",
+    EVAL_MAJ_AT_K: "maj@k (train.eval_k > 1): share of eval prompts whose most common extracted answer among the k "
+    "(ties: the first) is right; no answer counts wrong; not written when no sample has one",
+}
+
+
+def _eval_metric(name: str) -> Metric:
+    base = name.replace(GENERAL, EVAL)
+    for suffix, bound in (("_lo", "lower"), ("_hi", "upper")):
+        if base.endswith(suffix):
+            of = name.removesuffix(suffix)
+            return Metric(name, f"{bound} bound of the Wilson 95% interval of {of} (n = the eval prompts)", "fraction")
+    where = "; on the generalisation split (data.general_size)" if name.startswith(GENERAL) else ""
+    return Metric(name, EVAL_MEANINGS[base] + where, "fraction")
+
+
+SCHEMA.update({name: _eval_metric(name) for name in EVAL_KEYS})
 
 # The token |Δlogp| histogram (histograms.jsonl): 4 log-spaced bins per decade from 1e-8 to 10
 # (36 bins), plus exact-zero, underflow and overflow counts. Fixed edges, so steps stack into a

@@ -26,13 +26,23 @@ class Panel:
     note: str = ""  # one line under the chart: why it looks as it does
     family: str = ""  # add every run column under this prefix (names known only at run time: an env's tools)
     percent: bool = False  # shares shown in percent (headline and ticks), as the Perf table shows them
+    bounds: list[str] = field(default_factory=list)  # keys whose Wilson 95% interval (their _lo, _hi) is drawn
 
     @property
     def log(self) -> bool:
         """A log10 axis when the schema says so for every key (k3 spans decades)."""
         return all(metrics.SCHEMA[key].log for key in self.keys)
 
-    def lines(self, run: RunData, label_prefix: str = "") -> list[Line]:
+    def intervals(self, run: RunData) -> list[tuple[str, list, list, list]]:
+        """(label, steps, lower bounds, upper bounds) of the Wilson 95% interval of each key in `bounds`."""
+        out = []
+        for key in self.bounds:
+            (xs, lo), (_, hi) = (run.series(bound) for bound in metrics.interval(key))
+            if xs and len(lo) == len(hi):
+                out.append((short(key), xs, lo, hi))
+        return out
+
+    def lines(self, run: RunData, label_prefix: str = "", bounds: bool = True) -> list[Line]:
         keys = list(self.keys)
         if self.rewards:
             keys += [metrics.reward_key(fn) for fn in run.reward_funcs()]
@@ -43,6 +53,8 @@ class Panel:
             xs, ys = run.series(key)
             if xs:
                 out.append(Line(label_prefix + short(key), xs, ys))
+        for label, xs, lo, hi in self.intervals(run) if bounds else []:  # two faint lines each
+            out += [Line(f"{label_prefix}{label} 95%", xs, lo, color=FAINT), Line("", xs, hi, color=FAINT)]
         if self.rewards and out and out[0].xs:
             out.append(Line(label_prefix + "smoothed", out[0].xs, ema(out[0].ys), color="white"))
         return out
@@ -65,6 +77,7 @@ def short(key: str) -> str:
     return metrics.reward_fn(key) or key
 
 
+FAINT = "gray"  # an interval's bounds
 ENV = "env/turns_mean"  # the env/* panels' gate: written by multi-turn runs only
 
 # With one update per batch π_old = π, so the ratio is 1 and the zero-mean advantages cancel.
@@ -74,14 +87,23 @@ PANELS = {
     p.id: p
     for p in [
         Panel("reward", "reward", [metrics.REWARD], rewards=True),
-        # pass@k and maj@k: train.eval_k > 1 only; shown once the run has evaluated
+        # pass@k and maj@k: train.eval_k > 1 only; general/*: the generalisation split; shown once the run has
+        # evaluated, with each accuracy's Wilson 95% interval
         Panel(
             "eval",
             "held-out accuracy",  # short: plotext drops a title wider than the chart (80x24: ~38 columns)
-            [metrics.EVAL_ACCURACY, metrics.EVAL_PASS_AT_K, metrics.EVAL_MAJ_AT_K],
+            [
+                metrics.EVAL_ACCURACY,
+                metrics.general(metrics.EVAL_ACCURACY),
+                metrics.EVAL_ANSWER,
+                metrics.general(metrics.EVAL_ANSWER),
+                metrics.EVAL_PASS_AT_K,
+                metrics.EVAL_MAJ_AT_K,
+            ],
             gate=metrics.EVAL_ACCURACY,
             logged=True,
-            note="step 0: before training",
+            note="step 0: before training; faint: 95% intervals",
+            bounds=[metrics.EVAL_ACCURACY, metrics.general(metrics.EVAL_ACCURACY)],
         ),
         Panel("k3", "KL k3", [metrics.K3]),
         Panel("loss", "loss", [metrics.LOSS], note=LOSS_NOTE),

@@ -36,18 +36,22 @@ def _figure(run: RunData, pid: str, out: Path) -> Path | None:
     import matplotlib.pyplot as plt
 
     panel = PANELS[pid]
-    lines = panel.lines(run)
+    lines = panel.lines(run, bounds=False)
     if not lines:
         return None
     fig, ax = plt.subplots(figsize=(6.4, 3.6), dpi=100)
+    colours = {}
     for line in lines:
-        ax.plot(
+        (drawn,) = ax.plot(
             line.xs,
             line.ys,
             label=line.label,
             linewidth=1.6 if line.label == "smoothed" else 1.0,
             marker="o" if len(line.xs) <= 12 else None,
         )  # a sparse series (eval every N steps) shows its points
+        colours[line.label] = drawn.get_color()
+    for label, xs, lo, hi in panel.intervals(run):  # Wilson 95% intervals: a faint band in the line's colour
+        ax.fill_between(xs, lo, hi, color=colours.get(label), alpha=0.15, linewidth=0)
     if panel.log:
         ax.set_yscale("log")
     if panel.percent:

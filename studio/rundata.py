@@ -252,10 +252,9 @@ class RunData:
         return state_of(self.dir, self.last_state_event)
 
     def series(self, key: str) -> tuple[list[int], list[float]]:
-        """(steps, values) of one metric; eval/* start at step 0 with the starting weights' scores."""
-        col = self.columns.get(key)
-        if not col:
-            return [], []
+        """(steps, values) of one metric; eval/* start at step 0 with the starting weights' scores (kept when the
+        run stopped before its first in-run eval)."""
+        col = self.columns.get(key) or []
         xs, ys = ([0], [self.eval_before[key]]) if key in self.eval_before else ([], [])
         for s, v in zip(self.steps, col):
             if v is not None:

@@ -29,6 +29,7 @@ SHORT = [
     "train.eval_every=1",
     "train.eval_before=true",
     "data.eval_size=3",
+    "data.general_size=0",
 ]
 
 
@@ -54,14 +55,23 @@ def constructed(right: list[int]) -> tuple[list[str], list[float]]:
     return texts, scores
 
 
-# by hand: pass@1 = (2/4 + 1/4 + 0/4) / 3; pass@4 = (1 + 1 + 0) / 3; maj@4 = (1 + 0 + 0) / 3
-HAND = {metrics.EVAL_ACCURACY: 0.25, metrics.EVAL_PASS_AT_K: 2 / 3, metrics.EVAL_MAJ_AT_K: 1 / 3}
+# by hand: pass@1 = (2/4 + 1/4 + 0/4) / 3; pass@4 = (1 + 1 + 0) / 3; maj@4 = (1 + 0 + 0) / 3; the answer alone
+# (the last number, tags or not) = (2/4 + 1/4 + 1/4) / 3: C's bare "3" is right, though no reward finds it
+SHARES = {
+    metrics.EVAL_ACCURACY: 0.25,
+    metrics.EVAL_ANSWER: 1 / 3,
+    metrics.EVAL_PASS_AT_K: 2 / 3,
+    metrics.EVAL_MAJ_AT_K: 1 / 3,
+}
+HAND = {}
+for _name, _share in SHARES.items():  # each with its Wilson interval over the 3 prompts (test_evals_honest.py)
+    HAND.update({_name: _share, **dict(zip(metrics.interval(_name), evaluation.wilson(_share, 3)))})
 
 
 def test_the_constructed_case_by_hand():
     texts, scores = constructed([7, 5, 3])
-    sums = evaluation.tally(scores, texts, K, builtin.DEFAULT)
-    assert sums == [0.75, 2.0, 1.0, 11.0]  # 11 of 12 samples have an answer
+    sums = evaluation.tally(scores, texts, K, builtin.DEFAULT, ["7", "5", "3"])
+    assert sums == [0.75, 2.0, 1.0, 11.0, 1.0]  # 11 of 12 samples have an answer
     assert evaluation.eval_metrics(sums, 3, K) == HAND
 
 
@@ -81,7 +91,11 @@ def test_majority_ties_go_to_the_first_answer_and_numbers_vote_by_value():
 
 def test_maj_at_k_is_not_written_when_no_sample_has_an_answer():
     sums = evaluation.tally([2.0, 0.0, 0.0, 0.0], ["7", "8", "7", "9"], K, builtin.DEFAULT)
-    assert evaluation.eval_metrics(sums, 1, K) == {metrics.EVAL_ACCURACY: 0.25, metrics.EVAL_PASS_AT_K: 1.0}
+    assert {k: v for k, v in evaluation.eval_metrics(sums, 1, K).items() if not k.endswith(("_lo", "_hi"))} == {
+        metrics.EVAL_ACCURACY: 0.25,
+        metrics.EVAL_ANSWER: 0.0,  # no reference given: nothing to compare the answer with
+        metrics.EVAL_PASS_AT_K: 1.0,
+    }
 
 
 def test_eval_k_is_bounded_in_one_line():
@@ -140,7 +154,8 @@ def test_the_trainer_writes_the_hand_numbers_everywhere(tmp_path, monkeypatch):
     run.drain()
     for key, value in HAND.items():
         assert run.series(key) == ([0, 1], [value, value])
-    assert [line.label for line in PANELS["eval"].lines(run)] == ["accuracy", "pass_at_k", "maj_at_k"]
+    labels = ["accuracy", "answer_accuracy", "pass_at_k", "maj_at_k", "accuracy 95%", ""]  # the bounds: faint
+    assert [line.label for line in PANELS["eval"].lines(run)] == labels
     assert PANELS["eval"].present(run)
     assert (report.export(run_dir) / "eval.png").stat().st_size > 0
 
@@ -171,14 +186,15 @@ def test_k_1_writes_eval_accuracy_alone_from_one_sample_per_prompt(tmp_path, mon
         assert (n, len(texts)) == (1, 3)
         by_hand.append(sum(right) / 3)
     (row,) = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert {k: v for k, v in row.items() if k.startswith("eval/")} == {metrics.EVAL_ACCURACY: by_hand[1]}
+    evals = {k: v for k, v in row.items() if k.startswith("eval/")}
+    shares = (metrics.EVAL_ACCURACY, metrics.EVAL_ANSWER)
+    assert set(evals) == {*shares, *(bound for name in shares for bound in metrics.interval(name))}
+    assert evals[metrics.EVAL_ACCURACY] == by_hand[1]
     events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
     (before,) = [e for e in events if e["event"] == "eval"]
-    assert {k: before[k] for k in before if k not in ("time", "message")} == {
-        "event": "eval",
-        "step": 0,
-        "accuracy": by_hand[0],
-    }
+    fields = {k: before[k] for k in before if k not in ("time", "message")}
+    assert (fields.pop("event"), fields.pop("step"), fields["accuracy"]) == ("eval", 0, by_hand[0])
+    assert set(fields) == {name.removeprefix("eval/") for name in evals}
 
 
 def test_an_environment_that_ends_on_its_first_step_evaluates_as_plain_sampling(tmp_path):
@@ -192,6 +208,7 @@ def test_an_environment_that_ends_on_its_first_step_evaluates_as_plain_sampling(
         "rollout.max_completion_len=12",
         "rollout.backend=hf",
         "data.eval_size=4",
+        "data.general_size=4",
         f"train.eval_k={K}",
     ]
     seen = []
@@ -202,4 +219,4 @@ def test_an_environment_that_ends_on_its_first_step_evaluates_as_plain_sampling(
         finally:
             trainer.close()
     assert seen[0] == seen[1]
-    assert set(seen[0]) >= {metrics.EVAL_ACCURACY, metrics.EVAL_PASS_AT_K}
+    assert set(seen[0]) >= {metrics.EVAL_ACCURACY, metrics.EVAL_PASS_AT_K, metrics.general(metrics.EVAL_PASS_AT_K)}

@@ -363,7 +363,41 @@ def eval_size(data: DataConfig) -> int:
     return BUILTIN_EVAL_SIZE if data.source in BUILTIN else 0
 
 
-def split_summary(data: DataConfig, train: list[dict], evals: list[dict]) -> str:
+GENERAL_SOURCES = ["builtin:arith", *tasks.GENERAL]  # the built-in tasks with a generalisation split
+
+
+def general_size(data: DataConfig) -> int:
+    """Rows of the generalisation split (engine/prompts/tasks.py): data.general_size, or for -1 (auto) 200 where
+    the task has one; a size the task cannot give is refused in one line."""
+    has = data.source in GENERAL_SOURCES
+    if data.general_size < 0:
+        return BUILTIN_EVAL_SIZE if has else 0
+    if data.general_size and not has:
+        raise _err(
+            "general_size",
+            data.general_size,
+            f"{data.source} has no generalisation split; allowed: 0 or -1 (auto), or a data.source of "
+            f"{', '.join(GENERAL_SOURCES)}",
+        )
+    pool = len(_general_rows(data.source))
+    if data.general_size > pool:
+        raise _err(
+            "general_size",
+            data.general_size,
+            f"{data.source}'s generalisation split has {pool} rows; allowed: 0 to {pool}",
+        )
+    return data.general_size
+
+
+def _general_rows(source: str) -> list[dict]:
+    if source == "builtin:arith":
+        return arith.rows("general", len(arith.general_pairs()))
+    if (source, "general") not in _cache:
+        _cache[source, "general"] = tasks.GENERAL[source]()
+    return _cache[source, "general"]
+
+
+def split_summary(data: DataConfig, train: list[dict], evals: list[dict], general: list[dict] = ()) -> str:
     """The `info` event line that says what a run trains and evaluates on."""
     if data.eval_split:
         held = f"{len(evals)} eval rows from split {data.eval_split!r}"
@@ -371,28 +405,31 @@ def split_summary(data: DataConfig, train: list[dict], evals: list[dict]) -> str
         held = f"{len(evals)} held out for evaluation (data.eval_size)"
     else:
         held = "no held-out rows (set data.eval_size to hold some out)"
-    return f"data: {len(train)} training rows, {held}"
+    beside = f", {len(general)} of the generalisation split (data.general_size)" if general else ""
+    return f"data: {len(train)} training rows, {held}{beside}"
 
 
 def load_rows(data: DataConfig, split: str) -> list[dict]:
-    """Rows of the 'train' or 'eval' split."""
+    """Rows of the 'train', 'eval' or 'general' (generalisation) split."""
     _refuse_hub_only_keys(data)
+    if split == "general":
+        size = general_size(data)
+        return normalize(_general_rows(data.source)[:size], data) if size else []
     if data.source == "builtin:arith":  # read as a file's rows are: columns, system prompt
         _check_eval_size(data, len(arith.all_pairs()))
         rows = arith.rows(split, eval_size(data))
         return normalize(rows, data) if rows else []
     if split == "eval" and data.eval_split:
         return normalize(_source_rows(data, data.eval_split), data)
-    rows = normalize(_source_rows(data, data.split), data)
+    source = _source_rows(data, data.split)
+    rows = normalize(source, data)
     if data.eval_split:  # a separate eval split: train on everything
         return rows if split == "train" else []
     _check_eval_size(data, len(rows))
     order = list(range(len(rows)))
     random.Random(EVAL_SEED).shuffle(order)
-    held = set(order[: eval_size(data)])
-    if split == "eval":
-        return [rows[i] for i in sorted(held)]
-    return [r for i, r in enumerate(rows) if i not in held]
+    held, trained = tasks.hold_out(data.source, source, order, eval_size(data))  # a built-in task: whole questions
+    return [r for i, r in enumerate(rows) if i in (held if split == "eval" else trained)]
 
 
 def _refuse_hub_only_keys(data: DataConfig) -> None:

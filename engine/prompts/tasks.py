@@ -21,7 +21,13 @@ tool call, the real tool's result and the answer:
     builtin:lookup-demos      400 questions about 200 other invented people, none of them in the lookup table
 
 builtin:arith, the bundled tiny model's task, lives in engine/prompts/arith.py. Held-out rows: data.eval_size
-(auto: 200), a seeded slice as for a file.
+(auto: 200), a seeded slice as for a file, taken in whole groups of rows that ask the same question
+(`QUESTION`: a + b with b + a for chat-arith, the text otherwise), so no question is on both sides of the split.
+
+Generalisation splits (`GENERAL`, data.general_size rows, auto 200), evaluated beside the held-out rows: what
+training never shows.
+    builtin:chat-arith     eight other phrasings ("Add 7 and 4.", "What is the sum of 7 and 4?", ...), half of
+                           them with an operand from 21 to 60 (training's stop at 20)
 """
 
 from __future__ import annotations
@@ -58,6 +64,32 @@ def chat_arith() -> list[dict]:
         {"prompt": f"What is {a} + {b}? Reply with only the number.", "answer": str(a + b)}
         for a in range(21)
         for b in range(21)
+    ]
+
+
+GENERAL_PHRASINGS = [  # none of them chat_arith's "What is a + b? Reply with only the number."
+    "Add {a} and {b}.",
+    "What is the sum of {a} and {b}?",
+    "Compute {a} plus {b}. Give just the result.",
+    "{a} + {b} = ?",
+    "How much is {a} added to {b}?",
+    "Calculate {a} + {b}.",
+    "If you have {a} and get {b} more, how many do you have?",
+    "Tell me the total of {a} and {b}, as a number.",
+]
+
+
+def chat_arith_general() -> list[dict]:
+    """chat-arith's generalisation split in a seeded order: each of GENERAL_PHRASINGS in turn for two rows, one
+    with operands 0..20 (a new phrasing only), the other with one from 21 to 60 (a new range too); 882 rows."""
+    rng = random.Random(SEED + 4)
+    inside = [(a, b) for a in range(21) for b in range(21)]
+    beyond = [(a, b) for a in range(61) for b in range(61) if max(a, b) > 20]
+    rng.shuffle(inside), rng.shuffle(beyond)
+    pairs = [pair for two in zip(inside, beyond) for pair in two]
+    return [
+        {"prompt": GENERAL_PHRASINGS[i // 2 % len(GENERAL_PHRASINGS)].format(a=a, b=b), "answer": str(a + b)}
+        for i, (a, b) in enumerate(pairs)
     ]
 
 
@@ -216,6 +248,44 @@ def lookup_demos(count: int = 200) -> list[dict]:
     return rows
 
 
+def _operands(row: dict) -> frozenset:
+    """chat-arith's question up to order: 'What is 7 + 4?' and 'What is 4 + 7?' are one."""
+    a, b = (int(n) for n in row["prompt"].removeprefix("What is ").split("?")[0].split(" + "))
+    return frozenset((a, b))
+
+
+def _text(row: dict) -> str:
+    return str(row.get("prompt", row.get("question")))
+
+
+# the question a row asks, for holding out whole questions (guess-number's games share their text: none)
+QUESTION = {
+    "builtin:chat-arith": _operands,
+    "builtin:word-problems": _text,
+    "builtin:tool-arith": _text,
+    "builtin:lookup": _text,
+}
+
+
+def hold_out(source: str, rows: list[dict], order: list[int], size: int) -> tuple[set[int], set[int]]:
+    """(held out, trained on) row indices: `size` rows taken in `order`, each with every row asking the same
+    question (QUESTION[source]); of the group that reaches `size`, the rows past it are on neither side."""
+    question = QUESTION.get(source)
+    if question is None:
+        return set(order[:size]), set(order[size:])
+    groups: dict = {}
+    for i in order:
+        groups.setdefault(question(rows[i]), []).append(i)
+    held: list[int] = []
+    for group in groups.values():  # in the order of each group's first row
+        if len(held) >= size:
+            break
+        held += group
+    held = held[:size]
+    taken = {question(rows[i]) for i in held}
+    return set(held), {i for i in order if question(rows[i]) not in taken}
+
+
 TASKS = {
     "builtin:chat-arith": chat_arith,
     "builtin:word-problems": word_problems,
@@ -225,3 +295,5 @@ TASKS = {
     "builtin:tool-arith-demos": tool_arith_demos,
     "builtin:lookup-demos": lookup_demos,
 }
+
+GENERAL = {"builtin:chat-arith": chat_arith_general}  # builtin:arith's: engine/prompts/arith.py

@@ -1,16 +1,24 @@
-"""Held-out evaluation's numbers from k scored samples per prompt (train.eval_k): pass@1, pass@k, maj@k.
+"""Held-out evaluation's numbers from k scored samples per prompt (train.eval_k): pass@1, pass@k, maj@k, and the
+answer alone; each with its Wilson 95% interval.
 
 A sample is right when the first reward function scores it above 0. Per prompt, c of its k samples right:
   pass@1  c / k                            (the unbiased estimate from k samples)
   pass@k  1 - C(n - c, k) / C(n, k), n = k  (Chen et al. 2021; with n = k: any of the k right)
   maj@k   the sample of the most common extracted answer (ties: the first to occur) is right; a prompt
           none of whose samples has an answer counts wrong, and where no sample has one maj@k is not written
+  answer  the share of the k samples whose answer alone is right, whatever its format: the last number of the
+          reply against a numeric reference, else the answer the rewards extract; format rewards play no part
 Answers are extracted as the built-in rewards do (rewards/builtin.py) and vote as they compare: numbers by
 value, other text trimmed and case-folded.
+
+Each accuracy p over n prompts comes with its Wilson score interval (Wilson 1927), n the prompts: a prompt's
+share of k right samples varies no more than one pass/fail trial, so at k > 1 the interval is conservative.
+The held-out rows' metrics are eval/*, the generalisation split's (data.general_size) eval/general/*.
 """
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from math import comb
 
@@ -20,8 +28,9 @@ from ...rewards import builtin
 from ..sampler import Sampling
 
 # what an eval sums over prompts (and over data-parallel ranks), in this order
-TALLY = ("pass@1", "pass@k", "maj@k", "answered")
+TALLY = ("pass@1", "pass@k", "maj@k", "answered", "answer")
 SEED = 10_007  # every eval samples with the same seed
+Z95 = 1.959963984540054  # the standard normal's 97.5% quantile: a two-sided 95% interval
 
 
 def sample(rollouts, rows: list[dict], cfg: Config) -> list[float]:
@@ -29,12 +38,23 @@ def sample(rollouts, rows: list[dict], cfg: Config) -> list[float]:
     (with an environment, episodes), scored by the first reward function (correctness by default)."""
     k = cfg.train.eval_k
     sampling = Sampling(n=k, max_tokens=cfg.rollout.max_completion_len, temperature=cfg.rollout.temperature, seed=SEED)
-    return tally(*rollouts.first_scores(rows, sampling), k, cfg.rewards)
+    references = [row.get("answer") for row in rows]
+    return tally(*rollouts.first_scores(rows, sampling), k, cfg.rewards, references)
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
     """Chen et al. 2021: the chance that at least one of k samples drawn from n, c of them right, is right."""
     return 1.0 - comb(n - c, k) / comb(n, k)
+
+
+def wilson(p: float, n: int, z: float = Z95) -> tuple[float, float]:
+    """Wilson's score interval of a share p of n trials: (p + z²/2n ± z·sqrt(p(1-p)/n + z²/4n²)) / (1 + z²/n)."""
+    if n <= 0:
+        return 0.0, 1.0
+    centre, spread = p + z * z / (2 * n), z * math.sqrt(max(p * (1 - p), 0.0) / n + z * z / (4 * n * n))
+    scale = 1 + z * z / n
+    lo, hi = (centre - spread) / scale, (centre + spread) / scale
+    return (0.0 if p <= 0 else max(0.0, lo)), (1.0 if p >= 1 else min(1.0, hi))  # exact at the ends
 
 
 def majority(answers: list[str | None]) -> int | None:
@@ -48,24 +68,67 @@ def majority(answers: list[str | None]) -> int | None:
     return keys.index(top)
 
 
-def tally(scores: list[float], texts: list[str], k: int, opts: builtin.Options) -> list[float]:
-    """The TALLY sums over prompts of k consecutive samples each (scores and texts in the same order)."""
+def answer_right(text: str, reference, opts: builtin.Options) -> bool:
+    """Whether the reply's answer alone is the reference: its last number against a numeric reference (however
+    the reply marks it: tags, '####', a sentence), else the answer the rewards extract."""
+    if reference is None:
+        return False
+    want = builtin.parse_number(builtin.reference_answer(reference))
+    if want is None:
+        return builtin.answers_match(builtin.extract_answer(text, opts), reference)
+    numbers = builtin._NUMBER.findall(builtin.text_of(text).replace(",", ""))
+    return bool(numbers) and builtin.parse_number(numbers[-1]) == want
+
+
+def tally(
+    scores: list[float], texts: list[str], k: int, opts: builtin.Options, references: list | None = None
+) -> list[float]:
+    """The TALLY sums over prompts of k consecutive samples each (scores and texts in the same order; one
+    reference per prompt, None where a row has no answer column)."""
     sums = [0.0] * len(TALLY)
-    for start in range(0, len(scores), k):
+    for index, start in enumerate(range(0, len(scores), k)):
         right = [score > 0 for score in scores[start : start + k]]
         answers = [builtin.extract_answer(text, opts) for text in texts[start : start + k]]
+        reference = references[index] if references else None
+        alone = sum(answer_right(text, reference, opts) for text in texts[start : start + k])
         voted, c = majority(answers), sum(right)
-        prompt = (c / k, pass_at_k(k, c, k), voted is not None and right[voted], sum(a is not None for a in answers))
+        prompt = (
+            c / k,
+            pass_at_k(k, c, k),
+            voted is not None and right[voted],
+            sum(a is not None for a in answers),
+            alone / k,
+        )
         sums = [total + value for total, value in zip(sums, prompt)]
     return sums
 
 
-def eval_metrics(sums: list[float], prompts: int, k: int) -> dict[str, float]:
-    """The metrics row's eval/* values from the TALLY sums over every eval prompt: eval/accuracy alone at
-    k = 1 (one sample per prompt, as before train.eval_k)."""
-    out = {metrics.EVAL_ACCURACY: sums[0] / prompts}
+def eval_metrics(sums: list[float], prompts: int, k: int, split: str = metrics.EVAL) -> dict[str, float]:
+    """The metrics row's values from the TALLY sums over every prompt of one split (metrics.EVAL: the held-out
+    rows, metrics.GENERAL: the generalisation split), each with its Wilson interval: accuracy and
+    answer_accuracy, and pass_at_k and maj_at_k at k > 1; none for a split of no prompts."""
+    if prompts <= 0:
+        return {}
+    shares = {metrics.EVAL_ACCURACY: sums[0], metrics.EVAL_ANSWER: sums[4]}
     if k > 1:
-        out[metrics.EVAL_PASS_AT_K] = sums[1] / prompts
+        shares[metrics.EVAL_PASS_AT_K] = sums[1]
         if sums[3]:
-            out[metrics.EVAL_MAJ_AT_K] = sums[2] / prompts
+            shares[metrics.EVAL_MAJ_AT_K] = sums[2]
+    out = {}
+    for name, total in shares.items():
+        share = total / prompts
+        name = name if split == metrics.EVAL else metrics.general(name)
+        out[name] = share
+        out.update(zip(metrics.interval(name), wilson(share, prompts)))
     return out
+
+
+def summary(values: dict[str, float]) -> str:
+    """One line of eval/* values, each accuracy with its interval: 'eval/accuracy 0.367 [0.289, 0.453], ...'."""
+    parts = []
+    for name, value in values.items():
+        if name.endswith(("_lo", "_hi")):
+            continue
+        lo, hi = (values.get(bound) for bound in metrics.interval(name))
+        parts.append(f"{name} {value:.3f}" + (f" [{lo:.3f}, {hi:.3f}]" if lo is not None and hi is not None else ""))
+    return ", ".join(parts)

@@ -130,7 +130,8 @@ class MetricChart(PlotextPlot):
             if self.use_log10:
                 ys = log10(ys)
             plt.plot(xs, ys, color=line.color or COLORS[i % len(COLORS)], marker=marker)
-            keys.append((chart_axes.glyph(marker), line.label))
+            if line.label:  # an unlabelled line (an interval's second bound) shares the legend entry before it
+                keys.append((chart_axes.glyph(marker), line.label))
             xs_seen += [xs[0], xs[-1]]
             ys_seen += [y for y in ys if math.isfinite(y)]
         # plotext writes the ylabel left-aligned on the line under the plot: the legend's and the note's place
