@@ -17,7 +17,9 @@ from pathlib import Path
 from . import bundled
 from .errors import UserError, close_matches, describe
 
-FAMILIES = ("llama", "qwen2", "qwen3", "gemma3", "phi3", "gpt_oss")
+FAMILIES = ("llama", "qwen2", "qwen3", "gemma3", "phi3", "gpt_oss", "qwen3_moe", "olmoe")
+# MoE families whose experts and router carry no biases; peft's all-linear adapts them too (target_parameters)
+ROUTED = ("qwen3_moe", "olmoe")
 # config.json model_type -> family (Mistral's dense blocks are Llama blocks)
 MODEL_TYPES = {
     "llama": "llama",
@@ -28,6 +30,8 @@ MODEL_TYPES = {
     "gemma3_text": "gemma3",
     "phi3": "phi3",
     "gpt_oss": "gpt_oss",
+    "qwen3_moe": "qwen3_moe",
+    "olmoe": "olmoe",
 }
 
 
@@ -46,7 +50,7 @@ class Card:
     params: int = 0  # published total (0 = unknown); computed value is total_params()
     nominal_b: float = 0.0  # the size in the model's name, in billions (Unsloth's rule of thumb)
     hf_id: str = ""
-    num_experts: int = 0  # MoE (gpt-oss): experts per layer, and how many are active per token
+    num_experts: int = 0  # MoE: experts per layer, and how many are active per token (intermediate: one expert's)
     experts_per_token: int = 0
     extra_params: int = 0  # weights outside the text stack (e.g. Gemma-3-4B's vision tower)
     sliding_window: int = 0
@@ -71,7 +75,7 @@ class Card:
 
     @property
     def qk_norm(self) -> bool:
-        return self.family in ("qwen3", "gemma3")
+        return self.family in ("qwen3", "gemma3", "qwen3_moe", "olmoe")
 
     @property
     def norms_per_layer(self) -> int:
@@ -92,7 +96,7 @@ class Card:
                 ("gate_up_proj", h, 2 * i, 1),
                 ("down_proj", i, h, 1),
             ]
-        if self.family == "gpt_oss":
+        if self.family == "gpt_oss" or self.family in ROUTED:
             return attn
         return attn + [("gate_proj", h, i, 1), ("up_proj", h, i, 1), ("down_proj", i, h, 1)]
 
@@ -100,16 +104,20 @@ class Card:
         return sum(din * dout * n for _, din, dout, n in self.linears())
 
     def expert_params(self) -> int:
-        """gpt-oss: per layer, router + experts (gate_up fused 2i, down) with biases."""
+        """Per layer: router + experts (gate_up fused 2i, down); gpt-oss's with biases, ROUTED's without."""
         if not self.num_experts:
             return 0
         h, i, e = self.hidden, self.intermediate, self.num_experts
+        if self.family in ROUTED:
+            return h * e + e * (h * 2 * i + i * h)
         return (h * e + e) + e * (h * 2 * i + 2 * i) + e * (i * h + h)
 
     def layer_small_params(self) -> int:
         """Norms, qk-norms, biases, attention sinks: tiny, counted for the total."""
         n = self.norms_per_layer * self.hidden
-        if self.qk_norm:
+        if self.family == "olmoe":  # q_norm and k_norm over the whole projections
+            n += self.q_dim + self.kv_dim
+        elif self.qk_norm:
             n += 2 * self.head_dim
         if self.qkv_bias:
             n += self.q_dim + 2 * self.kv_dim
@@ -133,12 +141,25 @@ class Card:
         lookup = 0 if self.tied_embeddings else self.vocab * self.hidden
         return int(self.total_params() - self.layers * inactive - lookup)
 
+    def params_line(self) -> str:
+        """The weights in words: total, and for an MoE what one token multiplies by."""
+        total = f"{self.total_params() / 1e9:.3g}B params"
+        if not self.num_experts:
+            return total
+        active = self.active_params_per_token() / 1e9
+        return f"{total}, {active:.3g}B active per token ({self.experts_per_token} of {self.num_experts} experts)"
+
     def lora_params(self, rank: int, targets: list[str]) -> int:
         """Σ r·(d_in + d_out) over the targeted per-layer linears (peft LoRA A: r×d_in, B: d_out×r)."""
         wanted = None if targets in ([], ["all-linear"], "all-linear") else set(targets)
         per_layer = sum(
             rank * (din + dout) * n for name, din, dout, n in self.linears() if wanted is None or name in wanted
         )
+        if wanted is None and self.family in ROUTED:
+            # peft's all-linear on an MoE: the fused experts as 3-D parameters (r·E rows; gate_up at rank 2r)
+            # and the router (transformers_weight_conversion; measured on the tiny MoE)
+            h, i, e = self.hidden, self.intermediate, self.num_experts
+            per_layer += 2 * rank * e * (h + 2 * i) + rank * e * (i + h) + rank * (h + e)
         return self.layers * per_layer
 
 
@@ -317,13 +338,13 @@ def from_config_json(data: dict, name: str) -> Card:
             family=family,
             layers=data["num_hidden_layers"],
             hidden=hidden,
-            intermediate=data["intermediate_size"],
+            intermediate=data["moe_intermediate_size"] if family == "qwen3_moe" else data["intermediate_size"],
             heads=heads,
             kv_heads=data.get("num_key_value_heads") or heads,
             head_dim=data.get("head_dim") or hidden // heads,
             vocab=data["vocab_size"],
             tied_embeddings=bool(data.get("tie_word_embeddings", family == "gemma3")),
-            num_experts=data.get("num_local_experts", 0) or 0,
+            num_experts=data.get("num_local_experts") or data.get("num_experts") or 0,
             experts_per_token=data.get("num_experts_per_tok", data.get("experts_per_token", 0)) or 0,
             sliding_window=sliding if data.get("use_sliding_window", True) else 0,
         )

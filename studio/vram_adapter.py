@@ -23,6 +23,7 @@ class Plan:
     error: str = ""
     peak_rule: str = ""
     devices: list = field(default_factory=list)  # vram.Device per device when the planner splits the run
+    params: str = ""  # the model's weights in words; an MoE's active ones too (Breakdown.params_line)
 
 
 # What the panel solves for, in order: the first one the planner can answer is shown.
@@ -53,6 +54,7 @@ def plan(
         result.fits,
         peak_rule=result.peak_rule,
         devices=list(getattr(result, "devices", None) or []),
+        params=result.params_line,
     )
     if gpu_gib and solve:
         out.suggestion = suggest(card, cfg, mode, gpu_gib, world_size)

@@ -230,3 +230,60 @@ def test_bench_mismatch_moe_rows_with_and_without_replay():
     assert on["mismatch/k3"] < off["mismatch/k3"]
     with pytest.raises(UserError, match="--moe"):
         mismatch_bench.run(["bf16"], moe=True, backend="vllm")
+
+
+# ---- the planner: MoE cards, weights and LoRA counted against real models ----------------------------------
+
+
+def tiny_olmoe(folder):
+    from transformers import OlmoeConfig, OlmoeForCausalLM
+
+    torch.manual_seed(0)
+    config = OlmoeConfig(
+        vocab_size=64,
+        hidden_size=64,
+        intermediate_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        head_dim=32,
+        num_experts=8,
+        num_experts_per_tok=2,
+        pad_token_id=0,
+        eos_token_id=1,
+        bos_token_id=None,
+    )
+    OlmoeForCausalLM(config).save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.parametrize("family", ["qwen3_moe", "olmoe"])
+def test_planner_counts_moe_weights_and_lora_like_peft(moe_folder, tmp_path, family):
+    """The card read from config.json counts the real model's parameters, and LoRA on all-linear counts what
+    peft builds: attention, the fused experts as 3-D parameters (gate_up at twice the rank) and the router."""
+    from peft import LoraConfig, get_peft_model
+
+    from grpo_studio.contract import model_card
+
+    folder = moe_folder if family == "qwen3_moe" else tiny_olmoe(tmp_path / "olmoe")
+    card = model_card.load(str(folder))
+    model = load(folder)
+    assert card.family == family and card.total_params() == sum(p.numel() for p in model.parameters())
+    peft_model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules="all-linear"))
+    lora = sum(p.numel() for n, p in peft_model.named_parameters() if "lora_" in n)
+    assert card.lora_params(4, ["all-linear"]) == lora
+
+
+def test_moe_cards_give_total_and_active_weights_to_the_vram_panel():
+    """Qwen3-30B-A3B and OLMoE-1B-7B: the published totals (30.5B, 6.92B); active per token as their authors
+    count it (with the input embedding: 3.3B, 1.3B); the VRAM panel says both, a dense model neither."""
+    from grpo_studio.contract import config, model_card
+    from grpo_studio.studio import vram_adapter
+
+    for name, total, active in (("qwen3-30b-a3b", 30.5e9, 3.3e9), ("olmoe-1b-7b", 6.92e9, 1.3e9)):
+        card = model_card.load(name)
+        assert card.total_params() == pytest.approx(total, rel=2e-3)
+        assert card.active_params_per_token() + card.vocab * card.hidden == pytest.approx(active, rel=2e-2)
+    plan = vram_adapter.plan(config.load("tiny-arith", ["model.name=qwen3-30b-a3b"]), "accurate", 80.0, solve=False)
+    assert plan.params == "30.5B params, 3.03B active per token (8 of 128 experts)"
+    assert vram_adapter.plan(config.load("tiny-arith", ["model.name=qwen3-8b"]), "accurate", 80.0).params == ""

@@ -72,6 +72,9 @@ class Breakdown:
     fits: bool | None = None
     peak_rule: str = ""
     devices: list[Device] = field(default_factory=list)
+    params: int = 0  # the model's weights (model_card.Card.total_params)
+    active_params: int = 0  # of them, what one token multiplies by (less than params for an MoE)
+    params_line: str = ""  # an MoE's total and active weights in words (Card.params_line); "" for a dense model
 
     def row(self, name: str) -> Row:
         return next(r for r in self.rows if r.name == name)
@@ -92,6 +95,8 @@ class Breakdown:
             "fits": self.fits,
             "peak_rule": self.peak_rule,
             "devices": [d.to_json() for d in self.devices],
+            "params": self.params,
+            "active_params": self.active_params,
         }
 
 

@@ -213,6 +213,11 @@ def estimate(
         raise UserError(kind="vram", key="--variant", value=variant, allowed=VARIANTS)
     cfg = micro_batch.for_plan(cfg, device, world_size)  # micro_batch_size = auto: its rows here
     out = Breakdown(mode=mode, model=card.name, gpu_gib=gpu_gib)
+    out.params, out.active_params, out.params_line = (
+        card.total_params(),
+        card.active_params_per_token(),
+        card.params_line() if card.num_experts else "",  # shown beside an MoE's plan
+    )
     if mode == "documented":
         if world_size > 1:
             raise UserError(

@@ -34,7 +34,8 @@ def render_plan(plan: Plan, gpu_label: str, width: int = 0) -> Group | Text:
     table.add_row(Text("total", style="bold"), Text(f"{plan.total:,.2f}", style="bold"), *([""] if wide else []))
     # the total is the planner's peak, not always the rows' sum: say which rows it adds
     rule = [Text(f"total = {plan.peak_rule}", style="dim")] if plan.peak_rule else []
-    lines = [table, *rule, *device_lines(plan), Text(""), Text(gpu_label, style="italic")]
+    weights = [Text(plan.params, style="dim")] if plan.params else []
+    lines = [table, *rule, *weights, *device_lines(plan), Text(""), Text(gpu_label, style="italic")]
     if plan.fits is True:
         lines.append(Text(f"fits in {plan.gpu_gib:,.0f} GiB  ✓", style="bold green"))
     elif plan.fits is False:
