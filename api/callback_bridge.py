@@ -45,7 +45,7 @@ def trl_logs(rows: list[dict]) -> dict[str, float]:
 
 
 class CallbackProgress:
-    """`progress` for engine Trainer.run: prints through `printer` (cli's PlainProgress) and drives callbacks."""
+    """`progress` for engine Trainer.run: prints through `printer` (contract/launch.py's PlainProgress) and drives callbacks."""
 
     def __init__(self, printer, callbacks: list, args, engine_trainer, steps_per_epoch: float):
         from transformers import TrainerControl, TrainerState

@@ -1,5 +1,5 @@
 """GRPOTrainer: TRL 1.16's constructor over the studio's engine. train() runs as `grpo-studio train` does, in this
-process: the same config validation, run-directory checks and pre-flight (cli/train_cmd.py), the same engine
+process: the same config validation, run-directory checks and pre-flight (contract/launch.py), the same engine
 Trainer, the same run directory (args.output_dir: config.toml, the streams, checkpoints), which
 `grpo-studio attach OUTPUT_DIR` shows live.
 
@@ -209,17 +209,17 @@ class GRPOTrainer:
     def train(self, resume_from_checkpoint: bool | str | None = None) -> None:
         """Train to args.max_steps (or num_train_epochs) into args.output_dir; resume_from_checkpoint=True (or
         the newest checkpoint's path) continues the run there."""
-        from .cli import train_cmd
+        from .contract import launch
 
         resume = self._resume(resume_from_checkpoint)
         run_dir, cfg = self.run_dir, self.config
-        _rekeyed(lambda: train_cmd.check_free(run_dir, resume))
+        _rekeyed(lambda: launch.check_free(run_dir, resume))
         self._check_cpu()
-        _rekeyed(lambda: train_cmd.usable_run_dir(run_dir, "output_dir"))
+        _rekeyed(lambda: launch.usable_run_dir(run_dir, "output_dir"))
         if not resume:
             self._write_inputs()
         self._measure_prompts(cfg)
-        train_cmd.preflight_check(cfg, force=False)
+        launch.preflight_check(cfg, force=False)
         if not self._hinted:
             print(f"watch it live: grpo-studio attach {run_dir}", flush=True)
             self._hinted = True
@@ -234,7 +234,7 @@ class GRPOTrainer:
 
         steps_per_epoch = max(len(self.rows) // max(cfg.train.prompts_per_step, 1), 1)
         progress = CallbackProgress(
-            train_cmd.PlainProgress(cfg.train.steps), self.callbacks, self.args, engine, steps_per_epoch
+            launch.PlainProgress(cfg.train.steps), self.callbacks, self.args, engine, steps_per_epoch
         )
         save = engine._save  # the engine's checkpoint, then on_save (the only hook transformers' callbacks need)
 

@@ -1,10 +1,11 @@
 """`grpo-studio train`: train headless, writing a run directory; a rich progress bar on a terminal, one plain line
 per step when piped.
 
-What it owns: the checks before anything starts (the recipe, --resume's rules, the run directory, the pre-flight
-and the rehearsal's flags), the supervisor (the trainer as a child process it outlives: its crash recorded, its
-signals passed on, a hang-up detached) and, in that child, the trainer with its progress. The command lines it
-starts come from contract/launch.py, which the studio's launcher uses too."""
+What it owns: the command's own checks (the recipe, --resume's rules, --nproc/--devices, the rehearsal's flags), the
+supervisor (the trainer as a child process it outlives: its crash recorded, its signals passed on, a hang-up
+detached) and, in that child, the trainer with its progress. The checks every front end runs before a trainer
+starts (the run directory, the pre-flight), the plain progress lines and the command lines it starts come from
+contract/launch.py, which the studio's launcher and the Python API use too."""
 
 from __future__ import annotations
 
@@ -27,41 +28,7 @@ from .parser import add_recipe
 IN_PROCESS = launch.NO_SUPERVISOR  # the supervisor's child: train in this process
 
 
-class PlainProgress:
-    """One line per step, for pipes and log files."""
-
-    def __init__(self, total: int, stream=None):
-        self.total, self.stream, self.start = total, stream, time.time()  # None: sys.stdout as it is at each line
-
-    def warn(self, message: str) -> None:
-        print(f"warning: {message}", file=self.stream, flush=True)
-
-    def note(self, message: str) -> None:
-        print(message, file=self.stream, flush=True)
-
-    def update(self, row: dict) -> None:
-        step = row[metrics.STEP]
-        eta = (time.time() - self.start) / max(step, 1) * (self.total - step)
-        parts = [
-            f"step {step}/{self.total}",
-            f"reward {row.get(metrics.REWARD, float('nan')):.3f}",
-            f"loss {row.get(metrics.LOSS, float('nan')):.4f}",
-            f"k3 {row.get(metrics.K3, float('nan')):.2e}",
-        ]
-        for key, label in (
-            (metrics.EVAL_ACCURACY, "eval_acc"),
-            (metrics.EVAL_PASS_AT_K, "pass@k"),
-            (metrics.EVAL_MAJ_AT_K, "maj@k"),
-        ):
-            if key in row:
-                parts.append(f"{label} {row[key]:.3f}")
-        print("  ".join(parts) + f"  eta {eta:.0f}s", file=self.stream, flush=True)
-
-    def close(self) -> None:
-        pass
-
-
-class RichProgress(PlainProgress):
+class RichProgress(launch.PlainProgress):
     """A rich progress bar with step, reward and ETA, for terminals."""
 
     def __init__(self, total: int):
@@ -144,43 +111,9 @@ def default_run_dir(recipe: str) -> Path:
     return RUNS / f"{Path(recipe).stem}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
-def usable_run_dir(run_dir: Path, flag: str) -> None:
-    """Create the run directory now, before torch loads or a trainer process starts: a path through a file,
-    a name too long, a read-only place is one line naming the flag."""
-    doing = "cannot use it as the run directory"
-    with user_path(flag, str(run_dir), doing):
-        is_file = run_dir.is_file()
-        if not is_file:
-            run_dir.mkdir(parents=True, exist_ok=True)
-    if is_file or not os.access(run_dir, os.W_OK):
-        raise UserError(f"{doing}: {'it is a file' if is_file else 'not writable'}", key=flag, value=str(run_dir))
-
-
-def given_dir(value: str, flag: str, allowed: str) -> Path:
-    """A directory flag's value as a path; empty or blank is refused (Path("") would be the current directory)."""
-    if not value.strip():
-        raise UserError(f"empty; allowed: {allowed}", key=flag, value=value)
-    return Path(value)
-
-
-def check_free(run_dir: Path, resume: bool) -> None:
-    """Before anything loads: a run directory a live trainer holds is refused (RunLock), so is a new run
-    (no --resume) into one that already holds a run, and so is an entry the trainer could not write into
-    (rundir.refuse_odd_entries: a FIFO as metrics.jsonl). The trainer checks again as it takes the lock."""
-    flag = "--resume" if resume else "--run-dir"
-    with user_path(flag, str(run_dir), "cannot use it as the run directory"):
-        holder = rundir.lock_holder(run_dir)
-        if holder is None and not resume:
-            rundir.refuse_held_run(run_dir)
-        if holder is None and run_dir.is_dir():
-            rundir.refuse_odd_entries(run_dir)
-    if holder is not None:
-        raise rundir.in_use(run_dir, holder)
-
-
 def run(args: argparse.Namespace) -> int:
     if args.resume is not None:
-        resume = given_dir(args.resume, "--resume", "a run directory")
+        resume = launch.given_dir(args.resume, "--resume", "a run directory")
         with user_path("--resume", str(resume)):
             is_run = (resume / CONFIG).is_file()
             empty = is_run and not (resume / CONFIG).read_bytes().strip()
@@ -198,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
         run_dir = (
             None
             if args.run_dir is None
-            else given_dir(
+            else launch.given_dir(
                 args.run_dir, "--run-dir", f"a new or empty directory, or no --run-dir for a new one under {RUNS}/"
             )
         )
@@ -207,11 +140,11 @@ def run(args: argparse.Namespace) -> int:
     if not args.in_process:  # the trainer process (each rank under torchrun) checks as it takes the lock
         check_launch(cfg, args.nproc, args.devices)
         check_rehearse(cfg, args)
-        check_free(run_dir, args.resume is not None)
-        preflight_check(
+        launch.check_free(run_dir, args.resume is not None)
+        launch.preflight_check(
             cfg, args.force, args.nproc
         )  # before the run directory exists: a refused run leaves nothing behind
-    usable_run_dir(run_dir, "--resume" if args.resume is not None else "--run-dir")
+    launch.usable_run_dir(run_dir, "--resume" if args.resume is not None else "--run-dir")
     run_dir = run_dir.absolute()  # every event (a checkpoint's path) and a fork's fork.json name it from anywhere
     with rundir.terminal_loss_detaches(run_dir):  # a terminal gone without a SIGHUP: as a hang-up
         if not args.in_process:
@@ -245,7 +178,7 @@ def train(cfg: config.Config, run_dir: Path, args: argparse.Namespace) -> int:
     main = trainer.dist.main  # under torchrun, rank 0 reports for all
     progress = None
     if main:
-        progress = RichProgress(cfg.train.steps) if sys.stdout.isatty() else PlainProgress(cfg.train.steps)
+        progress = RichProgress(cfg.train.steps) if sys.stdout.isatty() else launch.PlainProgress(cfg.train.steps)
         print(f"run directory: {run_dir}", flush=True)
     try:
         state = trainer.run(progress)
@@ -315,19 +248,6 @@ def rehearse(cfg: config.Config, run_dir: Path, args: argparse.Namespace):
         f"{result.free_gib:.2f} GiB free (planned {result.planned_gib:.2f} GiB); or launch anyway with --force",
         kind="rehearsal",
     )
-
-
-def preflight_check(cfg: config.Config, force: bool, nproc: int = 1) -> None:
-    """The planner's total against the device's free memory, before anything loads (contract/planner/preflight.py):
-    every rank and the rollout servers the run starts; a run that will not fit is refused in one line unless --force."""
-    from ..contract.planner import preflight
-
-    verdict = preflight.check(cfg, preflight.devices(), world_size=nproc)
-    if verdict.fits or force:
-        note = verdict.message if verdict.fits else f"pre-flight (--force): {verdict.message}"
-        print(note, flush=True)  # stdout, with the progress: stderr stays the one line of an error
-        return
-    raise UserError(f"{verdict.message}; or launch anyway with --force", kind="pre-flight")
 
 
 def supervise(args: argparse.Namespace, run_dir: Path) -> int:

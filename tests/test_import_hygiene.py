@@ -66,7 +66,7 @@ def test_wheel_claims_one_import_name_and_carries_the_bundled_data(tmp_path):
     from pathlib import Path
 
     root, src = Path(__file__).resolve().parents[1], tmp_path / "src"  # a copy: the build leaves build/ behind
-    for name in ("contract", "rewards", "engine", "studio", "cli", "benchmarks", "presets"):
+    for name in ("api", "contract", "rewards", "engine", "studio", "cli", "benchmarks", "presets"):
         shutil.copytree(root / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(root / name, src / name)
