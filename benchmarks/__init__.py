@@ -9,14 +9,14 @@ wall-clock targets in tests (these machines are shared and noisy).
   rollout_bench        rollout tokens/s, hf vs vllm
   scaling_bench        data-parallel scaling, 1 process against N
   step_bench           whole optimizer steps, TRL's GRPOTrainer against ours
-  ui_bench             studio responsiveness
+  ui_bench             studio responsiveness, and the Samples tab's index of a 100 MB samples.jsonl
   vram_accuracy_bench  the planner's accurate mode against measured training steps
   faults_bench         the fault suite as real processes: one line and exit 2 for mistakes, no tracebacks
   fault_cases          the fault suite's generated cases (also run by tests/test_fault_suite.py)
   fault_trials         the fault suite's slow trials: kill -9, a full disk, divergence, two trainers
   fault_probes         the fault suite's probes (hostile cases that are not a command line) and how they run
   hostile_environments, hostile_model_text, hostile_rollout_server, hostile_readers, hostile_resume,
-  hostile_data, hostile_signals, hostile_cache, hostile_api
+  hostile_data, hostile_signals, hostile_cache, hostile_api, hostile_samples
                        each feature's hostile cases, one category each (fault_probes.HOSTILE)
   synthetic_run        run directories written without training (studio tests, screenshots, damaged runs)
   step_sides           one side of step_bench (TRL's, ours per backend) in a process of its own

@@ -43,8 +43,10 @@ class RunData:
         self.dir = Path(run_dir)
         self.name = self.dir.name
         self.samples_index = SamplesIndex(self.dir / SAMPLES)
-        self._tails = {name: JsonlTail(self.dir / name, max_rows=10**9) for name in (METRICS, EVENTS, HISTOGRAMS)}
-        self._tails[SAMPLES] = self.samples_index  # read like a tail: skipped lines, warnings, restarts, pending
+        self._tails = {  # the index reads like a tail: skipped lines, warnings, restarts, pending bytes
+            name: self.samples_index if name == SAMPLES else JsonlTail(self.dir / name, max_rows=10**9)
+            for name in (METRICS, EVENTS, SAMPLES, HISTOGRAMS)
+        }
         self.steps: list[int] = []
         self.columns: dict[str, list[float | None]] = {}
         self.times: list[float] = []
