@@ -1,5 +1,5 @@
 """The configurations `grpo-studio bench vram-accuracy` (vram_accuracy_bench.py) measures, and their models: tiny
-Llama, Qwen3 and Gemma3 built from a transformers config, or the real packaged SmolLM2-135M-Instruct."""
+Llama, Qwen3, Gemma3 and Qwen3-MoE built from a transformers config, or the real packaged SmolLM2-135M-Instruct."""
 
 from __future__ import annotations
 
@@ -41,6 +41,8 @@ CASES = [
     Case("llama full fsdp x2", "llama", lora_rank=0, world=2, parallel="fsdp"),
     Case("smollm2-135m lora r16", "smollm2-135m-instruct", lora_rank=16),  # the real packaged model
     Case("smollm2-135m full FT", "smollm2-135m-instruct", lora_rank=0),
+    Case("qwen3-moe lora r8", "qwen3_moe"),  # the tiny MoE's shape at ARCH's size (benchmarks/tiny_moe.py)
+    Case("qwen3-moe full FT", "qwen3_moe", lora_rank=0),
 ]
 PROMPT, PROMPTS_PER_STEP = 29, 2  # odd lengths keep activation shapes apart from weight shapes
 ARCH = dict(
@@ -69,6 +71,12 @@ def model_folder(family: str) -> str:
 
 def build_tiny(family: str, folder: str) -> None:
     import torch
+
+    if family == "qwen3_moe":
+        from .tiny_moe import build_tiny_moe
+
+        build_tiny_moe(folder, **ARCH, moe_intermediate_size=ARCH["intermediate_size"] // 4)
+        return
     from transformers import (
         Gemma3ForCausalLM,
         Gemma3TextConfig,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from ..config import AUTO, Config, check_processes
 from ..dtypes import low_precision
-from ..model_card import Card
+from ..model_card import ROUTED, Card
 from .breakdown import BYTES, LOGPROB_CHUNK_ROWS, NF4_BLOCK, NF4_NESTED_BLOCK, _n
 
 
@@ -97,6 +97,8 @@ def per_layer_token_bytes(card: Card, cfg: Config, device: str, seq: int) -> tup
         terms["qk-norm"] = 4 * (q + kv) + 4 * (card.heads + card.kv_heads) + (4 * (q + kv) if full else 0)
     terms["attention q,k,v,out"] = 4 * a * q + 4 * card.heads
     terms["mlp gate,act,up"] = 3 * a * i
+    if card.family in ROUTED:  # grouped experts: each token's hidden state gathered once per chosen expert, + the sum
+        terms["MoE routed copies"] = a * (card.experts_per_token + 1) * h
     if full:
         casts = 5 if a < 4 else 2  # autocast casts the input of each q,k,v,gate,up linear; fp32 shares it
         terms["linear inputs"] = casts * a * h + a * i
@@ -163,9 +165,13 @@ def activation_bytes(card: Card, cfg: Config, device: str, world_size: int = 1) 
     if full:
         outside += BYTES[m.dtype] * card.hidden * (r.max_completion_len + 1) / T  # lm_head input (kept rows)
     tokens = B * T
+    # LoRA on an MoE's fused experts: peft's ParamWrapper builds each layer's W + ΔW (fp32) in the forward
+    merged = 0 if full or card.family not in ROUTED else 4 * 3 * card.num_experts * card.intermediate * card.hidden
+    if merged:
+        text += f"; + {merged:g} B a layer: merged LoRA experts (4 · 3 · E · i · h)"
     if not m.gradient_checkpointing:
         return (
-            tokens * (card.layers * per + outside),
+            tokens * (card.layers * per + outside) + card.layers * merged,
             (
                 f"{_rows_text(cfg, B)} · {T} tok · ({card.layers} layers · {per:g} B + {outside:.0f} B outside); "
                 f"per token per layer: {text}"
@@ -178,7 +184,7 @@ def activation_bytes(card: Card, cfg: Config, device: str, world_size: int = 1) 
     host = kept if m.offload_checkpoints else 0.0
     where = "host RAM" if m.offload_checkpoints else "GPU"
     return (
-        (kept - host) + one + tokens * outside,
+        (kept - host) + one + tokens * outside + merged,
         (
             f"checkpointed: {B}·{T} tok · {card.layers} layers · {res}·{card.hidden} B layer inputs ({where}) "
             f"+ one layer recomputed in backward ({per:g} B/token: {text}) + {outside:.0f} B/token outside"
