@@ -33,6 +33,9 @@ takes `--warmup` untimed steps, then `--steps` timed ones; per side it reports:
                  sampler), perf/idle_s (rewards, decoding, advantages, metrics) and perf/mfu (its own
                  per-step FLOPs over its cached peak)
 
+and for ours per backend, `grpo-studio train` started as a user starts it (a fresh process, one step): the
+seconds from the launch to its `started` event and to the end of its first step (report["startup"]).
+
 The report also counts the prompt tokens per step that ours computes once per group instead of once per
 completion (prefix_tokens_saved; from the workload's shape): in the rollout (hf: each prompt prefilled once
 into a KV cache its G samples share; vLLM: its prefix cache) and in training (train.shared_prefix = auto,
@@ -65,6 +68,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -116,6 +120,33 @@ def side_process(name: str, w: Workload, model_path: str) -> dict:
         if proc.returncode != 0:
             raise RuntimeError(f"bench step: side {name} failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
         return json.loads(out.read_text())
+
+
+def startup_process(w: Workload, model_path: str, backend: str) -> dict:
+    """`grpo-studio train` as a user starts it, in a fresh process, on ours' config for `backend`, one step:
+    seconds from the launch to its `started` event (data, model, sampler loaded) and to the end of its first
+    step (the metrics row's time), and that step's own seconds."""
+    from ..contract import config
+    from ..contract.rundir import METRICS, read_events, read_rows
+    from .step_sides import bench_config
+
+    cfg = bench_config(w, model_path, backend)
+    cfg.train.steps, cfg.train.eval_every, cfg.train.save_every = 1, 0, 0
+    with tempfile.TemporaryDirectory() as tmp:
+        recipe, run = Path(tmp) / "recipe.toml", Path(tmp) / "run"
+        config.save(cfg, recipe)
+        argv = [sys.executable, "-m", "grpo_studio.cli.main", "train", str(recipe), "--run-dir", str(run), "--force"]
+        launched = time.time()
+        proc = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"bench step: start-up run failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
+        started = next(e["time"] for e in read_events(run) if e["event"] == "started")
+        first = read_rows(run / METRICS)[0]
+    return {
+        "to_started_s": round(started - launched, 3),
+        "to_first_step_s": round(first["time"] - launched, 3),
+        "first_step_s": round(first["perf/step_s"], 3),
+    }
 
 
 def prefix_tokens_saved(w: Workload, prompt_len: float, micro_batch_size: int) -> dict:
@@ -171,13 +202,14 @@ def run(w: Workload, progress=None) -> dict:
 def _run(w: Workload, model_path: str, say) -> dict:
     import torch
 
+    from ..contract.planner import micro_batch
     from ..engine.model.policy_loader import device
     from ..engine.train import flops
     from .step_sides import bench_config
 
     peak = flops.measure_peak(str(device()), torch.float32)  # fp32, as both sides train; not the cached peak
     cfg = bench_config(w, model_path, "hf")
-    prompt_len, micro_batch_size = _prompt_len(model_path, cfg), cfg.train.micro_batch_size
+    prompt_len, micro_batch_size = _prompt_len(model_path, cfg), micro_batch.rows_here(cfg)  # auto: as ours chooses
     report = {
         "workload": {
             **asdict(w),
@@ -202,6 +234,10 @@ def _run(w: Workload, model_path: str, say) -> dict:
         if out["profile"]:
             sides[name]["profile"] = out["profile"]
     report["sides"] = sides
+    report["startup"] = {}
+    for backend in w.backends:
+        say(f"start-up: grpo-studio train ours_{backend}, one step")
+        report["startup"][f"ours_{backend}"] = startup_process(w, model_path, backend)
     report["prefix_tokens_saved"] = prefix_tokens_saved(w, prompt_len, micro_batch_size)
     if "trl" in sides:
         report["speedup_vs_trl"] = {
@@ -260,6 +296,11 @@ def print_report(report: dict) -> None:
         print(
             f"    {name:10s} {m['imports_gib']:.2f} → {m['built_gib']:.2f} → {m['peak_rss_gib']:.2f}; "
             f"weights {m['weights_gib']:.2f}, optimizer {m['optimizer_gib']:.3f}, sampler {m['sampler']}"
+        )
+    for name, t in report.get("startup", {}).items():
+        print(
+            f"  start-up, grpo-studio train {name}: {t['to_started_s']:.2f} s to `started` (loaded), "
+            f"{t['to_first_step_s']:.2f} s to the end of the first step ({t['first_step_s']:.2f} s of it the step)"
         )
     for name, s in report["sides"].items():
         if "profile" in s:

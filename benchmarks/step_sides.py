@@ -130,10 +130,11 @@ def trl_trainer(w: Workload, model_path: str, cfg, tmp: str, steps: int):
     from trl import GRPOConfig, GRPOTrainer
 
     from .. import rewards
+    from ..contract.planner import micro_batch
     from ..engine.model.policy_loader import device
 
     B = w.prompts * w.generations
-    m = cfg.train.micro_batch_size
+    m = micro_batch.rows_here(cfg)  # auto: the rows ours chooses on this machine
     micro = m if m and B % m == 0 else B  # ours: micro-batches of m rows (all B when m = 0 or m > B)
     lora = (
         LoraConfig(

@@ -22,7 +22,9 @@ import copy
 import math
 from dataclasses import dataclass
 
+from .. import model_card
 from ..config import AUTO, Config
+from ..errors import UserError
 from ..model_card import Card
 from . import preflight
 from .train_memory import rank_prompts
@@ -111,6 +113,21 @@ def choose(card: Card | None, cfg: Config, devs: list[preflight.Device] | None =
     if rows == cap:
         return Choice(rows, cap_why, budget)
     return Choice(even(rows, batch, G), "the most that fits", budget)
+
+
+def here(cfg: Config, world_size: int = 1) -> Choice:
+    """choose() on this machine's devices, with the model's card where one can be read (a hub model not
+    downloaded has none: the choice says so)."""
+    try:
+        card = model_card.load(cfg.model.name)
+    except UserError:
+        card = None
+    return choose(card, cfg, world_size=world_size)
+
+
+def rows_here(cfg: Config) -> int:
+    """train.micro_batch_size as a one-process run here takes it: auto resolved, 0 = the whole batch."""
+    return here(cfg).rows if is_auto(cfg) else fixed(cfg).train.micro_batch_size
 
 
 def for_plan(cfg: Config, device: str, world_size: int = 1) -> Config:

@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from ... import rewards as reward_lib
-from ...contract import config, model_card, precision_plan, resume_rules
+from ...contract import config, precision_plan, resume_rules
 from ...contract import metrics as schema
 from ...contract.config import Config
 from ...contract.config import save as save_config
@@ -149,11 +149,7 @@ class Trainer:
         self.micro_batch = None
         if not micro_batch.is_auto(cfg):
             return micro_batch.fixed(cfg)
-        try:
-            card = model_card.load(cfg.model.name)
-        except UserError:  # no card and no readable config.json: no memory plan (the choice says so)
-            card = None
-        choice = micro_batch.choose(card, cfg, world_size=self.dist.world)
+        choice = micro_batch.here(cfg, self.dist.world)
         rows = min(self.dist.gather([choice.rows]))
         if rows != choice.rows:
             choice = micro_batch.Choice(rows, "the smallest rank's choice", choice.budget)
