@@ -61,6 +61,7 @@ class CallbackProgress:
         )
         self.control = TrainerControl()
         self.window: list[dict] = []
+        self.saved_step = 0
 
     def event(self, name: str, **extra) -> None:
         for callback in self.callbacks:
@@ -72,6 +73,8 @@ class CallbackProgress:
 
     def begin(self) -> None:
         self.state.global_step = self.engine.step_no
+        self.state.epoch = self.engine.step_no / max(self.steps_per_epoch, 1)
+        self.saved_step = self.engine.step_no  # a resumed run's checkpoint was told before
         self.event("on_train_begin")
 
     def update(self, row: dict) -> None:
@@ -92,7 +95,10 @@ class CallbackProgress:
             self.event("on_log", logs=logs)
 
     def saved(self) -> None:
-        self.event("on_save")
+        """After a checkpoint: on_save once per step (the engine saves again at the end, the same step)."""
+        if self.engine.step_no != self.saved_step:
+            self.saved_step = self.engine.step_no
+            self.event("on_save")
 
     def end(self) -> None:
         self.event("on_train_end")

@@ -236,16 +236,21 @@ class GRPOTrainer:
         progress = CallbackProgress(
             launch.PlainProgress(cfg.train.steps), self.callbacks, self.args, engine, steps_per_epoch
         )
-        save = engine._save  # the engine's checkpoint, then on_save (the only hook transformers' callbacks need)
+        save, restore = engine._save, engine._restore  # the hooks transformers' callbacks need, around the engine's
 
         def save_and_tell() -> None:
             save()
             progress.saved()
 
-        engine._save = save_and_tell
+        def restore_and_begin(printer=None) -> None:  # transformers: the checkpoint's state, then on_train_begin
+            restore(printer)
+            progress.begin()
+
+        engine._save, engine._restore = save_and_tell, restore_and_begin
         self._engine = engine
         try:
-            progress.begin()
+            if not resume:
+                progress.begin()
             state = engine.run(progress)
             progress.end()
         finally:
@@ -255,9 +260,9 @@ class GRPOTrainer:
     def _resume(self, resume_from_checkpoint) -> bool:
         if not resume_from_checkpoint:
             return False
-        from .contract.rundir import CHECKPOINTS
+        from .contract.run_files import checkpoint_folders
 
-        newest = sorted((self.run_dir / CHECKPOINTS).glob("step_*"))
+        newest = [path for _, path in checkpoint_folders(self.run_dir)]
         if isinstance(resume_from_checkpoint, str):
             given = Path(resume_from_checkpoint).resolve()
             if not newest or given != newest[-1].resolve():
@@ -351,10 +356,17 @@ def _tokenizer_of(model):
 def _rows(dataset, environment_factory, args, argument: str = "train_dataset") -> list[dict]:
     """A datasets.Dataset / IterableDataset (or a list of dicts) as rows with a `prompt` column, as TRL takes them;
     an IterableDataset is read to the prompts max_steps needs."""
+    if dataset is None and environment_factory is not None and argument == "train_dataset":
+        if args.max_steps <= 0:  # TRL grpo_trainer.py: no dataset, so no epoch to count
+            raise refuse("max_steps", args.max_steps, "with no train_dataset, set max_steps > 0, as TRL")
+        # TRL: one generation's placeholder prompts, each completed by the environment's reset()
+        return [
+            {"prompt": [{"role": "user", "content": ""}]}
+            for _ in range(args.generation_batch_size // args.num_generations)
+        ]
     if dataset is None:
         raise _error(
-            "grpo-studio needs prompts: pass a dataset with a 'prompt' column (an environment's reset(**row) "
-            "receives the row's other columns)",
+            "grpo-studio needs prompts: pass a dataset with a 'prompt' column, or an environment_factory",
             argument,
             None,
         )

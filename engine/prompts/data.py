@@ -264,8 +264,9 @@ def system_prompt(data: DataConfig, gsm8k: bool) -> str:
     return "" if data.system_prompt in SYSTEM_CHOICES else data.system_prompt
 
 
-def normalize(rows: list[dict], data: DataConfig) -> list[dict]:
-    """Source rows -> rows with `prompt` and `answer` (see the module doc)."""
+def normalize(rows: list[dict], data: DataConfig, environment: bool = False) -> list[dict]:
+    """Source rows -> rows with `prompt` and `answer` (see the module doc); `environment`: an environment's reset
+    completes each prompt, so an empty one is allowed (TRL's placeholder prompts when it owns the data)."""
     if not rows:
         raise _err("source", data.source, "the dataset has no rows")
     _refuse_ragged(rows, data)
@@ -277,7 +278,7 @@ def normalize(rows: list[dict], data: DataConfig) -> list[dict]:
     out = []
     for number, row in enumerate(rows, 1):
         where = _row_where(rows, number)
-        new, prompt = dict(row), _prompt(row.get(pcol), where, pcol, data)
+        new, prompt = dict(row), _prompt(row.get(pcol), where, pcol, data, environment)
         _refuse_unencodable(row, where, data)
         if isinstance(prompt, str) and system:
             prompt = BuiltMessages([{"role": "system", "content": system}, {"role": "user", "content": prompt}])
@@ -310,9 +311,9 @@ def _refuse_ragged(rows: list[dict], data: DataConfig) -> None:
         raise _err("source", data.source, f"{_row_where(rows, number)} {why}")
 
 
-def _prompt(value, where: str, column: str, data: DataConfig) -> str | list[dict]:
+def _prompt(value, where: str, column: str, data: DataConfig, environment: bool = False) -> str | list[dict]:
     """A row's prompt: text, or a list of chat messages (prompt_render.message_problem); anything else, an
-    empty one, or messages that are not a chat are refused naming the row."""
+    empty one (unless an environment completes it), or messages that are not a chat are refused naming the row."""
     if isinstance(value, (list, tuple)):
         problem = message_problem(value)
         if problem:
@@ -327,7 +328,7 @@ def _prompt(value, where: str, column: str, data: DataConfig) -> str | list[dict
             data.source,
             f"{where}, column {column!r} holds {kind_of(value)}; allowed: text or a list of chat messages",
         )
-    if not text.strip():
+    if not text.strip() and not environment:
         raise _err("source", data.source, f"{where} has an empty prompt (column {column!r})")
     return value
 
@@ -409,8 +410,8 @@ def split_summary(data: DataConfig, train: list[dict], evals: list[dict], genera
     return f"data: {len(train)} training rows, {held}{beside}"
 
 
-def load_rows(data: DataConfig, split: str) -> list[dict]:
-    """Rows of the 'train', 'eval' or 'general' (generalisation) split."""
+def load_rows(data: DataConfig, split: str, environment: bool = False) -> list[dict]:
+    """Rows of the 'train', 'eval' or 'general' (generalisation) split; `environment`: see normalize."""
     _refuse_hub_only_keys(data)
     if split == "general":
         size = general_size(data)
@@ -420,9 +421,9 @@ def load_rows(data: DataConfig, split: str) -> list[dict]:
         rows = arith.rows(split, eval_size(data))
         return normalize(rows, data) if rows else []
     if split == "eval" and data.eval_split:
-        return normalize(_source_rows(data, data.eval_split), data)
+        return normalize(_source_rows(data, data.eval_split), data, environment)
     source = _source_rows(data, data.split)
-    rows = normalize(source, data)
+    rows = normalize(source, data, environment)
     if data.eval_split:  # a separate eval split: train on everything
         return rows if split == "train" else []
     _check_eval_size(data, len(rows))

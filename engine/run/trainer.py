@@ -105,8 +105,9 @@ class Trainer:
         # user inputs first (rewards, data, model path), so mistakes surface before weights load
         reward_fns = reward_lib.build(cfg.rewards)
         self.outlets = Outlets(cfg, self.rundir, self.dist.main)  # trackers and alerts (a missing extra fails here)
-        self.prompts = data.PromptStream(data.load_rows(cfg.data, "train"), cfg.train.seed)
-        self.eval_rows = data.load_rows(cfg.data, "eval")
+        has_env = bool(cfg.env.environment)  # its reset completes each prompt
+        self.prompts = data.PromptStream(data.load_rows(cfg.data, "train", has_env), cfg.train.seed)
+        self.eval_rows = data.load_rows(cfg.data, "eval", has_env)
         self.general_rows = data.load_rows(cfg.data, "general")  # the generalisation split, evaluated beside them
         self.rundir.event("info", data.split_summary(cfg.data, self.prompts.rows, self.eval_rows, self.general_rows))
         if cfg.train.eval_every and not self.eval_rows:
