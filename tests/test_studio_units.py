@@ -227,10 +227,11 @@ def test_rundata_reads_a_real_run_column_for_column(trained_runs):
         assert set(run.columns) == keys
         assert "eval/accuracy" in keys and (dtype == "fp16") == ("precision/loss_scale" in keys)
         events = [json.loads(line) for line in (trained_runs[dtype] / rundir.EVENTS).read_text().splitlines()]
-        (before,) = [e["accuracy"] for e in events if e["event"] == "eval" and e["step"] == 0]
+        (before,) = [e for e in events if e["event"] == "eval" and e["step"] == 0]
         for key in keys:
             present = [r for r in rows if r.get(key) is not None]
-            start = ([0], [before]) if key == "eval/accuracy" else ([], [])  # the starting weights' score
+            # the starting weights' score (every eval/* value, its interval too)
+            start = ([0], [before[key.removeprefix("eval/")]]) if key.startswith("eval/") else ([], [])
             assert run.series(key) == (start[0] + [r["step"] for r in present], start[1] + [r[key] for r in present]), (
                 key
             )
