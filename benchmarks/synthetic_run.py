@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import random
 from pathlib import Path
 
 from ..contract import config as cfgmod
-from ..contract import metrics, rundir
+from ..contract import metrics, run_lock, rundir
 from ..contract.dtypes import DTYPES
 
 FUNCS = ["correctness", "format"]  # tiny-arith's reward functions
@@ -52,6 +53,8 @@ def shapes(drift: float, lagged: float | None = None) -> dict[str, tuple[float, 
         "policy/token_lag_max": (frac and 1.0, 0.0, 0.0),
         "policy/dropped_tokens": (0.0, 0.0, 0.0),
         "perf/mfu": (0.0, 0.5, 0.0),
+        "perf/overlap_frac": (0.6, 0.3, 0.0),  # below 1 before the clamp too
+        "precision/skipped_steps": (0.0, 0.0, 0.0),  # a count: none skipped
         "perf/rollout_s": (0.0, 0.4, 0.0),
         "perf/train_s": (0.0, 0.5, 0.0),
         "perf/sync_s": (0.0, 0.03, 0.0),
@@ -108,8 +111,14 @@ def metrics_rows(
         for name in names:
             base, scale, growth = shape.get(metrics.lookup(name).name, (0.0, 1.0, 0.0))
             value = base + scale * (1 + growth * progress) * (0.8 + 0.4 * rngs[name].random())
+            if metrics.lookup(name).unit == "fraction":  # a share stays in [0, 1], as the engine clamps it
+                value = min(max(value, 0.0), 1.0)
             if lagged is not None or name not in LAGGED_ONLY:
                 row[name] = value
+        stops = [name for name in row if name.startswith("env/stop/")]
+        total_stops = sum(row[name] for name in stops)
+        for name in stops:  # every episode stops for one reason: the shares add up to 1
+            row[name] /= total_stops
         rows.append({**row, metrics.STEP: step, metrics.TIME: t0 + 1.5 * step})
         metrics.check_row(rows[-1])  # what the run writer would refuse, this refuses too
     return rows
@@ -182,7 +191,8 @@ def write_run(
     episodes: bool = False,
 ) -> Path:
     """A run directory with `steps` rows of a `total`-step run, ending in `state` (`lagged`, `world_size`,
-    `episodes`: metrics_rows; `episodes` also makes the last step's samples episodes)."""
+    `episodes`: metrics_rows; `episodes` also makes the last step's samples episodes). A "running" run is held
+    by the calling process (trainer.pid), so it reads as running while the caller lives."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     total = total or steps
@@ -214,4 +224,6 @@ def write_run(
     if state in ("finished", "stopped", "crashed"):
         events.append({"time": t0 + 1.5 * steps, "event": state, "message": f"{state} at step {steps}", "step": steps})
     write_jsonl(run_dir / rundir.EVENTS, events)
+    if state == "running":
+        run_lock.write_lock(run_dir, run_lock.Lock.of(os.getpid()))
     return run_dir

@@ -24,6 +24,8 @@ class Panel:
     gate: str = ""  # shown only once this metric has been > 0 in the run
     logged: bool = False  # the gate opens once the metric is logged at all, 0 included
     note: str = ""  # one line under the chart: why it looks as it does
+    before_note: str = ""  # added to the note only for a run with a step-0 (before training) point of a key
+    short_title: str = ""  # the title where the full one does not fit the chart (80×24: about 38 columns)
     family: str = ""  # add every run column under this prefix (names known only at run time: an env's tools)
     percent: bool = False  # shares shown in percent (headline and ticks), as the Perf table shows them
     bounds: list[str] = field(default_factory=list)  # keys whose Wilson 95% interval (their _lo, _hi) is drawn
@@ -55,24 +57,41 @@ class Panel:
                 out.append(Line(label_prefix + short(key), xs, ys))
         for label, xs, lo, hi in self.intervals(run) if bounds else []:  # two faint lines each
             out += [
-                Line(f"{label_prefix}{label} lo", xs, lo, color=FAINT),
-                Line(f"{label_prefix}{label} hi", xs, hi, color=FAINT),
+                Line(f"{label_prefix}{label} lo", xs, lo, color=FAINT, under=True),
+                Line(f"{label_prefix}{label} hi", xs, hi, color=FAINT, under=True),
             ]
-        if self.rewards and out and out[0].xs:
-            out.append(Line(label_prefix + "smoothed", out[0].xs, ema(out[0].ys), color="white"))
+        if self.rewards and out and out[0].xs:  # under the reward it smooths, so it hides none of its points
+            out.append(Line(label_prefix + "smoothed", out[0].xs, ema(out[0].ys), color="white", under=True))
         return out
+
+    def note_for(self, run: RunData) -> str:
+        """The note under this panel's chart for `run`: what it says of step 0 only where step 0 exists."""
+        before = self.before_note if any(key in run.eval_before for key in self.keys) else ""
+        return "; ".join(part for part in (before, self.note) if part)
 
     def present(self, run: RunData) -> bool:
         return not self.gate or any(self.logged or v > 0 for v in run.series(self.gate)[1])
 
-    def headline(self, run: RunData) -> str:
+    def headline(self, run: RunData, title: str | None = None) -> str:
+        """'title  value' of the first key's last value; a panel of several keys names the key the value is of
+        ('episode stop reasons, share of episodes  done 62.5%'). `title`: a short title, without the axis note."""
         key = self.keys[0] if self.keys else ""
         value = run.last(key)
-        suffix = " · log10 axis" if self.log else ""
-        return f"{self.title}  {percent(value) if self.percent else fmt(value)}{suffix}"
+        suffix = " · log10 axis" if self.log and title is None else ""
+        named = f"{short(key)} " if len(self.keys) > 1 else ""
+        return f"{title or self.title}  {named}{percent(value) if self.percent else fmt(value)}{suffix}"
+
+    def short_headline(self, run: RunData) -> str:
+        return self.headline(run, self.short_title or self.title)
+
+
+# Legend names that are not the key's own last part: what the value is, where the name alone would mislead.
+LABELS = {"perf/train_s": "step−rollout"}  # the file's train_s: the step after its rollout, sync included
 
 
 def short(key: str) -> str:
+    if key in LABELS:
+        return LABELS[key]
     prefixes = ("env/tool_calls/", "env/stop/", "env/", "eval/")
     for prefix in ("mismatch/", "completion/", "perf/", "precision/", "mem/", "policy/", *prefixes):
         if key.startswith(prefix):
@@ -104,7 +123,9 @@ PANELS = {
             ],
             gate=metrics.EVAL_ACCURACY,
             logged=True,
-            note="step 0: before training; lo, hi: accuracy's 95% interval",
+            note="lo, hi: accuracy's 95% interval",
+            before_note="step 0: before training",
+            short_title="eval acc",
             bounds=[metrics.EVAL_ACCURACY],
         ),
         Panel("k3", "KL k3", [metrics.K3]),
@@ -131,25 +152,44 @@ PANELS = {
         Panel("truncated", "truncated share", ["completion/truncated_frac"]),
         # perf/env_s, perf/model_s: the rollout's split in multi-turn runs only (a key without data draws no line)
         Panel(
-            "step_time", "step time s", ["perf/step_s", "perf/rollout_s", "perf/train_s", "perf/env_s", "perf/model_s"]
+            "step_time",
+            "step time s",
+            ["perf/step_s", "perf/rollout_s", "perf/train_s", "perf/env_s", "perf/model_s"],
+            short_title="step s",
         ),
-        Panel("tok_s", "rollout tokens/s", ["perf/rollout_tok_s"]),
-        Panel("loss_scale", "fp16 loss scale", ["precision/loss_scale"]),
+        Panel("tok_s", "rollout tokens/s", ["perf/rollout_tok_s"], short_title="tok/s"),
+        Panel("loss_scale", "fp16 loss scale", ["precision/loss_scale"], short_title="loss scale"),
         Panel("skipped", "skipped steps", ["precision/skipped_steps"]),
         Panel("memory", "memory GiB", [metrics.PEAK_GIB, "mem/rss_gib"]),
         Panel("lag_k3", "k3 lag 0 vs lagged", [LAG0_K3, LAGGED_K3], gate=LAGGED_FRAC),  # runs with policy lag only
         Panel("token_lag", "token policy lag", ["policy/token_lag_mean", "policy/token_lag_max"], gate=LAGGED_FRAC),
-        Panel("mfu", "MFU, % of measured matmul peak", [MFU], gate=MFU, percent=True),
+        Panel("mfu", "MFU, % of measured matmul peak", [MFU], gate=MFU, percent=True, short_title="MFU"),
         # env.environment runs only (engine/rollout/episodes.py): every episode has a model turn, so turns_mean > 0
-        Panel("turns", "model turns per episode", ["env/turns_mean", "env/turns_max"], gate=ENV),
-        Panel("tool_calls", "tool calls per episode", ["env/tool_calls_mean"], gate=ENV, family="env/tool_calls/"),
+        Panel("turns", "model turns per episode", ["env/turns_mean", "env/turns_max"], gate=ENV, short_title="turns"),
+        Panel(
+            "tool_calls",
+            "tool calls per episode",
+            ["env/tool_calls_mean"],
+            gate=ENV,
+            family="env/tool_calls/",
+            short_title="tool calls",
+        ),
         Panel(
             "env_shares",
             "share: env tokens (masked), failed tool calls",
             ["env/env_token_frac", "env/tool_failure_frac"],
             gate=ENV,
+            percent=True,
+            short_title="env tok / tool fail",
         ),
-        Panel("stops", "episode stop reasons", [f"env/stop/{s}" for s in STOPS], gate=ENV),
+        Panel(
+            "stops",
+            "episode stop reasons, share of episodes",
+            [f"env/stop/{s}" for s in STOPS],
+            gate=ENV,
+            percent=True,
+            short_title="stop reasons",
+        ),
     ]
 }
 

@@ -9,7 +9,7 @@ from ..contract import metrics
 from ..contract.metrics import fmt
 from .panels import PANELS, histogram_bars, histogram_title
 from .rundata import RunData
-from .widgets.metric_chart import ema
+from .widgets.metric_chart import ema, not_drawn, positive
 
 REPORT_PANELS = [
     "reward",
@@ -40,15 +40,22 @@ def _figure(run: RunData, pid: str, out: Path) -> Path | None:
     if not lines:
         return None
     fig, ax = plt.subplots(figsize=(6.4, 3.6), dpi=100)
-    colours = {}
+    colours, zeros, others = {}, 0, 0
     for line in lines:
+        xs, ys = line.xs, line.ys
+        if panel.log:  # matplotlib masks values <= 0 on a log axis silently: left out here, and counted
+            xs, ys, n = positive(xs, ys)
+            if not line.under:
+                n_zero = sum(1 for y in line.ys if y == 0)
+                zeros, others = zeros + n_zero, others + n - n_zero
         (drawn,) = ax.plot(
-            line.xs,
-            line.ys,
+            xs,
+            ys,
             label=line.label,
-            linewidth=1.6 if line.label == "smoothed" else 1.0,
-            marker="o" if len(line.xs) <= 12 else None,
-        )  # a sparse series (eval every N steps) shows its points
+            linewidth=1.6 if line.under else 1.0,
+            marker="o" if len(xs) <= 12 else None,  # a sparse series (eval every N steps) shows its points
+            zorder=1 if line.under else 2 + 1 / (1 + len(xs)),  # as the studio draws them: the sparsest on top
+        )
         colours[line.label] = drawn.get_color()
     for label, xs, lo, hi in panel.intervals(run, panel.keys):  # Wilson 95% intervals: faint bands, the lines' colours
         ax.fill_between(xs, lo, hi, color=colours.get(label), alpha=0.15, linewidth=0)
@@ -58,8 +65,10 @@ def _figure(run: RunData, pid: str, out: Path) -> Path | None:
         from matplotlib.ticker import PercentFormatter
 
         ax.yaxis.set_major_formatter(PercentFormatter(1.0))
-    ax.set_title(panel.title)
-    ax.set_xlabel(f"step\n{panel.note}" if panel.note else "step")
+    dropped = not_drawn(zeros, others)
+    ax.set_title(f"{panel.title} · {dropped}" if dropped else panel.title)
+    note = panel.note_for(run)
+    ax.set_xlabel(f"step\n{note}" if note else "step")
     ax.grid(alpha=0.3)
     if len(lines) > 1:
         ax.legend(fontsize=8)

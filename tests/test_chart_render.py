@@ -39,17 +39,14 @@ def check_chart(rows: list[str], chart: MetricChart, where: str) -> None:
     bottom = next(i for i, row in enumerate(rows) if "└" in row)
     left, right = rows[top].index("┌"), rows[top].index("┐")
     series = [line for line in chart.lines if line.xs]
-    legend = chart_axes.legend(
-        [(chart_axes.glyph(chart_axes.MARKERS[i]), line.label) for i, line in enumerate(series)],
-        chart.size.width - 1,
-    )
+    legend = chart.legend_line
     legend_rows = [i for i, row in enumerate(rows) if len(series) > 1 and row.lstrip().startswith(legend[:12])]
     # glyphs: inside the frame, or the legend's own markers on the legend line
     for y, row in enumerate(rows):
         for x, ch in enumerate(row):
-            if ch in PLOT and not (top < y < bottom and left < x < right):
-                assert y in legend_rows and row[x + 1] == " ", f"{where}: plot glyph {ch!r} at row {y} col {x}\n" + (
-                    "\n".join(rows)
+            if ch in PLOT and not (top < y < bottom and left < x < right):  # a legend marker: "▞ name" or "▞1"
+                assert y in legend_rows and (row[x + 1] == " " or row[x + 1].isdigit()), (
+                    f"{where}: plot glyph {ch!r} at row {y} col {x}\n" + ("\n".join(rows))
                 )
     # the legend: under the x labels, never on a row of the plot
     if len(series) > 1:
@@ -134,11 +131,34 @@ def test_nice_range_labels_both_ends_of_the_frame():
     assert chart_axes.nice_range(0.0, 1462.0, 5, integer=True)[2] == pytest.approx([0, 500, 1000, 1500])
 
 
-def test_legend_cuts_the_longest_label_first_to_fit():
+def test_legend_numbers_its_markers_and_lists_the_names_under_it_when_they_do_not_fit():
     entries = [("▞", "reward/mean"), ("⠿", "correctness"), ("•", "format")]
-    assert chart_axes.legend(entries, 80) == "▞ reward/mean  ⠿ correctness  • format"
-    cut = chart_axes.legend(entries, 30)
-    assert len(cut) <= 30 and cut.endswith("• format") and "…" in cut
+    assert chart_axes.legend_lines(entries, 80) == ("▞ reward/mean  ⠿ correctness  • format", [])
+    line, names = chart_axes.legend_lines(entries, 30)
+    assert line == "▞1 ⠿2 •3"
+    assert names == ["1 reward/mean · 2 correctness", "3 format"]  # whole names, wrapped at 30 columns
+
+
+def test_title_fits_as_plotext_draws_it():
+    """Brute force against plotext: a title is drawn whole exactly where title_fits says, else not at all."""
+    import plotext
+
+    for width in (30, 39, 47):
+        for y_width in (1, 4, 7):
+            for length in range(width - 12, width + 1):
+                plotext.clear_figure()
+                plotext.plotsize(width, 9)
+                plotext.plot([1, 2], [1, 2])
+                plotext.yticks([1, 2], ["x" * y_width, "y" * y_width])
+                title = "T" * length
+                plotext.title(title)
+                drawn = title in plotext.build()
+                assert drawn == chart_axes.title_fits(length, width, y_width), (width, y_width, length)
+    assert chart_axes.fit_title(["MFU, % of measured matmul peak  42.15%", "MFU  42.15%"], 39, 6) == "MFU  42.15%"
+    cut = chart_axes.fit_title(["x" * 60], 39, 6)
+    assert (
+        cut.endswith("…") and chart_axes.title_fits(len(cut), 39, 6) and not chart_axes.title_fits(len(cut) + 1, 39, 6)
+    )
 
 
 @pytest.mark.anyio

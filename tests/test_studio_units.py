@@ -71,7 +71,8 @@ def test_downsample_keeps_ends_and_bucket_means():
 
 def test_run_states_from_events_and_pid(tmp_path):
     assert RunData(write_run(tmp_path / "a", 5, state="finished")).state() == "finished"
-    b = write_run(tmp_path / "b", 5, state="running")  # started, no goodbye, no live pid
+    b = write_run(tmp_path / "b", 5, state="running")
+    (b / "trainer.pid").unlink()  # started, no goodbye, no live pid
     run = RunData(b)
     run.drain()
     assert run.state() == rundir.run_state(b).state == "crashed"

@@ -16,11 +16,14 @@ from ...contract.metrics import fmt
 from ..panels import PANELS
 from ..rundata import RunData
 from ..widgets.metric_chart import COLORS, Line, MetricChart
+from .dashboard_screen import empty_text
 
 COMPARE_PANELS = ["reward", "k3", "loss", "dp_max"]
 
 
 def overlay(runs: list[RunData], panel_id: str) -> list[Line]:
+    """One line per run of the panel's first key: each run its own marker and colour (by its place in the
+    selection); MetricChart draws the run with fewer points on top."""
     panel = PANELS[panel_id]
     key = panel.keys[0]
     lines = []
@@ -83,8 +86,12 @@ class CompareScreen(Screen):
         self.version = version
         self.query_one("#compare-summary", Static).update(summary(self.runs))
         for pid in COMPARE_PANELS:
-            title = PANELS[pid].title + (" (log10)" if PANELS[pid].log else "")
-            self.query_one(f"#cmp-{pid}", MetricChart).show(overlay(self.runs, pid), title)
+            panel = PANELS[pid]
+            title = panel.title + (" (log10)" if panel.log else "")
+            empty = "; ".join(f"{run.name}: {empty_text(run)}" for run in self.runs)
+            self.query_one(f"#cmp-{pid}", MetricChart).show(
+                overlay(self.runs, pid), title, empty=empty, short=panel.short_title or panel.title
+            )
 
     def action_back(self) -> None:
         self.dismiss()

@@ -48,6 +48,9 @@ INFO_TABS = ("mismatch", "perf")
 # Labels short enough for all ten tabs to fit 80 columns.
 MORE_TABS = [("histogram", "Δlogp"), ("hardware", "Device"), ("samples", "Samples"), ("events", "Log")]
 MORE_TABS += [("doctor", "Doctor")]
+# Dashboard keys that act on one tab only: listed in that tab's section of the keys help.
+TAB_KEYS = {"doctor": ("dashboard.fork",)}
+SEARCH_HELP = ("typing", "in the search box: enter or esc returns to the table")
 VERDICT_STYLE = {"lag": "bold yellow", "precision": "bold yellow", "none": "green"}
 STATE_STYLE = {
     "running": "bold green",
@@ -56,6 +59,17 @@ STATE_STYLE = {
     "crashed": "bold red",
     "created": "dim",
 }
+
+
+def empty_text(run: RunData) -> str:
+    """What a chart without points says: the run has logged steps without its keys; it ended before its first
+    step; or none yet."""
+    if run.steps:
+        return f"not logged ({run.step} steps so far)"
+    state = run.state()
+    if state in ("crashed", "stopped", "finished"):
+        return f"no data: the run {state} before its first step"
+    return "waiting for data"
 
 
 def fmt_duration(seconds: float | None) -> str:
@@ -81,6 +95,12 @@ class DashboardScreen(Screen):
             for i, (tab, label) in enumerate([(t[0], t[1]) for t in TABS] + MORE_TABS)
         ],
         Binding("escape", "back", "Back", id="dashboard.back"),
+        # The Samples tab's own keys, from wherever focus is on that tab (the tab strip, nowhere): the panel's
+        # bindings, forwarded; with the panel focused its own binding acts first. Same ids: one keymap entry.
+        *[
+            Binding(b.key, f"samples_key({b.action!r})", b.description, id=b.id, show=False)
+            for b in SamplesPanel.BINDINGS
+        ],
     ]
 
     def __init__(self, run_dir: Path, poll_s: float = 1.0, live_hardware: bool = True, **kwargs):
@@ -125,7 +145,8 @@ class DashboardScreen(Screen):
             with TabPane("Samples", id="samples"):
                 yield SamplesPanel(id="samples-panel")
             with TabPane("Log", id="events"):
-                yield RichLog(id="events-log", wrap=True, markup=False, max_lines=2000)
+                # min_width 1: wrapped at the log's own width (78 by default is wider than 80 columns leave it)
+                yield RichLog(id="events-log", wrap=True, markup=False, max_lines=2000, min_width=1)
             with TabPane("Doctor", id="doctor"):
                 yield DoctorPanel(id="doctor-panel")
         yield Footer()
@@ -142,6 +163,8 @@ class DashboardScreen(Screen):
 
     def on_resize(self) -> None:
         self._fit_charts()
+        self.query_one("#events-log", RichLog).clear()  # the log wraps again at its new width
+        self.events_seen = 0
 
     def _fit_charts(self) -> None:
         """Two charts per row; rows share the height left beside the tab's info lines, but never below 9
@@ -165,6 +188,8 @@ class DashboardScreen(Screen):
 
     def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
         self._draw_tab(event.pane.id)
+        if event.pane.id == "samples":  # every visit: the table has the rows the keys move through
+            self.set_focus(self.query_one("#samples-table"))
 
     def _draw_tab(self, tab: str | None) -> None:
         if not tab or self.drawn.get(tab) == self.run.version:
@@ -180,7 +205,6 @@ class DashboardScreen(Screen):
             self._hardware()
         elif tab == "samples":
             self._samples()
-            self.query_one("#samples-table").focus()  # its filter keys act while the table has focus
         elif tab == "events":
             self._events()
         elif tab == "doctor":
@@ -192,7 +216,13 @@ class DashboardScreen(Screen):
                 if chart.display != panel.present(self.run):
                     chart.display, refit = not chart.display, True
                 if chart.display:
-                    chart.show(panel.lines(self.run), panel.headline(self.run), empty=self._empty())
+                    chart.show(
+                        panel.lines(self.run),
+                        panel.headline(self.run),
+                        empty=self._empty(),
+                        short=panel.short_headline(self.run),
+                        note=panel.note_for(self.run),
+                    )
             if refit:
                 self._fit_charts()
             if tab in INFO_TABS:
@@ -213,10 +243,11 @@ class DashboardScreen(Screen):
         bar.update(total=total or None, progress=run.step)
         eta = run.eta_s() if state == "running" else None
         reward, k3 = run.last(metrics.REWARD), run.last(metrics.K3)
+        eta_text = f"  ETA {fmt_duration(eta)}" if eta is not None else ""  # no "ETA –": room for k3 at 80 columns
         self.query_one("#run-step", Label).update(
             str(rehearsal.get("message", ""))
             if rehearsal
-            else f"{run.step}/{total or '?'}  ETA {fmt_duration(eta)}  reward {fmt(reward)}  k3 {fmt(k3)}"
+            else f"{run.step}/{total or '?'}{eta_text}  reward {fmt(reward)}  k3 {fmt(k3)}"
         )
 
     def _info(self, tab: str) -> None:
@@ -248,8 +279,7 @@ class DashboardScreen(Screen):
             self._fit_charts()
 
     def _empty(self) -> str:
-        """What a chart without points says: the run has logged steps without its keys, or none yet."""
-        return f"not logged ({self.run.step} steps so far)" if self.run.steps else "waiting for data"
+        return empty_text(self.run)
 
     def _samples(self) -> None:
         self.query_one(SamplesPanel).show(self.run)
@@ -294,7 +324,41 @@ class DashboardScreen(Screen):
 
     # ---- actions ----------------------------------------------------------------------------
     def action_tab(self, tab: str) -> None:
-        self.query_one(TabbedContent).active = tab
+        """Switch tabs from wherever focus is. Focus inside the pane being hidden is dropped first: left to
+        Textual, a hidden focused widget hands focus to a sibling in the same hidden pane (Screen._reset_focus),
+        and the focused pane takes its tab back (the Samples table and its detail box did)."""
+        tabs = self.query_one(TabbedContent)
+        pane = tabs.active_pane
+        if self.focused is not None and pane is not None and pane in self.focused.ancestors:
+            self.set_focus(None)
+        tabs.active = tab
+
+    def check_action(self, action: str, parameters: tuple) -> bool | None:
+        """The Samples tab's keys act on that tab only; elsewhere the key falls through."""
+        if action == "samples_key":
+            return self.query_one(TabbedContent).active == "samples"
+        return True
+
+    async def action_samples_key(self, action: str) -> None:
+        await self.query_one(SamplesPanel).run_action(action)
+
+    def help_sections(self, keymap: dict[str, str]) -> list[tuple[str, list[tuple[str, str]]]]:
+        """The keys help: the dashboard's keys, then the open tab's own (the Samples filters and search, the
+        Doctor's fork), each key once."""
+        from .keys_help import binding_rows
+
+        tabs = self.query_one(TabbedContent)
+        label = str(tabs.get_tab(tabs.active).label.plain) if tabs.active else ""
+        own = TAB_KEYS.get(tabs.active, ())
+        every_own = {key_id for ids in TAB_KEYS.values() for key_id in ids}
+        rows = binding_rows(self, keymap, skip=lambda b: b.id in every_own or b.action.startswith("samples_key"))
+        sections = [("dashboard", rows)]
+        tab_rows = binding_rows(self, keymap, skip=lambda b: b.id not in own)
+        if tabs.active == "samples":
+            tab_rows = binding_rows(self.query_one(SamplesPanel), keymap) + [SEARCH_HELP]
+        if tab_rows:
+            sections.append((f"{label} tab", tab_rows))
+        return sections
 
     def action_back(self) -> None:
         self.post_message(GoBack())

@@ -11,20 +11,27 @@ from textual.dom import DOMNode
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-KEY_NAMES = {"question_mark": "?", "escape": "esc"}
+KEY_NAMES = {
+    "question_mark": "?",
+    "escape": "esc",
+    "slash": "/",
+    "left_square_bracket": "[",
+    "right_square_bracket": "]",
+}
 
 
 def key_name(key: str) -> str:
     return KEY_NAMES.get(key, key)
 
 
-def binding_rows(node: DOMNode, keymap: dict[str, str]) -> list[tuple[str, str]]:
-    """(keys, description) per binding of `node`, the keymap applied; keys bound to one action share a row."""
+def binding_rows(node: DOMNode, keymap: dict[str, str], skip=None) -> list[tuple[str, str]]:
+    """(keys, description) per binding of `node`, the keymap applied; keys bound to one action share a row.
+    `skip(binding)`: leave that binding out (another section lists it)."""
     bindings = node._bindings.copy()
     bindings.apply_keymap(keymap)
     rows: dict[tuple[str, str], list[str]] = {}
     for key, binding in bindings:
-        if not binding.system:
+        if not binding.system and not (skip and skip(binding)):
             rows.setdefault((binding.action, binding.description or binding.action), []).append(key_name(key))
     return [(" / ".join(keys), description) for (_, description), keys in rows.items()]
 

@@ -76,14 +76,38 @@ def labels(values: list[float], percent: bool = False) -> list[str]:
     return [t + "%" for t in out] if percent else out
 
 
-def legend(entries: list[tuple[str, str]], width: int) -> str:
-    """'▞ label  ⠿ label …' in at most `width` columns: the longest label is cut first."""
-    names = [name for _, name in entries]
+def legend_lines(entries: list[tuple[str, str]], width: int) -> tuple[str, list[str]]:
+    """The legend line and the lines under it: '▞ label  ⠿ label' when every name fits whole, else numbered
+    markers ('▞1 ⠿2 •3') with the names listed under the plot ('1 step_s · 2 rollout_s'), wrapped to `width`."""
+    whole = "  ".join(f"{g} {name}" for g, name in entries)
+    if len(whole) <= width:
+        return whole, []
+    numbered = " ".join(f"{g}{i}" for i, (g, _) in enumerate(entries, 1))
+    lines, line = [], ""
+    for i, (_, name) in enumerate(entries, 1):
+        item = f"{i} {name}"
+        if line and len(line) + 3 + len(item) > width:
+            lines.append(line)
+            line = ""
+        line = f"{line} · {item}" if line else item[:width]
+    return numbered, lines + [line]
 
-    def text() -> str:
-        return "  ".join(f"{g} {name}" for (g, _), name in zip(entries, names))
 
-    while len(text()) > width and max(map(len, names), default=0) > 1:
-        i = max(range(len(names)), key=lambda j: len(names[j]))
-        names[i] = names[i][: len(names[i].rstrip("…")) - 1] + "…"
-    return text()[:width]
+def title_fits(length: int, width: int, y_width: int) -> bool:
+    """Whether plotext draws a title of `length` on a chart `width` wide whose y labels are `y_width` wide: it
+    centres the title on the canvas and drops one that would cross the widget's edge (plotext/_build.py, the
+    title row; _matrix.py, check_space)."""
+    center = (y_width + 1) + (width - y_width - 2) // 2
+    return center - length // 2 >= 0 and center - length // 2 + length <= width
+
+
+def fit_title(candidates: list[str], width: int, y_width: int) -> str:
+    """The first candidate plotext will draw whole, else the last one cut with '…' to the longest that it will."""
+    for title in candidates:
+        if title_fits(len(title), width, y_width):
+            return title
+    last = candidates[-1]
+    n = len(last) - 1
+    while n > 1 and not title_fits(n + 1, width, y_width):
+        n -= 1
+    return last[:n] + "…"

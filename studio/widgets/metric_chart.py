@@ -1,13 +1,18 @@
 """Charts: a PlotextPlot that keeps its lines, downsamples to ~2× its width and redraws only
 when it is handed new data (or resized). Whole steps on the x axis; y ticks round and distinct in one
 number format (widgets/chart_axes.py), real values on a log10 axis. The legend and the chart's note
-share the line under the plot, so no label covers data; each series has its own marker."""
+share the line under the plot, so no label covers data; each series has its own marker; a legend whose names
+do not fit numbers its markers and lists the names under it. Nothing is hidden: a smoothed line is drawn under
+the data, the series with the fewest points last (on top); a log axis leaves out values ≤ 0 and says how many
+in the title; the title shortens to fit (never dropped)."""
 
 from __future__ import annotations
 
 import math
+import textwrap
 from dataclasses import dataclass
 
+from rich.text import Text
 from textual_plotext import PlotextPlot
 
 from ...contract.metrics import fmt
@@ -28,6 +33,7 @@ class Line:
     xs: list[float]
     ys: list[float]
     color: str | None = None
+    under: bool = False  # drawn first, beneath the data it summarises (a smoothed line)
 
 
 def downsample(xs: list[float], ys: list[float], n: int) -> tuple[list[float], list[float]]:
@@ -54,8 +60,21 @@ def ema(ys: list[float], alpha: float = 0.1) -> list[float]:
     return out
 
 
-def log10(ys: list[float], floor: float = 1e-18) -> list[float]:
-    return [math.log10(max(y, floor)) for y in ys]
+def positive(xs: list[float], ys: list[float]) -> tuple[list[float], list[float], int]:
+    """The points a log axis can draw (finite y > 0), and how many it cannot."""
+    kept = [(x, y) for x, y in zip(xs, ys) if math.isfinite(y) and y > 0]
+    return [x for x, _ in kept], [y for _, y in kept], len(ys) - len(kept)
+
+
+def not_drawn(zeros: int, others: int) -> str:
+    """'2 zero values not drawn' ('2 values ≤0 or NaN …' when some are negative or not finite); '' for none."""
+    n = zeros + others
+    if not n:
+        return ""
+    what = "zero value" if not others else "value ≤0 or NaN"
+    if n > 1:
+        what = what.replace("value", "values")
+    return f"{n} {what} not drawn"
 
 
 class MetricChart(PlotextPlot):
@@ -81,18 +100,34 @@ class MetricChart(PlotextPlot):
         self.use_log10 = log
         self.percent = percent  # y ticks in percent of the plotted shares
         self.note = note
+        self.short_title = ""  # the title when the full one does not fit (chart_axes.fit_title)
+        self.drawn_title = ""  # the title as last drawn
+        self.names: list[str] = []  # the numbered legend's names, under the plot
+        self.dropped = ""  # what a log axis left out (not_drawn)
+        self.legend_line = ""  # the legend as last drawn under the plot
         self.empty = "waiting for data"
         self.lines: list[Line] = []
         self.bars: tuple[list[str], list[float]] | None = None
         self.redraws = 0
 
-    def show(self, lines: list[Line], title: str | None = None, empty: str | None = None) -> None:
+    def show(
+        self,
+        lines: list[Line],
+        title: str | None = None,
+        empty: str | None = None,
+        short: str | None = None,
+        note: str | None = None,
+    ) -> None:
         self.lines = lines
         self.bars = None
         if title is not None:
             self.chart_title = title
+        if short is not None:
+            self.short_title = short
         if empty is not None:
             self.empty = empty
+        if note is not None:
+            self.note = note
         self.refresh()
 
     def show_bars(self, labels: list[str], values: list[float], title: str | None = None) -> None:
@@ -106,43 +141,79 @@ class MetricChart(PlotextPlot):
         plt = self.plt
         plt.clear_figure()
         width = max(self.size.width, 10)
-        plt.title(self.chart_title if len(self.chart_title) <= width else self.chart_title[: width - 1] + "…")
+        self.names, self.dropped, self.legend_line = [], "", ""
         if self.bars is not None:
             labels, values = self.bars
+            y_width = 0
             if values:
                 plt.bar(labels, values, color=COLORS[0], width=0.6)
                 _, top, ys = chart_axes.nice_range(0.0, max(max(values), 1.0), 5, integer=True)
                 plt.ylim(0, top)
                 plt.yticks(ys, chart_axes.labels(ys))
+                y_width = max(map(len, chart_axes.labels(ys)))
+            self._title(width, y_width)
             return
-        drawn = [line for line in self.lines if line.xs]
-        if not drawn:
-            plt.text(self.empty, 0.5, 0.5, alignment="center")
+        series = [line for line in self.lines if line.xs]  # a series' index gives its marker and colour
+        plotted, zeros, others = [], 0, 0
+        for i, line in enumerate(series):
+            xs, ys = line.xs, line.ys
+            if self.use_log10:
+                xs, ys, n = positive(xs, ys)
+                if not line.under:
+                    n_zero = sum(1 for y in line.ys if y == 0)
+                    zeros, others = zeros + n_zero, others + n - n_zero
+                ys = [math.log10(y) for y in ys]
+            if xs:
+                plotted.append((i, line, *downsample(xs, ys, 2 * width)))
+        self.dropped = not_drawn(zeros, others)
+        if not plotted:
+            n = zeros + others
+            message = self.empty if not n else f"all {n} values ≤ 0: none on a log axis"
+            lines = textwrap.wrap(message, max(width - 6, 8))  # plotext cuts a text wider than the canvas
+            row = 1.0 / max(self.size.height - 5, 1)  # about a row of the canvas, on its 0 … 1 axis
+            for k, text in enumerate(lines):
+                plt.text(text, 0.5, 0.5 + ((len(lines) - 1) / 2 - k) * row, alignment="center")
             plt.xlim(0, 1)
             plt.ylim(0, 1)
             plt.xticks([], [])
             plt.yticks([], [])
+            self._title(width, 0)
             return
-        xs_seen, ys_seen, keys = [], [], []
-        for i, line in enumerate(drawn):
+        # beneath first (a smoothed line), then the most points first: the sparsest series is drawn on top
+        for i, line, xs, ys in sorted(plotted, key=lambda p: (not p[1].under, -len(p[2]))):
             marker = chart_axes.MARKERS[i % len(chart_axes.MARKERS)]
-            xs, ys = downsample(line.xs, line.ys, 2 * width)
-            if self.use_log10:
-                ys = log10(ys)
             plt.plot(xs, ys, color=line.color or COLORS[i % len(COLORS)], marker=marker)
-            keys.append((chart_axes.glyph(marker), line.label))
-            xs_seen += [xs[0], xs[-1]]
-            ys_seen += [y for y in ys if math.isfinite(y)]
+        keys = [
+            (chart_axes.glyph(chart_axes.MARKERS[i % len(chart_axes.MARKERS)]), line.label)
+            for i, line in enumerate(series)
+        ]
+        under, self.names = chart_axes.legend_lines(keys, width - 1) if len(series) > 1 else ("", [])
+        self.legend_line = under
+        note = self.note
+        if note:
+            under = f"{under} · {note}" if under else note
         # plotext writes the ylabel left-aligned on the line under the plot: the legend's and the note's place
-        under = chart_axes.legend(keys, width - 1) if len(drawn) > 1 else ""
-        if self.note:
-            under = f"{under} · {self.note}" if under else self.note
         if under:
             plt.ylabel(under if len(under) <= width - 1 else under[: width - 2] + "…")
-        rows = self.size.height - 4 - bool(under)  # less the title, the frame's two lines and the x labels
-        self._ticks(min(xs_seen), max(xs_seen), min(ys_seen, default=0.0), max(ys_seen, default=0.0), rows, width)
+        rows = self.size.height - len(self.names) - 4 - bool(under)  # less the title, frame and x labels
+        xs_seen = [x for _, _, xs, _ in plotted for x in (xs[0], xs[-1])]
+        ys_seen = [y for _, _, _, ys in plotted for y in ys if math.isfinite(y)]
+        y_width = self._ticks(
+            min(xs_seen), max(xs_seen), min(ys_seen, default=0.0), max(ys_seen, default=0.0), rows, width
+        )
+        self._title(width, y_width)
 
-    def _ticks(self, x_lo: float, x_hi: float, y_lo: float, y_hi: float, rows: int, width: int) -> None:
+    def _title(self, width: int, y_width: int) -> None:
+        """The full title, else the short one, with what a log axis left out; cut to fit, never empty."""
+        full, short = self.chart_title, self.short_title or self.chart_title
+        candidates = [full, short]
+        if self.dropped:  # the count survives any cut: it comes first in the last candidate
+            candidates = [f"{full} · {self.dropped}", f"{short} · {self.dropped}", f"{self.dropped} · {short}"]
+        self.drawn_title = chart_axes.fit_title(candidates, width, y_width)
+        self.plt.title(self.drawn_title)
+
+    def _ticks(self, x_lo: float, x_hi: float, y_lo: float, y_hi: float, rows: int, width: int) -> int:
+        """Set the axes' ranges and ticks; the y labels' width."""
         plt = self.plt
         if y_hi - y_lo < 1e-12:  # flat data: plotext would invert the axis
             if y_lo == 0:  # all zero: a share, a count, a clip fraction: 0 at the bottom
@@ -163,8 +234,17 @@ class MetricChart(PlotextPlot):
         n_x = max(2, min(6, room // (len(str(int(x_hi))) + 4)))
         xs = chart_axes.ticks(x_lo, x_hi, n_x, integer=True)
         plt.xticks(xs, [str(int(x)) for x in xs])
+        return max(map(len, y_labels))
 
     def render(self):
+        """The plot above the numbered legend's names (PlotextPlot.render, less their lines)."""
         self._draw()
         self.redraws += 1
-        return super().render()
+        width, height = self.size.width, max(self.size.height - len(self.names), 1)
+        self._plot.plotsize(width, height)
+        self._plot._set_size(width, height)  # as PlotextPlot.render does (textual-plotext issue 5)
+        self._plot.theme(self._get_plotext_theme_name(self.app.theme))
+        out = Text.from_ansi(self._plot.build().rstrip("\n"))
+        for name_line in self.names:
+            out.append("\n" + name_line)
+        return out

@@ -19,7 +19,10 @@ WAIT, SYNC, IDLE = "perf/trainer_wait_s", "perf/sync_s", "perf/idle_s"
 # The step's wall time in parts that add up to it (contract/metrics.py): waiting for the rollout, training
 # (π_old, log-probs, loss, backward, AdamW: the step less the other three), the weight sync, and the rest
 # (rewards, advantages, metrics: perf/idle_s). None: the derived training part.
-SPLIT = [("wait for rollout", WAIT), ("train", None), ("weight sync", SYNC), ("other", IDLE)]
+SPLIT = [("wait for rollout", WAIT), ("train (derived)", None), ("weight sync", SYNC), ("other", IDLE)]
+# The derived part's formula, under the table: it is not the file's perf/train_s (the step less its rollout,
+# which the step-time chart plots as step−rollout).
+DERIVED = "train (derived) = step − wait − sync − other: π_old, log-probs, loss, backward, AdamW"
 RANK = re.compile(r"^(?:perf|mem)/rank(\d+)/")
 R = metrics.RANK
 RANK_COLUMNS = {f"perf/rank{R}/step_s": "step s", f"perf/rank{R}/comm_s": "comm s", f"mem/rank{R}/peak_gib": "peak GiB"}
@@ -74,11 +77,11 @@ def split_table(run: RunData) -> Table | None:
     if not rows:
         return None
     sampling, hidden = mean(run, "perf/rollout_s"), run.last("perf/overlap_frac")
-    caption = (
+    caption = DERIVED + (
         ""
         if sampling is None
-        else f"sampling {fmt(sampling)} s per step"
-        + (f", {hidden:.0%} of the last rollout hidden behind training" if hidden else "")
+        else f"\nsampling {fmt(sampling)} s per step"
+        + (f"; {percent(hidden)} of the last rollout's sampling hidden behind training" if hidden else "")
     )
     table = Table(box=None, header_style="bold", caption=caption, caption_justify="left", padding=(0, 1))
     for name, justify in (("part of step", "left"), ("last s", "right"), ("mean s", "right"), ("of step", "right")):
