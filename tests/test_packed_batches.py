@@ -51,7 +51,7 @@ def rollout(tmp_path_factory):
 
 
 def _accumulate(trainer, batch, lengths, budget, inputs):
-    trainer.cfg.train.micro_batch_tokens = budget
+    trainer.grpo.cfg.train.micro_batch_tokens = budget
     groups = []
     real_logps = trainer.grpo._logps
     trainer.grpo._logps = lambda model, ids, *a, **k: groups.append(ids.shape) or real_logps(model, ids, *a, **k)
@@ -67,8 +67,8 @@ def _accumulate(trainer, batch, lengths, budget, inputs):
 @pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dr_grpo", "dapo"])
 def test_token_budget_gives_the_whole_batch_loss_and_gradients(rollout, loss_type, off_policy):
     trainer, batch, lengths = rollout
-    trainer.cfg.algo.loss_type = loss_type
-    trainer.cfg.algo.beta = 0.04 if off_policy else 0.0
+    trainer.grpo.cfg.algo.loss_type = loss_type
+    trainer.grpo.cfg.algo.beta = 0.04 if off_policy else 0.0
     inputs = batch.inputs
     if off_policy:  # π_old away from π so the clip acts, and the reference pass (adapters off) runs
         with torch.no_grad():
@@ -79,7 +79,7 @@ def test_token_budget_gives_the_whole_batch_loss_and_gradients(rollout, loss_typ
         logps0, loss0, grads0, whole = _accumulate(trainer, batch, lengths, 0, inputs)
         logps1, loss1, grads1, parts = _accumulate(trainer, batch, lengths, BUDGET, inputs)
     finally:
-        trainer.cfg.train.micro_batch_tokens, trainer.cfg.algo.beta = 0, 0.0
+        trainer.grpo.cfg.train.micro_batch_tokens, trainer.grpo.cfg.algo.beta = 0, 0.0
 
     # the budget really split and cut the batch: several forwards, fewer token slots than the padded one
     B, width = batch.input_ids.shape
@@ -125,11 +125,11 @@ def test_old_logps_under_a_token_budget_equal_the_fixed_chunks(rollout):
     shapes = []
     real_logps = trainer.grpo._logps
     trainer.grpo._logps = lambda model, ids, *a, **k: shapes.append(ids.shape) or real_logps(model, ids, *a, **k)
-    trainer.cfg.train.micro_batch_tokens = BUDGET
+    trainer.grpo.cfg.train.micro_batch_tokens = BUDGET
     try:
         budgeted = trainer.grpo._old_logps(batch)
     finally:
-        trainer.cfg.train.micro_batch_tokens = 0
+        trainer.grpo.cfg.train.micro_batch_tokens = 0
         del trainer.grpo._logps
     B, width = batch.input_ids.shape
     assert len(shapes) > 3 and all(rows * cols <= BUDGET for rows, cols in shapes)

@@ -402,7 +402,8 @@ class GRPOStep:
             if budget:
                 ids, att, width = trim(ids, att, T, prompt_lens[rows], lengths[rows])
             part_inputs = _take(batch, rows, width)
-            self._route(self.step_rows[rows], ids, width)
+            if self.routes is not None:  # an MoE: the sampler's experts of these rows (the step's rows in the rollout)
+                self._route(self.step_rows[rows], ids, width)
             with policy_loader.autocast(self.model.plan), policy_loader.offload_activations(cfg):
                 kept = None if support is None else support[rows]
                 logps, entropy = self._logps(
