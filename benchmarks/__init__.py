@@ -16,7 +16,7 @@ wall-clock targets in tests (these machines are shared and noisy).
   fault_trials         the fault suite's slow trials: kill -9, a full disk, divergence, two trainers
   fault_probes         the fault suite's probes (hostile cases that are not a command line) and how they run
   hostile_environments, hostile_model_text, hostile_rollout_server, hostile_readers, hostile_resume,
-  hostile_data, hostile_signals, hostile_cache, hostile_api, hostile_samples
+  hostile_data, hostile_signals, hostile_cache, hostile_api, hostile_samples, hostile_evals
                        each feature's hostile cases, one category each (fault_probes.HOSTILE)
   synthetic_run        run directories written without training (studio tests, screenshots, damaged runs)
   step_sides           one side of step_bench (TRL's, ours per backend) in a process of its own
