@@ -94,9 +94,7 @@ def cases() -> list:
             "an eval split that does not exist",
             train("tiny-arith", *PLAIN, "--set", "data.eval_split=general"),
         ),
-        Case(
-            CATEGORY, "a generalisation split the task has not", train("word-problems", *PLAIN, "--set", f"{general}=5")
-        ),
+        Case(CATEGORY, "a generalisation split the task has not", train("tool-calc", *PLAIN, "--set", f"{general}=5")),
         Case(
             CATEGORY,
             "a generalisation split larger than the task's",

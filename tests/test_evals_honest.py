@@ -56,6 +56,14 @@ def test_word_problems_hold_out_no_question_twice():
     train, evals = data.load_rows(cfg.data, "train"), data.load_rows(cfg.data, "eval")
     text = lambda r: r["prompt"][-1]["content"]  # noqa: E731
     assert not {text(r) for r in train} & {text(r) for r in evals}
+    general = data.load_rows(cfg.data, "general")
+    assert len(general) == 200
+    names = "|".join(tasks.NAMES + tasks.OTHER_NAMES + tasks.THINGS + tasks.OTHER_THINGS)
+    wording = lambda r: re.sub(rf"\d+|\b({names})\b", "_", text(r))  # noqa: E731  the question less its values
+    assert not {wording(r) for r in general} & {wording(r) for r in train}  # worded as no training question is
+    assert not {n for r in general for n in re.findall(r"[A-Z][a-z]+", text(r))} & set(tasks.NAMES)
+    numbers = lambda rows: max(int(n) for r in rows for n in re.findall(r"\d+", text(r)))  # noqa: E731
+    assert numbers(train) <= 108 < numbers(general) <= 300
 
 
 def test_the_generalisation_split_is_what_training_never_shows():
@@ -79,10 +87,10 @@ def test_the_generalisation_split_is_what_training_never_shows():
 
 def test_general_size_is_refused_in_one_line_where_it_cannot_act():
     with pytest.raises(UserError) as err:
-        data.load_rows(config.load("word-problems", ["data.general_size=10"]).data, "general")
+        data.load_rows(config.load("tool-calc", ["data.general_size=10"]).data, "general")
     assert str(err.value) == (
-        "config error: data.general_size = 10: builtin:word-problems has no generalisation split; allowed: 0 or "
-        "-1 (auto), or a data.source of builtin:arith, builtin:chat-arith"
+        "config error: data.general_size = 10: builtin:tool-arith has no generalisation split; allowed: 0 or "
+        "-1 (auto), or a data.source of builtin:arith, builtin:chat-arith, builtin:word-problems"
     )
     with pytest.raises(UserError) as err:
         data.load_rows(config.load("chat-arith", ["data.general_size=883"]).data, "general")
@@ -90,7 +98,7 @@ def test_general_size_is_refused_in_one_line_where_it_cannot_act():
         "config error: data.general_size = 883: builtin:chat-arith's generalisation split has 882 rows; "
         "allowed: 0 to 882"
     )
-    assert data.load_rows(config.load("word-problems").data, "general") == []  # auto: none
+    assert data.load_rows(config.load("tool-calc").data, "general") == []  # auto: none
 
 
 @pytest.mark.parametrize(

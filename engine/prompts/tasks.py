@@ -28,6 +28,8 @@ Generalisation splits (`GENERAL`, data.general_size rows, auto 200), evaluated b
 training never shows.
     builtin:chat-arith     eight other phrasings ("Add 7 and 4.", "What is the sum of 7 and 4?", ...), half of
                            them with an operand from 21 to 60 (training's stop at 20)
+    builtin:word-problems  five other wordings ("A shop had 212 tickets. It sold 75 of them. ..."), other names
+                           and things, numbers up to 300 (training's stay under 110)
 """
 
 from __future__ import annotations
@@ -143,6 +145,42 @@ def word_problems(count: int = 2000) -> list[dict]:
         question, solution, answer = _problem(rng)
         rows.append({"question": question, "answer": f"{solution}\n#### {answer}"})
     return rows
+
+
+OTHER_NAMES = ["Aisha", "Bruno", "Carmen", "Dmitri", "Elif", "Felix", "Hana", "Ivan", "Kofi", "Lucia", "Mateo", "Nora"]
+OTHER_THINGS = ["buttons", "tickets", "beads", "nails", "oranges", "pebbles", "balloons", "candles"]
+
+
+def _other_problem(rng: random.Random) -> tuple[str, int]:
+    """(question, answer) of a word problem worded as none of _problem's, with other names, other things and
+    numbers up to 300 (training's stay under 110)."""
+    name, other = rng.sample(OTHER_NAMES, 2)
+    thing = rng.choice(OTHER_THINGS)
+    kind = rng.randrange(5)
+    if kind == 0:
+        a, b = rng.randint(60, 300), rng.randint(40, 200)
+        return f"There are {a} {thing} in a box and {name} puts in another {b}. How many {thing} are in the box?", a + b
+    if kind == 1:
+        a = rng.randint(90, 300)
+        b = rng.randint(1, a - 1)
+        return f"A shop had {a} {thing}. It sold {b} of them. How many {thing} are left in the shop?", a - b
+    if kind == 2:
+        a, b = rng.randint(12, 25), rng.randint(3, 12)
+        return f"Each of {a} shelves holds {b} {thing}. How many {thing} do the shelves hold in total?", a * b
+    if kind == 3:
+        b, q = rng.randint(3, 12), rng.randint(12, 25)
+        return f"{name} packs {b * q} {thing} into {b} equal boxes. How many {thing} go in each box?", q
+    a, b, c = rng.randint(40, 150), rng.randint(30, 100), rng.randint(20, 60)
+    return (
+        f"{name} collects {a} {thing} on Monday and {b} on Tuesday, then loses {c}. How many {thing} does {name} have?",
+        a + b - c,
+    )
+
+
+def word_problems_general(count: int = 1000) -> list[dict]:
+    """word-problems' generalisation split: `count` questions of _other_problem, answers in GSM8K's form."""
+    rng = random.Random(SEED + 5)
+    return [{"question": q, "answer": f"#### {n}"} for q, n in (_other_problem(rng) for _ in range(count))]
 
 
 def _expression(rng: random.Random) -> tuple[str, int]:
@@ -296,4 +334,7 @@ TASKS = {
     "builtin:lookup-demos": lookup_demos,
 }
 
-GENERAL = {"builtin:chat-arith": chat_arith_general}  # builtin:arith's: engine/prompts/arith.py
+GENERAL = {  # builtin:arith's: engine/prompts/arith.py
+    "builtin:chat-arith": chat_arith_general,
+    "builtin:word-problems": word_problems_general,
+}
