@@ -50,7 +50,8 @@ def test_perf_table_shares_add_up_to_100():
     )
     console = Console(width=100, record=True, file=io.StringIO())
     console.print(split_table(run))
-    rows = {line.split()[0]: line.split()[-1] for line in console.export_text().splitlines() if line.strip()}
+    lines = console.export_text().splitlines()[1:6]  # the table's parts, under its header
+    rows = {line.split()[0]: line.split()[-1] for line in lines}
     assert [rows["wait"], rows["train"], rows["weight"], rows["other"]] == ["34%", "33%", "33%", "0%"]
 
 

@@ -340,11 +340,10 @@ def test_runs_cli_lists_states(tmp_path):
 
 
 def test_log_chart_keeps_fp32_scale_mismatch():
-    """fp32 k3 (~1e-13 to 1e-14) must stay distinct on the log10 axis, not be floored away."""
-    from grpo_studio.studio.widgets.metric_chart import log10
+    """fp32 k3 (~1e-13 to 1e-14) stays on the log10 axis; an exact 0 is left out (and counted), never floored."""
+    from grpo_studio.studio.widgets.metric_chart import positive
 
-    assert log10([1e-13, 1e-14]) == [-13.0, -14.0]
-    assert log10([0.0]) == [-18.0]
+    assert positive([1, 2, 3], [1e-13, 1e-14, 0.0]) == ([1, 2], [1e-13, 1e-14], 1)
 
 
 def test_eval_accuracy_starts_at_step_0_with_the_before_training_event(tmp_path):

@@ -7,7 +7,9 @@ import math
 import re
 from dataclasses import dataclass
 
+from rich.console import Group
 from rich.table import Table
+from rich.text import Text
 
 from ...contract import metrics
 from ...contract.metrics import fmt
@@ -22,7 +24,7 @@ WAIT, SYNC, IDLE = "perf/trainer_wait_s", "perf/sync_s", "perf/idle_s"
 SPLIT = [("wait for rollout", WAIT), ("train (derived)", None), ("weight sync", SYNC), ("other", IDLE)]
 # The derived part's formula, under the table: it is not the file's perf/train_s (the step less its rollout,
 # which the step-time chart plots as step−rollout).
-DERIVED = "train (derived) = step − wait − sync − other: π_old, log-probs, loss, backward, AdamW"
+DERIVED = "train (derived) = step − wait − sync − other (π_old, log-probs, loss, backward, AdamW)"
 RANK = re.compile(r"^(?:perf|mem)/rank(\d+)/")
 R = metrics.RANK
 RANK_COLUMNS = {f"perf/rank{R}/step_s": "step s", f"perf/rank{R}/comm_s": "comm s", f"mem/rank{R}/peak_gib": "peak GiB"}
@@ -72,7 +74,9 @@ def whole_percents(shares: list[float]) -> list[int]:
     return out
 
 
-def split_table(run: RunData) -> Table | None:
+def split_table(run: RunData) -> Group | None:
+    """The split as a table, then the derived part's formula and the sampling time, each a line of the box's
+    width (a table caption would wrap at the table's)."""
     rows = time_split(run)
     if not rows:
         return None
@@ -83,7 +87,7 @@ def split_table(run: RunData) -> Table | None:
         else f"\nsampling {fmt(sampling)} s per step"
         + (f"; {percent(hidden)} of the last rollout's sampling hidden behind training" if hidden else "")
     )
-    table = Table(box=None, header_style="bold", caption=caption, caption_justify="left", padding=(0, 1))
+    table = Table(box=None, header_style="bold", padding=(0, 1))
     for name, justify in (("part of step", "left"), ("last s", "right"), ("mean s", "right"), ("of step", "right")):
         table.add_column(name, justify=justify)
     shares = ["–"] * len(rows) if rows[0].share is None else [f"{p}%" for p in whole_percents([r.share for r in rows])]
@@ -97,7 +101,7 @@ def split_table(run: RunData) -> Table | None:
         "" if mfu is None else f"MFU {percent(mfu)}" + (" (peak stale)" if mfu > 1 else ""),
         style="bold",
     )
-    return table
+    return Group(table, Text(caption, style="dim", overflow="ellipsis", no_wrap=True))
 
 
 def rank_values(run: RunData) -> dict[int, dict[str, float | None]]:
