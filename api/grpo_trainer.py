@@ -213,12 +213,7 @@ class GRPOTrainer:
 
         resume = self._resume(resume_from_checkpoint)
         run_dir, cfg = self.run_dir, self.config
-        _rekeyed(lambda: launch.check_free(run_dir, resume))
-        self._check_cpu()
-        _rekeyed(lambda: launch.usable_run_dir(run_dir, "output_dir"))
-        if not resume:
-            self._write_inputs()
-        self._measure_prompts(cfg)
+        self._prepare(resume)
         launch.preflight_check(cfg, force=False)
         if not self._hinted:
             print(f"watch it live: grpo-studio attach {run_dir}", flush=True)
@@ -256,6 +251,18 @@ class GRPOTrainer:
         finally:
             engine.close()
         print(f"{state} at step {engine.step_no}: {run_dir}", flush=True)
+
+    def _prepare(self, resume: bool) -> None:
+        """What `grpo-studio train` checks before a trainer starts (contract/launch.py), then the run's inputs
+        written into the run directory and the prompts measured: self.config is then the run's."""
+        from .contract import launch
+
+        _rekeyed(lambda: launch.check_free(self.run_dir, resume))
+        self._check_cpu()
+        _rekeyed(lambda: launch.usable_run_dir(self.run_dir, "output_dir"))
+        if not resume:
+            self._write_inputs()
+        self._measure_prompts(self.config)
 
     def _resume(self, resume_from_checkpoint) -> bool:
         if not resume_from_checkpoint:

@@ -15,28 +15,35 @@ from __future__ import annotations
 import gc
 import tempfile
 
-from .step_bench import Workload
+from .step_measure import Workload
 
 TOLERANCE = 1e-4  # relative L2 distance of the two gradients that still counts as the same gradient
 
 
 def gradient_parity(w: Workload, model_path: str) -> dict:
+    from .step_sides import bench_config, trl_trainer
+
+    cfg = bench_config(w, model_path, "hf", steps=1)
+    return shared_rollout_parity(cfg, lambda tmp: trl_trainer(w, model_path, cfg, tmp, steps=1), w.seed)
+
+
+def shared_rollout_parity(cfg, make_trl, seed: int, run_dir: str | None = None) -> dict:
+    """Our Trainer on `cfg` (in `run_dir`, or a throwaway one) against the TRL GRPOTrainer `make_trl(tmp)` builds:
+    both sides' loss and gradient on our one rollout (the module's docstring says how)."""
     import torch
 
     from ..engine.rollout.batching import spans
     from ..engine.run.trainer import Trainer
-    from .step_sides import bench_config, trl_trainer
 
-    cfg = bench_config(w, model_path, "hf", steps=1)
     with tempfile.TemporaryDirectory() as tmp:
-        trainer = Trainer(cfg, f"{tmp}/run")
+        trainer = Trainer(cfg, run_dir or f"{tmp}/run")
         trainer.rundir.acquire()
         try:
             step = trainer.grpo
             batch = step.rollouts.next(0, 0)
             source = "the rollout's"
             if not batch.inputs.advantages.any():  # all rewards equal: a zero gradient would pass vacuously
-                gen = torch.Generator().manual_seed(w.seed)
+                gen = torch.Generator().manual_seed(seed)
                 batch.inputs.advantages = torch.randn(batch.inputs.advantages.shape, generator=gen).to(
                     batch.inputs.advantages
                 )
@@ -52,7 +59,7 @@ def gradient_parity(w: Workload, model_path: str) -> dict:
             trainer.close()
         del trainer, step, trained  # one model at a time in memory
         gc.collect()
-        theirs = trl_trainer(w, model_path, cfg, tmp, steps=1)
+        theirs = make_trl(tmp)
         model = theirs.model
         named = {n: p for n, p in model.named_parameters() if p.requires_grad}
         if set(named) != set(weights):
