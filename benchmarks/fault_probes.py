@@ -41,6 +41,7 @@ HOSTILE = (
     "hostile_micro_batch",
     "hostile_samples",
     "hostile_evals",
+    "hostile_studio",
 )
 
 
