@@ -1,12 +1,19 @@
 """`grpo-studio bench step --vs trl [--json]`: whole optimizer steps, TRL 1.16's GRPOTrainer against ours.
 
-Two workloads (`--workload`):
+Four workloads (`--workload`):
 
-  random        the bundled tiny-arith recipe (its data, correctness + format rewards) on `--model`
-                (default: the bundled tiny model, or a random Qwen3 `random:LxHxI`)
-  gsm8k-shaped  the word-problems recipe on the real SmolLM2-135M-Instruct: its chat template, the GSM8K
-                reasoning system prompt, generated GSM8K-shaped questions and the GSM8K reward set;
-                8 prompts × 8, ≤ 128 tokens, micro-batches of 16 rows (TRL: accumulation over the same)
+  random              the bundled tiny-arith recipe (its data, correctness + format rewards) on `--model`
+                      (default: the bundled tiny model, or a random Qwen3 `random:LxHxI`); 16 prompts × 8, ≤ 8 tokens
+  short-prompt        tiny-arith on a random 50M Qwen3 (random:8x768x2048): prompts of about 6 tokens,
+                      8 prompts × 8, ≤ 32 tokens
+  shared-instruction  the same with a 160-character system prompt before every question (SYSTEM_PROMPT,
+                      prompts of about 170 tokens, one per group), ≤ 64 tokens
+  gsm8k-shaped        the word-problems recipe on the real SmolLM2-135M-Instruct: its chat template, the GSM8K
+                      reasoning system prompt, generated GSM8K-shaped questions and the GSM8K reward set;
+                      8 prompts × 8, ≤ 128 tokens
+
+Ours runs with the recipe's defaults (train.micro_batch_size = auto: the rows it chooses on this machine);
+TRL gets the same rows per micro-batch (per_device_train_batch_size, accumulation over the rest).
 
 Both sides get the same model, data, rewards, batch shape (prompts × G), completion length cap, LoRA
 (rank, alpha, all linear layers, no dropout), learning rate, seed, loss (the recipe's: dapo, ε = 0.2,
@@ -69,13 +76,26 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
-from .step_measure import model_path_of, summary
+from .step_measure import Workload, model_path_of, summary
 
-WORKLOADS = {  # --workload: the recipe and the flags' defaults
+SYSTEM_PROMPT = (  # shared-instruction: 160 characters before every question, the same in every group
+    "You are a careful arithmetic teacher. Read the question, add the two numbers step by step, "
+    "and give only the final sum between answer tags, with no other words."
+)
+WORKLOADS = {  # --workload: the recipe, the flags' defaults and the workload's own --sets over the recipe
     "random": {"recipe": "tiny-arith", "model": "tiny-arith", "prompts": 16, "max_tokens": 8, "lr": 2e-3},
+    "short-prompt": {"recipe": "tiny-arith", "model": "random:8x768x2048", "prompts": 8, "max_tokens": 32, "lr": 2e-3},
+    "shared-instruction": {
+        "recipe": "tiny-arith",
+        "model": "random:8x768x2048",
+        "prompts": 8,
+        "max_tokens": 64,
+        "lr": 2e-3,
+        "sets": (f"data.system_prompt={SYSTEM_PROMPT}", "rollout.max_prompt_len=256"),
+    },
     "gsm8k-shaped": {
         "recipe": "word-problems",
         "model": "smollm2-135m-instruct",
@@ -86,27 +106,6 @@ WORKLOADS = {  # --workload: the recipe and the flags' defaults
 }
 
 
-@dataclass
-class Workload:
-    """What one `grpo-studio bench step` measures (its flags)."""
-
-    model: str  # preset id, local folder, or random:LxH[xI]
-    prompts: int  # prompts per optimizer step
-    generations: int  # completions per prompt (G)
-    max_tokens: int  # completion length cap
-    mean_len: int  # random models: target mean completion length via the EOS bias (0: no bias)
-    steps: int  # timed steps per side
-    warmup: int  # untimed steps per side first
-    lora_rank: int  # 0 = full fine-tune
-    lr: float
-    seed: int
-    backends: tuple  # our rollout backends, from hf, vllm
-    vs: str  # trl | none
-    micro_batch_tokens: int = 0  # ours: train.micro_batch_tokens (TRL pads every row to the longest)
-    profile: int = 0  # > 0: torch.profiler over one more step of ours per backend, its top ops by self time
-    recipe: str = "tiny-arith"  # the recipe both sides are set up from (data, rewards, loss, system prompt)
-
-
 # ---- the sides, each in a process of its own -------------------------------------------------------------
 
 
@@ -114,7 +113,7 @@ def side_process(name: str, w: Workload, model_path: str) -> dict:
     """Run one side (step_sides.py) in a fresh Python, so its peak RSS is its own; its output JSON."""
     with tempfile.TemporaryDirectory() as tmp:
         spec, out = Path(tmp) / "workload.json", Path(tmp) / "out.json"
-        spec.write_text(json.dumps({**asdict(w), "backends": list(w.backends)}))
+        spec.write_text(json.dumps(asdict(w)))
         argv = [sys.executable, "-m", "grpo_studio.benchmarks.step_sides", name, str(spec), model_path, str(out)]
         proc = subprocess.run(argv, stdout=sys.stderr, stderr=subprocess.PIPE, text=True)
         if proc.returncode != 0:
@@ -213,7 +212,6 @@ def _run(w: Workload, model_path: str, say) -> dict:
     report = {
         "workload": {
             **asdict(w),
-            "backends": list(w.backends),
             "torch_threads": torch.get_num_threads(),
             "prompt_len_mean": round(prompt_len, 2),
             "micro_batch_size": micro_batch_size,
@@ -250,8 +248,8 @@ def print_report(report: dict) -> None:
     w = report["workload"]
     lora = f"LoRA r{w['lora_rank']}" if w["lora_rank"] else "full fine-tune"
     print(
-        f"step: {w['model']}, {w['prompts']} prompts × {w['generations']}, ≤{w['max_tokens']} tokens, {lora}, "
-        f"lr {w['lr']:g}, {w['steps']} timed steps after {w['warmup']} warm-up, {w['torch_threads']} threads; "
+        f"step ({w['name']}): {w['model']}, {w['prompts']} prompts × {w['generations']}, ≤{w['max_tokens']} tokens, {lora}, "
+        f"lr {w['lr']:g}, micro-batches of {w['micro_batch_size'] or 'all'} rows, {w['steps']} timed steps after {w['warmup']} warm-up, {w['torch_threads']} threads; "
         f"matmul peak {report['matmul_peak_gflop_s']:.1f} GFLOP/s"
     )
     print(
@@ -296,6 +294,19 @@ def print_report(report: dict) -> None:
         print(
             f"    {name:10s} {m['imports_gib']:.2f} → {m['built_gib']:.2f} → {m['peak_rss_gib']:.2f}; "
             f"weights {m['weights_gib']:.2f}, optimizer {m['optimizer_gib']:.3f}, sampler {m['sampler']}"
+        )
+    print(
+        "  where the peak goes (GiB): weights (+ the sampler's own copy), optimizer state; live malloc growth in the "
+        "rollout (sampler's KV cache, sampling logits) and in training (activations + logits); the live high-water "
+        "mark (RSS less malloc's held free bytes, sampled every 10 ms) and the allocator's slack above it"
+    )
+    for name, s in report["sides"].items():
+        m, t = s["memory"], s["memory"]["trace"]
+        print(
+            f"    {name:10s} weights {m['weights_gib']:.2f} (+{m['sampler_weights_gib']:.2f}), optimizer "
+            f"{m['optimizer_gib']:.3f}; rollout {t.get('rollout_gib', 0):.2f}, training {t.get('train_gib', 0):.2f}; "
+            f"live peak {t['live_peak_gib']:.2f} ({t['live_peak_phase']}), peak RSS {m['peak_rss_gib']:.2f}, "
+            f"slack {t['slack_gib']:.2f}"
         )
     for name, t in report.get("startup", {}).items():
         print(

@@ -18,8 +18,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from ..engine.run.rehearsal import peak_rss
-from .step_bench import Workload
-from .step_measure import CudaPeak, rss_gib
+from .step_measure import CudaPeak, MemoryTrace, Workload, rss_gib
 from .tensor_bytes import persistent_tensors, unique_storages
 
 
@@ -44,6 +43,7 @@ def bench_config(w: Workload, model_path: str, backend: str, steps: int | None =
             "train.eval_every=0",
             "train.eval_before=false",
             "algo.is_level=none",
+            *w.sets,
         ],
     )
 
@@ -53,11 +53,15 @@ def gib(tensors) -> float:
     return round(sum(t.untyped_storage().nbytes() for t in unique_storages(tensors)) / 2**30, 3)
 
 
-def model_memory(memory: dict, model, optimizer, sampler: str) -> None:
-    """The side's persistent bytes into `memory`: the model's weights and buffers, the optimizer's state."""
+def model_memory(memory: dict, model, optimizer, sampler: str, sampler_model=None) -> None:
+    """The side's persistent bytes into `memory`: the model's weights and buffers, the optimizer's state, and
+    the weights of the sampler's own copy of the model (ours, hf: a model of its own; TRL samples with the
+    trained one)."""
     memory["weights_gib"] = gib([*model.parameters(), *model.buffers()])
     memory["optimizer_gib"] = gib(persistent_tensors([], optimizer))
     memory["sampler"] = sampler
+    own = sampler_model is not None and sampler_model is not model
+    memory["sampler_weights_gib"] = gib([*sampler_model.parameters(), *sampler_model.buffers()]) if own else 0.0
 
 
 def run_ours(w: Workload, model_path: str, backend: str, memory: dict) -> dict:
@@ -65,18 +69,22 @@ def run_ours(w: Workload, model_path: str, backend: str, memory: dict) -> dict:
     from ..engine.train import flops
 
     cfg = bench_config(w, model_path, backend)
-    with tempfile.TemporaryDirectory() as tmp, CudaPeak() as mem:
+    with tempfile.TemporaryDirectory() as tmp, CudaPeak() as mem, MemoryTrace() as trace:
         trainer = Trainer(cfg, f"{tmp}/run")
         memory["built_gib"] = rss_gib()
+        step, sampler = trainer.grpo, trainer.grpo.sampler
+        sampler.generate = trace.wrap(sampler.generate, "rollout")  # the KV cache and the sampling logits
+        step._accumulate = trace.wrap(step._accumulate, "train")  # forward, backward, then AdamW's step
         trainer.rundir.acquire()
         try:
             rows = [trainer.step() for _ in range(w.warmup + w.steps)][w.warmup :]
             top = profile_step(trainer, w.profile) if w.profile else None
-            model_memory(memory, trainer.policy, trainer.grpo.optimizer, trainer.grpo.sampler.name)
+            model_memory(memory, trainer.policy, step.optimizer, sampler.name, getattr(sampler, "model", None))
         finally:
             trainer.rundir.release()
             trainer.close()
         n_params = flops.matmul_params(trainer.policy)
+    memory["trace"] = trace.breakdown(peak_rss())
     B = w.prompts * w.generations
     steps = [
         {
@@ -205,10 +213,11 @@ def run_trl(w: Workload, model_path: str, memory: dict) -> dict:
             if logs and "reward" in logs and steps:
                 steps[-1].update(reward=logs["reward"], completion_tokens=logs["completions/mean_length"] * B)
 
-    with tempfile.TemporaryDirectory() as tmp, CudaPeak() as mem:
+    with tempfile.TemporaryDirectory() as tmp, CudaPeak() as mem, MemoryTrace() as trace:
         trainer = trl_trainer(w, model_path, cfg, tmp, w.warmup + w.steps)
         memory["built_gib"] = rss_gib()
-        generate = trainer._generate_single_turn
+        generate = trace.wrap(trainer._generate_single_turn, "rollout")
+        trainer.compute_loss = trace.wrap(trainer.compute_loss, "train")  # then its backward and AdamW's step
 
         def timed(*a, **k):  # the sampler's share of the step, as ours reports perf/rollout_s
             t0 = time.perf_counter()
@@ -222,13 +231,14 @@ def run_trl(w: Workload, model_path: str, memory: dict) -> dict:
         trainer.train()
         model_memory(memory, trainer.model, trainer.optimizer, "hf")
         n_params = flops.matmul_params(trainer.model)
+    memory["trace"] = trace.breakdown(peak_rss())
     return {"steps": steps[w.warmup :], "n_params": n_params, "cuda_peak": mem.peak, "profile": None}
 
 
 def main(argv: list[str]) -> int:
     side, workload_json, model_path, out = argv
     w = Workload(**json.loads(Path(workload_json).read_text()))
-    w.backends = tuple(w.backends)
+    w.backends, w.sets = tuple(w.backends), tuple(w.sets)
     import transformers  # noqa: F401  (the libraries every side loads, counted before its model; torch is in)
 
     memory = {"imports_gib": rss_gib()}

@@ -196,20 +196,28 @@ def step_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--workload",
         default="random",
-        choices=["random", "gsm8k-shaped"],
-        help="random: the tiny-arith recipe on --model; gsm8k-shaped: the word-problems recipe on the real "
-        "SmolLM2-135M-Instruct (chat template, GSM8K system prompt and rewards), 8 prompts, 128 tokens",
+        choices=["random", "short-prompt", "shared-instruction", "gsm8k-shaped"],
+        help="random: the tiny-arith recipe on --model; short-prompt: tiny-arith on a random 50M Qwen3, 8 prompts, "
+        "32 tokens; shared-instruction: the same with a 160-character system prompt, 64 tokens; gsm8k-shaped: the "
+        "word-problems recipe on the real SmolLM2-135M-Instruct (chat template, GSM8K system prompt and rewards), "
+        "8 prompts, 128 tokens",
     )
     p.add_argument(
         "--model",
         default=None,
         help="preset id, local folder, or random:LAYERSxHIDDEN[xINTERMEDIATE] (a random Qwen3 with the "
         "bundled char tokenizer and an EOS bias, e.g. random:8x768x2048, ~50M parameters); "
-        "default: the workload's (tiny-arith; gsm8k-shaped: smollm2-135m-instruct)",
+        "default: the workload's (random: tiny-arith; short-prompt and shared-instruction: random:8x768x2048; "
+        "gsm8k-shaped: smollm2-135m-instruct)",
     )
-    p.add_argument("--prompts", type=int, default=None, help="prompts per step (default 16; gsm8k-shaped 8)")
+    p.add_argument("--prompts", type=int, default=None, help="prompts per step (default 16; the others 8)")
     p.add_argument("--generations", type=int, default=8, help="completions per prompt (default 8)")
-    p.add_argument("--max-tokens", type=int, default=None, help="max completion tokens (default 8; gsm8k-shaped 128)")
+    p.add_argument(
+        "--max-tokens",
+        type=int,
+        default=None,
+        help="max completion tokens (default 8; short-prompt 32, shared-instruction 64, gsm8k-shaped 128)",
+    )
     p.add_argument(
         "--mean-len",
         type=int,
@@ -249,7 +257,7 @@ def run_step(args: argparse.Namespace) -> int:
     from ..benchmarks import step_bench as step
 
     for key, value in step.WORKLOADS[args.workload].items():  # the flags left out take the workload's defaults
-        if key != "recipe" and getattr(args, key) is None:
+        if key not in ("recipe", "sets") and getattr(args, key) is None:
             setattr(args, key, value)
     backends = tuple(b for b in args.backends.split(",") if b)
     if not backends or set(backends) - {"hf", "vllm"}:
@@ -288,6 +296,8 @@ def run_step(args: argparse.Namespace) -> int:
         micro_batch_tokens=args.micro_batch_tokens,
         profile=args.profile,
         recipe=step.WORKLOADS[args.workload]["recipe"],
+        name=args.workload,
+        sets=step.WORKLOADS[args.workload].get("sets", ()),
     )
     progress = None if args.json else (lambda n: print(f"measuring {n} ...", file=sys.stderr, flush=True))
     measure_and_show(args, lambda: step.run(workload, progress), step.print_report)
