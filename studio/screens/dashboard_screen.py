@@ -81,6 +81,18 @@ def fmt_duration(seconds: float | None) -> str:
     return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s" if m else f"{s}s"
 
 
+class DashboardTabs(TabbedContent):
+    """The dashboard's tabs, whichever way a tab opens (a key, a click, code): focus that lands in the pane just
+    hidden (Textual's Screen._reset_focus hands it to a sibling there, the Samples table's detail box) neither
+    takes that tab back nor keeps keys going to a hidden widget."""
+
+    def _on_tab_pane_focused(self, event: TabPane.Focused) -> None:
+        if event.tab_pane.id != self.active:
+            event.prevent_default()  # Textual would still call TabbedContent's handler after this one
+            event.stop()
+            self.screen.set_focus(None)
+
+
 class DashboardScreen(Screen):
     BINDINGS = [
         Binding("s", "stop", "Stop", id="dashboard.stop"),
@@ -121,7 +133,7 @@ class DashboardScreen(Screen):
             yield Label("", id="run-title")
             yield ProgressBar(total=None, show_eta=False, id="progress")
             yield Label("", id="run-step")
-        with TabbedContent(id="tabs"):
+        with DashboardTabs(id="tabs"):
             for tab, label, panel_ids in TABS:
                 with TabPane(label, id=tab):
                     if tab in INFO_TABS:  # the lag verdict, the time split: hidden until the run has them
