@@ -141,6 +141,56 @@ def reward_raises(tmp: Path) -> str | None:
     return None
 
 
+def environment_without_steps(tmp: Path) -> str | None:
+    """No train_dataset: TRL's placeholder prompts need max_steps to say how long."""
+    return _one_line(
+        tmp,
+        "class Env:\n    def reset(self, **kw):\n        return 'go'\n    def get_reward(self):\n        return 1.0\n"
+        "GRPOTrainer('tiny-arith', args=GRPOConfig('run', bf16=False), environment_factory=Env)\n",
+        "GRPOConfig error: max_steps = -1: with no train_dataset, set max_steps > 0",
+    )
+
+
+def resume_without_a_run(tmp: Path) -> str | None:
+    return _one_line(
+        tmp,
+        "GRPOTrainer('tiny-arith', reward_len, args('run'), data).train(resume_from_checkpoint=True)\n",
+        "GRPOTrainer error: resume_from_checkpoint = true: run holds no run to resume",
+    )
+
+
+def prefix_tuning(tmp: Path) -> str | None:
+    return _one_line(
+        tmp,
+        "from peft import PrefixTuningConfig\n"
+        "GRPOTrainer('tiny-arith', reward_len, args('run'), data, "
+        "peft_config=PrefixTuningConfig(task_type='CAUSAL_LM', num_virtual_tokens=4))\n",
+        "GRPOTrainer error: peft_config = 'PrefixTuningConfig': grpo-studio trains LoRA adapters only",
+    )
+
+
+def callback_stops(tmp: Path) -> str | None:
+    """A callback that sets control.should_training_stop after step 1 of 3: stopped there, with a checkpoint."""
+    code, out, err = _script(
+        tmp,
+        "class Stop:\n    def on_step_end(self, args, state, control, **kw):\n"
+        "        control.should_training_stop = True\n"
+        "GRPOTrainer('tiny-arith', reward_len, GRPOConfig(__import__('sys').argv[1], max_steps=3, "
+        "per_device_train_batch_size=4, num_generations=4, max_completion_length=4, bf16=False), data, "
+        "callbacks=[Stop]).train()\n",
+    )
+    if code != 0:
+        return f"exit {code}: {err[-400:]!r}"
+    steps = [json.loads(line)["step"] for line in (tmp / "run" / "metrics.jsonl").read_text().splitlines()]
+    if steps != [1]:
+        return f"metrics steps {steps}, expected [1]"
+    if not (tmp / "run" / "checkpoints" / "step-1").is_dir():
+        return "no checkpoint at the stop"
+    if "stopped at step 1" not in out:
+        return f"stdout does not say 'stopped at step 1': {out[-300:]!r}"
+    return None
+
+
 def cases() -> list:
     fast = [
         refused_field,
@@ -152,7 +202,11 @@ def cases() -> list:
         optimizer_given,
         no_reward_source,
         eval_strategy_steps,
+        environment_without_steps,
+        resume_without_a_run,
+        prefix_tuning,
     ]
     return [Probe(CATEGORY, f.__name__.replace("_", " "), f, timeout_s=240) for f in fast] + [
-        Probe(CATEGORY, "reward raises", reward_raises, timeout_s=300)
+        Probe(CATEGORY, "reward raises", reward_raises, timeout_s=300),
+        Probe(CATEGORY, "callback stops", callback_stops, timeout_s=300),
     ]
