@@ -189,6 +189,11 @@ class MetricChart(PlotextPlot):
         ]
         under, self.names = chart_axes.legend_lines(keys, width - 1) if len(series) > 1 else ("", [])
         self.legend_line = under
+        room = max(self.size.height - 9, 0)  # the names never take the plot's last 3 rows
+        if len(self.names) > room:
+            self.names = self.names[:room]
+            if self.names:
+                self.names[-1] = self.names[-1][: width - 3] + " …"
         note = self.note
         if note:
             under = f"{under} · {note}" if under else note
