@@ -16,12 +16,14 @@ wall-clock targets in tests (these machines are shared and noisy).
   fault_trials         the fault suite's slow trials: kill -9, a full disk, divergence, two trainers
   fault_probes         the fault suite's probes (hostile cases that are not a command line) and how they run
   hostile_environments, hostile_model_text, hostile_rollout_server, hostile_readers, hostile_resume,
-  hostile_data, hostile_signals, hostile_cache, hostile_api, hostile_samples, hostile_evals
+  hostile_data, hostile_signals, hostile_cache, hostile_api, hostile_samples, hostile_evals, hostile_algorithms,
+  hostile_support, hostile_moe, hostile_micro_batch, hostile_studio
                        each feature's hostile cases, one category each (fault_probes.HOSTILE)
   synthetic_run        run directories written without training (studio tests, screenshots, damaged runs)
   step_sides           one side of step_bench (TRL's, ours per backend) in a process of its own
   step_parity          step_bench's parity line: both sides' gradients on one shared rollout
   step_measure         step_bench's model preparation, memory readings and per-side summary
   vram_cases           vram_accuracy_bench's configurations and the tiny models they build
+  tiny_moe             the tiny Qwen3-MoE (8 experts, top-2) tests and benches train
   tensor_bytes         counting tensor bytes (live peaks, persistent state) for vram_accuracy_bench
 """

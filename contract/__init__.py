@@ -21,6 +21,7 @@ every process may read it: the studio, `grpo-studio runs`, the VRAM planner and 
   rundir          the run directory's writer (RunWriter, record_exit); see run_files for the layout
   run_files       the run directory's file names, and how a whole file is written
   run_reader      the tolerant readers of a run directory: odd files are warnings, never tracebacks
+  samples_index   samples.jsonl indexed by offset, step and group: pages and whole-file search for the Samples tab
   run_lock        trainer.pid: which live trainer holds a run directory
   run_state       a run's state (the lock, the last state event), the runs list, held_run
   resume_rules    what a resume may change: the keys a checkpoint cannot carry, the config it remembers

@@ -20,7 +20,7 @@ from grpo_studio.cli.bench_cmd import BENCHMARKS
 from grpo_studio.contract import config
 
 HOME = ROOT / "contract" / "config_rules.py"
-ROOMS = ("contract", "rewards", "engine", "studio", "cli", "benchmarks", "presets", "scripts", "docs")
+ROOMS = ("api", "contract", "rewards", "engine", "studio", "cli", "benchmarks", "presets", "scripts", "docs")
 # The rule's wording, and the wordings it had before it had one home: none may be written anywhere else.
 FRAGMENTS = (
     "must divide evenly among",
@@ -98,7 +98,7 @@ DTYPE_NAME = r"""["'](?:fp32|bf16|fp16|fp8|float32|bfloat16|float16)["']"""
 # `x == "bf16"`, `x != "fp8"`, `x in ("bf16", "fp16")`, `x not in ["fp32"]`: a decision on a dtype's name (a loop
 # over names, `for d in ("bf16", "fp16")`, is not one)
 DTYPE_COMPARISON = re.compile(rf"(?:==|!=)\s*{DTYPE_NAME}|(?<!for )(?:\b\w+\s+)(?:not\s+)?in\s*[\(\[{{]\s*{DTYPE_NAME}")
-CODE_ROOMS = ("contract", "rewards", "engine", "studio", "cli", "benchmarks", "scripts")
+CODE_ROOMS = ("api", "contract", "rewards", "engine", "studio", "cli", "benchmarks", "scripts")
 
 
 def _code() -> dict[str, str]:
