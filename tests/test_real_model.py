@@ -119,7 +119,8 @@ def test_hf_rollout_stops_at_the_end_of_turn_trains_it_and_nothing_after(path, t
 
 
 def test_a_too_short_max_prompt_len_is_one_line_before_weights_load(tmp_path, tok):
-    rows = data.load_rows(load("chat-arith").data, "train") + data.load_rows(load("chat-arith").data, "eval")
+    splits = ("train", "eval", "general")  # every row the run samples: the generalisation split's too
+    rows = [row for split in splits for row in data.load_rows(load("chat-arith").data, split)]
     longest = max(
         len(
             tok.apply_chat_template(
