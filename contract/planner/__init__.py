@@ -8,4 +8,5 @@ documented     Unsloth's documented formulas, the planner's other mode
 devices        per-device rows under DDP / FSDP2 / a rollout server, and the peak rule
 reward_models  the rows for reward models (rewards.funcs = ["rm:PATH"])
 preflight      the launch check `grpo-studio train` and the studio run before loading: fits, or says why
+micro_batch    train.micro_batch_size = auto: the most whole groups whose planned peak fits free memory
 """
