@@ -2,7 +2,9 @@
 benchmarks/fault_probes.py says how they run). A value that is not offered, and replay where no sampler's experts
 can reach the trainer (vLLM, a rollout server, joined dynamic-sampling rounds, the shared-prefix pass), are
 refused in one line before the model loads (contract/config_rules.py); replay on a model without hookable
-routers (a dense model, an MoE family whose routers are not supported) in one line once its config is read."""
+routers (a dense model, an MoE family whose routers are not supported) in one line once its config is read; and
+vLLM's adapter-only sync of an MoE (rollout.vllm_sync = adapter: vLLM's LoRA does not serve peft's fused-expert
+adapter) in one line before the engine starts (engine/sampler/vllm_lora.py)."""
 
 from __future__ import annotations
 
@@ -12,6 +14,12 @@ from .fault_cases import Case, train
 
 CATEGORY = "moe"
 REPLAY = "algo.router_replay=replay"
+
+
+def _qwen3_moe(tmp: Path) -> None:
+    from .tiny_moe import build_tiny_moe
+
+    build_tiny_moe(tmp / "moe")
 
 
 def _mixtral(tmp: Path) -> None:
@@ -55,6 +63,17 @@ def cases() -> list[Case]:
             "replay on an MoE family not supported (mixtral)",
             train("--set", "model.name={tmp}/moe", "--set", REPLAY, "--set", "train.steps=1"),
             prepare=_mixtral,
+        )
+    )
+    out.append(
+        Case(
+            CATEGORY,
+            "vLLM's adapter-only sync of an MoE's LoRA",
+            train(
+                *("--set", "model.name={tmp}/moe", "--set", "rollout.backend=vllm", "--set", "model.lora_rank=8"),
+                *("--set", "rollout.vllm_sync=adapter", "--set", "train.steps=1"),
+            ),
+            prepare=_qwen3_moe,
         )
     )
     return out

@@ -28,6 +28,10 @@ def make_sampler(cfg, model_path: str, tokenizer, plan, emit_event=None, local: 
         from .remote import RemoteSampler
 
         return RemoteSampler(cfg, plan, log_dir=log_dir, emit_event=emit_event)
+    if cfg.rollout.backend == "vllm":  # an MoE's adapter sync refused before vLLM's import prints its notes
+        from .vllm_lora import moe_checkpoint, refuse_moe_adapter
+
+        refuse_moe_adapter(cfg, moe_checkpoint(model_path))
     name, problem = backend.resolve(cfg.rollout.backend, _vllm_problem, cfg.model.load_in_4bit)
     if name == "vllm" and problem:
         raise UserError(problem, key="rollout.backend", value="vllm")

