@@ -18,6 +18,8 @@ RANK = "<i>"  # stands for a data-parallel rank's number in a pattern
 TOOL = "<tool>"  # stands for an environment's tool in a pattern
 LAYER = "layer<n>"  # stands for an MoE layer (layer0, layer1, ...) in a pattern
 ROUTER_DISAGREE = "mismatch/router_disagree"
+# split by policy lag as mismatch/lag0|lagged/k3 are (rollout.async_mode): lag-0 tokens, lagged tokens
+ROUTER_DISAGREE_LAG0, ROUTER_DISAGREE_LAGGED = "mismatch/lag0/router_disagree", "mismatch/lagged/router_disagree"
 
 
 @dataclass(frozen=True)
@@ -168,6 +170,16 @@ SCHEMA = {
             "mismatch/lagged/k3", "k3 of KL(μ‖π) over lagged tokens: precision gap plus policy lag", "nats", log=True
         ),
         Metric("mismatch/lagged/abs_dlogp_mean", "mean |log π − log μ| over lagged tokens", "nats", log=True),
+        Metric(
+            ROUTER_DISAGREE_LAG0,
+            "MoE models: router disagreement over lag-0 tokens only: the sampler's precision/kernel alone",
+            "fraction",
+        ),
+        Metric(
+            ROUTER_DISAGREE_LAGGED,
+            "MoE models: router disagreement over lagged tokens: that plus the routers' change since they sampled",
+            "fraction",
+        ),
         Metric("completion/len_mean", "mean completion length", "tokens"),
         Metric("completion/len_max", "longest completion", "tokens", combine="max"),
         Metric("completion/truncated_frac", "share of completions cut at rollout.max_completion_len", "fraction"),

@@ -38,7 +38,7 @@ def test_a_real_trainer_row_names_exactly_the_schema(tmp_path):
     # and the families of multi-turn episodes (env.environment; tests/test_episodes_train.py writes those)
     episodes = {n for n in metrics.SCHEMA if n.startswith("env/")} | {"perf/env_s", "perf/model_s"}
     # and a mixture-of-experts model's router disagreement (tests/test_moe.py writes those)
-    routers = {metrics.ROUTER_DISAGREE}
+    routers = {metrics.ROUTER_DISAGREE, metrics.ROUTER_DISAGREE_LAG0, metrics.ROUTER_DISAGREE_LAGGED}
     assert set(row) == set(metrics.names(["correctness", "format"])) - lagged - episodes - routers
 
 

@@ -101,6 +101,49 @@ def test_compare_only_counts_tokens_whose_expert_sets_differ(moe_folder):
     assert torch.equal(load(moe_folder)(ids).logits, plain)  # compare-only leaves the forward alone
 
 
+def test_router_disagreement_split_by_policy_lag_by_hand():
+    """Synthetic routes, 5 tokens, 2 layers, lags 0 0 0 1 2 (rollout.async_mode): the lag-0 tokens are compared
+    5 times (one unrouted in layer 1), 2 differ; the lagged ones 4 times, 2 differ."""
+    from grpo_studio.engine.precision.mismatch import router_lag_counts, router_lag_metrics
+
+    sampler = torch.tensor([[[0, 1], [2, 3], [4, 5], [6, 7], [0, 2]], [[0, 1], [-1, -1], [3, 4], [5, 6], [7, 0]]])
+    trainer = torch.tensor([[[1, 0], [2, 4], [4, 5], [6, 7], [1, 2]], [[0, 1], [2, 3], [3, 5], [5, 7], [0, 7]]])
+    # layer 0: tokens 1 and 4 differ (token 0: the same set in another order); layer 1: tokens 2 and 3
+    lags = torch.tensor([0, 0, 0, 1, 2])
+    counts = sum(
+        router_lag_counts((s >= 0).all(-1) & (t >= 0).all(-1), moe.differs(s, t), lags)
+        for s, t in zip(sampler, trainer)
+    )
+    assert counts.tolist() == [[5, 2], [4, 2]]
+    assert router_lag_metrics(counts) == {
+        "mismatch/lag0/router_disagree": 2 / 5,
+        "mismatch/lagged/router_disagree": 2 / 4,
+    }
+    assert router_lag_metrics(torch.tensor([[5, 2], [0, 0]])) == {"mismatch/lag0/router_disagree": 2 / 5}
+
+
+def test_router_hooks_count_disagreement_by_each_positions_lag(moe_folder):
+    """The hooks on a real forward: layer 0 of row 0 differs at its first 3 positions; the row's prompt (4
+    positions) has its first completion token's lag 1, its completion lags 1 1 2 2 → all 3 lagged; row 1 at
+    lag 0 agrees. Lagged: 3 of 16 compared (8 positions × 2 layers); lag 0: 0 of 16."""
+    model = load(moe_folder)
+    ids = torch.randint(3, 64, (2, 8), generator=torch.Generator().manual_seed(4))
+    own = own_routes(model, ids)
+    given = own.clone()
+    given[0, :3, 0] = (own[0, :3, 0] + 3) % 8
+    lags = moe.position_lags(torch.tensor([[1, 1, 2, 2, 7], [0, 0, 0, 0, 0]]), 4, 4)
+    assert lags.tolist() == [[1, 1, 1, 1, 1, 1, 2, 2], [0] * 8]
+    replay = moe.RouterReplay(model, replay=False)
+    replay.use(given, lags)
+    with torch.no_grad():
+        model(ids)
+    metrics = replay.metrics()
+    assert metrics["mismatch/lagged/router_disagree"] == 3 / 16
+    assert metrics["mismatch/lag0/router_disagree"] == 0.0
+    replay.reset()
+    assert replay.metrics() == {}
+
+
 def test_disagreement_by_hand():
     a = torch.tensor([[[[0, 1]], [[2, 3]], [[4, 5]], [[6, 7]]]])  # [1, 4 positions, 1 layer, k=2]
     b = torch.tensor([[[[1, 0]], [[2, 4]], [[-1, -1]], [[7, 5]]]])

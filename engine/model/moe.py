@@ -21,6 +21,7 @@ import torch
 
 from ...contract.errors import UserError
 from ...contract.metrics import ROUTER_DISAGREE
+from ..precision.mismatch import router_lag_counts, router_lag_metrics
 
 # model_type -> its router class; both compute gate weights as softmax over all experts, gathered, and
 # renormalised over the k when norm_topk_prob (transformers' Qwen3MoeTopKRouter, OlmoeTopKRouter)
@@ -149,11 +150,13 @@ def _pad_right(t: torch.Tensor, width: int) -> torch.Tensor:
 
 
 class RouterReplay:
-    """Persistent forward hooks on a policy's routers. `use(routes)` sets the sampler's routes [B, S, L, k]
-    of the next forwards (those stay set, so gradient checkpointing's recompute in backward replays the same);
-    with `replay` the routers' own top-k is replaced where a route is given (R3), else only compared.
-    Each hooked forward counts, per layer, the tokens compared and those whose expert *set* differs between
-    the sampler and what this forward used (`disagreement()`, reset by `reset()`)."""
+    """Persistent forward hooks on a policy's routers. `use(routes, lags)` sets the sampler's routes
+    [B, S, L, k] of the next forwards and each position's policy lag [B, S] (those stay set, so gradient
+    checkpointing's recompute in backward replays the same); with `replay` the routers' own top-k is replaced
+    where a route is given (R3), else only compared. Each hooked forward counts, per layer, the tokens
+    compared and those whose expert *set* differs between the sampler and what this forward used
+    (`disagreement()`), and the same by policy lag (lag 0, lagged: engine/precision/mismatch.py), until
+    `reset()`."""
 
     @staticmethod
     def for_policy(policy, mode: str) -> RouterReplay | None:
@@ -164,14 +167,15 @@ class RouterReplay:
         return RouterReplay(policy, mode == "replay") if routers(policy) else None
 
     def __init__(self, model, replay: bool):
-        self.replay, self.routes, self.counting = replay, None, True
+        self.replay, self.routes, self.lags, self.counting = replay, None, None, True
         self.layers = routers(model)
         self.compared = torch.zeros(len(self.layers), dtype=torch.long)
         self.differ = torch.zeros(len(self.layers), dtype=torch.long)
+        self.by_lag = torch.zeros(2, 2, dtype=torch.long)  # router_lag_counts summed
         self._hooks = [r.register_forward_hook(self._hook(i)) for i, r in enumerate(self.layers)]
 
-    def use(self, routes: torch.Tensor | None) -> None:
-        self.routes = routes
+    def use(self, routes: torch.Tensor | None, lags: torch.Tensor | None = None) -> None:
+        self.routes, self.lags = routes, lags
 
     def _hook(self, layer: int):
         def hook(router, args, out):
@@ -184,8 +188,11 @@ class RouterReplay:
             has = (given >= 0).all(-1)
             used = torch.where(has.unsqueeze(-1), given, own) if self.replay else own
             if self.counting:  # gradient checkpointing's recompute counts its tokens again: the shares stay
+                differ = differs(used, given)
                 self.compared[layer] += int(has.sum())
-                self.differ[layer] += int(differs(used, given).sum())
+                self.differ[layer] += int(differ.sum())
+                if self.lags is not None:
+                    self.by_lag += router_lag_counts(has, differ, self.lags.reshape(-1).to(has.device)).cpu()
             if not self.replay:
                 return None
             return logits, replayed_scores(router, logits, used), used
@@ -195,14 +202,16 @@ class RouterReplay:
     def reset(self) -> None:
         self.compared.zero_()
         self.differ.zero_()
+        self.by_lag.zero_()
 
     def metrics(self) -> dict[str, float]:
-        """mismatch/router_disagree over all MoE layers and per layer, of the forwards since reset()."""
+        """mismatch/router_disagree over all MoE layers, per layer and by policy lag, of the forwards since
+        reset()."""
         compared = int(self.compared.sum())
         if not compared:
             return {}
         per_layer = {f"{ROUTER_DISAGREE}/layer{i}": share for i, share in enumerate(self.disagreement())}
-        return {ROUTER_DISAGREE: int(self.differ.sum()) / compared, **per_layer}
+        return {ROUTER_DISAGREE: int(self.differ.sum()) / compared, **per_layer, **router_lag_metrics(self.by_lag)}
 
     def disagreement(self) -> list[float]:
         """Per MoE layer: the share of compared tokens whose selected experts differ (nan where none)."""
@@ -211,6 +220,13 @@ class RouterReplay:
     def remove(self) -> None:
         for h in self._hooks:
             h.remove()
+
+
+def position_lags(lags: torch.Tensor, prompt_width: int, completion_width: int) -> torch.Tensor:
+    """Each position's policy lag [R, prompt_width + completion_width] in the trainer's layout, from the
+    completion tokens' lags [R, T]: a prompt's positions take its first completion token's lag (the weights
+    whose forward over the prompt sampled that token)."""
+    return torch.cat([lags[:, :1].expand(-1, prompt_width), lags[:, :completion_width]], 1)
 
 
 def differs(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

@@ -27,7 +27,11 @@ import math
 import torch
 from torch import Tensor
 
-from ...contract.metrics import HIST_EDGES  # the histogram's fixed bin edges
+from ...contract.metrics import (
+    HIST_EDGES,  # the histogram's fixed bin edges
+    ROUTER_DISAGREE_LAG0,
+    ROUTER_DISAGREE_LAGGED,
+)
 
 # log r is clamped to ±20 before exp() in the ratio-based metrics (k3, IS), as verl does, so
 # one pathological token cannot overflow the step's numbers. |Δ| < 20 is unaffected.
@@ -245,6 +249,29 @@ def lag_metrics(rollout_logps: Tensor, train_logps: Tensor, mask: Tensor, lags: 
             out[f"mismatch/{part}/k3"] = sub["mismatch/k3"]
             out[f"mismatch/{part}/abs_dlogp_mean"] = sub["mismatch/abs_dlogp_mean"]
     return out
+
+
+def router_lag_counts(compared: Tensor, differ: Tensor, lags: Tensor) -> Tensor:
+    """One router call's tokens by policy lag: [[compared, differing] at lag 0, [compared, differing] at
+    lag > 0] (long). compared[n]: token n was routed by both the sampler and the trainer; differ[n]: its
+    expert sets differ (engine/model/moe.py differs); lags[n]: its policy lag."""
+    parts = torch.stack([lags == 0, lags > 0]) & compared.bool()  # [2, N]
+    return torch.stack([parts.sum(-1), (parts & differ.bool()).sum(-1)], -1)
+
+
+def router_lag_metrics(counts: Tensor) -> dict[str, float]:
+    """The router disagreement split by policy lag, as lag_metrics splits k3: counts [2, 2] are
+    router_lag_counts summed over every router call (each MoE layer of each forward) of the step.
+
+      mismatch/lag0/router_disagree    share of the compared lag-0 tokens (× layers) whose experts differ:
+                                       the sampler's precision/kernel alone
+      mismatch/lagged/router_disagree  the same over lag > 0 tokens: that plus the routers' change since
+    A part with no tokens is left out of the row (a synchronous run writes no mismatch/lagged/router_disagree).
+
+    Worked example (tests/test_moe.py's): 5 tokens, 2 layers, lags 0 0 0 1 2, one lag-0 token unrouted in
+    one layer: lag-0 tokens compared 5 times, 2 differing; lagged ones 4 times, 2 differing → 2/5 and 1/2."""
+    names = (ROUTER_DISAGREE_LAG0, ROUTER_DISAGREE_LAGGED)
+    return {name: differ / compared for name, (compared, differ) in zip(names, counts.tolist()) if compared}
 
 
 def lag_counts(mask: Tensor, lags: Tensor) -> dict[str, int]:

@@ -324,7 +324,9 @@ class GRPOStep:
         experts for their tokens, replayed or compared by the router hooks (engine/model/moe.py)."""
         routes = None if self.routes is None else self.batch.rollout.routes
         if routes is not None:
-            self.routes.use(routes.layout(rows, ids.shape[1] - width, width))
+            prompt_width = ids.shape[1] - width
+            lags = moe.position_lags(self.batch.lags.cpu()[rows.cpu()], prompt_width, width)
+            self.routes.use(routes.layout(rows, prompt_width, width), lags)
 
     @torch.no_grad()
     def _old_logps(self, batch: GenerationBatch) -> torch.Tensor:
