@@ -16,5 +16,6 @@ The app and the screens talk in messages: a screen posts one of messages.py, the
   keymap        the user's key remapping (~/.config/grpo-studio/keymap.toml)
   lag           the Mismatch tab's verdict: rollout lag or precision
   vram_adapter  the VRAM planner's answer, shaped for the VRAM panel
+  memory_rows   the Device tab's memory rows: one planned number per kind, the rehearsal's and the run's peaks
   rewards_info  the built-in rewards and their one-line descriptions, for the setup form
 """
