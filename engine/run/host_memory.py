@@ -7,7 +7,12 @@ and gives freed memory at the heap's top above its trim threshold back to the ke
 GSM8K-shaped workload (issue 27) that was 530,000 minor page faults per 16-row micro-batch and 6–9% of the
 training time. `keep_freed_memory` fixes the mmap threshold at glibc's largest (32 MiB on 64-bit) and the
 trim threshold at 1 GiB: the blocks come from the heap, and what a micro-batch frees stays mapped for the next
-one. Peak RSS is the step's own high-water mark either way (docs/performance.md).
+one. It does not raise the peak (docs/performance.md, "Where the peak goes"): on `bench step`'s short-prompt
+workload (a random 50M Qwen3, 8 prompts × 8, 32 tokens, one core) peak RSS was 1.849 and 1.858 GiB with it and
+1.861 and 1.824 GiB without, over a live high-water mark of 1.40 GiB in all four runs. The 0.42–0.46 GiB above
+that mark is freed memory the training pass's own allocations leave in the heap, with or without the policy
+(TRL's process, on glibc's defaults: 0.65 GiB); a malloc_trim(0) as each training pass began left the peak at
+1.838 GiB, so the trainer does not call it.
 """
 
 from __future__ import annotations
