@@ -84,6 +84,20 @@ def test_report_has_both_sides_with_consistent_numbers(report):
         assert 0.1 < m["imports_gib"] <= m["built_gib"] <= m["peak_rss_gib"] == s["peak_rss_gib"]
         assert 0 < m["optimizer_gib"] < m["weights_gib"] < m["peak_rss_gib"] and m["sampler"] == "hf"
         assert 0 <= s["reward_last"] <= 2.0 and 0 <= s["reward_mean"] <= 2.0  # correctness (0/1) + format (≤ 1)
+        t = m["trace"]  # where the peak goes: the live high-water mark and the slack add up to the peak
+        assert t["mallinfo"] and 0 < t["train_gib"] and 0 <= t["rollout_gib"]
+        assert (
+            m["weights_gib"] < t["live_peak_gib"] <= m["peak_rss_gib"]
+            and t["rss_sampled_peak_gib"] <= m["peak_rss_gib"]
+        )
+        assert t["slack_gib"] == pytest.approx(m["peak_rss_gib"] - t["live_peak_gib"], abs=2e-3)
+    # ours' hf sampler holds a copy of the base weights (the trained model's less its LoRA); TRL samples with its own
+    assert report["sides"]["trl"]["memory"]["sampler_weights_gib"] == 0
+    assert (
+        0
+        < report["sides"]["ours_hf"]["memory"]["sampler_weights_gib"]
+        < report["sides"]["ours_hf"]["memory"]["weights_gib"]
+    )
     trl, ours = report["sides"]["trl"], report["sides"]["ours_hf"]
     assert report["speedup_vs_trl"] == {"ours_hf": pytest.approx(trl["step_s"] / ours["step_s"], rel=1e-2)}
     assert "idle_s" not in trl and 0 <= ours["idle_s"] < ours["step_s"] and 0 < ours["sync_s"] < ours["step_s"]
@@ -148,3 +162,25 @@ def test_gsm8k_shaped_workload_is_the_real_model_through_its_chat_template_at_eq
     assert parity["weights"] == 30 * 16 * (2 * (576 + 576) + 2 * (576 + 192) + 3 * (576 + 1536))
     assert report["prefix_tokens_saved"]["train"] == round(w["prompt_len_mean"])  # 2 rows, one prompt
     assert set(report["sides"]) == {"trl", "ours_hf"}
+
+
+def test_shared_instruction_puts_the_160_character_system_prompt_before_every_question():
+    """The workload's own --sets reach both sides' config: the char tokenizer's prompt is the instruction, a blank
+    line, then the question (one token a character), under a prompt cap that keeps it whole."""
+    from grpo_studio.benchmarks import step_bench, step_sides
+    from grpo_studio.engine.model.policy_loader import load_tokenizer, resolve_model_path
+    from grpo_studio.engine.prompts import prompt_render
+
+    spec = step_bench.WORKLOADS["shared-instruction"]
+    w = step_bench.Workload(
+        model="tiny-arith", prompts=8, generations=8, max_tokens=64, mean_len=0, steps=1, warmup=0, lora_rank=16,
+        lr=2e-3, seed=0, backends=("hf",), vs="trl", recipe=spec["recipe"], sets=spec["sets"],
+    )  # fmt: skip
+    cfg = step_sides.bench_config(w, resolve_model_path("tiny-arith"), "hf")
+    assert len(step_bench.SYSTEM_PROMPT) == 160 and cfg.data.system_prompt == step_bench.SYSTEM_PROMPT
+    assert (cfg.rollout.max_prompt_len, cfg.rollout.max_completion_len, cfg.train.micro_batch_size) == (256, 64, "auto")
+    path = resolve_model_path("tiny-arith")
+    text = step_sides.trl_rows(cfg, path)[0]["prompt"]  # the text both sides tokenise
+    assert text.startswith(step_bench.SYSTEM_PROMPT + "\n\n") and "+" in text.removeprefix(step_bench.SYSTEM_PROMPT)
+    [ids] = prompt_render.encode_prompts(load_tokenizer(path), [text], cfg.rollout.max_prompt_len)
+    assert len(ids) == len(text)  # whole: one token a character, none cut
