@@ -63,7 +63,8 @@ def test_the_first_event_says_what_is_held_out(tmp_path, extra, message):
     path = write_arith_jsonl(tmp_path / "mine.jsonl", 64)
     cfg = load("tiny-arith", [f"data.source={path}", "train.steps=1", "train.eval_every=0", *SHORT, *extra])
     Trainer(cfg, tmp_path / "run").close()
-    assert [(e["event"], e["message"]) for e in events(tmp_path / "run")] == [("info", message)]
+    said = [(e["event"], e["message"]) for e in events(tmp_path / "run")]
+    assert said == [("info", message), ("info", "micro-batch auto = 4 rows (the whole step)")]  # then the choice
 
 
 @pytest.mark.parametrize("best_metric", ["", "reward/mean"])
