@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import types
 
 import pytest
 from cli_helpers import ROOT, run_cli
@@ -152,7 +153,8 @@ async def test_the_setup_screen_launches_with_rehearse(tmp_path, monkeypatch):
 
     monkeypatch.setattr(hardware, "gpus", lambda: [])
     commands = []
-    monkeypatch.setattr(launcher.subprocess, "Popen", lambda cmd, **kw: commands.append(cmd))
+    exited = types.SimpleNamespace(pid=0, poll=lambda: 0)  # a trainer that has ended: the app reaps it
+    monkeypatch.setattr(launcher.subprocess, "Popen", lambda cmd, **kw: commands.append(cmd) or exited)
     app = StudioApp(config.load("tiny-arith"), "tiny-arith", tmp_path / "runs", live_hardware=False)
     monkeypatch.setattr(app, "open_run", lambda run_dir: None)
     async with app.run_test(size=(120, 40)) as pilot:
