@@ -92,7 +92,10 @@ def test_time_split_parts_add_up_to_the_step():
     rows = {r.phase: r for r in time_split(run)}
     assert list(rows) == ["wait for rollout", "train (derived)", "weight sync", "other"]
     assert (rows["wait for rollout"].last, rows["wait for rollout"].mean) == (0.5, 0.75)
-    assert (rows["train (derived)"].last, rows["train (derived)"].mean) == (3.0, 3.0 - 0.75 - 0.375 - 0.125)  # the step less the rest
+    assert (rows["train (derived)"].last, rows["train (derived)"].mean) == (
+        3.0,
+        3.0 - 0.75 - 0.375 - 0.125,
+    )  # the step less the rest
     assert rows["weight sync"].share == pytest.approx(0.375 / 3.0)
     assert sum(r.share for r in rows.values()) == pytest.approx(1.0)
     older = RunData(Path("/nonexistent"))  # a run without perf/idle_s shows no split
