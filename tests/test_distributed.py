@@ -143,7 +143,14 @@ def leftovers(run_dir: Path, parallel: str) -> dict:
 
     cfg = config.load(
         "tiny-arith",
-        [*STEP_SETS, "train.steps=2", "data.eval_size=7", "train.dist_timeout_s=60", f"train.parallel={parallel}"],
+        [
+            *STEP_SETS,
+            "train.steps=2",
+            "data.eval_size=7",
+            "data.general_size=0",
+            "train.dist_timeout_s=60",
+            f"train.parallel={parallel}",
+        ],
     )
     trainer = Trainer(cfg, run_dir)
     seeded(trainer, FailsOnce if trainer.dist.rank == 1 else PromptSeeded)
@@ -291,7 +298,7 @@ def leftovers_one_process(run_dir: Path) -> float:
     from grpo_studio.contract import config
     from grpo_studio.engine.run.trainer import Trainer
 
-    trainer = Trainer(config.load("tiny-arith", [*STEP_SETS, "data.eval_size=7"]), run_dir)
+    trainer = Trainer(config.load("tiny-arith", [*STEP_SETS, "data.eval_size=7", "data.general_size=0"]), run_dir)
     seeded(trainer)
     try:
         return trainer.evaluate()
