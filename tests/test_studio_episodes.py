@@ -150,4 +150,8 @@ async def test_env_charts_only_for_a_run_with_episodes(tmp_path, no_gpu):
         await pilot.press("5")
         await pilot.pause()
         step = app.screen.query_one("#perf-step_time", MetricChart)
-        assert [line.label for line in step.lines] == ["step_s", "rollout_s", "train_s"]
+        assert [line.label for line in step.lines] == [
+            "step_s",
+            "rollout_s",
+            "step−rollout",
+        ]  # perf/train_s, named as computed

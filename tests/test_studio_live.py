@@ -176,7 +176,9 @@ async def test_attached_dashboard_shows_exactly_what_the_trainer_wrote(trained_r
     column = {key: [r[key] for r in rows if r.get(key) is not None] for key in {k for r in rows for k in r}}
     events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines() if line.strip()]
     zero = [e for e in events if e["event"] == "eval" and e.get("step") == 0]
-    before = {metrics.EVAL_ACCURACY: zero[0]["accuracy"]} if zero else {}
+    # the step-0 `eval` event holds every eval/* value without its prefix (accuracy, general/accuracy, _lo/_hi ...)
+    skip = {"event", "message", "step", "time"}
+    before = {f"eval/{k}": v for k, v in zero[0].items() if k not in skip} if zero else {}
     app = StudioApp(
         cfgmod.load(str(run_dir / rundir.CONFIG)), str(run_dir), run_dir.parent, attach=run_dir, live_hardware=False
     )
@@ -219,11 +221,13 @@ async def test_attached_dashboard_shows_exactly_what_the_trainer_wrote(trained_r
                         acc = y if acc is None else acc + 0.1 * (y - acc)
                         smooth.append(acc)
                     assert chart.lines[-1].label == "smoothed" and chart.lines[-1].ys == smooth
-                assert len(chart.lines) == len(keys) + panel.rewards
+                bounds = [key for key in panel.bounds if key in column]  # Wilson 95% interval: a lo and a hi line each
+                assert len(chart.lines) == len(keys) + panel.rewards + 2 * len(bounds)
                 suffix = " · log10 axis" if panel.log else ""
                 value = last.get(panel.keys[0])  # a share in percent (MFU), as the Perf table shows it
                 shown = percent(value) if panel.percent else fmt(value)
-                assert chart.chart_title == f"{panel.title}  {shown}{suffix}"
+                named = f"{short(panel.keys[0])} " if len(panel.keys) > 1 else ""  # which series the value is of
+                assert chart.chart_title == f"{panel.title}  {named}{shown}{suffix}"
         assert {metrics.REWARD, metrics.K3, metrics.LOSS, "lr", "precision/loss_scale"} <= seen
 
         await pilot.press(str(len(TABS) + 1))  # the Δlogp histogram
