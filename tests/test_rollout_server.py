@@ -356,7 +356,9 @@ def test_resumed_in_flight_run_takes_prompts_once_and_staleness_0_drops_lagged_t
     uninterrupted run (the checkpoint's cursor stands before the in-flight rollout's prompts, which the resumed
     run requests again). Token lags 0-1 (in_flight: within one completion too) in metrics and histograms, and
     train.max_staleness = 0: policy/dropped_tokens is the count of lag > 0 tokens in the step's histogram row."""
-    sets = ["rollout.async_mode=in_flight", "train.max_staleness=0"]
+    # every row scored: the lag histogram counts the rows π was computed on, and micro_batch_size = auto can leave
+    # a zero-advantage micro-batch unrun, while dropped_tokens counts the whole rollout
+    sets = ["rollout.async_mode=in_flight", "train.max_staleness=0", "train.score_zero_advantage=true"]
     assert _server_run(remote, tmp_path / "whole", sets) == "finished"
     assert _server_run(remote, tmp_path / "cut", sets, stop_at=2) == "stopped"
     assert _server_run(remote, tmp_path / "cut", sets, resume=True) == "finished"
