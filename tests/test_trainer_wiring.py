@@ -38,6 +38,7 @@ BASE = [
     f"rollout.num_generations={G}",
     f"rollout.temperature={TEMP}",
     "rollout.max_completion_len=4",
+    "data.general_size=0",  # one eval set: the evaluate test counts one sampling call
     "train.steps=3",
     "train.seed=3",  # a step with truncated and complete rows, and a group with a reward spread
     "train.score_zero_advantage=true",  # every row run, the micro-batches in rollout order
