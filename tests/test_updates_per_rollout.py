@@ -41,16 +41,18 @@ def run(tmp_path, steps: int, *overrides: str, spy=None) -> tuple[Trainer, list[
     return trainer, rows
 
 
-@pytest.mark.xfail(
-    strict=True, reason="stop 48: fails after this round's default/data changes; not yet diagnosed (closing note)"
-)
 def test_four_passes_clip_and_grpo_gspo_dapo_update_differently(tmp_path):
     """num_iterations = 4 at the recipe's learning rate: the first pass is on-policy (ratio 1, nothing
-    clipped), later passes clip, and the three presets move the adapters differently from the same rollout."""
+    clipped), later passes clip, and the three presets move the adapters differently from the same rollout.
+    grpo (TRL's defaults: token-level loss, clip 0.2) and dapo (clip-higher 0.28, truncated rows masked) differ
+    only where a ratio lands in (1.2, 1.28] or a row is cut: seed 5's rollout has such ratios (seeds 1 and 4 do
+    not, and there the two updates are bitwise equal)."""
     deltas = {}
     for name in ("grpo", "gspo", "dapo"):
         trainer = Trainer(
-            config.load("tiny-arith", [*SMALL, "train.steps=4", "train.num_iterations=4", f"algo.name={name}"]),
+            config.load(
+                "tiny-arith", [*SMALL, "train.seed=5", "train.steps=4", "train.num_iterations=4", f"algo.name={name}"]
+            ),
             tmp_path / name,
         )
         before = [p.detach().clone() for p in trainer.grpo.params]
@@ -187,9 +189,6 @@ def _with(cfg: config.Config, **keys) -> config.Config:
     return cfg
 
 
-@pytest.mark.xfail(
-    strict=True, reason="stop 48: fails after this round's default/data changes; not yet diagnosed (closing note)"
-)
 def test_top_k_mu_is_the_renormalised_pi_and_the_run_says_so(tmp_path):
     """With top_k = 8 the sampler's μ of each sampled token is π renormalised over the 8 most likely tokens:
     log μ − log π = −log Z_t, Z_t the top-8 mass of π at that position (by hand from a forward of the
@@ -202,6 +201,7 @@ def test_top_k_mu_is_the_renormalised_pi_and_the_run_says_so(tmp_path):
         "rollout.top_k=8",
         "rollout.temperature=0.7",
         "algo.logprob_support=full",
+        "train.score_zero_advantage=true",  # π on every row, so the mean below is over the whole rollout
         spy=lambda t: starts.append(copy.deepcopy(t.policy)),
     )
     b, T = trainer.grpo.batch, trainer.grpo.batch.inputs.mask.shape[1]
