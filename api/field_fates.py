@@ -190,7 +190,7 @@ FATES: tuple[Fate, ...] = (
         "eval_strategy",
         "no",
         MAPPED,
-        "'no' only: the API does not evaluate yet (the CLI's train.eval_every is held-out accuracy, not TRL's eval loop)",
+        "'no' only (train.eval_every = 0): the engine evaluates held-out rows of data.source or a Hub split as pass@k of the first reward, not an in-memory eval_dataset with TRL's eval loss and rewards",
     ),
     Fate("eval_steps", None, NO_EFFECT, "read only by evaluation (eval_strategy, refused unless 'no')"),
     Fate("eval_delay", 0, NO_EFFECT, "read only by evaluation (eval_strategy, refused unless 'no')"),

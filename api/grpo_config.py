@@ -242,7 +242,9 @@ def studio_keys(args: GRPOConfig, n_rows: int | None) -> list[tuple[str, object,
         raise refuse(
             "eval_strategy",
             args.eval_strategy,
-            "the Python API does not evaluate yet (the CLI's train.eval_every is held-out accuracy); allowed: 'no'",
+            "grpo-studio's engine evaluates held-out rows of data.source or a Hub split (data.eval_split) as pass@k "
+            "of the first reward, not an in-memory eval_dataset with TRL's eval loss and rewards; allowed: 'no' (for "
+            "held-out accuracy use `grpo-studio train` with train.eval_every)",
         )
     put("train.eval_every", 0, "eval_strategy")
     if args.save_strategy == "steps":  # rounded up to whole rollouts (a checkpoint never falls inside one)

@@ -5,7 +5,10 @@ Trainer, the same run directory (args.output_dir: config.toml, the streams, chec
 
 What TRL takes as objects reaches the engine so:
     reward functions, environment factories   registered in this process (contract/user_code.REGISTRY) and named
-                                              'py:NAME' in config.toml
+                                              'py:NAME' in config.toml; async ones are awaited (rewards/runner.py)
+    reward models (an id, a folder, an object) saved to RUN/reward_models/NAME with their processing class (TRL's
+                                              default: the model id's tokenizer), 'rm:FOLDER' (rewards/reward_model.py);
+                                              a saved folder given with no processing class is read where it is
     tools=[...]                               an environment class with the tools as its methods (reset -> None)
     train_dataset                             written to RUN/data/train.jsonl, data.source
     a model object (PreTrainedModel)          saved to RUN/model with its tokenizer, model.name
@@ -21,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import sys
 from pathlib import Path
 
 from .contract import user_code
@@ -99,8 +103,9 @@ class GRPOTrainer:
         if eval_dataset is not None:
             _rows(eval_dataset, environment_factory, args, "eval_dataset")  # checked as TRL would; not evaluated
         pairs = studio_keys(args, None if self.rows is None else len(self.rows))
-        pairs += self._model_keys(model, quantization_config, peft_config)
-        self.saved_rewards: list[tuple[int, object]] = []  # reward-model objects, saved into the run at train()
+        dtype = [value for key, value, _ in pairs if key == "model.dtype"][-1]
+        pairs += self._model_keys(model, quantization_config, peft_config, dtype)
+        self.saved_rewards: list[tuple[Path, object, object]] = []  # (folder, model, tokenizer), saved at train()
         pairs += self._reward_keys(reward_funcs, reward_processing_classes, environment_factory)
         pairs += self._env_keys(tools, environment_factory)
         pairs += self._data_keys()
@@ -108,13 +113,19 @@ class GRPOTrainer:
         self._hinted, self._engine = False, None
 
     # ---- the constructor's arguments as config keys ----------------------------------------------------------
-    def _model_keys(self, model, quantization_config, peft_config) -> list[tuple]:
+    def _model_keys(self, model, quantization_config, peft_config, dtype: str) -> list[tuple]:
         if isinstance(model, str):
             keys = [("model.name", model, "model")]
-        elif hasattr(model, "save_pretrained") and hasattr(model, "config"):
+        elif _is_model(model):
             if hasattr(model, "peft_config"):
                 raise _error(
                     "a PeftModel: pass its base model and the LoraConfig as peft_config", "model", type(model).__name__
+                )
+            if getattr(model, "is_loaded_in_4bit", False) or getattr(model, "is_loaded_in_8bit", False):
+                raise _error(
+                    "a quantised model object: pass its name and the BitsAndBytesConfig as quantization_config",
+                    "model",
+                    type(model).__name__,
                 )
             keys = [("model.name", str(self.run_dir / "model"), "model")]
         else:
@@ -137,19 +148,63 @@ class GRPOTrainer:
                 targets = [targets] if isinstance(targets, str) else sorted(targets)
                 keys.append(("model.lora_target_modules", targets, "peft_config.target_modules"))
         if quantization_config is not None:
-            four_bit = getattr(quantization_config, "load_in_4bit", False)
-            if not four_bit or getattr(quantization_config, "bnb_4bit_quant_type", "nf4") != "nf4":
-                raise _error(
-                    "grpo-studio quantises the base to 4-bit NF4 only (BitsAndBytesConfig(load_in_4bit=True, "
-                    "bnb_4bit_quant_type='nf4'))",
-                    "quantization_config",
-                    type(quantization_config).__name__,
-                )
-            keys += [
-                ("model.load_in_4bit", True, "quantization_config"),
-                ("model.double_quant", bool(quantization_config.bnb_4bit_use_double_quant), "quantization_config"),
-            ]
+            keys += self._quantization_keys(quantization_config, peft_config, dtype)
         return keys
+
+    def _quantization_keys(self, quantization, peft_config, dtype: str) -> list[tuple]:
+        """A BitsAndBytesConfig as model.load_in_4bit and model.double_quant: the base's linears in NF4 computing in
+        model.dtype (engine/model/policy_loader.quantization), QLoRA's recipe; what that cannot honour is one line."""
+        if self.model_object is not None:  # TRL: "your model is already instantiated ... will be ignored"
+            print(
+                "You passed `quantization_config` to the trainer, but your model is already instantiated. The "
+                "`quantization_config` will be ignored.",
+                file=sys.stderr,
+                flush=True,
+            )
+            return []
+        if peft_config is None:  # transformers' Trainer: no fine-tuning of a purely quantised model
+            raise _error(
+                "a 4-bit base cannot be fine-tuned in full; pass a LoraConfig as peft_config (QLoRA)",
+                "quantization_config",
+                type(quantization).__name__,
+            )
+        if not getattr(quantization, "load_in_4bit", False):
+            raise _error(
+                "grpo-studio quantises the base to 4-bit NF4 only: BitsAndBytesConfig(load_in_4bit=True, "
+                "bnb_4bit_quant_type='nf4')",
+                "quantization_config",
+                type(quantization).__name__,
+            )
+        compute = str(quantization.bnb_4bit_compute_dtype).removeprefix("torch.")
+        studio_dtype = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}[dtype]
+        checks = [
+            ("bnb_4bit_quant_type", quantization.bnb_4bit_quant_type, "nf4", "set 'nf4' (QLoRA's NormalFloat4)"),
+            (
+                "bnb_4bit_compute_dtype",
+                compute,
+                ("float32", studio_dtype),
+                f"the base computes in model.dtype ({studio_dtype}, from bf16/fp16); set that or leave float32",
+            ),
+            (
+                "bnb_4bit_quant_storage",
+                str(quantization.bnb_4bit_quant_storage).removeprefix("torch."),
+                "uint8",
+                "grpo-studio stores 4-bit weights as uint8; remove it",
+            ),
+            (
+                "llm_int8_skip_modules",
+                quantization.llm_int8_skip_modules,
+                None,
+                "grpo-studio quantises every linear but lm_head; remove it",
+            ),
+        ]
+        for field, value, allowed, why in checks:
+            if value not in (allowed if isinstance(allowed, tuple) else (allowed,)):
+                raise _error(why, f"quantization_config.{field}", value)
+        return [
+            ("model.load_in_4bit", True, "quantization_config"),
+            ("model.double_quant", bool(quantization.bnb_4bit_use_double_quant), "quantization_config"),
+        ]
 
     def _reward_keys(self, reward_funcs, processing_classes, environment_factory) -> list[tuple]:
         funcs = [] if reward_funcs is None else reward_funcs if isinstance(reward_funcs, list) else [reward_funcs]
@@ -159,6 +214,7 @@ class GRPOTrainer:
                 "reward_funcs",
                 None,
             )
+        classes = [None] * len(funcs)
         if processing_classes is not None:
             classes = processing_classes if isinstance(processing_classes, list) else [processing_classes]
             if len(classes) != len(funcs):
@@ -168,17 +224,27 @@ class GRPOTrainer:
                     "reward_processing_classes",
                 )
         specs = []
-        for i, fn in enumerate(funcs):
-            if isinstance(fn, str):  # TRL: a reward model's id or folder
-                specs.append(f"rm:{fn}")
-            elif hasattr(fn, "save_pretrained") and hasattr(fn, "config"):
-                self.saved_rewards.append((i, fn))
-                specs.append(f"rm:{self.run_dir / 'reward_models' / str(i)}")
-            elif callable(fn):
+        for i, (fn, tokenizer) in enumerate(zip(funcs, classes)):
+            argument = f"reward_funcs[{i}]"
+            if isinstance(fn, str) and tokenizer is None and (Path(fn).expanduser() / "config.json").is_file():
+                specs.append(f"rm:{fn}")  # a saved reward model with its tokenizer: read where it is
+            elif isinstance(fn, str) or _is_model(fn):
+                model = _reward_model(fn, argument) if isinstance(fn, str) else fn
+                folder = self._reward_folder(fn if isinstance(fn, str) else _model_id(model), i)
+                self.saved_rewards.append((folder, model, tokenizer or _reward_tokenizer(model, argument)))
+                specs.append(f"rm:{folder}")
+            elif callable(fn):  # sync or async (rewards/runner.py awaits a coroutine function)
                 specs.append(user_code.register(fn, _name_of(fn)))
             else:
-                raise _error("expected a function, a reward model id or a reward model", f"reward_funcs[{i}]", repr(fn))
+                raise _error("expected a function, a reward model id or a reward model", argument, repr(fn))
         return [("rewards.funcs", specs, "reward_funcs")]
+
+    def _reward_folder(self, model_id: str, i: int) -> Path:
+        """RUN/reward_models/NAME, NAME the model id's last part as TRL names a reward model (its metrics:
+        rewards/rm_NAME/*), or its position where that is empty or taken."""
+        name = model_id.rstrip("/").split("/")[-1]
+        taken = {folder.name for folder, _, _ in self.saved_rewards}
+        return self.run_dir / "reward_models" / (name if name and name not in taken else str(i))
 
     def _env_keys(self, tools, environment_factory) -> list[tuple]:
         if tools is None and environment_factory is None:
@@ -301,8 +367,9 @@ class GRPOTrainer:
             self.model_object.save_pretrained(self.run_dir / "model")
             tokenizer = self.processing_class or _tokenizer_of(self.model_object)
             tokenizer.save_pretrained(self.run_dir / "model")
-        for i, reward_model in self.saved_rewards:
-            reward_model.save_pretrained(self.run_dir / "reward_models" / str(i))
+        for folder, reward_model, tokenizer in self.saved_rewards:  # rewards/reward_model.py reads both from there
+            reward_model.save_pretrained(folder)
+            tokenizer.save_pretrained(folder)
 
     def _measure_prompts(self, cfg) -> None:
         """rollout.max_prompt_len (TRL 1.16 has no bound): the longest rendered prompt of the dataset; and
@@ -358,6 +425,35 @@ def _tokenizer_of(model):
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(_model_id(model))
+
+
+def _is_model(obj) -> bool:
+    return hasattr(obj, "save_pretrained") and hasattr(obj, "config")
+
+
+def _reward_model(name: str, argument: str):
+    """TRL: a reward model named by id or folder is AutoModelForSequenceClassification.from_pretrained(name,
+    num_labels=1), loaded by the constructor."""
+    from transformers import AutoModelForSequenceClassification
+
+    try:
+        return AutoModelForSequenceClassification.from_pretrained(name, num_labels=1)
+    except (OSError, ValueError, KeyError) as err:
+        why = (str(err).strip().splitlines() or [type(err).__name__])[0][:160]
+        raise _error(f"cannot load a sequence-classification model from it ({why})", argument, name) from None
+
+
+def _reward_tokenizer(model, argument: str):
+    """TRL: a reward model without a processing class uses AutoTokenizer.from_pretrained(its model id)."""
+    from transformers import AutoTokenizer
+
+    name = str(getattr(model.config, "_name_or_path", "") or "")
+    try:
+        if name:
+            return AutoTokenizer.from_pretrained(name)
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    raise _error("no tokenizer found for this reward model's id; pass it in reward_processing_classes", argument, name)
 
 
 def _rows(dataset, environment_factory, args, argument: str = "train_dataset") -> list[dict]:
