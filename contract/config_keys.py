@@ -192,10 +192,11 @@ def _check(key: str, value: Any, meta: dict) -> None:
     if choices is not None and value not in choices:
         raise UserError(key=key, value=value, allowed=choices)
     lo, hi = meta.get("lo"), meta.get("hi")
+    or_auto = f" or {AUTO}" if meta.get("auto") else ""  # the word such a key takes besides its numbers
     if lo is not None and (value <= lo if meta.get("lo_open") else value < lo):
-        raise UserError(f"must be {_lower(lo, meta.get('lo_open'))}", key=key, value=value)
+        raise UserError(f"must be {_lower(lo, meta.get('lo_open'))}{or_auto}", key=key, value=value)
     if hi is not None and value > hi:
-        raise UserError(f"must be {_upper(hi)}", key=key, value=value)
+        raise UserError(f"must be {_upper(hi)}{or_auto}", key=key, value=value)
 
 
 def set_key(cfg: Config, key: str, value: Any, from_text: bool = False) -> None:

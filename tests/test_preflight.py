@@ -245,12 +245,14 @@ def test_a_number_is_used_as_given():
     "value, message",
     [
         ("most", "config error: rollout.gpu_memory_utilization = 'most': expected auto or a number"),
-        ("1.5", "config error: rollout.gpu_memory_utilization = 1.5: must be <= 1"),
-        ("0", "config error: rollout.gpu_memory_utilization = 0.0: must be > 0"),
+        ("1.5", "config error: rollout.gpu_memory_utilization = 1.5: must be <= 1 or auto"),
+        ("0", "config error: rollout.gpu_memory_utilization = 0.0: must be > 0 or auto"),
+        ("-3", "config error: train.micro_batch_size = -3: must be >= 0 or auto"),
     ],
 )
-def test_gpu_memory_utilization_errors(tmp_path, value, message):
-    result = run_cli("train", "tiny-arith", "--set", f"rollout.gpu_memory_utilization={value}", cwd=tmp_path)
+def test_auto_key_errors_name_auto(tmp_path, value, message):
+    key = message.split(" = ")[0].removeprefix("config error: ")
+    result = run_cli("train", "tiny-arith", "--set", f"{key}={value}", cwd=tmp_path)
     assert (result.returncode, result.stderr.strip()) == (2, message)
 
 
