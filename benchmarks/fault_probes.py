@@ -54,6 +54,29 @@ class Probe:
     slow: bool = False  # starts vLLM or trains for long: `bench faults` only, not tests/test_fault_suite.py
 
 
+def named_probes(category: str, checks, *, timeout_s: float = 60.0, slow: bool = False) -> list[Probe]:
+    """One probe per check function, named after it (its underscores read as spaces)."""
+    return [Probe(category, check.__name__.replace("_", " "), check, timeout_s, slow) for check in checks]
+
+
+def short_run_rows(tmp: Path, sets: list[str]) -> list[dict] | str:
+    """Two steps of tiny-arith (2 prompts × 4 completions, no eval, no checkpoint) with `sets` in tmp/run:
+    metrics.jsonl's rows, or why there are none."""
+    import json
+
+    from ..contract import config
+    from ..engine.run.trainer import Trainer
+
+    short = ["train.steps=2", "train.prompts_per_step=2", "rollout.num_generations=4", "train.eval_every=0"]
+    trainer = Trainer(config.load("tiny-arith", [*short, "train.save_every=0", *sets]), tmp / "run")
+    try:
+        if trainer.run() != "finished":
+            return "the run did not finish"
+    finally:
+        trainer.close()
+    return [json.loads(line) for line in (tmp / "run" / "metrics.jsonl").read_text().splitlines()]
+
+
 def hostile_cases() -> list:
     """Every category module's cases, in HOSTILE's order."""
     out = []

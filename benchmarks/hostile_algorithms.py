@@ -6,12 +6,11 @@ weights and the documented result (engine/train/losses.py, engine/rollout/advant
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
 from .fault_cases import Case, train
-from .fault_probes import Probe
+from .fault_probes import Probe, named_probes, short_run_rows
 
 CATEGORY = "algorithms"
 PASS_AT_K = ('rewards.funcs=["correctness"]', "algo.advantage=pass_at_k")  # as --set values
@@ -116,17 +115,9 @@ def pass_at_k_trains_on_a_graded_reward(tmp: Path) -> str | None:
 
 
 def _short_run(tmp: Path, sets: list[str], metric: str) -> str | None:
-    from ..contract import config
-    from ..engine.run.trainer import Trainer
-
-    short = ["train.steps=2", "train.prompts_per_step=2", "rollout.num_generations=4", "train.eval_every=0"]
-    trainer = Trainer(config.load("tiny-arith", [*short, "train.save_every=0", *sets]), tmp / "run")
-    try:
-        if trainer.run() != "finished":
-            return "the run did not finish"
-    finally:
-        trainer.close()
-    rows = [json.loads(line) for line in (tmp / "run" / "metrics.jsonl").read_text().splitlines()]
+    rows = short_run_rows(tmp, sets)
+    if isinstance(rows, str):
+        return rows
     values = [row.get(metric) for row in rows]
     ok = len(rows) == 2 and all(v is not None and math.isfinite(v) for v in values)
     if ok and metric == "mismatch/masked_frac":
@@ -143,9 +134,7 @@ def probes() -> list[Probe]:
         band_weights_stay_finite,
     ]
     runs = [icepop_trains_with_a_bf16_rollout, pass_at_k_trains_on_a_graded_reward]
-    return [Probe(CATEGORY, f.__name__.replace("_", " "), f, timeout_s=60) for f in fast] + [
-        Probe(CATEGORY, f.__name__.replace("_", " "), f, timeout_s=300, slow=True) for f in runs
-    ]
+    return named_probes(CATEGORY, fast) + named_probes(CATEGORY, runs, timeout_s=300, slow=True)
 
 
 def cases() -> list:

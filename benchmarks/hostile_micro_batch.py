@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .fault_cases import Case, train
-from .fault_probes import Probe
+from .fault_probes import named_probes
 
 CATEGORY = "micro batch"
 
@@ -123,4 +123,4 @@ def cases() -> list:
         no_model_card_chooses_by_the_knee,
         ranks_share_the_step,
     ]
-    return [*(Probe(CATEGORY, f.__name__.replace("_", " "), f) for f in probes), *commands()]
+    return [*named_probes(CATEGORY, probes), *commands()]

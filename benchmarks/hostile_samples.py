@@ -12,7 +12,7 @@ import random
 import shutil
 from pathlib import Path
 
-from .fault_probes import Probe
+from .fault_probes import named_probes
 
 CATEGORY = "samples"
 
@@ -175,4 +175,4 @@ def cases() -> list:
         a_search_for_escapes_and_non_ascii_finds_what_the_row_holds,
         a_fork_whose_parent_went_away_is_one_line_and_leaves_nothing,
     ]
-    return [Probe(CATEGORY, f.__name__.replace("_", " "), f) for f in probes]
+    return named_probes(CATEGORY, probes)

@@ -6,12 +6,11 @@ finite result (engine/train/logprobs.py, engine/train/chunked_logsoftmax.py)."""
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
 from .fault_cases import Case, train
-from .fault_probes import Probe
+from .fault_probes import Probe, named_probes, short_run_rows
 
 CATEGORY = "support"
 
@@ -139,17 +138,9 @@ def dynamic_sampling_joins_the_kept_sets(tmp: Path) -> str | None:
 
 
 def _short_run(tmp: Path, sets: list[str]) -> str | None:
-    from ..contract import config
-    from ..engine.run.trainer import Trainer
-
-    short = ["train.steps=2", "train.prompts_per_step=2", "rollout.num_generations=4", "train.eval_every=0"]
-    trainer = Trainer(config.load("tiny-arith", [*short, "train.save_every=0", *sets]), tmp / "run")
-    try:
-        if trainer.run() != "finished":
-            return "the run did not finish"
-    finally:
-        trainer.close()
-    rows = [json.loads(line) for line in (tmp / "run" / "metrics.jsonl").read_text().splitlines()]
+    rows = short_run_rows(tmp, sets)
+    if isinstance(rows, str):
+        return rows
     seen = [(row.get("loss"), row.get("mismatch/k3")) for row in rows]
     ok = len(rows) == 2 and all(loss is not None and math.isfinite(loss) and k3 is not None for loss, k3 in seen)
     return None if ok and all(k3 < 1e-9 for _, k3 in seen) else f"(loss, mismatch/k3) per step: {seen}"
@@ -162,9 +153,7 @@ def probes() -> list[Probe]:
         a_full_set_is_the_plain_softmax,
     ]
     runs = [a_near_greedy_run_with_correction_trains, dynamic_sampling_joins_the_kept_sets]
-    return [Probe(CATEGORY, f.__name__.replace("_", " "), f, timeout_s=60) for f in fast] + [
-        Probe(CATEGORY, f.__name__.replace("_", " "), f, timeout_s=300, slow=True) for f in runs
-    ]
+    return named_probes(CATEGORY, fast) + named_probes(CATEGORY, runs, timeout_s=300, slow=True)
 
 
 def cases() -> list:
