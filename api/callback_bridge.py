@@ -30,6 +30,9 @@ TRL_NAMES = {
     "clip/low": "clip_ratio/low_mean",
     "clip/high": "clip_ratio/high_mean",
     "clip/region": "clip_ratio/region_mean",
+    "completion/len_mean": "completions/mean_length",
+    "completion/len_max": "completions/max_length",
+    "completion/truncated_frac": "completions/clipped_ratio",
 }
 
 
