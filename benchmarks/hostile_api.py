@@ -119,7 +119,35 @@ def eval_strategy_steps(tmp: Path) -> str | None:
     return _one_line(
         tmp,
         "GRPOTrainer('tiny-arith', reward_len, args('run', eval_strategy='steps', eval_steps=1), data)\n",
-        "GRPOConfig error: eval_strategy = 'steps': the Python API does not evaluate yet",
+        "GRPOConfig error: eval_strategy = 'steps': grpo-studio's engine evaluates held-out rows of data.source",
+    )
+
+
+def reward_model_not_a_model(tmp: Path) -> str | None:
+    (tmp / "empty").mkdir()
+    return _one_line(
+        tmp,
+        "GRPOTrainer('tiny-arith', ['empty'], args('run'), data)\n",
+        "GRPOTrainer error: reward_funcs[0] = 'empty': cannot load a sequence-classification model from it",
+    )
+
+
+def quantization_fp4(tmp: Path) -> str | None:
+    return _one_line(
+        tmp,
+        "from peft import LoraConfig\nfrom transformers import BitsAndBytesConfig\n"
+        "GRPOTrainer('tiny-arith', reward_len, args('run'), data, peft_config=LoraConfig(r=4),\n"
+        "            quantization_config=BitsAndBytesConfig(load_in_4bit=True))\n",
+        "GRPOTrainer error: quantization_config.bnb_4bit_quant_type = 'fp4': set 'nf4'",
+    )
+
+
+def iterable_dataset_without_steps(tmp: Path) -> str | None:
+    return _one_line(
+        tmp,
+        "GRPOTrainer('tiny-arith', reward_len, GRPOConfig('run', per_device_train_batch_size=4, num_generations=4),\n"
+        "            data.to_iterable_dataset())\n",
+        "GRPOConfig error: max_steps = -1: an IterableDataset has no length: set max_steps > 0",
     )
 
 
@@ -202,6 +230,9 @@ def cases() -> list:
         optimizer_given,
         no_reward_source,
         eval_strategy_steps,
+        reward_model_not_a_model,
+        quantization_fp4,
+        iterable_dataset_without_steps,
         environment_without_steps,
         resume_without_a_run,
         prefix_tuning,
