@@ -117,7 +117,7 @@ class ReadOnlyWriter(RunWriter):
     def release(self) -> None:
         pass
 
-    def _append(self, name: str, row: dict) -> None:
+    def _append(self, name: str, *rows: dict) -> None:
         pass
 
     def cut_streams(self, step: int) -> dict:

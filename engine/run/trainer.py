@@ -178,6 +178,7 @@ class Trainer:
         sampler, rollouts = self.grpo.sampler, self.grpo.rollouts
         if self.grpo.updates:  # between the updates of a rollout the sampler still holds the weights that sampled it
             sampler.load_weights(export_weights(self.policy))
+            self.grpo.synced.took(self.grpo.params)
         out = {}
         for split, split_rows in ((schema.EVAL, self.eval_rows), (schema.GENERAL, self.general_rows)):
             every = split_rows[:limit] if limit else split_rows
@@ -297,6 +298,7 @@ class Trainer:
         if self.stop_requested:
             return False
         self.grpo.sampler.load_weights(export_weights(self.policy))
+        self.grpo.synced.took(self.grpo.params)
         return True
 
     def close(self) -> None:

@@ -1,14 +1,17 @@
-"""The `hf` rollout backend: transformers `generate` on its own copy of the policy in rollout.dtype.
+"""The `hf` rollout backend: a decode loop of its own (transformers' `generate`'s, less the rows that have ended)
+on its own copy of the policy in rollout.dtype.
 
 It keeps a separate model (like vLLM does), so the rollout precision can differ from the
 trainer's and weight sync after each optimizer step goes through the same `load_weights` path
-as the vLLM backend. Each token is drawn, and its μ read, from generate's *processed* scores (after
+as the vLLM backend. Each token is drawn, and its μ read, from the *processed* scores (after
 temperature, top-k, top-p), one step at a time (SampledLogprobs): μ is the distribution actually drawn from.
+A row that has drawn its EOS leaves the decode batch (HFBackend._decode); the draws are those of
+generate keeping every row (tests/test_hf_decode_rows.py).
 With top-k/top-p and algo.logprob_support = sampler it also returns the tokens kept at each position
 (Rollout.support), so the trainer's π is renormalised on the same set (docs/mismatch.md, "Truncated sampling").
 
 Each distinct prompt is computed once: its tokens but the last run through the model into a KV cache, which is
-repeated for its G samples; `generate` then starts from the last prompt token (issue 27: the prompt is most of
+repeated for its G samples; the decode then starts from the last prompt token (issue 27: the prompt is most of
 a GSM8K-shaped rollout's tokens). The samples are drawn as without it (the same draws, from scores equal to
 fp32 rounding).
 
@@ -44,31 +47,35 @@ def _keep_training_kernel(model) -> None:
 
 
 class SampledLogprobs:
-    """A logits processor, last in generate's list, that draws each token itself: it sees the scores after the
-    temperature, top-k and top-p warpers, draws from their softmax by inverse CDF and marks the drawn token
-    +inf, so generate's greedy step takes it; it keeps log μ of each drawn token. generate's own sampling
-    (torch.multinomial) draws an exponential for every vocabulary entry of every row at every step: on a
-    CPU that was 8.5 s of a 44 s GSM8K-shaped rollout (64 rows × 49,152 entries × 128 steps); one uniform
-    per row and a cumulative sum do the same draw. Its output_scores would keep every step's B × V scores
-    (1.6 GB there).
+    """Each step's draw and its μ: from the scores after the temperature, top-k and top-p warpers, a token drawn by
+    inverse CDF (`draw`) and log μ of it kept. generate's own sampling (torch.multinomial) draws an exponential
+    for every vocabulary entry of every row at every step: on a CPU that was 8.5 s of a 44 s GSM8K-shaped rollout
+    (64 rows × 49,152 entries × 128 steps); one uniform per row and a cumulative sum do the same draw. Keeping
+    only log μ of the drawn token, not generate's output_scores (every step's B × V scores: 1.6 GB there).
 
-    With `keep_support` it also keeps each step's kept set, the tokens the warpers left finite (the support
-    μ is renormalised over), bit-packed: B × V/8 bytes a step (algo.logprob_support = sampler)."""
+    Every step draws one uniform for each of the B rows, those still decoding or not, so a row's draws are the
+    same whichever rows have finished. With `keep_support` it also keeps each step's kept set, the tokens the
+    warpers left finite (the support μ is renormalised over), bit-packed: B × V/8 bytes a step
+    (algo.logprob_support = sampler). A finished row reads 0 (rollout_from masks it)."""
 
-    def __init__(self, keep_support: bool = False):
+    def __init__(self, rows: int, keep_support: bool = False):
+        self.rows = rows
         self.logps: list[torch.Tensor] = []
         self.supports: list[torch.Tensor] | None = [] if keep_support else None
 
-    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+    def __call__(self, scores: torch.Tensor, live: torch.Tensor) -> torch.Tensor:
+        """The tokens [len(live), 1] drawn from the warped `scores` of the rows `live` (indices of the B rows)."""
+        u = torch.rand(self.rows, 1, device=scores.device)[live]
         logp = torch.log_softmax(scores.float(), dim=-1)
-        token = draw(logp)
-        self.logps.append(logp.gather(1, token).squeeze(1))
+        token = draw(logp, u)
+        self.logps.append(logp.new_zeros(self.rows).index_copy_(0, live, logp.gather(1, token).squeeze(1)))
         if self.supports is not None:
-            self.supports.append(pack_support(torch.isfinite(scores)))
-        return scores.scatter_(1, token, math.inf)
+            packed = pack_support(torch.isfinite(scores))
+            self.supports.append(packed.new_zeros(self.rows, packed.shape[1]).index_copy_(0, live, packed))
+        return token
 
     def result(self, ids: torch.Tensor) -> torch.Tensor:
-        """log μ [B, T] of the completion tokens `ids` [B, T] (a finished row's pads: its last draws' μ)."""
+        """log μ [B, T] of the completion tokens `ids` [B, T]."""
         if ids.shape[1] == 0:
             return ids.new_zeros(ids.shape, dtype=torch.float32)
         return torch.stack(self.logps[: ids.shape[1]], dim=1)
@@ -80,15 +87,17 @@ class SampledLogprobs:
         return torch.stack(self.supports[: ids.shape[1]], dim=1)
 
 
-def draw(logp: torch.Tensor) -> torch.Tensor:
+def draw(logp: torch.Tensor, u: torch.Tensor | None = None) -> torch.Tensor:
     """One token [B, 1] per row from the distribution exp(logp) [B, V], by inverse CDF: the first column
-    whose cumulative probability exceeds a uniform draw (a zero-probability column never does)."""
+    whose cumulative probability exceeds the row's uniform draw `u` [B, 1] (drawn here when None; a
+    zero-probability column never does)."""
     cdf = logp.exp().cumsum(dim=-1)
     total = cdf[:, -1:]
     if not bool(torch.isfinite(total).all()):
         raise NonFiniteSampling("non-finite sampler probabilities")
-    u = torch.rand(total.shape, device=logp.device) * total
-    return torch.searchsorted(cdf, u, right=True).clamp_(max=logp.shape[-1] - 1)
+    if u is None:
+        u = torch.rand(total.shape, device=logp.device)
+    return torch.searchsorted(cdf, u * total, right=True).clamp_(max=logp.shape[-1] - 1)
 
 
 def warpers(sampling: Sampling) -> list:
@@ -139,32 +148,59 @@ class HFBackend:
         if self.routes is not None:
             self.routes.clear()
         cache = self._prompt_cache(input_ids[:: sampling.n], attention[:: sampling.n], sampling.n)
-        from transformers import LogitsProcessorList
-
-        recorder = SampledLogprobs(self.keep_support and truncates(sampling))
+        recorder = SampledLogprobs(len(rows), self.keep_support and truncates(sampling))
         torch.manual_seed(sampling.seed)
-        sequences = self.model.generate(
-            input_ids=input_ids,
-            attention_mask=attention.long().to(self.device),
-            past_key_values=cache,
-            # the recorder draws (after the warpers, passed as processors) and generate's greedy step takes its
-            # token; generate's own warpers are off, stated: left out, transformers falls back to top_k = 50
-            do_sample=False,
-            temperature=1.0,
-            top_k=None,
-            top_p=1.0,
-            logits_processor=LogitsProcessorList([*warpers(sampling), recorder]),
-            max_new_tokens=sampling.max_tokens,
-            min_new_tokens=sampling.min_tokens or None,
-            eos_token_id=self.tokenizer.eos_token_id,
-            pad_token_id=pad,
-        )
-        ids = sequences[:, width:]
+        ids = self._decode(input_ids, attention.long().to(self.device), cache, sampling, recorder)
         eos = self.tokenizer.eos_token_id
         rollout = rollout_from(ids, recorder.result(ids), eos, pad, start, recorder.support(ids))
         if self.routes is not None:
             rollout.routes = self.routes.routes(sampling.n, cache is not None, attention, rollout.mask)
         return rollout
+
+    def _decode(self, input_ids, attention, cache, sampling: Sampling, recorder: SampledLogprobs) -> torch.Tensor:
+        """The completion ids [B, steps] of the left-padded prompts `input_ids` [B, W] (`cache`: the KV cache of
+        their first W − 1 tokens, or None), one token a step, pad after a row's EOS, until every row has ended or
+        max_tokens; what transformers' generate does with our processors (EOS masked before min_tokens, the
+        warpers, the draw), and no other: the model's generation_config (a repetition penalty, say) is not read,
+        as vLLM does not read it either.
+
+        A row that has ended leaves the batch, its KV cache rows with it (generate keeps every row until the
+        longest ends: with lengths geometric around half the cap, a third of the decode rows were padding). The
+        draws stay those of the whole batch (SampledLogprobs). An MoE's router recorder keeps every row, as
+        generate does, so its routes keep their layout (engine/model/moe.py)."""
+        B, eos, pad = input_ids.shape[0], self.tokenizer.eos_token_id, self.tokenizer.pad_token_id
+        positions = (attention.cumsum(-1) - 1).clamp(min=0)  # generate's own position ids under left padding
+        step_ids, step_pos = (input_ids, positions) if cache is None else (input_ids[:, -1:], positions[:, -1:])
+        live, ended = torch.arange(B, device=self.device), torch.zeros(B, dtype=torch.bool, device=self.device)
+        out = torch.full((B, sampling.max_tokens), pad, dtype=input_ids.dtype, device=self.device)
+        shrink = self.routes is None
+        for t in range(sampling.max_tokens):
+            step = self.model(
+                input_ids=step_ids,
+                attention_mask=attention,
+                position_ids=step_pos,
+                past_key_values=cache,
+                use_cache=True,
+                logits_to_keep=1,
+            )
+            cache, scores = step.past_key_values, step.logits[:, -1, :].float()
+            if t < sampling.min_tokens:
+                scores[:, eos] = -math.inf  # generate's MinNewTokensLengthLogitsProcessor
+            for warp in warpers(sampling):
+                scores = warp(step_ids, scores)
+            token = recorder(scores, live)
+            token = torch.where(ended[live].unsqueeze(1), pad, token)  # without shrinking: pad after EOS
+            out[live, t] = token.squeeze(1)
+            ended[live] |= token.squeeze(1) == eos
+            if bool(ended.all()):
+                return out[:, : t + 1]
+            keep = ~ended[live] if shrink else torch.ones(len(live), dtype=torch.bool, device=self.device)
+            if not bool(keep.all()):
+                cache.batch_select_indices(keep.nonzero().squeeze(1))
+                live, token, attention, step_pos = live[keep], token[keep], attention[keep], step_pos[keep]
+            attention = torch.cat([attention, attention.new_ones(len(live), 1)], dim=1)
+            step_ids, step_pos = token, step_pos[:, -1:] + 1
+        return out
 
     def _prompt_cache(self, prompt_ids: torch.Tensor, attention: torch.Tensor, n: int):
         """The KV cache of each distinct prompt less its last token, repeated n times (None for n = 1)."""

@@ -138,6 +138,7 @@ class GRPOStep:
         self.routes = moe.RouterReplay.for_policy(model.policy, cfg.algo.router_replay)  # MoE routers (R3)
         self.step_rows = torch.arange(0)  # the rollout rows of the step being taken
         self.lost: RolloutServerLost | None = None  # the rollout server stopped answering: the run stops
+        self.synced = SyncedAdapters(cfg.model.lora_rank > 0 and cfg.rollout.colocate and dist.world == 1)
 
     @property
     def loss_type(self) -> loss_types.LossType:
@@ -232,10 +233,13 @@ class GRPOStep:
             )
 
         # 6. After the batch's last update the rollout engine takes the new weights for the next rollout.
+        #    Unless the sampler holds them already (SyncedAdapters: the step left the adapters as they were).
         if not self.updates:
             sync_start = time.perf_counter()
             try:
-                self.sampler.load_weights(export_weights(self.model.policy))
+                if not self.synced.unchanged(self.params):
+                    self.sampler.load_weights(export_weights(self.model.policy))
+                    self.synced.took(self.params)
                 self.policy_version += 1
             except RolloutServerLost as err:  # the step stands (its row, its checkpoint); then the run stops
                 self.lost = err
@@ -465,6 +469,27 @@ class GRPOStep:
         self.policy_version = step // (t.steps_per_generation * t.num_iterations)  # syncs made so far
         version = {} if self.cfg.rollout.colocate else {"version": self.policy_version}  # the server numbers them
         self.sampler.load_weights(export_weights(self.model.policy), **version)
+        self.synced.took(self.params)
+
+
+class SyncedAdapters:
+    """The trained weights the colocated sampler took at its last sync, kept where they are small (LoRA's
+    adapters, one process): a sync of the same weights again is skipped. A step whose every micro-batch has
+    zero advantage (engine/train/zero_advantage.py) leaves AdamW's zero moments, so no weight, as they were; the
+    sampler's merged copy (0.3-0.9 s of a short-prompt step to rebuild) is then already the policy's.
+    A rollout server numbers the syncs it takes, so it gets every one (`enabled` off)."""
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+        self.taken: list[torch.Tensor] | None = None
+
+    def unchanged(self, params: list[torch.Tensor]) -> bool:
+        """Whether every trained weight is bitwise the one the sampler took last."""
+        return self.taken is not None and all(torch.equal(p, q) for p, q in zip(params, self.taken))
+
+    def took(self, params: list[torch.Tensor]) -> None:
+        if self.enabled:
+            self.taken = [p.detach().clone() for p in params]
 
 
 def _take(inputs: LossInputs, rows, width: int | None = None) -> LossInputs:
