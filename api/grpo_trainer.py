@@ -227,11 +227,13 @@ class GRPOTrainer:
         for i, (fn, tokenizer) in enumerate(zip(funcs, classes)):
             argument = f"reward_funcs[{i}]"
             if isinstance(fn, str) and tokenizer is None and (Path(fn).expanduser() / "config.json").is_file():
-                specs.append(f"rm:{fn}")  # a saved reward model with its tokenizer: read where it is
+                specs.append(f"rm:{Path(fn).expanduser().absolute()}")  # saved with its tokenizer: read there
             elif isinstance(fn, str) or _is_model(fn):
                 model = _reward_model(fn, argument) if isinstance(fn, str) else fn
                 folder = self._reward_folder(fn if isinstance(fn, str) else _model_id(model), i)
-                self.saved_rewards.append((folder, model, tokenizer or _reward_tokenizer(model, argument)))
+                if tokenizer is None:
+                    tokenizer = _reward_tokenizer(model, argument)
+                self.saved_rewards.append((folder, model, tokenizer))
                 specs.append(f"rm:{folder}")
             elif callable(fn):  # sync or async (rewards/runner.py awaits a coroutine function)
                 specs.append(user_code.register(fn, _name_of(fn)))
