@@ -16,6 +16,7 @@ COMBINE = ("mean", "sum", "min", "max")  # how data-parallel ranks combine one m
 FN = "<fn>"  # stands for a reward function's name in a pattern
 RANK = "<i>"  # stands for a data-parallel rank's number in a pattern
 TOOL = "<tool>"  # stands for an environment's tool in a pattern
+STEP_METRIC = "<name>"  # stands for a number a turn-shape environment's step() reports in info["metrics"]
 LAYER = "layer<n>"  # stands for an MoE layer (layer0, layer1, ...) in a pattern
 ROUTER_DISAGREE = "mismatch/router_disagree"
 # split by policy lag as mismatch/lag0|lagged/k3 are (rollout.async_mode): lag-0 tokens, lagged tokens
@@ -258,6 +259,11 @@ SCHEMA = {
         Metric("env/tool_calls_mean", "tool calls the model wrote per episode (malformed ones too)", "calls"),
         Metric(f"env/tool_calls/{TOOL}", "calls of one tool per episode", "calls"),
         Metric(
+            f"env/step/{STEP_METRIC}",
+            "mean over the rollout's steps of a number the environment's step() reported in info['metrics'] "
+            "(guess_number: range_halving, log2 of the range before a guess over the range after it)",
+        ),
+        Metric(
             "env/tool_failure_frac",
             "share of tool calls that failed: malformed, unknown, raised or timed out",
             "fraction",
@@ -386,6 +392,8 @@ def lookup(name: str) -> Metric | None:
     family, _, stat = name.rpartition("/")
     if family == "env/tool_calls":
         return SCHEMA.get(f"{family}/{TOOL}")
+    if family == "env/step" and re.fullmatch(r"\w+", stat):
+        return SCHEMA.get(f"{family}/{STEP_METRIC}")
     if family == ROUTER_DISAGREE and re.fullmatch(r"layer\d+", stat):
         return SCHEMA.get(f"{family}/{LAYER}")
     return SCHEMA.get(reward_key(FN, stat) if family.startswith("rewards/") else name)
@@ -395,7 +403,7 @@ def names(reward_funcs: list[str]) -> list[str]:
     """Every name a run with these reward functions can write, in schema order."""
     out = []
     for name in SCHEMA:
-        if TOOL not in name and LAYER not in name:  # an environment's tools, a model's layers: known once loaded
+        if all(p not in name for p in (TOOL, LAYER, STEP_METRIC)):  # known once the environment or model loads
             out += [name.replace(FN, fn) for fn in reward_funcs] if FN in name else [name]
     return out
 

@@ -4,6 +4,7 @@ hand-checked values, a hand-traced game, and every task row's answer recomputed 
 from __future__ import annotations
 
 import importlib.util
+import math
 import re
 from collections import Counter
 
@@ -128,14 +129,20 @@ def test_guess_number_hand_trace():
     first = env.reset(prompt="Guess the number.", secret=37, answer="37")
     assert [m["role"] for m in first] == ["system", "user"]
     assert first[1]["content"] == "I am thinking of a number between 1 and 50. Guess it: reply with just a number."
-    assert env.step("25") == ([{"role": "user", "content": "Higher."}], False, None, {"valid": True, "guesses": 1})
+    bits = lambda b: {"range_halving": b}  # noqa: E731 - log2 of the range before over after (26..50, 26..39, 37)
+    assert env.step("25") == (
+        [{"role": "user", "content": "Higher."}],
+        False,
+        None,
+        {"valid": True, "guesses": 1, "metrics": bits(1.0)},
+    )
     assert env.step("Maybe 40?") == (
         [{"role": "user", "content": "Lower."}],
         False,
         None,
-        {"valid": True, "guesses": 2},
+        {"valid": True, "guesses": 2, "metrics": bits(math.log2(25 / 14))},
     )
-    assert env.step("I guess 37") == ([], True, 1.0, {"valid": True, "guesses": 3})
+    assert env.step("I guess 37") == ([], True, 1.0, {"valid": True, "guesses": 3, "metrics": bits(math.log2(14))})
 
 
 def test_guess_number_invalid_replies_are_not_guesses():
@@ -155,11 +162,11 @@ def test_guess_number_invalid_replies_are_not_guesses():
         [{"role": "user", "content": "Higher."}],
         False,
         None,
-        {"valid": True, "guesses": 1},
+        {"valid": True, "guesses": 1, "metrics": {"range_halving": math.log2(50 / 47)}},
     )
     assert env.step("5")[1:3] == (True, 1.0)
     env.reset(secret=5)
-    assert env.step("5")[3] == {"valid": True, "guesses": 1}  # reset starts the count again
+    assert env.step("5")[3] == {"valid": True, "guesses": 1, "metrics": {"range_halving": math.log2(50)}}  # anew
 
 
 # ---- the built-in tasks ------------------------------------------------------------------------------------

@@ -60,9 +60,11 @@ def test_reward_patterns_and_lookups():
     names = metrics.names(["a", "b"])
     assert names[:3] == ["step", "time", "epoch"]
     assert names[6:10] == ["rewards/a/mean", "rewards/b/mean", "rewards/a/std", "rewards/b/std"]
-    # env/tool_calls/<tool> and mismatch/router_disagree/layer<n>: the environment's tools, the model's MoE layers
-    assert len(names) == len(metrics.SCHEMA) + 2 - 2
+    # env/tool_calls/<tool>, env/step/<name> and mismatch/router_disagree/layer<n>: the environment's tools and
+    # step metrics, the model's MoE layers
+    assert len(names) == len(metrics.SCHEMA) + 2 - 3
     assert metrics.lookup("env/tool_calls/add").name == "env/tool_calls/<tool>"
+    assert metrics.lookup("env/step/range_halving").name == "env/step/<name>"
     assert metrics.lookup("mismatch/router_disagree/layer12").name == "mismatch/router_disagree/layer<n>"
     assert metrics.lookup("mismatch/router_disagree/layer") is None
     assert metrics.lookup("env/stop/done").name == "env/stop/done" and metrics.lookup("env/stop/other") is None

@@ -26,7 +26,7 @@ def test_the_recipe_passes_every_check_before_weights_load(recipe, tok):
     rows = data.load_rows(cfg.data, "train") + data.load_rows(cfg.data, "eval")
     made = episodes.make(cfg, tok, rows)  # refuses a prompt longer than rollout.max_prompt_len
     assert made.env.name == environments.load(cfg.env.environment).name
-    assert len(warmup.prepare(cfg, tok, made)) == {"tool-calc": 500, "tool-lookup": 400, "guess-number": 0}[recipe]
+    assert len(warmup.prepare(cfg, tok, made)) == {"tool-calc": 500, "tool-lookup": 400, "guess-number": 50}[recipe]
 
 
 @pytest.mark.parametrize("recipe", ["tool-calc", "tool-lookup"])

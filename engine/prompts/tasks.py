@@ -19,6 +19,11 @@ Whole conversations for the supervised warm-up (warmup.source), a `messages` col
 tool call, the real tool's result and the answer:
     builtin:tool-arith-demos  500 expressions of builtin:tool-arith's kinds, from another seed
     builtin:lookup-demos      400 questions about 200 other invented people, none of them in the lookup table
+and worked answers in the layout a recipe asks for:
+    builtin:word-problems-demos  64 problems of builtin:word-problems' kinds, from another seed and none of its
+                                 questions, solved in the reasoning prompt's <reasoning>/<answer> layout
+    builtin:guess-number-demos   the 50 games of builtin:guess-number (one per secret) played by binary search:
+                                 each guess the middle of the range the answers so far leave, at most 6 guesses
 
 builtin:arith, the bundled tiny model's task, lives in engine/prompts/arith.py. Held-out rows: data.eval_size
 (auto: 200), a seeded slice as for a file, taken in whole groups of rows that ask the same question
@@ -286,6 +291,39 @@ def lookup_demos(count: int = 200) -> list[dict]:
     return rows
 
 
+def word_problems_demos(count: int = 64) -> list[dict]:
+    from ...rewards.builtin import SYSTEM_PROMPT  # the system prompt word-problems' rows render with
+
+    trained = {row["question"] for row in word_problems()}
+    rng, rows = random.Random(SEED + 14), []
+    while len(rows) < count:
+        question, solution, answer = _problem(rng)
+        if question not in trained:
+            reply = f"<reasoning>\n{solution}\n</reasoning>\n<answer>\n{answer}\n</answer>"
+            rows.append({"messages": _conversation(SYSTEM_PROMPT, question, reply)})
+    return rows
+
+
+def _conversation(system: str, *turns: str) -> list[dict]:
+    """A system message, then user and assistant turns alternating."""
+    roles = ("user", "assistant")
+    return [{"role": "system", "content": system}] + [{"role": roles[i % 2], "content": t} for i, t in enumerate(turns)]
+
+
+def guess_number_demos() -> list[dict]:
+    game = _preset("guess_number")
+    rows = []
+    for secret in range(game.LOW, game.HIGH + 1):
+        env, turns, done = game.GuessNumber(), [], False
+        first = env.reset(secret=secret)
+        while not done:  # binary search: the middle of the range the answers so far leave
+            guess = str((env.low + env.high) // 2)
+            replies, done, _reward, _info = env.step(guess)
+            turns += [guess] + [m["content"] for m in replies]
+        rows.append({"messages": _conversation(first[0]["content"], first[1]["content"], *turns)})
+    return rows
+
+
 def _operands(row: dict) -> frozenset:
     """chat-arith's question up to order: 'What is 7 + 4?' and 'What is 4 + 7?' are one."""
     a, b = (int(n) for n in row["prompt"].removeprefix("What is ").split("?")[0].split(" + "))
@@ -332,6 +370,8 @@ TASKS = {
     "builtin:guess-number": guess_number,
     "builtin:tool-arith-demos": tool_arith_demos,
     "builtin:lookup-demos": lookup_demos,
+    "builtin:word-problems-demos": word_problems_demos,
+    "builtin:guess-number-demos": guess_number_demos,
 }
 
 GENERAL = {  # builtin:arith's: engine/prompts/arith.py

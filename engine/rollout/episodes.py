@@ -35,6 +35,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
+import re
 import time
 
 import torch
@@ -73,6 +74,7 @@ class Episode:
     why: str = ""  # what ended it, in words
     failed: bool = False  # ended by the environment's own failure (not the model's text, not a tool it called)
     reward: float | None = None  # turns shape: the sum of step()'s rewards
+    step_metrics: dict = dataclasses.field(default_factory=dict)  # turns shape: info["metrics"] key -> its values
     reward_error: tuple[str, str] | None = None  # get_reward's failure: (problem kind, message), as rewards report
     answer: str = ""  # the last model turn's text: what the reward functions score
     env_s: float = 0.0
@@ -283,10 +285,11 @@ class Episodes:
                 result = awaited(instance.step(text))
                 if not (isinstance(result, tuple) and len(result) == 4):
                     raise EpisodeEnds("error", "step must return (messages, done, reward or None, info)")
-                replies, done, reward, _info = result
+                replies, done, reward, info = result
                 number, _, what = as_float(reward)
                 if what:
                     raise EpisodeEnds("error", f"step returned a reward of type {type(reward).__name__} ({what})")
+                step_metrics(episode, info)
                 return plain_messages(replies, "step", limit), bool(done), number
 
             replies, done, reward = self._timed(episode, step, "step")
@@ -356,6 +359,18 @@ class Episodes:
         )
 
 
+def step_metrics(episode: Episode, info) -> None:
+    """Keep the finite numbers of step()'s info["metrics"] ({name: number}, names of word characters); anything
+    else there is ignored, as the rest of info is."""
+    reported = info.get("metrics") if isinstance(info, dict) else None
+    if not isinstance(reported, dict):
+        return
+    for name, value in reported.items():
+        number, _, what = as_float(value)
+        if isinstance(name, str) and re.fullmatch(r"\w{1,64}", name) and not what and number is not None:
+            episode.step_metrics.setdefault(name, []).append(number)
+
+
 def metrics(episodes: list[Episode], tools: list[str], model_s: float) -> dict:
     """env/* and the environment's and the model's seconds, over one rollout's episodes."""
     n = len(episodes)
@@ -372,6 +387,9 @@ def metrics(episodes: list[Episode], tools: list[str], model_s: float) -> dict:
     }
     out.update({f"env/tool_calls/{t}": sum(e.calls.get(t, 0) for e in episodes) / n for t in tools})
     out.update({f"env/stop/{s}": sum(e.stop == s for e in episodes) / n for s in STOPS})
+    for name in sorted({k for e in episodes for k in e.step_metrics}):  # the mean over every step that reported it
+        values = [v for e in episodes for v in e.step_metrics.get(name, [])]
+        out[f"env/step/{name}"] = sum(values) / len(values)
     return out
 
 

@@ -6,11 +6,17 @@ is 1.0 on the step that finds the number and None on every other step: an episod
 (it runs out of turns or tokens) gets no reward from the environment, which the engine scores as 0.0 for a
 turn-shape environment. Copy this file to make a game, a simulator or a grader of your own.
 
+Each guess's info carries `metrics = {"range_halving": bits}`: log2 of the secrets still possible before the guess
+over those possible after its answer (1 after the finding guess). A guess at the middle of the range halves it
+(about 1 bit), a guess the earlier answers already ruled out narrows nothing (0 bits); the engine logs the mean over
+a step's guesses as env/step/range_halving. Binary search finds any of the 50 in at most 6 guesses.
+
     env.environment = "guess_number"     data.source = "builtin:guess-number"
 """
 
 from __future__ import annotations
 
+import math
 import re
 
 LOW, HIGH = 1, 50
@@ -20,16 +26,18 @@ INVALID = f"Reply with just a number between {LOW} and {HIGH}."
 
 
 class GuessNumber:
-    """One game: the secret and the guesses so far."""
+    """One game: the secret, the guesses so far and the range [low, high] the answers so far leave possible."""
 
     def __init__(self):
         self.secret = 0
         self.guesses = 0
+        self.low, self.high = LOW, HIGH
 
     def reset(self, **row) -> list[dict]:
         """A new game with the row's `secret`: the first messages to the model."""
         self.secret = int(row["secret"])
         self.guesses = 0
+        self.low, self.high = LOW, HIGH
         return [{"role": "system", "content": RULES}, {"role": "user", "content": ASK}]
 
     def step(self, text: str) -> tuple[list[dict], bool, float | None, dict]:
@@ -39,7 +47,16 @@ class GuessNumber:
         if guess is None or not LOW <= guess <= HIGH:
             return [{"role": "user", "content": INVALID}], False, None, {"valid": False}
         self.guesses += 1
+        before = self.high - self.low + 1
         if guess == self.secret:
-            return [], True, 1.0, {"valid": True, "guesses": self.guesses}
+            self.low = self.high = guess
+        elif guess < self.secret:
+            self.low = max(self.low, guess + 1)
+        else:
+            self.high = min(self.high, guess - 1)
+        bits = math.log2(before / (self.high - self.low + 1))
+        info = {"valid": True, "guesses": self.guesses, "metrics": {"range_halving": bits}}
+        if guess == self.secret:
+            return [], True, 1.0, info
         hint = "Higher." if guess < self.secret else "Lower."
-        return [{"role": "user", "content": hint}], False, None, {"valid": True, "guesses": self.guesses}
+        return [{"role": "user", "content": hint}], False, None, info
