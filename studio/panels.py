@@ -180,7 +180,7 @@ PANELS = {
             ["env/env_token_frac", "env/tool_failure_frac"],
             gate=ENV,
             percent=True,
-            short_title="env tok / tool fail",
+            short_title="env tokens",  # the headline's value is the first key's; the legend names both
         ),
         Panel(
             "stops",

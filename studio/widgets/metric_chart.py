@@ -189,14 +189,16 @@ class MetricChart(PlotextPlot):
         ]
         under, self.names = chart_axes.legend_lines(keys, width - 1) if len(series) > 1 else ("", [])
         self.legend_line = under
-        room = max(self.size.height - 9, 0)  # the names never take the plot's last 3 rows
+        note = self.note
+        if note and len(f"{under} · {note}") <= width - 1:
+            under = f"{under} · {note}" if under else note
+        elif note:  # the note's words wrapped under the legend's names, none lost
+            self.names += textwrap.wrap(note, width - 1)
+        room = max(self.size.height - 7, 0)  # the lines under the plot leave it 2 rows at least
         if len(self.names) > room:
             self.names = self.names[:room]
             if self.names:
                 self.names[-1] = self.names[-1][: width - 3] + " …"
-        note = self.note
-        if note:
-            under = f"{under} · {note}" if under else note
         # plotext writes the ylabel left-aligned on the line under the plot: the legend's and the note's place
         if under:
             plt.ylabel(under if len(under) <= width - 1 else under[: width - 2] + "…")
@@ -213,7 +215,9 @@ class MetricChart(PlotextPlot):
         full, short = self.chart_title, self.short_title or self.chart_title
         candidates = [full, short]
         if self.dropped:  # the count survives any cut: it comes first in the last candidate
-            candidates = [f"{full} · {self.dropped}", f"{short} · {self.dropped}", f"{self.dropped} · {short}"]
+            brief = self.dropped.replace(" value ", " ").replace(" values ", " ")  # '1 zero not drawn'
+            candidates = [f"{full} · {self.dropped}", f"{short} · {self.dropped}", f"{short} · {brief}"]
+            candidates.append(f"{brief} · {short}")
         self.drawn_title = chart_axes.fit_title(candidates, width, y_width)
         self.plt.title(self.drawn_title)
 

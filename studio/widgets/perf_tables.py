@@ -101,7 +101,7 @@ def split_table(run: RunData) -> Group | None:
         "" if mfu is None else f"MFU {percent(mfu)}" + (" (peak stale)" if mfu > 1 else ""),
         style="bold",
     )
-    return Group(table, Text(caption, style="dim", overflow="ellipsis", no_wrap=True))
+    return Group(table, Text(caption, style="dim"))  # wrapped at the box's width: no word cut
 
 
 def rank_values(run: RunData) -> dict[int, dict[str, float | None]]:
