@@ -11,12 +11,13 @@ the notes under charts; the Perf split (derived by hand from the four perf/* col
 the Samples table's newest rows; the runs list's rows, hint and footer; compare's summary. Text from the files
 (event messages, the doctor's summary, the sample detail) must be on screen with no word lost at a wrap.
 
-On the code before issue 42 (commit 914c40f, checked in /tmp with a worktree) these fail: the k3 chart's span
-(the axis floored at 1e-18, drawn from 1e-20) and its missing "1 zero value not drawn" on every run with a k3 of 0;
-the eval chart's "step 0: before training" note on the constant run, which has no step 0; the crashed run's
-charts saying "waiting for data" instead of "no data: the run crashed before its first step"; the Perf table's
-"train" (no "(derived)" and no formula line); the Log tab losing words at its wrap at 80 columns; and at 80×24
-headline values cut off chart titles ("KL k3  1…").
+On the studio before issue 42's fixes (before 97c8682 and 510c117; reasoned from `git log -p` of studio/, not run)
+these fail: check_chart's log-axis span (k3 floored at 1e-18, its ticks down to 1e-20) and its "1 zero value not
+drawn" on the fp32/fp16 runs, whose step-1 k3 is exactly 0; the eval note's "before training" on the constant run,
+which has no step-0 eval; the crashed run's charts ("waiting for data", not "no data: the run crashed before its
+first step"); check_perf's "train (derived)" row and formula line; check_log at 80 columns (the log wrapped at 78,
+wider than its box). Before this file's own commit these failed too: at 80×24 the k3 title's value cut
+("KL k3  1…"), the env-shares value cut, the Perf formula, the runs-list hint and chart notes cut with "…".
 """
 
 from __future__ import annotations
