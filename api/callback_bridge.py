@@ -5,6 +5,9 @@ with) that also keeps a transformers TrainerState and calls each callback as tra
     on_step_end      after every optimizer step's metrics row
     on_log           every logging_steps steps (logging_first_step: also step 1), with the window's means
                      under TRL's names (reward, reward_std, learning_rate, ...); appended to state.log_history
+    on_log, then     at each eval (train.eval_every steps; eval_on_start: before step 1), after that step's
+      on_evaluate    on_step_end and on_log, as transformers' _maybe_log_save_evaluate: TRL's eval_reward and
+                     eval_rewards/NAME/mean (no eval_loss: docs/python-api.md)
     on_save          after each checkpoint
     on_train_end     once the run has finished or stopped
 
@@ -34,6 +37,16 @@ TRL_NAMES = {
     "completion/len_max": "completions/max_length",
     "completion/truncated_frac": "completions/clipped_ratio",
 }
+
+
+def trl_eval_logs(values: dict) -> dict[str, float]:
+    """One eval's eval/* values as TRL logs them: eval_reward, eval_rewards/NAME/mean (the held-out rows' only;
+    the accuracies and the generalisation split's numbers are the studio's own, in metrics.jsonl)."""
+    out = {}
+    for key, value in values.items():
+        if key == metrics.EVAL_REWARD or key.startswith(metrics.EVAL + "rewards/"):
+            out["eval_" + key.removeprefix(metrics.EVAL)] = float(value)
+    return out
 
 
 def trl_logs(rows: list[dict]) -> dict[str, float]:
@@ -92,10 +105,23 @@ class CallbackProgress:
             (every and step % _every(every, self.state.max_steps) == 0) or (step == 1 and self.args.logging_first_step)
         )
         if due:
-            logs = {**trl_logs(self.window), "epoch": self.state.epoch}
-            self.state.log_history.append({**logs, "step": step})
+            self._log(trl_logs(self.window))
             self.window = []
-            self.event("on_log", logs=logs)
+        if metrics.EVAL_ACCURACY in row:  # this step evaluated
+            self.evaluated(row)
+
+    def evaluated(self, values: dict) -> None:
+        """An eval's values (a step's row, or eval_on_start's before step 1): on_log and on_evaluate with TRL's
+        eval_* names, as transformers' Trainer.evaluate logs them."""
+        logs = self._log(trl_eval_logs(values))
+        self.event("on_evaluate", metrics=logs)
+
+    def _log(self, logs: dict) -> dict:
+        """transformers' Trainer.log: the epoch added, the logs appended to state.log_history, on_log."""
+        logs = {**logs, "epoch": self.state.epoch}
+        self.state.log_history.append({**logs, "step": self.state.global_step})
+        self.event("on_log", logs=logs)
+        return logs
 
     def saved(self) -> None:
         """After a checkpoint: on_save once per step (the engine saves again at the end, the same step)."""

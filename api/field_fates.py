@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from .contract.errors import UserError
 
 MAPPED, NO_EFFECT, REFUSED = "mapped", "no effect", "refused"
+EVAL_LOOP = "transformers' prediction-loop bookkeeping; the eval sums its own numbers over the eval completions"
 TRL_VERSION = "1.16.0"
 
 
@@ -190,18 +191,33 @@ FATES: tuple[Fate, ...] = (
         "eval_strategy",
         "no",
         MAPPED,
-        "'no' only (train.eval_every = 0): the engine evaluates held-out rows of data.source or a Hub split as pass@k of the first reward, not an in-memory eval_dataset with TRL's eval loss and rewards",
+        "train.eval_every: 'steps' every eval_steps, 'epoch' every pass over train_dataset, 'no' 0; the eval rows are eval_dataset's (data.eval_source), logged as TRL's eval_reward and eval_rewards/NAME/mean (no eval_loss)",
     ),
-    Fate("eval_steps", None, NO_EFFECT, "read only by evaluation (eval_strategy, refused unless 'no')"),
-    Fate("eval_delay", 0, NO_EFFECT, "read only by evaluation (eval_strategy, refused unless 'no')"),
-    Fate("per_device_eval_batch_size", 8, NO_EFFECT, "read only by evaluation (eval_strategy, refused unless 'no')"),
-    Fate("prediction_loss_only", False, NO_EFFECT, "read only by evaluation (eval_strategy, refused unless 'no')"),
-    Fate("eval_on_start", False, NO_EFFECT, "read only by evaluation (eval_strategy, refused unless 'no')"),
-    Fate("eval_do_concat_batches", True, NO_EFFECT, "read only by evaluation (eval_strategy, refused unless 'no')"),
-    Fate("eval_use_gather_object", False, NO_EFFECT, "read only by evaluation (eval_strategy, refused unless 'no')"),
-    Fate("eval_accumulation_steps", None, NO_EFFECT, "read only by evaluation (eval_strategy, refused unless 'no')"),
-    Fate("include_for_metrics", [], NO_EFFECT, "read only by evaluation (eval_strategy, refused unless 'no')"),
-    Fate("batch_eval_metrics", False, NO_EFFECT, "read only by evaluation (eval_strategy, refused unless 'no')"),
+    Fate(
+        "eval_steps",
+        None,
+        MAPPED,
+        "train.eval_every with eval_strategy 'steps' (None: logging_steps; below 1: a fraction of the steps, as transformers)",
+    ),
+    Fate("eval_delay", 0, REFUSED, "grpo-studio evaluates every train.eval_every steps from the first; remove it"),
+    Fate(
+        "per_device_eval_batch_size",
+        8,
+        NO_EFFECT,
+        "the eval samples all its prompts in one sampler call (TRL's check that it divides by num_generations_eval is kept)",
+    ),
+    Fate("prediction_loss_only", False, NO_EFFECT, "the eval computes no loss (no eval_loss), only TRL's rewards"),
+    Fate(
+        "eval_on_start",
+        False,
+        MAPPED,
+        "train.eval_before, beside eval_strategy 'steps' or 'epoch' (with 'no': refused)",
+    ),
+    Fate("eval_do_concat_batches", True, NO_EFFECT, EVAL_LOOP),
+    Fate("eval_use_gather_object", False, NO_EFFECT, EVAL_LOOP),
+    Fate("eval_accumulation_steps", None, NO_EFFECT, EVAL_LOOP),
+    Fate("include_for_metrics", [], NO_EFFECT, EVAL_LOOP),
+    Fate("batch_eval_metrics", False, NO_EFFECT, EVAL_LOOP),
     Fate(
         "save_only_model",
         False,
@@ -378,7 +394,7 @@ FATES: tuple[Fate, ...] = (
     ),
     Fate("cast_lm_head_to_fp32", False, REFUSED, "use model.dtype = fp32, or model.logits_chunk (an fp32 log-softmax)"),
     Fate("num_generations", 8, MAPPED, "rollout.num_generations", key="rollout.num_generations"),
-    Fate("num_generations_eval", None, NO_EFFECT, "read only by evaluation (eval_strategy, refused unless 'no')"),
+    Fate("num_generations_eval", None, MAPPED, "train.eval_k, samples per eval prompt (None: num_generations)"),
     Fate("max_completion_length", 512, MAPPED, "rollout.max_completion_len", key="rollout.max_completion_len"),
     Fate(
         "ds3_gather_for_generation",

@@ -77,6 +77,15 @@ def _post_init(self) -> None:
             self.generation_batch_size,
             f"generation_batch_size ({self.generation_batch_size}) must be divisible by num_generations ({G})",
         )
+    if self.eval_strategy not in ("no", None):  # grpo_config.py: whole prompt groups per eval batch
+        eval_G = self.num_generations_eval or G
+        if (self.per_device_eval_batch_size * world) % eval_G:
+            raise refuse(
+                "per_device_eval_batch_size",
+                self.per_device_eval_batch_size,
+                f"The global eval batch size ({self.per_device_eval_batch_size} * {world}) must be divisible by the "
+                f"number of generations used for evaluation ({eval_G})",
+            )
     check_refused(dataclasses.asdict(self))
 
 
@@ -179,11 +188,15 @@ def total_steps(args: GRPOConfig, n_rows: int | None) -> int:
         return args.max_steps
     if n_rows is None:
         raise refuse("max_steps", args.max_steps, "an IterableDataset has no length: set max_steps > 0, as TRL needs")
+    return math.ceil(args.num_train_epochs * steps_per_epoch(args, n_rows))
+
+
+def steps_per_epoch(args: GRPOConfig, n_rows: int) -> int:
+    """TRL's optimizer steps in one pass over n_rows prompts (total_steps)."""
     per_generation = args.generation_batch_size // args.num_generations
     micro_steps = (n_rows // per_generation) * args.steps_per_generation * args.num_iterations
     GA = args.gradient_accumulation_steps
-    per_epoch = max(micro_steps // GA + int(micro_steps % GA > 0), 1)
-    return math.ceil(args.num_train_epochs * per_epoch)
+    return max(micro_steps // GA + int(micro_steps % GA > 0), 1)
 
 
 def _ratio_steps(field: str, value: float, steps: int) -> int:
@@ -238,15 +251,7 @@ def studio_keys(args: GRPOConfig, n_rows: int | None) -> list[tuple[str, object,
     put("report.to", _trackers(args.report_to), "report_to")
     if set(_trackers(args.report_to)) & {"wandb", "trackio"}:
         put("report.project", args.project, "project")
-    if args.eval_strategy not in ("no", None):
-        raise refuse(
-            "eval_strategy",
-            args.eval_strategy,
-            "grpo-studio's engine evaluates held-out rows of data.source or a Hub split (data.eval_split) as pass@k "
-            "of the first reward, not an in-memory eval_dataset with TRL's eval loss and rewards; allowed: 'no' (for "
-            "held-out accuracy use `grpo-studio train` with train.eval_every)",
-        )
-    put("train.eval_every", 0, "eval_strategy")
+    _evaluation(args, n_rows, steps, put)
     if args.save_strategy == "steps":  # rounded up to whole rollouts (a checkpoint never falls inside one)
         rollout = (args.steps_per_generation // args.gradient_accumulation_steps) * args.num_iterations
         every = _ratio_steps("save_steps", args.save_steps, steps)
@@ -268,6 +273,34 @@ def studio_keys(args: GRPOConfig, n_rows: int | None) -> list[tuple[str, object,
     put("env.max_turns", turns, "max_tool_calling_iterations")
     _sampler(args, put)
     return out
+
+
+def _evaluation(args: GRPOConfig, n_rows: int | None, steps: int, put) -> None:
+    """eval_strategy as train.eval_every (transformers: 'steps' every eval_steps, logging_steps when unset; 'epoch'
+    at each pass over the prompts), eval_on_start as train.eval_before, num_generations_eval as train.eval_k. The
+    eval rows are eval_dataset's (GRPOTrainer: data.eval_source)."""
+    strategy = args.eval_strategy or "no"
+    if strategy == "no":
+        if args.eval_on_start:
+            raise refuse(
+                "eval_on_start",
+                True,
+                "grpo-studio evaluates on start only beside eval_strategy 'steps' or "
+                "'epoch'; set one of them, or remove eval_on_start",
+            )
+        put("train.eval_every", 0, "eval_strategy")
+        return
+    if strategy == "steps":
+        every = _ratio_steps("eval_steps", args.eval_steps or args.logging_steps, steps)
+    elif strategy == "epoch":
+        if n_rows is None:
+            raise refuse("eval_strategy", strategy, "an IterableDataset has no epochs; use 'steps' with eval_steps")
+        every = steps_per_epoch(args, n_rows)
+    else:
+        raise refuse("eval_strategy", strategy, "allowed: 'no', 'steps', 'epoch'")
+    put("train.eval_every", max(every, 1), "eval_steps" if strategy == "steps" else "eval_strategy")
+    put("train.eval_before", bool(args.eval_on_start), "eval_on_start")
+    put("train.eval_k", args.num_generations_eval or args.num_generations, "num_generations_eval")
 
 
 def _model_init_kwargs(kwargs: dict | None, put) -> None:

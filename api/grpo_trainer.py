@@ -11,6 +11,7 @@ What TRL takes as objects reaches the engine so:
                                               a saved folder given with no processing class is read where it is
     tools=[...]                               an environment class with the tools as its methods (reset -> None)
     train_dataset                             written to RUN/data/train.jsonl, data.source
+    eval_dataset (with an eval_strategy)      written to RUN/data/eval.jsonl, data.eval_source
     a model object (PreTrainedModel)          saved to RUN/model with its tokenizer, model.name
     peft_config (LoraConfig)                  model.lora_rank/alpha/dropout/target_modules (no peft_config: a
                                               full fine-tune, as TRL)
@@ -100,8 +101,7 @@ class GRPOTrainer:
         self.processing_class = processing_class
         self.callbacks = [c() if isinstance(c, type) else c for c in callbacks or []]
         self.rows = _rows(train_dataset, environment_factory, args)
-        if eval_dataset is not None:
-            _rows(eval_dataset, environment_factory, args, "eval_dataset")  # checked as TRL would; not evaluated
+        self.eval_rows = self._eval_rows(eval_dataset, environment_factory)
         pairs = studio_keys(args, None if self.rows is None else len(self.rows))
         dtype = [value for key, value, _ in pairs if key == "model.dtype"][-1]
         pairs += self._model_keys(model, quantization_config, peft_config, dtype)
@@ -263,15 +263,50 @@ class GRPOTrainer:
             ("rollout.max_prompt_len", ENV_PROMPT_LEN, "environment_factory"),
         ]
 
+    def _eval_rows(self, eval_dataset, environment_factory) -> list[dict] | None:
+        """eval_dataset's rows where an eval_strategy evaluates them (transformers' Trainer: none then is an
+        error); None where nothing is evaluated."""
+        if self.args.eval_strategy in ("no", None):
+            if eval_dataset is not None and not isinstance(eval_dataset, dict):
+                _rows(eval_dataset, environment_factory, self.args, "eval_dataset")  # checked as TRL would
+            return None
+        if eval_dataset is None:
+            raise _error(
+                f"eval_strategy = {self.args.eval_strategy!r} evaluates an eval_dataset, and none was passed; pass "
+                f"one, or set eval_strategy to 'no'",
+                "eval_dataset",
+                None,
+            )
+        if isinstance(eval_dataset, dict):
+            raise _error(
+                "grpo-studio evaluates one eval set; pass one Dataset (e.g. eval_dataset['name'])",
+                "eval_dataset",
+                f"a dict of {len(eval_dataset)}",
+            )
+        rows = _rows(eval_dataset, environment_factory, self.args, "eval_dataset")
+        if self.rows and isinstance(rows[0]["prompt"], list) != isinstance(self.rows[0]["prompt"], list):
+            kinds = ("conversational (messages)", "text")
+            eval_kind, train_kind = kinds if isinstance(rows[0]["prompt"], list) else kinds[::-1]
+            raise _error(
+                f"its prompts are {eval_kind} and train_dataset's are {train_kind}; give both in one format",
+                "eval_dataset",
+                type(eval_dataset).__name__,
+            )
+        return rows
+
     def _data_keys(self) -> list[tuple]:
         conversational = isinstance(self.rows[0]["prompt"], list)
-        return [
-            ("data.source", str(self.run_dir / "data" / "train.jsonl"), "train_dataset"),
+        data = self.run_dir / "data"
+        keys = [
+            ("data.source", str(data / "train.jsonl"), "train_dataset"),
             ("data.prompt_column", "prompt", "train_dataset"),
             ("data.eval_size", 0, "train_dataset"),
             ("data.system_prompt", "none", "train_dataset"),  # TRL adds no system prompt
             ("data.chat_template", "auto" if conversational else "none", "train_dataset"),  # text prompts as they are
         ]
+        if self.eval_rows is not None:
+            keys.append(("data.eval_source", str(data / "eval.jsonl"), "eval_dataset"))
+        return keys
 
     # ---- train --------------------------------------------------------------------------------------------
     def train(self, resume_from_checkpoint: bool | str | None = None) -> None:
@@ -300,6 +335,7 @@ class GRPOTrainer:
             launch.PlainProgress(cfg.train.steps), self.callbacks, self.args, engine, steps_per_epoch
         )
         save, restore = engine._save, engine._restore  # the hooks transformers' callbacks need, around the engine's
+        evaluate = engine.eval_metrics
 
         def save_and_tell() -> None:
             save()
@@ -309,7 +345,13 @@ class GRPOTrainer:
             restore(printer)
             progress.begin()
 
-        engine._save, engine._restore = save_and_tell, restore_and_begin
+        def evaluate_and_tell(limit=None) -> dict:  # eval_on_start's, before step 1 (a step's come in its row)
+            values = evaluate(limit)
+            if engine.step_no == 0:
+                progress.evaluated(values)
+            return values
+
+        engine._save, engine._restore, engine.eval_metrics = save_and_tell, restore_and_begin, evaluate_and_tell
         self._engine = engine
         try:
             if not resume:
@@ -363,8 +405,11 @@ class GRPOTrainer:
         """The run's inputs as files in the run directory: the prompts, a model and reward models given as objects."""
         data = self.run_dir / "data"
         data.mkdir(exist_ok=True)
-        text = "".join(json.dumps(row, ensure_ascii=False, default=str) + "\n" for row in self.rows)
-        atomic_write_text(data / "train.jsonl", text)
+        for name, rows in (("train.jsonl", self.rows), ("eval.jsonl", self.eval_rows)):
+            if rows is not None:
+                atomic_write_text(
+                    data / name, "".join(json.dumps(r, ensure_ascii=False, default=str) + "\n" for r in rows)
+                )
         if self.model_object is not None:
             self.model_object.save_pretrained(self.run_dir / "model")
             tokenizer = self.processing_class or _tokenizer_of(self.model_object)
@@ -390,7 +435,7 @@ class GRPOTrainer:
             )
         if cfg.env.environment:  # an episode's prompt grows turn by turn: ENV_PROMPT_LEN
             return
-        rows = data.load_rows(cfg.data, "train")
+        rows = data.load_rows(cfg.data, "train") + data.load_rows(cfg.data, "eval")
         longest = prompt_render.check_prompt_lengths(rows, cfg.data, tokenizer, 10**9)
         set_key(cfg, "rollout.max_prompt_len", max(longest, 1))
         validate(cfg)
@@ -475,7 +520,9 @@ def _rows(dataset, environment_factory, args, argument: str = "train_dataset") -
             argument,
             None,
         )
-    if type(dataset).__name__ == "IterableDataset":
+    if type(dataset).__name__ == "IterableDataset" and argument == "eval_dataset":  # TRL evaluates all of it
+        rows = [dict(row) for row in dataset]
+    elif type(dataset).__name__ == "IterableDataset":
         if args.max_steps <= 0:
             raise refuse("max_steps", args.max_steps, "an IterableDataset has no length: set max_steps > 0, as TRL")
         need = math.ceil(args.max_steps * args.generation_batch_size / args.num_generations)

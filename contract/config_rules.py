@@ -62,6 +62,13 @@ def validate(cfg: Config) -> None:
             key="train.eval_k",
             value=cfg.train.eval_k,
         )
+    if cfg.data.eval_source and cfg.data.eval_size > 0:
+        raise UserError(
+            f"holds rows of data.source out for evaluation, and data.eval_source = {cfg.data.eval_source!r} gives "
+            f"the evaluation rows; allowed with data.eval_source: -1 (auto) or 0",
+            key="data.eval_size",
+            value=cfg.data.eval_size,
+        )
     _warmup_rules(cfg)
     if cfg.rewards.sandbox == "none" and not cfg.rewards.sandbox_force_none:
         raise UserError(

@@ -36,12 +36,22 @@ class DataConfig:
         -1,
         lo=-1,
         hi=1_000_000,
-        help="rows held out for evaluation (without data.eval_split); "
+        help="rows of data.source held out for evaluation (without data.eval_split or data.eval_source); "
         "-1 = auto: 200 for a built-in task, none for other data",
     )
     split: str = opt("train", help="HF dataset split used for training")
     subset: str = opt("", help="HF dataset config name, e.g. 'main' for openai/gsm8k")
-    eval_split: str = opt("", help="HF split for evaluation; empty = a seeded held-out slice of eval_size rows")
+    eval_split: str = opt(
+        "",
+        help="HF split for evaluation (of data.eval_source when it names a HF dataset); empty = a seeded held-out "
+        "slice of eval_size rows",
+    )
+    eval_source: str = opt(
+        "",
+        help="the evaluation rows themselves: a .jsonl/.json/.csv/.parquet file, or a HF dataset id with "
+        "data.eval_split; read as data.source is (its columns, system prompt), and nothing of data.source is held "
+        "out; empty = held-out rows of data.source",
+    )
     general_size: int = opt(
         -1,
         lo=-1,

@@ -38,6 +38,7 @@ REWARD, K3, LOSS = "reward/mean", "mismatch/k3", "loss"
 DP_MAX, PEAK_GIB, STEP_S, EVAL_ACCURACY = "mismatch/abs_dp_max", "mem/peak_gib", "perf/step_s", "eval/accuracy"
 EVAL_PASS_AT_K, EVAL_MAJ_AT_K = "eval/pass_at_k", "eval/maj_at_k"  # train.eval_k > 1 only
 EVAL_ANSWER = "eval/answer_accuracy"  # the answer alone, whatever its format (engine/run/evaluation.py)
+EVAL_REWARD = "eval/reward"  # TRL's eval_reward: the weighted reward sum's mean over the eval completions
 # the prefixes of the held-out rows' metrics and of the generalisation split's (data.general_size)
 EVAL, GENERAL = "eval/", "eval/general/"
 
@@ -52,12 +53,19 @@ def interval(name: str) -> tuple[str, str]:
     return f"{name}_lo", f"{name}_hi"
 
 
+def eval_reward_key(fn: str) -> str:
+    """TRL's eval_rewards/<fn>/mean: 'eval/rewards/<fn>/mean'."""
+    return f"{EVAL}rewards/{fn}/mean"
+
+
 def _eval_names() -> list[str]:
-    """Every eval/* name: each accuracy with its interval, for the held-out rows and the generalisation split."""
+    """Every eval/* name: each accuracy with its interval, and the rewards' means, for the held-out rows and the
+    generalisation split."""
     out = []
     for split in (lambda name: name, general):
         for name in (EVAL_ACCURACY, EVAL_ANSWER, EVAL_PASS_AT_K, EVAL_MAJ_AT_K):
             out += [split(name), *map(split, interval(name))]
+        out += [split(EVAL_REWARD), split(eval_reward_key(FN))]
     return out
 
 
@@ -319,6 +327,10 @@ EVAL_MEANINGS = {
     "(Chen et al. 2021's unbiased estimator with n = k)",
     EVAL_MAJ_AT_K: "maj@k (train.eval_k > 1): share of eval prompts whose most common extracted answer among the k "
     "(ties: the first) is right; no answer counts wrong; not written when no sample has one",
+    EVAL_REWARD: "mean over the eval completions (train.eval_k per prompt) of the reward functions' weighted sum, "
+    "TRL's eval_reward; a completion no function scored is left out",
+    eval_reward_key(FN): "mean of one reward function over the eval completions it scored (TRL's "
+    "eval_rewards/<fn>/mean)",
 }
 
 
@@ -329,7 +341,8 @@ def _eval_metric(name: str) -> Metric:
             of = name.removesuffix(suffix)
             return Metric(name, f"{bound} bound of the Wilson 95% interval of {of} (n = the eval prompts)", "fraction")
     where = "; on the generalisation split (data.general_size)" if name.startswith(GENERAL) else ""
-    return Metric(name, EVAL_MEANINGS[base] + where, "fraction")
+    unit = "reward" if base in (EVAL_REWARD, eval_reward_key(FN)) else "fraction"
+    return Metric(name, EVAL_MEANINGS[base] + where, unit)
 
 
 SCHEMA.update({name: _eval_metric(name) for name in EVAL_KEYS})
@@ -396,7 +409,10 @@ def lookup(name: str) -> Metric | None:
         return SCHEMA.get(f"{family}/{STEP_METRIC}")
     if family == ROUTER_DISAGREE and re.fullmatch(r"layer\d+", stat):
         return SCHEMA.get(f"{family}/{LAYER}")
-    return SCHEMA.get(reward_key(FN, stat) if family.startswith("rewards/") else name)
+    for split in (GENERAL, EVAL, ""):  # rewards/<fn>/*, and eval/rewards/<fn>/mean of either eval split
+        if family.startswith(split + "rewards/"):
+            return SCHEMA.get(split + reward_key(FN, stat))
+    return SCHEMA.get(name)
 
 
 def names(reward_funcs: list[str]) -> list[str]:

@@ -96,6 +96,7 @@ RUN = {
     "train.eval_every": ("1", []),
     "train.eval_k": ("4", ["train.eval_every=1"]),
     "data.general_size": ("0", ["train.eval_every=1"]),  # no eval/general/* (auto: 200 rows of builtin:arith's)
+    "data.eval_source": ("{jsonl}", ["train.eval_every=1"]),  # eval/* of its 81 rows; no pair of arith held out
     "rewards.weights": ("[1.0, 0.25]", []),
     "precision.loss_scale_init": ("1024", FP16),
     "precision.loss_scale_growth_interval": ("1", FP16),

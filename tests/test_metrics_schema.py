@@ -62,7 +62,11 @@ def test_reward_patterns_and_lookups():
     assert names[6:10] == ["rewards/a/mean", "rewards/b/mean", "rewards/a/std", "rewards/b/std"]
     # env/tool_calls/<tool>, env/step/<name> and mismatch/router_disagree/layer<n>: the environment's tools and
     # step metrics, the model's MoE layers
-    assert len(names) == len(metrics.SCHEMA) + 2 - 3
+    # and rewards/<fn>/mean|std, eval/rewards/<fn>/mean and eval/general/rewards/<fn>/mean: one name per function
+    assert len(names) == len(metrics.SCHEMA) + 4 - 3
+    assert metrics.lookup("eval/rewards/a/mean").name == "eval/rewards/<fn>/mean"
+    assert metrics.lookup("eval/general/rewards/a/mean").name == "eval/general/rewards/<fn>/mean"
+    assert metrics.lookup("eval/rewards/a/std") is None and metrics.reward_fn("eval/rewards/a/mean") is None
     assert metrics.lookup("env/tool_calls/add").name == "env/tool_calls/<tool>"
     assert metrics.lookup("env/step/range_halving").name == "env/step/<name>"
     assert metrics.lookup("mismatch/router_disagree/layer12").name == "mismatch/router_disagree/layer<n>"

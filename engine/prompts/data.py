@@ -9,6 +9,8 @@ source, which reward functions receive as keyword arguments.
     column mapping data.prompt_column / data.answer_column name the source columns
     eval split     data.eval_split (a HF split) or a seeded held-out slice of data.eval_size rows
                    (-1 = auto: 200 for a built-in task, none for other data; `eval_size(data)`)
+    eval source    data.eval_source: a file or a HF dataset (its split data.eval_split) whose rows are the eval
+                   rows, read and normalised as data.source's are; data.source is then trained on whole
 
 prompt_render.py renders a row's prompt for the model (data.chat_template) and checks its length.
 `PromptStream` walks the rows in a seeded order with a cursor that checkpoints save; `mix_seed`
@@ -18,6 +20,7 @@ derives every per-epoch, per-step and per-prompt seed from a run's seed.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import random
 import stat
@@ -175,9 +178,10 @@ def _read_hub(data: DataConfig, split: str) -> list[dict]:
     return [dict(r) for r in ds]
 
 
-def _is_file(source: str) -> bool:
-    """Whether data.source names a local file (by its suffix, or because the path exists)."""
-    with user_path("data.source", source):
+def _is_file(source: str, key: str = "data.source") -> bool:
+    """Whether `source` (data.source, or `key`'s value) names a local file (by its suffix, or because the path
+    exists)."""
+    with user_path(key, source):
         path = Path(source).expanduser()
         return path.suffix.lower() in FILE_SUFFIXES or path.exists()
 
@@ -358,7 +362,10 @@ def _refuse_unencodable(row: dict, where: str, data: DataConfig) -> None:
 
 def eval_size(data: DataConfig) -> int:
     """Rows held out for evaluation: data.eval_size, or for -1 (auto) the bundled recipe's 200 held-out
-    built-in task's rows and none of a user's data (as TRL, which holds out nothing unless asked)."""
+    built-in task's rows and none of a user's data (as TRL, which holds out nothing unless asked); none with
+    data.eval_source, whose rows are the eval rows (config_rules refuses a size > 0 beside it)."""
+    if data.eval_source:
+        return 0
     if data.eval_size >= 0:
         return data.eval_size
     return BUILTIN_EVAL_SIZE if data.source in BUILTIN else 0
@@ -400,7 +407,9 @@ def _general_rows(source: str) -> list[dict]:
 
 def split_summary(data: DataConfig, train: list[dict], evals: list[dict], general: list[dict] = ()) -> str:
     """The `info` event line that says what a run trains and evaluates on."""
-    if data.eval_split:
+    if data.eval_source:
+        held = f"{len(evals)} eval rows from data.eval_source"
+    elif data.eval_split:
         held = f"{len(evals)} eval rows from split {data.eval_split!r}"
     elif evals:
         held = f"{len(evals)} held out for evaluation (data.eval_size)"
@@ -416,6 +425,8 @@ def load_rows(data: DataConfig, split: str, environment: bool = False) -> list[d
     if split == "general":
         size = general_size(data)
         return normalize(_general_rows(data.source)[:size], data) if size else []
+    if split == "eval" and data.eval_source:
+        return _eval_source_rows(data, environment)
     if data.source == "builtin:arith":  # read as a file's rows are: columns, system prompt
         _check_eval_size(data, len(arith.all_pairs()))
         rows = arith.rows(split, eval_size(data))
@@ -424,7 +435,7 @@ def load_rows(data: DataConfig, split: str, environment: bool = False) -> list[d
         return normalize(_source_rows(data, data.eval_split), data, environment)
     source = _source_rows(data, data.split)
     rows = normalize(source, data, environment)
-    if data.eval_split:  # a separate eval split: train on everything
+    if data.eval_split or data.eval_source:  # a separate eval split or source: train on everything
         return rows if split == "train" else []
     _check_eval_size(data, len(rows))
     order = list(range(len(rows)))
@@ -435,22 +446,50 @@ def load_rows(data: DataConfig, split: str, environment: bool = False) -> list[d
 
 def _refuse_hub_only_keys(data: DataConfig) -> None:
     """data.split, data.subset and data.eval_split pick parts of a Hugging Face dataset: a file or a built-in
-    task has none, and reading one of them anyway would train (or evaluate) on the whole of it."""
-    if not data.source.startswith("builtin:") and not _is_file(data.source):
-        return
-    what = "a built-in task" if data.source.startswith("builtin:") else "a file"
-    for key, value, unset in (
-        ("split", data.split, "train"),
-        ("subset", data.subset, ""),
-        ("eval_split", data.eval_split, ""),
+    task has none, and reading one of them anyway would train (or evaluate) on the whole of it. data.eval_split
+    is data.eval_source's split where that is set."""
+    for key, value, unset, source in (
+        ("split", data.split, "train", "source"),
+        ("subset", data.subset, "", "source"),
+        ("eval_split", data.eval_split, "", "eval_source" if data.eval_source else "source"),
     ):
-        if value != unset:
-            raise _err(
-                key,
-                value,
-                f"picks a part of a Hugging Face dataset and data.source = {data.source!r} is "
-                f"{what}; allowed: {unset!r} (hold rows out with data.eval_size)",
-            )
+        named = getattr(data, source)
+        if value == unset or not named.startswith("builtin:") and not _is_file(named, f"data.{source}"):
+            continue
+        what = "a built-in task" if named.startswith("builtin:") else "a file"
+        instead = "" if source == "eval_source" else " (hold rows out with data.eval_size)"
+        raise _err(
+            key,
+            value,
+            f"picks a part of a Hugging Face dataset and data.{source} = {named!r} is {what}; "
+            f"allowed: {unset!r}{instead}",
+        )
+
+
+def _eval_source_rows(data: DataConfig, environment: bool) -> list[dict]:
+    """data.eval_source's rows, normalised as data.source's (its columns, its system prompt): a file, or a
+    Hugging Face dataset's data.eval_split (with data.subset). A mistake in them is one line naming data.eval_source."""
+    source = data.eval_source
+    allowed = "allowed: a .jsonl/.json/.csv/.parquet file, or a Hugging Face dataset id with data.eval_split"
+    if source.startswith("builtin:"):
+        raise _err("eval_source", source, f"a built-in task holds its evaluation rows out itself; {allowed}")
+    if _is_file(source, "data.eval_source"):
+        path = Path(source).expanduser()
+        if not path.is_file():
+            raise _err("eval_source", source, f"{not_regular(path) or 'file not found'}; {allowed}")
+    elif not data.eval_split:
+        raise _err(
+            "eval_split",
+            "",
+            f"data.eval_source = {source!r} names a Hugging Face dataset; name its split, e.g. 'test'",
+        )
+    as_source = dataclasses.replace(data, source=source)
+    try:
+        return normalize(_source_rows(as_source, data.eval_split), as_source, environment)
+    except UserError as err:
+        if err.key != "data.source":
+            raise
+        raise UserError(err.why, key="data.eval_source", value=source, allowed=err.allowed) from None
 
 
 def _check_eval_size(data: DataConfig, n_rows: int) -> None:

@@ -177,14 +177,20 @@ class Rollouts:
             texts, per_prompt = [e.answer for e in episodes], 1
         else:
             texts, per_prompt = self.tokenizer.batch_decode(out.completion_ids, skip_special_tokens=True), G
-        table = self.score(self.reward_fns, request["rows"], G, texts)
+        table = self._table(request["rows"], G, texts, episodes)
+        return dynamic_sampling.Scored(request, out, waited, texts, table, per_prompt)
+
+    def _table(self, rows: list[dict], n: int, texts: list[str], episodes) -> list[list[float]]:
+        """[N][F] rewards of n completions per row, one column per reward_names entry: the reward functions',
+        then an environment's own (episodes)."""
+        table = self.score(self.reward_fns, rows, n, texts)
         if episodes and self.episodes.env.has_reward:
             table = [[*scores, math.nan if e.reward is None else e.reward] for scores, e in zip(table, episodes)]
             state = getattr(self.reward_fns, "seen", None)
             report_problems(self.reward_names[-1], reward_problems(episodes), state, self._reward_error)
         if episodes:  # an episode the environment never started is no sample of its group: unscored
             table = [[math.nan] * len(scores) if e.turns == 0 else scores for scores, e in zip(table, episodes)]
-        return dynamic_sampling.Scored(request, out, waited, texts, table, per_prompt)
+        return table
 
     def _request(self, at_step: int, round_no: int = 0) -> dict:
         """The prompts and sampling settings of the rollout whose first update is optimizer step at_step + 1,
@@ -251,23 +257,21 @@ class Rollouts:
         request["future"] = self.sampler.submit(request["prompt_ids"], request["sampling"])
         return request
 
-    def first_scores(self, rows: list[dict], sampling: Sampling) -> tuple[list[float], list[str]]:
-        """Evaluation: sampling.n completions per row (with an environment, episodes), scored by the first reward
-        function, or by the environment where the run has no reward function; and the texts scored (an
-        episode's last model turn), row by row."""
-        n = sampling.n
+    def eval_scores(self, rows: list[dict], sampling: Sampling) -> tuple[list[list[float]], list[str]]:
+        """Evaluation: sampling.n completions per row (with an environment, episodes), scored as a rollout's are
+        ([N][F], one column per reward_names entry, NaN where unscored); and the texts scored (an episode's last
+        model turn), row by row."""
+        episodes = None
         if self.episodes:
-            _, episodes = self.episodes.run(self.sampler, rows, n, sampling, self.cfg.data.prompt_column)
+            _, episodes = self.episodes.run(self.sampler, rows, sampling.n, sampling, self.cfg.data.prompt_column)
             self.episodes.release(episodes)
             texts = [e.answer for e in episodes]
-            if not self.reward_fns:
-                return [e.reward or 0.0 for e in episodes], texts
         else:
             prompts = [prompt_render.prompt_text(row, self.cfg.data, self.tokenizer) for row in rows]
             ids = prompt_render.encode_prompts(self.tokenizer, prompts, self.cfg.rollout.max_prompt_len)
             out = self.sampler.generate(ids, sampling)
             texts = self.tokenizer.batch_decode(out.completion_ids, skip_special_tokens=True)
-        return [score for (score,) in self.score(self.reward_fns[:1], rows, n, texts)], texts
+        return self._table(rows, sampling.n, texts, episodes), texts
 
     def score(self, funcs, rows: list[dict], n: int, completions: list[str]) -> list[list[float]]:
         """Rewards for n completions per row, called as TRL does: the raw prompts, and every other

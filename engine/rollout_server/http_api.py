@@ -141,11 +141,11 @@ def body_limit(cfg) -> int:
     """Bytes of the largest request a run of this config sends, twice over: its largest generate call (a
     rollout's prompts, or the eval's held-out rows; each one row per completion with an environment) of
     prompt + completion ids at 8 JSON bytes each; never under MIN_BODY (update plans, score requests) nor over
-    MAX_BODY, which an eval split of unknown size (data.eval_split) gets."""
+    MAX_BODY, which an eval split or source of unknown size (data.eval_split, data.eval_source) gets."""
     from ..prompts import data
 
     r, t = cfg.rollout, cfg.train
-    if cfg.data.eval_split:
+    if cfg.data.eval_split or cfg.data.eval_source:
         return MAX_BODY
     rows = max(t.prompts_per_step * t.steps_per_generation, data.eval_size(cfg.data))
     rows *= max(r.num_generations, t.eval_k)

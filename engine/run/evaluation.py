@@ -13,6 +13,14 @@ value, other text trimmed and case-folded.
 
 Each accuracy p over n prompts comes with its Wilson score interval (Wilson 1927), n the prompts: a prompt's
 share of k right samples varies no more than one pass/fail trial, so at k > 1 the interval is conservative.
+
+Beside them, TRL's eval numbers (GRPOTrainer._generate_and_score_completions in eval mode, logged as eval_*):
+  eval/reward              the mean over the eval completions of the weighted sum of every reward function (and
+                           an environment's reward), NaN scores left out of the sum; a completion no function
+                           scored is left out of the mean (TRL's eval_reward)
+  eval/rewards/<fn>/mean   each function's mean over the completions it scored (TRL's eval_rewards/<fn>/mean)
+TRL averages per eval batch and then over batches; here over every completion at once (the same where its
+batches are equal). The eval rows are data.eval_source's, or rows held out of data.source (engine/prompts/data.py).
 The held-out rows' metrics are eval/*, the generalisation split's (data.general_size) eval/general/*.
 """
 
@@ -34,12 +42,36 @@ Z95 = 1.959963984540054  # the standard normal's 97.5% quantile: a two-sided 95%
 
 
 def sample(rollouts, rows: list[dict], cfg: Config) -> list[float]:
-    """The TALLY sums of these rows: train.eval_k samples each, at the run's temperature, in one sampler call
-    (with an environment, episodes), scored by the first reward function (correctness by default)."""
+    """The sums of these rows, TALLY's then reward_sums': train.eval_k samples each, at the run's temperature, in
+    one sampler call (with an environment, episodes), scored by every reward function; the accuracies by the
+    first (correctness by default)."""
     k = cfg.train.eval_k
     sampling = Sampling(n=k, max_tokens=cfg.rollout.max_completion_len, temperature=cfg.rollout.temperature, seed=SEED)
     references = [row.get("answer") for row in rows]
-    return tally(*rollouts.first_scores(rows, sampling), k, cfg.rewards, references)
+    table, texts = rollouts.eval_scores(rows, sampling)
+    first = [scores[0] for scores in table]
+    return tally(first, texts, k, cfg.rewards, references) + reward_sums(table, rollouts.reward_weights.tolist())
+
+
+def no_sums(reward_names: list[str]) -> list[float]:
+    """The sums of no rows (a data-parallel rank left without eval rows), as long as sample's."""
+    return [0.0] * (len(TALLY) + 2 * (len(reward_names) + 1))
+
+
+def reward_sums(table: list[list[float]], weights: list[float]) -> list[float]:
+    """TRL's eval reward as sums that add over prompts and ranks: [weighted sum, completions scored, then per
+    function: its sum, completions it scored]. A completion's weighted sum is TRL's nansum of weight x reward;
+    one every function left NaN is not counted (TRL sets its sum to NaN and takes nanmean)."""
+    sums = [0.0] * (2 * (len(weights) + 1))
+    for scores in table:
+        scored = [(j, w * s) for j, (w, s) in enumerate(zip(weights, scores)) if not math.isnan(s)]
+        if scored:
+            sums[0] += sum(value for _, value in scored)
+            sums[1] += 1
+        for j, _ in scored:
+            sums[2 + 2 * j] += scores[j]
+            sums[3 + 2 * j] += 1
+    return sums
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -103,12 +135,20 @@ def tally(
     return sums
 
 
-def eval_metrics(sums: list[float], prompts: int, k: int, split: str = metrics.EVAL) -> dict[str, float]:
-    """The metrics row's values from the TALLY sums over every prompt of one split (metrics.EVAL: the held-out
-    rows, metrics.GENERAL: the generalisation split), each with its Wilson interval: accuracy and
-    answer_accuracy, and pass_at_k and maj_at_k at k > 1; none for a split of no prompts."""
+def eval_metrics(
+    sums: list[float], prompts: int, k: int, split: str = metrics.EVAL, reward_names: list[str] = ()
+) -> dict[str, float]:
+    """The metrics row's values from the sums over every prompt of one split (metrics.EVAL: the held-out
+    rows, metrics.GENERAL: the generalisation split): from TALLY's, each with its Wilson interval, accuracy and
+    answer_accuracy, and pass_at_k and maj_at_k at k > 1; from reward_sums' (after TALLY's, one pair per
+    reward_names entry), eval/reward and eval/rewards/<fn>/mean where anything was scored. None for a split of
+    no prompts."""
     if prompts <= 0:
         return {}
+    rewards = {metrics.EVAL_REWARD: sums[len(TALLY) : len(TALLY) + 2]} if reward_names else {}
+    for j, name in enumerate(reward_names):
+        start = len(TALLY) + 2 + 2 * j
+        rewards[metrics.eval_reward_key(name)] = sums[start : start + 2]
     shares = {metrics.EVAL_ACCURACY: sums[0], metrics.EVAL_ANSWER: sums[4]}
     if k > 1:
         shares[metrics.EVAL_PASS_AT_K] = sums[1]
@@ -120,11 +160,15 @@ def eval_metrics(sums: list[float], prompts: int, k: int, split: str = metrics.E
         name = name if split == metrics.EVAL else metrics.general(name)
         out[name] = share
         out.update(zip(metrics.interval(name), wilson(share, prompts)))
+    for name, (total, scored) in rewards.items():
+        if scored:
+            out[name if split == metrics.EVAL else metrics.general(name)] = total / scored
     return out
 
 
 def summary(values: dict[str, float]) -> str:
-    """One line of eval/* values, each accuracy with its interval: 'eval/accuracy 0.367 [0.289, 0.453], ...'."""
+    """One line of eval/* values, each accuracy with its interval: 'eval/accuracy 0.367 [0.289, 0.453], ...',
+    then the rewards' means."""
     parts = []
     for name, value in values.items():
         if name.endswith(("_lo", "_hi")):

@@ -114,8 +114,8 @@ class Trainer:
             self.rundir.event(
                 "warning",
                 f"train.eval_every = {cfg.train.eval_every}: no rows to evaluate on, so no "
-                f"eval/accuracy; set data.eval_size (rows held out), or data.eval_split "
-                f"for a Hugging Face dataset",
+                f"eval/accuracy; set data.eval_size (rows held out), data.eval_source (a file of eval rows), "
+                f"or data.eval_split for a Hugging Face dataset",
             )
         self.model_path = policy_loader.resolve_model_path(cfg.model.name)
         self.tokenizer = policy_loader.load_tokenizer(self.model_path)
@@ -185,9 +185,9 @@ class Trainer:
             if not every:
                 continue
             rows = self.dist.shard(every)  # data-parallel: each rank its part, the sums summed
-            sums = evaluation.sample(rollouts, rows, self.cfg) if rows else [0.0] * len(evaluation.TALLY)
+            sums = evaluation.sample(rollouts, rows, self.cfg) if rows else evaluation.no_sums(rollouts.reward_names)
             sums = [float(self.dist.total(torch.tensor(s, dtype=torch.float64))) for s in sums]  # summed over ranks
-            out.update(evaluation.eval_metrics(sums, len(every), self.cfg.train.eval_k, split))
+            out.update(evaluation.eval_metrics(sums, len(every), self.cfg.train.eval_k, split, rollouts.reward_names))
         return out
 
     # ---- the run ----------------------------------------------------------------------------
