@@ -24,6 +24,20 @@ def measure_and_show(args: argparse.Namespace, measure, show, indent: int = 2) -
     return report
 
 
+def at_least(args: argparse.Namespace, low: int, *flags: str) -> None:
+    """One line for the first of these flags below `low` (each read from args by its name: --max-tokens, max_tokens)."""
+    for flag in flags:
+        value = getattr(args, flag.removeprefix("--").replace("-", "_"))
+        if value < low:
+            raise UserError(f"must be >= {low}", kind="bench", key=flag, value=value)
+
+
+def positive(args: argparse.Namespace, flag: str) -> None:
+    value = getattr(args, flag.removeprefix("--").replace("-", "_"))
+    if not value > 0:  # NaN too
+        raise UserError("must be > 0", kind="bench", key=flag, value=value)
+
+
 # ---- logprobs ----------------------------------------------------------------------------
 
 
@@ -41,17 +55,8 @@ def logprobs_arguments(p: argparse.ArgumentParser) -> None:
 def run_logprobs(args: argparse.Namespace) -> int:
     from ..benchmarks import logprobs_bench as logprobs
 
-    for opt, value in (
-        ("--tokens", args.tokens),
-        ("--hidden", args.hidden),
-        ("--vocab", args.vocab),
-        ("--chunk", args.chunk),
-        ("--repeats", args.repeats),
-    ):
-        if value < 1:
-            raise UserError("must be >= 1", kind="bench", key=opt, value=value)
-    if args.temperature <= 0:
-        raise UserError("must be > 0", kind="bench", key="--temperature", value=args.temperature)
+    at_least(args, 1, "--tokens", "--hidden", "--vocab", "--chunk", "--repeats")
+    positive(args, "--temperature")
     device = args.device
     if device != "cpu":
         import torch
@@ -108,13 +113,7 @@ def run_mismatch(args: argparse.Namespace) -> int:
     from ..benchmarks import mismatch_bench as mismatch
 
     names = mismatch.parse_dtypes(args.dtypes)
-    for opt, value in (
-        ("--prompts", args.prompts),
-        ("--generations", args.generations),
-        ("--max-tokens", args.max_tokens),
-    ):
-        if value < 1:
-            raise UserError("must be >= 1", kind="bench", key=opt, value=value)
+    at_least(args, 1, "--prompts", "--generations", "--max-tokens")
     progress = None if args.json else (lambda n: print(f"measuring {n} ...", file=sys.stderr, flush=True))
     measure_and_show(
         args,
@@ -155,15 +154,11 @@ def scaling_arguments(p: argparse.ArgumentParser) -> None:
 def run_scaling(args: argparse.Namespace) -> int:
     from ..benchmarks import scaling_bench as scaling
 
-    for opt, value, low in (
-        ("--nproc", args.nproc, 2),
-        ("--prompts", args.prompts, 1),
-        ("--generations", args.generations, 2),
-        ("--steps", args.steps, 1),
-        ("--warmup", args.warmup, 0),
-    ):
-        if value < low:
-            raise UserError(f"must be >= {low}", kind="bench", key=opt, value=value)
+    at_least(args, 2, "--nproc")
+    at_least(args, 1, "--prompts")
+    at_least(args, 2, "--generations")
+    at_least(args, 1, "--steps")
+    at_least(args, 0, "--warmup")
     if args.parallel not in ("ddp", "fsdp"):
         raise UserError(kind="bench", key="--parallel", value=args.parallel, allowed=("ddp", "fsdp"))
     cfg = config.Config()
@@ -262,24 +257,13 @@ def run_step(args: argparse.Namespace) -> int:
     backends = tuple(b for b in args.backends.split(",") if b)
     if not backends or set(backends) - {"hf", "vllm"}:
         raise UserError("a comma list from hf, vllm", kind="bench", key="--backends", value=args.backends)
-    for opt, value in (("--prompts", args.prompts), ("--max-tokens", args.max_tokens), ("--steps", args.steps)):
-        if value < 1:
-            raise UserError("must be >= 1", kind="bench", key=opt, value=value)
+    at_least(args, 1, "--prompts", "--max-tokens", "--steps")
     if args.generations < 2:
         raise UserError(
             "must be >= 2 (group-relative advantages)", kind="bench", key="--generations", value=args.generations
         )
-    if not args.lr > 0:
-        raise UserError("must be > 0", kind="bench", key="--lr", value=args.lr)
-    for opt, value in (
-        ("--warmup", args.warmup),
-        ("--mean-len", args.mean_len),
-        ("--lora-rank", args.lora_rank),
-        ("--micro-batch-tokens", args.micro_batch_tokens),
-        ("--profile", args.profile),
-    ):
-        if value < 0:
-            raise UserError("must be >= 0", kind="bench", key=opt, value=value)
+    positive(args, "--lr")
+    at_least(args, 0, "--warmup", "--mean-len", "--lora-rank", "--micro-batch-tokens", "--profile")
     workload = step.Workload(
         model=args.model,
         prompts=args.prompts,
