@@ -21,6 +21,8 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import math
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import tomli_w
@@ -175,11 +177,18 @@ def test_config_files_and_overrides_are_valid_or_one_line(tmp_path):
     # The same refusals through the real front door: exit 2, the same one line, no traceback.
     cli_cases = [c for c in refused if not any("\x00" in s or s.startswith("-") for s in c[1])]
     step = max(1, len(cli_cases) // CLI_CASES)
-    for n, (doc, sets, message) in enumerate(cli_cases[::step][:CLI_CASES]):
+    chosen = cli_cases[::step][:CLI_CASES]
+
+    def front_door(n: int) -> subprocess.CompletedProcess:
+        doc, sets, _ = chosen[n]
         recipe = tmp_path / f"cli-{n}.toml"
         recipe.write_bytes(doc)
         args = [a for s in sets for a in ("--set", s)]
-        proc = run_cli("train", str(recipe), *args, "--run-dir", str(tmp_path / "run"), cwd=tmp_path, timeout=60)
-        expected = message.replace(str(path), str(recipe))
+        return run_cli("train", str(recipe), *args, "--run-dir", str(tmp_path / f"run-{n}"), cwd=tmp_path, timeout=60)
+
+    with ThreadPoolExecutor(4) as pool:  # the children are mostly imports: side by side, they fill both cores
+        procs = list(pool.map(front_door, range(len(chosen))))
+    for n, ((doc, sets, message), proc) in enumerate(zip(chosen, procs)):
+        expected = message.replace(str(path), str(tmp_path / f"cli-{n}.toml"))
         assert (proc.returncode, proc.stderr.splitlines()) == (2, [expected]), (doc, sets)
         assert "Traceback" not in proc.stdout + proc.stderr
