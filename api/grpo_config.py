@@ -77,6 +77,13 @@ def _post_init(self) -> None:
             self.generation_batch_size,
             f"generation_batch_size ({self.generation_batch_size}) must be divisible by num_generations ({G})",
         )
+    if self.eval_on_start and self.eval_strategy in ("no", None):
+        raise refuse(
+            "eval_on_start",
+            True,
+            "grpo-studio evaluates on start only beside eval_strategy 'steps' or 'epoch'; set one of them, or "
+            "remove eval_on_start",
+        )
     if self.eval_strategy not in ("no", None):  # grpo_config.py: whole prompt groups per eval batch
         eval_G = self.num_generations_eval or G
         if (self.per_device_eval_batch_size * world) % eval_G:
@@ -281,13 +288,6 @@ def _evaluation(args: GRPOConfig, n_rows: int | None, steps: int, put) -> None:
     eval rows are eval_dataset's (GRPOTrainer: data.eval_source)."""
     strategy = args.eval_strategy or "no"
     if strategy == "no":
-        if args.eval_on_start:
-            raise refuse(
-                "eval_on_start",
-                True,
-                "grpo-studio evaluates on start only beside eval_strategy 'steps' or "
-                "'epoch'; set one of them, or remove eval_on_start",
-            )
         put("train.eval_every", 0, "eval_strategy")
         return
     if strategy == "steps":

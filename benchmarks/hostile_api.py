@@ -119,7 +119,7 @@ def eval_strategy_steps(tmp: Path) -> str | None:
     return _one_line(
         tmp,
         "GRPOTrainer('tiny-arith', reward_len, args('run', eval_strategy='steps', eval_steps=1), data)\n",
-        "GRPOConfig error: eval_strategy = 'steps': grpo-studio's engine evaluates held-out rows of data.source",
+        "GRPOTrainer error: eval_dataset = None: eval_strategy = 'steps' evaluates an eval_dataset, and none was passed",
     )
 
 

@@ -312,19 +312,16 @@ def test_quantization_with_a_model_object_is_ignored_as_trl_does(tmp_path, capsy
     )
 
 
-def test_evaluation_is_refused_in_one_line(tmp_path):
+def test_an_eval_strategy_transformers_has_not_is_one_line(tmp_path):
+    """Evaluation itself: tests/test_python_api_eval.py."""
     from grpo_studio import GRPOTrainer
 
     with pytest.raises(UserError) as refused:
         GRPOTrainer(
             "tiny-arith",
             len,
-            args(tmp_path / "run", max_steps=1, eval_strategy="steps", eval_steps=1),
+            args(tmp_path / "run", max_steps=1, eval_strategy="best"),
             [{"prompt": "1+1="}],
             eval_dataset=[{"prompt": "2+2="}],
         )
-    assert str(refused.value) == (
-        "GRPOConfig error: eval_strategy = 'steps': grpo-studio's engine evaluates held-out rows of data.source or a "
-        "Hub split (data.eval_split) as pass@k of the first reward, not an in-memory eval_dataset with TRL's eval loss "
-        "and rewards; allowed: 'no' (for held-out accuracy use `grpo-studio train` with train.eval_every)"
-    )
+    assert str(refused.value) == "GRPOConfig error: eval_strategy = 'best': allowed: 'no', 'steps', 'epoch'"
