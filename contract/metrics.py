@@ -69,7 +69,7 @@ def _eval_names() -> list[str]:
     return out
 
 
-EVAL_KEYS = tuple(_eval_names())  # the step-0 `eval` event's fields: these less "eval/"
+EVAL_KEYS = tuple(_eval_names())  # the step-0 `eval` event's fields: these less "eval/" (<fn>: each function's)
 
 SCHEMA = {
     m.name: m
@@ -413,6 +413,11 @@ def lookup(name: str) -> Metric | None:
         if family.startswith(split + "rewards/"):
             return SCHEMA.get(split + reward_key(FN, stat))
     return SCHEMA.get(name)
+
+
+def eval_fields(event: dict) -> dict:
+    """The eval/* values a step-0 `eval` event holds (engine/run/trainer.py names its fields less "eval/")."""
+    return {EVAL + field: value for field, value in event.items() if lookup(EVAL + field) is not None}
 
 
 def names(reward_funcs: list[str]) -> list[str]:

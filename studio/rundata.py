@@ -18,7 +18,7 @@ from collections import deque
 from pathlib import Path
 
 from ..contract import metrics
-from ..contract.metrics import EVAL_KEYS, STEP  # poll() names its rows `metrics`
+from ..contract.metrics import STEP, eval_fields  # poll() names its rows `metrics`
 from ..contract.run_files import CONFIG, EVENTS, HISTOGRAMS, METRICS, SAMPLES, STATE_EVENTS
 from ..contract.run_reader import (
     JsonlTail,
@@ -140,7 +140,7 @@ class RunData:
             if kind == "rehearsal":
                 self.rehearsal = event
             if kind == "eval" and event.get("step") == 0:
-                values = {key: as_number(event.get(key.removeprefix("eval/"))) for key in EVAL_KEYS}
+                values = {key: as_number(value) for key, value in eval_fields(event).items()}
                 self.eval_before = {key: value for key, value in values.items() if value is not None}
             if kind == "started":
                 self._started_total = event.get("total_steps")
