@@ -102,6 +102,8 @@ WORKLOADS = {  # --workload: the recipe, the flags' defaults and the workload's 
         "prompts": 8,
         "max_tokens": 128,
         "lr": 5e-4,
+        # the RL step alone, as TRL's side runs it: not the recipe's supervised format warm-up before step 1
+        "sets": ("warmup.source=", "warmup.steps=30", "warmup.lr=5e-4", "warmup.batch_size=8"),
     },
 }
 

@@ -88,7 +88,9 @@ def test_report_has_both_sides_with_consistent_numbers(report):
         assert t["mallinfo"] and 0 < t["train_gib"] and 0 <= t["rollout_gib"]
         assert (
             m["weights_gib"] < t["live_peak_gib"] <= m["peak_rss_gib"]
-            and t["rss_sampled_peak_gib"] <= m["peak_rss_gib"]
+            # a sampled RSS (/proc statm) may pass ru_maxrss by a few MiB: Linux folds per-thread RSS counts into
+            # the high-water mark only now and then (seen: 0.727 vs 0.726 GiB)
+            and t["rss_sampled_peak_gib"] <= m["peak_rss_gib"] + 0.004
         )
         assert t["slack_gib"] == pytest.approx(m["peak_rss_gib"] - t["live_peak_gib"], abs=2e-3)
     # ours' hf sampler holds a copy of the base weights (the trained model's less its LoRA); TRL samples with its own
