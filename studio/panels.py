@@ -55,11 +55,9 @@ class Panel:
             xs, ys = run.series(key)
             if xs:
                 out.append(Line(label_prefix + short(key), xs, ys))
-        for label, xs, lo, hi in self.intervals(run) if bounds else []:  # two faint lines each
-            out += [
-                Line(f"{label_prefix}{label} lo", xs, lo, color=FAINT, under=True),
-                Line(f"{label_prefix}{label} hi", xs, hi, color=FAINT, under=True),
-            ]
+        for label, xs, lo, hi in self.intervals(run) if bounds else []:  # two faint lines, one legend entry
+            name = f"{label_prefix}{label} {INTERVAL}"
+            out += [Line(name, xs, lo, color=FAINT, under=True), Line(name, xs, hi, color=FAINT, under=True)]
         if self.rewards and out and out[0].xs:  # under the reward it smooths, so it hides none of its points
             out.append(Line(label_prefix + "smoothed", out[0].xs, ema(out[0].ys), color="white", under=True))
         return out
@@ -100,6 +98,7 @@ def short(key: str) -> str:
 
 
 FAINT = "gray"  # an interval's bounds
+INTERVAL = "95% CI"  # the legend's name for a key's Wilson 95% interval (its two bounds: one marker, one entry)
 ENV = "env/turns_mean"  # the env/* panels' gate: written by multi-turn runs only
 
 # With one update per batch π_old = π, so the ratio is 1 and the zero-mean advantages cancel.
@@ -110,7 +109,8 @@ PANELS = {
     for p in [
         Panel("reward", "reward", [metrics.REWARD], rewards=True),
         # pass@k and maj@k: train.eval_k > 1 only; general/*: the generalisation split; shown once the run has
-        # evaluated, with accuracy's Wilson 95% interval as two faint lines (the report: every interval, as bands)
+        # evaluated, with accuracy's Wilson 95% interval as two faint lines named once in the legend ("accuracy
+        # 95% CI"; the report: every interval, as bands)
         Panel(
             "eval",
             "held-out accuracy",  # short: plotext drops a title wider than the chart (80x24: ~38 columns)
@@ -123,7 +123,6 @@ PANELS = {
             ],
             gate=metrics.EVAL_ACCURACY,
             logged=True,
-            note="lo, hi: accuracy's 95% interval",
             before_note="step 0: before training",
             short_title="eval acc",
             bounds=[metrics.EVAL_ACCURACY],

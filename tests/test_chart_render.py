@@ -12,13 +12,14 @@ import re
 import shutil
 
 import pytest
+from textual.app import App
 
 from grpo_studio.contract import rundir
 from grpo_studio.studio.app import StudioApp
 from grpo_studio.studio.screens.compare_screen import CompareScreen
 from grpo_studio.studio.widgets import chart_axes
-from grpo_studio.studio.widgets.metric_chart import MetricChart
-from tests.studio_helpers import anyio_backend, screen_text  # noqa: F401
+from grpo_studio.studio.widgets.metric_chart import Line, MetricChart
+from tests.studio_helpers import anyio_backend, screen_text, visible_text  # noqa: F401
 
 SIZES = [(80, 24), (120, 40), (200, 60)]
 # Glyphs only a plotted line draws (2×2 blocks and braille), never text, borders or scrollbars.
@@ -140,6 +141,9 @@ def test_legend_numbers_its_markers_and_lists_the_names_under_it_when_they_do_no
     line, names = chart_axes.legend_lines(entries, 30)
     assert line == "▞1 ⠿2 •3"
     assert names == ["1 reward/mean · 2 correctness", "3 format"]  # whole names, wrapped at 30 columns
+    shared = "▞ reward/mean  ⠿ correctness  • format  ◆ shared"  # cells two series share: the legend says so
+    assert chart_axes.legend_lines(entries, 80, shared=True) == (shared, [])
+    assert chart_axes.legend_lines(entries, 30, shared=True) == ("▞1 ⠿2 •3  ◆ shared", names)
 
 
 def test_title_fits_as_plotext_draws_it():
@@ -184,3 +188,86 @@ async def test_a_chart_whose_metric_the_run_never_logged_says_so_without_axes(tr
         text = "\n".join(cells(app, chart))
         assert f"not logged ({rows[-1]['step']} steps so far)" in text, text
         assert "┤" not in text and "┬" not in text, text
+
+
+# ---- cells two series share ------------------------------------------------------------------------
+
+
+class OneChart(App):
+    def __init__(self, lines: list[Line]):
+        super().__init__()
+        self.lines = lines
+
+    def compose(self):
+        yield MetricChart("crossing", id="chart")
+
+    def on_mount(self) -> None:
+        self.query_one(MetricChart).show(self.lines)
+
+
+async def canvas_of(lines: list[Line]) -> tuple[list[str], str]:
+    """The chart's canvas (the cells inside its frame, one string per row, top first) and its legend line."""
+    app = OneChart(lines)
+    async with app.run_test(size=(44, 16)) as pilot:
+        await pilot.pause()
+        chart = app.query_one(MetricChart)
+        rows = visible_text(chart).split("\n")
+        legend = chart.legend_line
+    top = next(i for i, row in enumerate(rows) if "┌" in row)
+    bottom = next(i for i, row in enumerate(rows) if "└" in row)
+    left, right = rows[top].index("┌"), rows[top].index("┐")
+    return [row.ljust(right)[left + 1 : right] for row in rows[top + 1 : bottom]], legend
+
+
+def glyphs_at(canvas: list[str], rows: range, cols: range) -> set[str]:
+    return {chart_axes.drawn_by(canvas[r][c]) or canvas[r][c] for r in rows for c in cols if canvas[r][c] != " "}
+
+
+@pytest.mark.anyio
+async def test_two_crossing_series_show_the_shared_marker_at_the_crossing_and_their_own_elsewhere():
+    xs = [float(x) for x in range(9)]
+    canvas, legend = await canvas_of([Line("up", xs, xs), Line("down", xs, [8 - x for x in xs])])
+    height, width = len(canvas), len(canvas[0])
+    shared = [(r, c) for r, row in enumerate(canvas) for c, ch in enumerate(row) if ch == chart_axes.SHARED]
+    # the lines cross at (4, 4): the canvas' centre (x and y both span 0 … 8)
+    assert shared and all(abs(r - (height - 1) / 2) <= 1 and abs(c - (width - 1) / 2) <= 2 for r, c in shared), (
+        shared,
+        canvas,
+    )
+    assert legend.endswith("◆ shared"), legend
+    # away from the crossing each series shows its own marker: "up" (hd) bottom left and top right, "down" (braille)
+    # top left and bottom right
+    half_r, half_c = height // 2 - 1, width // 2 - 3
+    corners = {
+        "top left": (range(half_r), range(half_c)),
+        "top right": (range(half_r), range(width - half_c, width)),
+        "bottom left": (range(height - half_r, height), range(half_c)),
+        "bottom right": (range(height - half_r, height), range(width - half_c, width)),
+    }
+    seen = {where: glyphs_at(canvas, *cells) for where, cells in corners.items()}
+    assert seen == {"top left": {"braille"}, "top right": {"hd"}, "bottom left": {"hd"}, "bottom right": {"braille"}}, (
+        seen,
+        canvas,
+    )
+
+
+@pytest.mark.anyio
+async def test_series_that_share_no_cell_and_a_smoothed_line_under_its_data_show_no_shared_marker():
+    xs = [float(x) for x in range(9)]
+    apart, legend = await canvas_of([Line("low", xs, [0.0] * 9), Line("high", xs, [8.0] * 9)])
+    assert not any(chart_axes.SHARED in row for row in apart) and "shared" not in legend, (apart, legend)
+    assert {chart_axes.drawn_by(ch) for row in apart for ch in row if ch != " "} == {"hd", "braille"}
+    # a smoothed line over the same points, drawn under: every cell of the data shows the data's own glyph, as the
+    # data alone draws it, and no ◆
+    point = Line("point", [0.0], [8.0])  # away from the data: the same legend rows in both charts
+    under, legend = await canvas_of([Line("data", xs, xs), point, Line("smoothed", xs, xs, under=True)])
+    alone, _ = await canvas_of([Line("data", xs, xs), point])
+    assert not any(chart_axes.SHARED in row for row in under) and "shared" not in legend, (under, legend)
+    data = [(r, c) for r, row in enumerate(alone) for c, ch in enumerate(row) if ch != " "]
+    assert data and all(under[r][c] == alone[r][c] for r, c in data), (alone, under)
+
+
+def test_drawn_by_tells_each_marker_from_its_glyphs():
+    assert [chart_axes.drawn_by(ch) for ch in "▞▄█⣀⠁•+x*◆ a"] == ["hd"] * 3 + ["braille"] * 2 + list("•+x*") + [
+        None
+    ] * 3

@@ -180,14 +180,19 @@ class DashboardScreen(Screen):
 
     def _fit_charts(self) -> None:
         """Two charts per row; rows share the height left beside the tab's info lines, but never below 9
-        lines (then the tab scrolls)."""
+        lines, nor below what a chart in the row needs to list its legend's names whole (then the tab scrolls)."""
         height = self.size.height - 6  # header, status, tab strip (2), footer
         for grid in self.query(".charts"):
             info = sum(w.outer_size.height for w in grid.parent.children if w is not grid and w.display)
-            n = sum(1 for chart in grid.children if chart.display)
-            rows = max(1, -(-n // 2))
-            grid.styles.grid_size_columns = 2 if n > 1 else 1
-            grid.styles.grid_rows = str(max(9, (height - info) // rows))
+            shown = [chart for chart in grid.children if chart.display]
+            columns = 2 if len(shown) > 1 else 1
+            rows = [shown[r : r + columns] for r in range(0, len(shown), columns)] or [[]]
+            share = max(9, (height - info) // len(rows))
+            grid.styles.grid_size_columns = columns
+            grid.styles.grid_rows = " ".join(str(max([share] + [c.rows_needed for c in row])) for row in rows)
+
+    def on_metric_chart_needs_rows(self, event: MetricChart.NeedsRows) -> None:
+        self._fit_charts()
 
     def _estimate(self) -> None:
         self.plan_here = memory_rows.plan_here(self.run.dir)

@@ -8,10 +8,22 @@ import math
 # One marker per series, so lines differ without colour; the glyph the legend shows for each.
 MARKERS = ["hd", "braille", "•", "+", "x", "*"]
 GLYPHS = {"hd": "▞", "braille": "⠿"}
+HD = set("▖▗▘▝▚▞▙▛▜▟▌▐▀▄█")  # the 2×2 block characters plotext draws an "hd" line with
+SHARED = "◆"  # a canvas cell where the markers of two series fall (metric_chart.SharedCells)
+SHARED_KEY = f"{SHARED} shared"  # its legend entry
 
 
 def glyph(marker: str) -> str:
     return GLYPHS.get(marker, marker)
+
+
+def drawn_by(char: str) -> str | None:
+    """Which of MARKERS plotext drew `char` with (hd: 2×2 blocks; braille: 2×4 dots), None for any other."""
+    if char in HD:
+        return "hd"
+    if "\u2801" <= char <= "\u28ff":
+        return "braille"
+    return char if char in MARKERS else None
 
 
 def ticks(lo: float, hi: float, n: int = 5, integer: bool = False) -> list[float]:
@@ -76,13 +88,15 @@ def labels(values: list[float], percent: bool = False) -> list[str]:
     return [t + "%" for t in out] if percent else out
 
 
-def legend_lines(entries: list[tuple[str, str]], width: int) -> tuple[str, list[str]]:
+def legend_lines(entries: list[tuple[str, str]], width: int, shared: bool = False) -> tuple[str, list[str]]:
     """The legend line and the lines under it: '▞ label  ⠿ label' when every name fits whole, else numbered
-    markers ('▞1 ⠿2 •3') with the names listed under the plot ('1 step_s · 2 rollout_s'), wrapped to `width`."""
-    whole = "  ".join(f"{g} {name}" for g, name in entries)
+    markers ('▞1 ⠿2 •3') with the names listed under the plot ('1 step_s · 2 rollout_s'), wrapped to `width`.
+    `shared`: the line ends with '◆ shared' (cells two series share)."""
+    tail = f"  {SHARED_KEY}" if shared else ""
+    whole = "  ".join(f"{g} {name}" for g, name in entries) + tail
     if len(whole) <= width:
         return whole, []
-    numbered = " ".join(f"{g}{i}" for i, (g, _) in enumerate(entries, 1))
+    numbered = " ".join(f"{g}{i}" for i, (g, _) in enumerate(entries, 1)) + tail
     lines, line = [], ""
     for i, (_, name) in enumerate(entries, 1):
         item = f"{i} {name}"

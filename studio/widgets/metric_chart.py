@@ -1,10 +1,11 @@
 """Charts: a PlotextPlot that keeps its lines, downsamples to ~2× its width and redraws only
 when it is handed new data (or resized). Whole steps on the x axis; y ticks round and distinct in one
 number format (widgets/chart_axes.py), real values on a log10 axis. The legend and the chart's note
-share the line under the plot, so no label covers data; each series has its own marker; a legend whose names
-do not fit numbers its markers and lists the names under it. Nothing is hidden: a smoothed line is drawn under
-the data, the series with the fewest points last (on top); a log axis leaves out values ≤ 0 and says how many
-in the title; the title shortens to fit (never dropped)."""
+share the line under the plot, so no label covers data; each label has its own marker (an interval's two bounds
+share one); a legend whose names do not fit numbers its markers and lists the names under it, and `rows_needed`
+says the height that keeps them whole. Nothing is hidden: a smoothed line is drawn under the data, the series with
+the fewest points last (on top), and a cell where two series' markers fall shows ◆ ('◆ shared' in the legend); a
+log axis leaves out values ≤ 0 and says how many in the title; the title shortens to fit (never dropped)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,10 @@ import math
 import textwrap
 from dataclasses import dataclass
 
+from plotext._matrix import matrix_class
+from plotext._utility import no_color
 from rich.text import Text
+from textual.message import Message
 from textual_plotext import PlotextPlot
 
 from ...contract.metrics import fmt
@@ -20,6 +24,7 @@ from . import chart_axes
 
 # Named colours plotext maps onto the 16-colour palette, so charts read in plain terminals too.
 COLORS = ["cyan", "magenta", "green", "yellow", "blue", "red", "white"]
+LEAST = 7  # a chart's rows besides the names under it: title, frame (2), x labels, legend line, 2 rows of plot
 
 
 def percent(value: float | None) -> str:
@@ -77,11 +82,40 @@ def not_drawn(zeros: int, others: int) -> str:
     return f"{n} {what} not drawn"
 
 
+class SharedCells(matrix_class):
+    """plotext's matrix of characters, noting which markers land on each cell of the canvas: a cell where two of
+    `kinds` (the markers of the series drawn on top, not a smoothed line's or an interval's) fall shows SHARED."""
+
+    def __init__(self, kinds: set[str]):
+        self.kinds = kinds
+        self.owners: dict[tuple[int, int], set[str]] = {}
+        super().__init__()  # which builds an empty canvas
+
+    def insert_element(self, col, row, marker, fullground=None, style=None, background=None, check_canvas=False):
+        kind = chart_axes.drawn_by(marker)
+        if kind in self.kinds and self.in_canvas(col, row):
+            self.owners.setdefault((col, row), set()).add(kind)
+        super().insert_element(col, row, marker, fullground, style, background, check_canvas)
+
+    @property
+    def shared(self) -> list[tuple[int, int]]:
+        return [cell for cell, kinds in self.owners.items() if len(kinds) > 1]
+
+    def set_canvas(self):
+        for col, row in self.shared:  # in the terminal's own colour: the cell is neither series'
+            self.set_marker(col, row, chart_axes.SHARED)
+            self.set_fullground(col, row, no_color)
+        return super().set_canvas()
+
+
 class MetricChart(PlotextPlot):
     """One chart. `show(lines, title)` stores the data and asks for a redraw; a chart handed no points
     says `empty`: "waiting for data" before the run logs a step, "not logged (N steps so far)" after."""
 
     DEFAULT_CSS = "MetricChart { height: 1fr; }"
+
+    class NeedsRows(Message):
+        """The chart's `rows_needed` changed (its legend's names at its width): the screen may refit its rows."""
 
     def __init__(
         self,
@@ -105,6 +139,9 @@ class MetricChart(PlotextPlot):
         self.names: list[str] = []  # the numbered legend's names, under the plot
         self.dropped = ""  # what a log axis left out (not_drawn)
         self.legend_line = ""  # the legend as last drawn under the plot
+        self.rows_needed = 0  # the height that lists every name under the plot whole, at the chart's width
+        self.kinds: set[str] = set()  # the markers of the series drawn on top (SharedCells)
+        self.shared = False  # the legend says '◆ shared': the last drawing had cells two series share
         self.empty = "waiting for data"
         self.lines: list[Line] = []
         self.bars: tuple[list[str], list[float]] | None = None
@@ -141,7 +178,7 @@ class MetricChart(PlotextPlot):
         plt = self.plt
         plt.clear_figure()
         width = max(self.size.width, 10)
-        self.names, self.dropped, self.legend_line = [], "", ""
+        self.names, self.dropped, self.legend_line, self.kinds = [], "", "", set()
         if self.bars is not None:
             labels, values = self.bars
             y_width = 0
@@ -153,9 +190,11 @@ class MetricChart(PlotextPlot):
                 y_width = max(map(len, chart_axes.labels(ys)))
             self._title(width, y_width)
             return
-        series = [line for line in self.lines if line.xs]  # a series' index gives its marker and colour
+        series = [line for line in self.lines if line.xs]
+        # one marker, colour and legend entry per label (an interval's two bounds share theirs), in order
+        slots = {label: k for k, label in enumerate(dict.fromkeys(line.label for line in series))}
         plotted, zeros, others = [], 0, 0
-        for i, line in enumerate(series):
+        for line in series:
             xs, ys = line.xs, line.ys
             if self.use_log10:
                 xs, ys, n = positive(xs, ys)
@@ -164,7 +203,7 @@ class MetricChart(PlotextPlot):
                     zeros, others = zeros + n_zero, others + n - n_zero
                 ys = [math.log10(y) for y in ys]
             if xs:
-                plotted.append((i, line, *downsample(xs, ys, 2 * width)))
+                plotted.append((slots[line.label], line, *downsample(xs, ys, 2 * width)))
         self.dropped = not_drawn(zeros, others)
         if not plotted:
             n = zeros + others
@@ -180,21 +219,19 @@ class MetricChart(PlotextPlot):
             self._title(width, 0)
             return
         # beneath first (a smoothed line), then the most points first: the sparsest series is drawn on top
-        for i, line, xs, ys in sorted(plotted, key=lambda p: (not p[1].under, -len(p[2]))):
-            marker = chart_axes.MARKERS[i % len(chart_axes.MARKERS)]
-            plt.plot(xs, ys, color=line.color or COLORS[i % len(COLORS)], marker=marker)
+        for k, line, xs, ys in sorted(plotted, key=lambda p: (not p[1].under, -len(p[2]))):
+            marker = chart_axes.MARKERS[k % len(chart_axes.MARKERS)]
+            plt.plot(xs, ys, color=line.color or COLORS[k % len(COLORS)], marker=marker)
+            if not line.under:
+                self.kinds.add(marker)
         keys = [
-            (chart_axes.glyph(chart_axes.MARKERS[i % len(chart_axes.MARKERS)]), line.label)
-            for i, line in enumerate(series)
+            (chart_axes.glyph(chart_axes.MARKERS[k % len(chart_axes.MARKERS)]), label) for label, k in slots.items()
         ]
-        under, self.names = chart_axes.legend_lines(keys, width - 1) if len(series) > 1 else ("", [])
-        self.legend_line = under
-        note = self.note
-        if note and len(f"{under} · {note}") <= width - 1:
-            under = f"{under} · {note}" if under else note
-        elif note:  # the note's words wrapped under the legend's names, none lost
-            self.names += textwrap.wrap(note, width - 1)
-        room = max(self.size.height - 7, 0)  # the lines under the plot leave it 2 rows at least
+        self.legend_line, under, self.names = self._under(keys, width, self.shared)
+        # the height asked for holds '◆ shared' whether or not this drawing has shared cells: a row grown for it
+        # that then had none would shrink back, share cells again and grow (a loop)
+        self.rows_needed = LEAST + len(self._under(keys, width, len(self.kinds) > 1)[2])
+        room = max(self.size.height - LEAST, 0)  # the lines under the plot leave it 2 rows at least
         if len(self.names) > room:
             self.names = self.names[:room]
             if self.names:
@@ -209,6 +246,14 @@ class MetricChart(PlotextPlot):
             min(xs_seen), max(xs_seen), min(ys_seen, default=0.0), max(ys_seen, default=0.0), rows, width
         )
         self._title(width, y_width)
+
+    def _under(self, keys: list[tuple[str, str]], width: int, shared: bool) -> tuple[str, str, list[str]]:
+        """The legend line; the line under the plot (the legend, with the note where it fits); the lines under that
+        (a numbered legend's names, then the note's words wrapped where it does not fit, none lost)."""
+        legend, names = chart_axes.legend_lines(keys, width - 1, shared) if len(keys) > 1 else ("", [])
+        if self.note and len(f"{legend} · {self.note}") <= width - 1:
+            return legend, f"{legend} · {self.note}" if legend else self.note, names
+        return legend, legend, names + (textwrap.wrap(self.note, width - 1) if self.note else [])
 
     def _title(self, width: int, y_width: int) -> None:
         """The full title, else the short one, with what a log axis left out; cut to fit, never empty."""
@@ -246,14 +291,24 @@ class MetricChart(PlotextPlot):
         return max(map(len, y_labels))
 
     def render(self):
-        """The plot above the numbered legend's names (PlotextPlot.render, less their lines)."""
-        self._draw()
+        """The plot above the numbered legend's names (PlotextPlot.render, less their lines); drawn again with
+        '◆ shared' in the legend when the first drawing has cells two series share."""
+        needed, self.shared = self.rows_needed, False
+        while True:
+            self._draw()
+            width, height = self.size.width, max(self.size.height - len(self.names), 1)
+            self._plot.plotsize(width, height)
+            self._plot._set_size(width, height)  # as PlotextPlot.render does (textual-plotext issue 5)
+            self._plot.theme(self._get_plotext_theme_name(self.app.theme))
+            cells = self._plot.monitor.matrix = SharedCells(self.kinds)
+            plot = self._plot.build()
+            if self.shared or not cells.shared:
+                break
+            self.shared = True
         self.redraws += 1
-        width, height = self.size.width, max(self.size.height - len(self.names), 1)
-        self._plot.plotsize(width, height)
-        self._plot._set_size(width, height)  # as PlotextPlot.render does (textual-plotext issue 5)
-        self._plot.theme(self._get_plotext_theme_name(self.app.theme))
-        out = Text.from_ansi(self._plot.build().rstrip("\n"))
+        if self.rows_needed != needed:
+            self.post_message(self.NeedsRows())
+        out = Text.from_ansi(plot.rstrip("\n"))
         for name_line in self.names:
             out.append("\n" + name_line)
         return out
