@@ -187,6 +187,17 @@ def columns(names: set[str], events: list[dict], samples: list[dict]) -> str | N
     return None if names <= have else f"reward columns {sorted(have)}; expected {sorted(names)} among them"
 
 
+def only_step_metric(body: str, tmp: Path) -> str | None:
+    """Of step()'s info["metrics"], only a finite number under a word name is logged (env/step/ok = 2 every
+    step); the rest is ignored, as the rest of info is, and the run finishes."""
+    wrong = finishes(body, lambda events, samples: None, tmp=tmp)
+    if wrong:
+        return wrong
+    rows = [json.loads(line) for line in (tmp / "run" / "metrics.jsonl").read_text().splitlines()]
+    seen = [{k: v for k, v in row.items() if k.startswith("env/step/")} for row in rows]
+    return None if rows and all(s == {"env/step/ok": 2.0} for s in seen) else f"env/step/* by step: {seen}"
+
+
 def episode_stops(stop: str, says: str, events: list[dict], samples: list[dict]) -> str | None:
     """Some episode of the samples ended with `stop`, its why saying `says`."""
     ended = [s["episode"] for s in samples if s["episode"]["stop"] == stop and says in s["episode"]["why"]]
@@ -439,6 +450,16 @@ def cases() -> list:
                 _cls("class E(Tools):\n def get_reward(self): return None"),
                 functools.partial(reward_error, "get_reward returned NoneType (None, not a number)"),
                 "rewards.funcs=[]",
+            ),
+        ),
+        train_probe(
+            "step reports metrics of every wrong kind",
+            p(
+                only_step_metric,
+                _cls(
+                    "class E(Turns):\n def step(self, text):\n  return [], True, 1.0, {'metrics': {'ok': 2, 'nan': "
+                    "float('nan'), 'big': 10**400, 'obj': object(), 'bad name!': 1, 'x' * 65: 1, 7: 1, 'txt': '3'}}"
+                ),
             ),
         ),
         train_probe(
