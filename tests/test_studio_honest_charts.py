@@ -38,12 +38,14 @@ class ChartApp(App):
 
 
 async def draw(chart: MetricChart, lines: list[Line], title: str, size=(40, 12), short: str = "") -> list[tuple]:
-    """Show `lines` on `chart` alone in an app; the (xs, ys) of each plotext plot call, in drawing order."""
+    """Show `lines` on `chart` alone in an app; the (xs, ys) of each plotext plot call of the last drawing (a chart
+    with shared cells is drawn twice), in drawing order."""
     calls: list[tuple] = []
     app = ChartApp(chart)
     async with app.run_test(size=size) as pilot:
-        plot = chart.plt.plot
+        plot, clear = chart.plt.plot, chart.plt.clear_figure
         chart.plt.plot = lambda xs, ys, **kw: (calls.append((list(xs), list(ys))), plot(xs, ys, **kw))[1]
+        chart.plt.clear_figure = lambda: (calls.clear(), clear())[1]
         chart.show(lines, title, short=short)
         await pilot.pause()
         chart.text = visible_text(chart)

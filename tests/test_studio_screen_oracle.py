@@ -196,15 +196,20 @@ def check_chart(chart: MetricChart, files: Files, short_on: bool) -> None:
         chart.lines if len(chart.lines) > 1 else []
     ):  # every series drawn is named on screen, in the legend or under a numbered one
         assert holds(text, line.label), (chart.id, line.label, text)
-    assert "…" not in "\n".join(lines[1:]), (chart.id, text)  # nothing under the title cut
-    # a cell two series share shows ◆, and the legend says so exactly when one does
-    shared = text.count(chart_axes.SHARED_KEY)
-    assert (text.count(chart_axes.SHARED) > shared) == (shared == 1), (chart.id, text)
+    check_under_title(chart.id, text)
     if panel == "eval":  # "before training" only where the run evaluated at step 0
         before = any(e["event"] == "eval" and e.get("step") == 0 for e in files.events)
         assert ("before training" in text) == before, (chart.id, before, text)
     if chart.note:
         assert holds(text, chart.note), (chart.id, chart.note, text)
+
+
+def check_under_title(chart_id: str, text: str) -> None:
+    """Nothing under a chart's title is cut (legend, names, note); a cell two series share shows ◆, and the legend
+    says '◆ shared' exactly when one does."""
+    assert "…" not in "\n".join(text.split("\n")[1:]), (chart_id, text)
+    shared = text.count(chart_axes.SHARED_KEY)
+    assert (text.count(chart_axes.SHARED) > shared) == (shared == 1), (chart_id, text)
 
 
 def check_status(dash, files: Files) -> None:
@@ -374,8 +379,7 @@ async def visit_runs_and_compare(app, pilot, root: Path, size) -> None:
     with gap("runs", "runs list"):
         check_runs_list(app, screen, root)
     app.compare_runs([root / "real-fp32", root / "real-fp16"])
-    await pilot.pause()
-    await pilot.pause()
+    await settle(app, pilot)
     with gap("compare", "compare"):
         check_compare(app.screen, root)
     app.pop_screen()
@@ -418,6 +422,7 @@ def check_compare(compare, root: Path) -> None:
     for chart in compare.query(MetricChart):
         text = visible_text(chart)
         assert text.split("\n")[0].strip(), f"{chart.id}: no title"
+        check_under_title(chart.id, text)
         markers.add(chart.legend_line)
     assert all(markers)
 

@@ -15,7 +15,7 @@ from ...contract import metrics
 from ...contract.metrics import fmt
 from ..panels import PANELS
 from ..rundata import RunData
-from ..widgets.metric_chart import COLORS, Line, MetricChart
+from ..widgets.metric_chart import COLORS, Line, MetricChart, grid_rows
 from .dashboard_screen import empty_text
 
 COMPARE_PANELS = ["reward", "k3", "loss", "dp_max"]
@@ -76,6 +76,19 @@ class CompareScreen(Screen):
             run.drain()
         self.action_reload()
         self.set_interval(1.0, self.action_reload)
+        self.call_after_refresh(self._fit_charts)
+
+    def _fit_charts(self) -> None:
+        """Two rows sharing the grid's height, or more where a chart needs it for its legend's names (then the grid
+        scrolls)."""
+        grid = self.query_one("#compare-grid", Grid)
+        grid.styles.grid_rows = grid_rows(list(grid.query(MetricChart)), 2, max(1, grid.size.height // 2))
+
+    def on_resize(self) -> None:
+        self._fit_charts()
+
+    def on_metric_chart_needs_rows(self, event: MetricChart.NeedsRows) -> None:
+        self._fit_charts()
 
     def action_reload(self) -> None:
         for run in self.runs:

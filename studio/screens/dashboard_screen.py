@@ -25,7 +25,7 @@ from ..panels import PANELS, TABS, histogram_bars, histogram_title
 from ..rundata import RunData
 from ..widgets import perf_tables
 from ..widgets.doctor_panel import DoctorPanel
-from ..widgets.metric_chart import MetricChart
+from ..widgets.metric_chart import MetricChart, grid_rows
 from ..widgets.samples_panel import SamplesPanel
 from .modals import Confirm
 
@@ -186,10 +186,8 @@ class DashboardScreen(Screen):
             info = sum(w.outer_size.height for w in grid.parent.children if w is not grid and w.display)
             shown = [chart for chart in grid.children if chart.display]
             columns = 2 if len(shown) > 1 else 1
-            rows = [shown[r : r + columns] for r in range(0, len(shown), columns)] or [[]]
-            share = max(9, (height - info) // len(rows))
             grid.styles.grid_size_columns = columns
-            grid.styles.grid_rows = " ".join(str(max([share] + [c.rows_needed for c in row])) for row in rows)
+            grid.styles.grid_rows = grid_rows(shown, columns, max(9, (height - info) // max(1, -(-len(shown) // 2))))
 
     def on_metric_chart_needs_rows(self, event: MetricChart.NeedsRows) -> None:
         self._fit_charts()

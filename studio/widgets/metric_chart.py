@@ -82,6 +82,13 @@ def not_drawn(zeros: int, others: int) -> str:
     return f"{n} {what} not drawn"
 
 
+def grid_rows(charts: list[MetricChart], columns: int, share: int) -> str:
+    """Textual grid-rows for `charts` laid out `columns` to a row: `share` lines each, or more where a chart of the row
+    needs them to list its legend's names whole (MetricChart.rows_needed)."""
+    rows = [charts[r : r + columns] for r in range(0, len(charts), columns)] or [[]]
+    return " ".join(str(max([share] + [chart.rows_needed for chart in row])) for row in rows)
+
+
 class SharedCells(matrix_class):
     """plotext's matrix of characters, noting which markers land on each cell of the canvas: a cell where two of
     `kinds` (the markers of the series drawn on top, not a smoothed line's or an interval's) fall shows SHARED."""
@@ -278,10 +285,11 @@ class MetricChart(PlotextPlot):
         n_y = max(3, min(5, (rows + 1) // 2))  # a blank row at least between two labels
         if self.use_log10:
             y_lo, y_hi, ys = chart_axes.log_range(y_lo, y_hi, n_y)
-            y_labels = chart_axes.labels([10.0**y for y in ys])
         else:  # the frame's top and bottom on round values, both labelled
             y_lo, y_hi, ys = chart_axes.nice_range(y_lo, y_hi, n_y)
-            y_labels = chart_axes.labels(ys, percent=self.percent)
+        if rows < len(ys):  # fewer rows than ticks: two would share a row and one label hide the other
+            ys = [ys[0], ys[-1]]
+        y_labels = chart_axes.labels([10.0**y for y in ys]) if self.use_log10 else chart_axes.labels(ys, self.percent)
         plt.ylim(y_lo, y_hi)
         plt.yticks(ys, y_labels)
         room = width - 4 - max(map(len, y_labels))  # less the y labels and the frame
