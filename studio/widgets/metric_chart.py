@@ -299,10 +299,12 @@ class MetricChart(PlotextPlot):
         return max(map(len, y_labels))
 
     def render(self):
-        """The plot above the numbered legend's names (PlotextPlot.render, less their lines); drawn again with
-        '◆ shared' in the legend when the first drawing has cells two series share."""
-        needed, self.shared = self.rows_needed, False
-        while True:
+        """The plot above the numbered legend's names (PlotextPlot.render, less their lines). The legend says
+        '◆ shared' as the last drawing did; drawn again with the other legend where the cells disagree (at most
+        twice more: a legend that says shared is kept, should the plot then have no such cell)."""
+        needed = self.rows_needed
+        for attempt, shared in enumerate((self.shared, not self.shared, True)):
+            self.shared = shared
             self._draw()
             width, height = self.size.width, max(self.size.height - len(self.names), 1)
             self._plot.plotsize(width, height)
@@ -310,9 +312,8 @@ class MetricChart(PlotextPlot):
             self._plot.theme(self._get_plotext_theme_name(self.app.theme))
             cells = self._plot.monitor.matrix = SharedCells(self.kinds)
             plot = self._plot.build()
-            if self.shared or not cells.shared:
+            if bool(cells.shared) == shared or (shared and attempt):
                 break
-            self.shared = True
         self.redraws += 1
         if self.rows_needed != needed:
             self.post_message(self.NeedsRows())
