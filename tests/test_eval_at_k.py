@@ -157,7 +157,7 @@ def test_the_trainer_writes_the_hand_numbers_everywhere(tmp_path, monkeypatch):
     run.drain()
     for key, value in HAND.items():
         assert run.series(key) == ([0, 1], [value, value])
-    labels = ["accuracy", "answer_accuracy", "pass_at_k", "maj_at_k", "accuracy lo", "accuracy hi"]  # bounds: faint
+    labels = ["accuracy", "answer_accuracy", "pass_at_k", "maj_at_k", *["accuracy 95% CI"] * 2]  # lo, hi: faint
     assert [line.label for line in PANELS["eval"].lines(run)] == labels
     assert PANELS["eval"].present(run)
     assert (report.export(run_dir) / "eval.png").stat().st_size > 0
