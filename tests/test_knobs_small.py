@@ -44,7 +44,7 @@ def test_a_64_row_jsonl_trains_with_default_settings(tmp_path):
     assert (got[1]["event"], got[1]["message"]) == (
         "warning",
         "train.eval_every = 10: no rows to evaluate on, so no eval/accuracy; set data.eval_size (rows "
-        "held out), or data.eval_split for a Hugging Face dataset",
+        "held out), data.eval_source (a file of eval rows), or data.eval_split for a Hugging Face dataset",
     )
     rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2]
