@@ -60,11 +60,24 @@ def with_generate(sampler: HFBackend, rows: list[list[int]], sampling: Sampling)
     return out, torch.stack(recorder.logps, dim=1)
 
 
-def test_ended_rows_leave_the_batch_and_the_draws_are_those_of_generate():
+def tiny_sampler(prompts: int) -> tuple[HFBackend, list[list[int]]]:
+    """The hf sampler on the bundled tiny-arith model, and the token ids of its first `prompts` training prompts."""
     path = resolve_model_path("tiny-arith")
     tok = load_tokenizer(path)
-    sampler = HFBackend(path, tok, resolve(Config()))
-    rows = [tok.encode(r["prompt"], add_special_tokens=False) for r in arith.rows("train")[:5]]
+    rows = [tok.encode(r["prompt"], add_special_tokens=False) for r in arith.rows("train")[:prompts]]
+    return HFBackend(path, tok, resolve(Config())), rows
+
+
+def assert_drawn_as_generate(sampler: HFBackend, rows: list[list[int]], sampling: Sampling, ours) -> None:
+    """Ours' completion ids and log μ equal generate's (keeping every row) wherever ours' rows are live."""
+    ids, logps = with_generate(sampler, rows, sampling)
+    mask = ours.mask.bool()
+    assert torch.equal(torch.where(mask, ids, sampler.tokenizer.pad_token_id), ours.completion_ids)
+    assert torch.allclose(torch.where(mask, logps, 0.0), ours.logprobs, atol=1e-5, rtol=0)
+
+
+def test_ended_rows_leave_the_batch_and_the_draws_are_those_of_generate():
+    sampler, rows = tiny_sampler(5)
     sampling = Sampling(n=G, max_tokens=12, temperature=1.6, top_k=20, seed=5)
     batch_rows: list[int] = []
     sampler.model.register_forward_pre_hook(
@@ -77,21 +90,12 @@ def test_ended_rows_leave_the_batch_and_the_draws_are_those_of_generate():
     # the prompts' cache (one row a prompt), then step t's forward: the rows not ended before t
     assert batch_rows == [len(rows)] + [int((lengths > t).sum()) for t in range(steps)]
 
-    ids, logps = with_generate(sampler, rows, sampling)
-    mask = ours.mask.bool()
-    assert torch.equal(torch.where(mask, ids, tok.pad_token_id), ours.completion_ids)
-    assert torch.allclose(torch.where(mask, logps, 0.0), ours.logprobs, atol=1e-5, rtol=0)
+    assert_drawn_as_generate(sampler, rows, sampling, ours)
 
 
 def test_min_tokens_keeps_eos_out_as_generate_does():
-    path = resolve_model_path("tiny-arith")
-    tok = load_tokenizer(path)
-    sampler = HFBackend(path, tok, resolve(Config()))
-    rows = [tok.encode(r["prompt"], add_special_tokens=False) for r in arith.rows("train")[:3]]
+    sampler, rows = tiny_sampler(3)
     sampling = Sampling(n=G, max_tokens=8, min_tokens=6, temperature=1.6, seed=2)
     ours = sampler.generate(rows, sampling)
     assert (ours.mask.sum(1) >= 6).all()
-    ids, logps = with_generate(sampler, rows, sampling)
-    mask = ours.mask.bool()
-    assert torch.equal(torch.where(mask, ids, tok.pad_token_id), ours.completion_ids)
-    assert torch.allclose(torch.where(mask, logps, 0.0), ours.logprobs, atol=1e-5, rtol=0)
+    assert_drawn_as_generate(sampler, rows, sampling, ours)
