@@ -46,7 +46,7 @@ seconds from the launch to its `started` event and to the end of its first step 
 The report also counts the prompt tokens per step that ours computes once per group instead of once per
 completion (prefix_tokens_saved; from the workload's shape): in the rollout (hf: each prompt prefilled once
 into a KV cache its G samples share; vLLM: its prefix cache) and in training (train.shared_prefix = auto,
-for prompts of at least 16 tokens in micro-batches that hold whole groups). TRL computes every copy.
+in micro-batches that hold whole groups). TRL computes every copy.
 
 FLOPs are counted by engine/train/flops.py, as the trainer's perf/mfu counts them (Kaplan et al. 2020 /
 PaLM's MFU, attention's sequence-length term left out, the sequences here are short): N = the weights
@@ -154,13 +154,11 @@ def prefix_tokens_saved(w: Workload, prompt_len: float, micro_batch_size: int) -
     """Prompt tokens per step that ours computes once per group instead of once per completion: in the rollout
     (hf: each prompt prefilled once into a KV cache shared by its G samples; vLLM: its prefix cache) and in
     training (train.shared_prefix: each distinct prompt of a micro-batch run once). TRL saves neither."""
-    from ..engine.train.logprobs import SHARED_PREFIX_MIN_TOKENS
-
     B = w.prompts * w.generations
     rows = micro_batch_size or B
     groups_per_micro = [len({r // w.generations for r in range(s, min(s + rows, B))}) for s in range(0, B, rows)]
     repeats = B - sum(groups_per_micro)  # rows whose prompt their micro-batch already computed
-    shared = not w.micro_batch_tokens and prompt_len >= SHARED_PREFIX_MIN_TOKENS  # train.shared_prefix = auto
+    shared = not w.micro_batch_tokens  # train.shared_prefix = auto
     return {
         "per_step": round(B * prompt_len),
         "rollout": round(w.prompts * (w.generations - 1) * prompt_len),

@@ -256,7 +256,7 @@ class TrainConfig:
         help="run each distinct prompt of a micro-batch once and its G completions on its KV "
         "cache (same log-probs and gradients, prompt FLOPs / G); auto = on where exact "
         "(eager/sdpa full attention, no gradient checkpointing) and the micro-batch "
-        "repeats a prompt of at least 16 tokens",
+        "repeats a prompt",
     )
     score_zero_advantage: bool = opt(
         False,

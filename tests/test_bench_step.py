@@ -109,7 +109,7 @@ def test_report_has_both_sides_with_consistent_numbers(report):
     assert parity["loss_ours"] == pytest.approx(parity["loss_trl"], rel=1e-5, abs=1e-7)
     # LoRA r16 on every linear layer: r · (in + out) per layer, over 2 layers (the lm_head is not adapted)
     assert parity["weights"] == 2 * 16 * ((256 + 256) + 2 * (256 + 128) + (256 + 256) + 3 * (256 + 512))
-    saved = report["prefix_tokens_saved"]  # tiny-arith's prompts are under 16 tokens: no shared prefix in training
+    saved = report["prefix_tokens_saved"]  # --micro-batch-tokens sorts rows by length: no shared prefix in training
     assert saved == {
         "per_step": round(B * w["prompt_len_mean"]),
         "rollout": round(PROMPTS * (G - 1) * w["prompt_len_mean"]),
@@ -156,7 +156,7 @@ def test_gsm8k_shaped_workload_is_the_real_model_through_its_chat_template_at_eq
         5e-4,
         16,
     )
-    # system prompt + question under ChatML: far above the 16 tokens train.shared_prefix = auto needs
+    # system prompt + question under ChatML
     assert 60 < w["prompt_len_mean"] < 128
     parity = report["parity"]
     assert parity["ok"] and parity["grad_rel_l2"] < 1e-4 and parity["rows"] == 2, parity

@@ -113,7 +113,7 @@ def test_trainer_rows_carry_mfu_from_their_own_numbers(tmp_path, monkeypatch):
     completion_tokens = rows[0]["completion/len_mean"] * len(samples)
     n = flops.matmul_params(trainer.policy)
     generated = prompt_tokens / G + completion_tokens  # each prompt prefilled once for its G completions
-    trained = prompt_tokens + completion_tokens  # tiny-arith's prompts are under the shared-prefix pass's 16 tokens
+    trained = prompt_tokens / G + completion_tokens  # the shared-prefix pass: each group's prompt run once
     assert sum(r["perf/flop"] for r in rows) == pytest.approx(2 * n * generated + (2 + 4) * n * trained)
     assert rows[1]["perf/flop"] < rows[0]["perf/flop"] / 2  # no generation, no π_old on the second step
     for r in rows:

@@ -42,8 +42,9 @@ def test_step_flop_with_the_prompt_once_per_group(shared):
 
 
 def test_a_run_s_first_step_reports_the_flops_it_computed(tmp_path):
-    """tiny-arith, one LoRA step: generation prefills each distinct prompt once; its prompts are shorter than
-    the shared-prefix pass's 16 tokens, so training counts each row's prompt."""
+    """tiny-arith, one LoRA step: generation prefills each distinct prompt once, and so does training (the
+    shared-prefix pass, train.shared_prefix = auto, runs however short the prompt): each group's prompt counts
+    once in both."""
     cfg = config.load("tiny-arith", ["train.steps=1", "train.prompts_per_step=4", "rollout.num_generations=4"])
     trainer = Trainer(cfg, tmp_path / "run")
     trainer.rundir.acquire()
@@ -57,9 +58,14 @@ def test_a_run_s_first_step_reports_the_flops_it_computed(tmp_path):
     span = flops.spans(batch.rollout.mask).float()
     assert len(prompts) == 4 and batch.input_ids.shape[1] - T < 16
     generated = sum(prompts.values()) + float(span.sum())
-    # zero-advantage rows are batched apart and not run (engine/train/zero_advantage.py); the others train
+    # zero-advantage rows are batched apart and not run (engine/train/zero_advantage.py); the others train,
+    # each run group's prompt once (a group's rows share their advantage's zero or not: whole groups run)
     run = batch.inputs.advantages.cpu() != 0
-    assert 0 < int(run.sum()) < 16
-    trained = float(batch.attention[run, :-T].sum() + span[run].sum())
+    assert 0 < int(run.sum()) < 16 and all(bool(g.all() or not g.any()) for g in run.view(4, 4))
+    run_prompts = {
+        tuple(i for i, a in zip(batch.input_ids[r, :-T].tolist(), batch.attention[r, :-T].tolist()) if a)
+        for r in run.nonzero().flatten().tolist()
+    }
+    trained = sum(len(p) for p in run_prompts) + float(span[run].sum())
     trainer.close()
     assert row["perf/flop"] == pytest.approx(n * (2 * generated + 4 * trained))

@@ -141,10 +141,10 @@ def test_on_with_gradient_checkpointing_exits_2_with_one_line(tmp_path, capsys):
 
 @pytest.mark.parametrize(
     "prompt_len, repeats, expected",
-    [(16, 2, True), (15, 2, False), (16, 1, False)],
-    ids=["long-repeated", "short", "no-repeats"],
+    [(16, 2, True), (1, 2, True), (16, 1, False)],
+    ids=["long-repeated", "one-token-repeated", "no-repeats"],
 )
-def test_auto_is_on_where_a_long_prompt_repeats(prompt_len, repeats, expected):
+def test_auto_is_on_where_a_prompt_repeats(prompt_len, repeats, expected):
     from grpo_studio.engine.train.logprobs import use_shared_prefix
 
     prompts = torch.arange(3 * prompt_len).view(3, prompt_len).repeat_interleave(repeats, 0)

@@ -165,12 +165,11 @@ def _shared_prefix_hidden(model, input_ids, attention_mask, T, spans=None):
     return torch.cat([prompt[rows, -1:, :], completion[:, :-1, :]], dim=1)
 
 
-SHARED_PREFIX_MIN_TOKENS = 16  # auto: shorter prompts save less than a second decoder call costs
-
-
 def use_shared_prefix(mode: str, model, input_ids, attention_mask, T) -> bool:
     """train.shared_prefix for one call: off; on (refused in one line where it cannot be exact); auto = on
-    where it is exact and the batch repeats a prompt of at least SHARED_PREFIX_MIN_TOKENS tokens."""
+    where it is exact and the batch repeats a prompt. However short the prompt, the shared pass runs fewer
+    positions (each prompt once, the completions packed): measured faster on prompts of 6 tokens and fewer
+    (docs/performance.md, "Short-prompt")."""
     if mode == "off":
         return False
     why = shared_prefix_refusal(model)
@@ -184,11 +183,7 @@ def use_shared_prefix(mode: str, model, input_ids, attention_mask, T) -> bool:
                 value=mode,
             )
         return True
-    return (
-        why is None
-        and input_ids.shape[1] - T >= SHARED_PREFIX_MIN_TOKENS
-        and prefix_groups(input_ids, attention_mask, T)[0].shape[0] < input_ids.shape[0]
-    )
+    return why is None and prefix_groups(input_ids, attention_mask, T)[0].shape[0] < input_ids.shape[0]
 
 
 def attention_implementation(model) -> str:
