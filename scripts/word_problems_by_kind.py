@@ -78,11 +78,36 @@ def range_of(question: str) -> str:
     raise ValueError(f"{question!r}: {top} is past the last range ({RANGES[-1][1]})")
 
 
+# what a reply writes when it sets the problem up right: the kind's operation on the question's numbers, in
+# their order ({0}, {1}, {2}: the first, second, third number; a sum either way round)
+SET_UPS = {
+    "add": (r"(?:{0}\s*\+\s*{1}|{1}\s*\+\s*{0})",),
+    "subtract": (r"{0}\s*[-−]\s*{1}",),
+    "multiply": (r"(?:{0}\s*[*×x]\s*{1}|{1}\s*[*×x]\s*{0})",),
+    "share": (r"{0}\s*[/÷]\s*{1}",),
+    "buy-then-give": (r"(?:{0}\s*\+\s*{1}|{1}\s*\+\s*{0})", r"[-−]\s*{2}"),
+}
+
+
+def set_up(question: str, reply: str) -> bool:
+    """Whether the reply writes the problem's operation on its numbers (SET_UPS), whatever it computes: right
+    here and the answer wrong is an arithmetic slip, not a misreading."""
+    numbers = re.findall(r"\d+", question)
+    patterns = SET_UPS[kind_of(question)[1]]
+    return all(re.search(rf"(?<!\d){pattern.format(*numbers)}(?!\d)", reply) for pattern in patterns)
+
+
 def tally(records: list[dict]) -> dict:
-    """Answer accuracy per cell from records {split, question, before, after} (before/after: the reply's answer
-    right or not): {split: {"all" | kind | range: {n, before: [p, lo, hi], after: [p, lo, hi], gain}}}, kinds
-    in KINDS' order, then ranges in RANGES' order, each cell only where it has rows."""
+    """Per cell, from records {split, question, before, after, replies} (before/after: the reply's answer right
+    or not; replies: {before, after} texts): {split: {name: {n, before: [p, lo, hi], after: [p, lo, hi], gain,
+    set_up: {before: [p, lo, hi], after: [...]}}}}, names "all", each kind (KINDS' order), each range (RANGES'
+    order) and each "kind range"; a cell only where it has rows. p: answer accuracy; set_up: the share of
+    replies that set the problem up right (set_up)."""
     from grpo_studio.engine.run.evaluation import wilson
+
+    def share(hits: list[bool]) -> list[float]:
+        p = sum(hits) / len(hits)
+        return [p, *wilson(p, len(hits))]
 
     out: dict = {}
     for split in (HELD_OUT, GENERAL):
@@ -92,15 +117,16 @@ def tally(records: list[dict]) -> dict:
             cells[kind] = [r for r in rows if kind_of(r["question"])[1] == kind]
         for label, _ in RANGES:
             cells[label] = [r for r in rows if range_of(r["question"]) == label]
+        for kind in KINDS:
+            for label, _ in RANGES:
+                cells[f"{kind} {label}"] = [r for r in cells[kind] if range_of(r["question"]) == label]
         out[split] = {}
         for name, members in cells.items():
             if not members:
                 continue
-            n, cell = len(members), {"n": len(members)}
-            for phase in PHASES:
-                p = sum(r[phase] for r in members) / n
-                cell[phase] = [p, *wilson(p, n)]
+            cell = {"n": len(members), **{phase: share([r[phase] for r in members]) for phase in PHASES}}
             cell["gain"] = cell["after"][0] - cell["before"][0]
+            cell["set_up"] = {p: share([set_up(r["question"], r["replies"][p]) for r in members]) for p in PHASES}
             out[split][name] = cell
     return out
 
@@ -169,7 +195,8 @@ def evaluate_run(run_dir: Path, general: int, work: Path) -> dict:
         replies, checks = {}, {}
         for phase in PHASES:
             if phase == "before":
-                trainer._warm_up(None)  # the run's warm-up, from the same seed: step 0's weights
+                if not trainer._warm_up(None):  # the run's warm-up, from the same seed: step 0's weights
+                    sys.exit(f"{run_dir}: stopped during the warm-up")
                 recorded, prefix = before_rec, ""
             else:  # the run's checkpoint, copied so that restore's housekeeping never touches the run
                 shutil.copytree(run_dir / "checkpoints" / f"step-{steps}", scratch / "checkpoints" / f"step-{steps}")
@@ -188,8 +215,9 @@ def evaluate_run(run_dir: Path, general: int, work: Path) -> dict:
     records = []
     for split, rows in splits.items():
         for i, row in enumerate(rows):
-            right = {phase: answer_right(replies[phase][split][i], row["answer"], cfg.rewards) for phase in PHASES}
-            records.append({"split": split, "question": row["question"], **right})
+            text = {phase: replies[phase][split][i] for phase in PHASES}
+            right = {phase: answer_right(text[phase], row["answer"], cfg.rewards) for phase in PHASES}
+            records.append({"split": split, "question": row["question"], **right, "replies": text})
     return {
         "run": str(run_dir),
         "seed": cfg.train.seed,
@@ -207,22 +235,38 @@ def percent(cell: list[float]) -> str:
 
 
 def markdown(tallies: dict) -> str:
-    """The table: per split and cell (all, each kind, each range), n and for each seed and pooled over the
-    seeds, before → after (points gained), with Wilson intervals on the pooled."""
+    """Two tables. Per split and cell (all, each kind, each range): n (a seed's rows), each seed's before → after
+    (points gained), the pooled accuracies with their Wilson intervals, and the share of replies set up right.
+    Then the generalisation split's kind × range cells, pooled."""
     seeds = [name for name in tallies if name != "pooled"]
+    pooled = tallies["pooled"]
+
+    def set_ups(cell: dict) -> str:
+        return " → ".join(f"{100 * cell['set_up'][phase][0]:.0f}%" for phase in PHASES)
+
     head = "| split | rows | n | " + " | ".join(f"seed {s}" for s in seeds) + " | pooled before | pooled after | gain |"
-    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    lines = [head + " set up |", "|" + "---|" * head.count("|")]
     for split in (HELD_OUT, GENERAL):
-        for name, pooled in tallies["pooled"][split].items():
-            n = tallies[seeds[0]][split][name]["n"]
+        for name, cell in pooled[split].items():
+            if " " in name:  # a kind × range cell: the second table
+                continue
             each = [tallies[s][split][name] for s in seeds]
             per_seed = [
                 f"{100 * c['before'][0]:.0f} → {100 * c['after'][0]:.0f} ({100 * c['gain']:+.0f})" for c in each
             ]
             lines.append(
-                f"| {split} | {name} | {n} | "
+                f"| {split} | {name} | {each[0]['n']} | "
                 + " | ".join(per_seed)
-                + f" | {percent(pooled['before'])} | {percent(pooled['after'])} | {100 * pooled['gain']:+.1f} |"
+                + f" | {percent(cell['before'])} | {percent(cell['after'])} | {100 * cell['gain']:+.1f} |"
+                + f" {set_ups(cell)} |"
+            )
+    lines += ["", "| kind | range | n (pooled) | before | after | gain | set up |", "|---|---|---|---|---|---|---|"]
+    for name, cell in pooled[GENERAL].items():
+        if " " in name:
+            kind, label = name.split(" ")
+            lines.append(
+                f"| {kind} | {label} | {cell['n']} | {percent(cell['before'])} | {percent(cell['after'])} |"
+                f" {100 * cell['gain']:+.1f} | {set_ups(cell)} |"
             )
     return "\n".join(lines)
 
@@ -243,7 +287,8 @@ def plot(tallies: dict, path: Path) -> None:
         (GENERAL, "before"): ("tab:orange", "s", ":"),
         (GENERAL, "after"): ("tab:orange", "s", "-"),
     }
-    top = max(c[phase][2] for split in (HELD_OUT, GENERAL) for c in pooled[split].values() for phase in PHASES)
+    shown = [label for label, _ in RANGES] + list(KINDS)
+    top = max(c[p][2] for split in (HELD_OUT, GENERAL) for n, c in pooled[split].items() if n in shown for p in PHASES)
     for axis, names in ((by_range, [label for label, _ in RANGES]), (by_kind, list(KINDS))):
         for j, (split, phase) in enumerate(style):
             colour, marker, line = style[split, phase]

@@ -82,11 +82,52 @@ HAND = [  # split, question, right before, right after
     (by_kind.GENERAL, "A shop had 250 beads. It sold 9 of them. How many beads are left in the shop?", False, False),
     (by_kind.GENERAL, "Each of 12 shelves holds 3 nails. How many nails do the shelves hold in total?", False, True),
 ]
+# the replies of HAND's rows before and after: set up right (the operation on the question's numbers) or not
+REPLIES = [
+    ("7 + 4 = 11", "<answer>11</answer>"),  # after: the answer alone, no set-up written
+    ("60 - 40 = 20", "60+40 = 100"),  # before: a subtraction
+    ("2 + 3 = 6", "3 + 2 = 6"),  # set up right, summed wrong
+    ("108 * 9", "108 ÷ 9 = 12"),
+    ("150 - 7 = 143", "1150 - 7 = 1143"),  # 1150 is not 150
+    ("9 - 250", "250 − 9 = 231"),
+    ("12 x 3 = 36", "3 × 12 = 36"),
+]
+
+
+@pytest.mark.parametrize(
+    ("question", "reply", "right"),
+    [
+        ("Ava has 7 shells. Ben gives Ava 4 more. How many shells does Ava have now?", "4+7 = 12", True),
+        ("Ava has 7 shells. Ben gives Ava 4 more. How many shells does Ava have now?", "17 + 4 = 21", False),
+        ("Ava had 60 cards and gave 15 of them to Ben. How many cards does Ava have left?", "60 - 15 = 44", True),
+        ("Ava had 60 cards and gave 15 of them to Ben. How many cards does Ava have left?", "15 - 60", False),
+        ("Ava shares 108 books equally among 9 friends. How many books does each friend get?", "9 / 108", False),
+        ("Isla has 7 coins, buys 2 more, then gives 8 to Sam. How many coins does Isla have now?", "7 + 2 = 9", False),
+        (
+            "Isla has 7 coins, buys 2 more, then gives 8 to Sam. How many coins does Isla have now?",
+            "After buying, Isla has 7 + 2 = 9. After giving 8 away, 9 - 8 = 1.",
+            True,
+        ),
+        (
+            "Nora collects 41 beads on Monday and 30 on Tuesday, then loses 20. How many beads does Nora have?",
+            "41 + 30 - 20 = 50",
+            True,
+        ),
+    ],
+)
+def test_set_up_reads_the_operation_on_the_questions_numbers(question, reply, right):
+    assert by_kind.set_up(question, reply) is right
+
+
+def hand_records() -> list[dict]:
+    return [
+        {"split": s, "question": q, "before": bool(b), "after": bool(a), "replies": dict(zip(by_kind.PHASES, r))}
+        for (s, q, b, a), r in zip(HAND, REPLIES)
+    ]
 
 
 def test_the_tally_against_a_hand_count():
-    records = [{"split": s, "question": q, "before": bool(b), "after": bool(a)} for s, q, b, a in HAND]
-    out = by_kind.tally(records)
+    out = by_kind.tally(hand_records())
     counted = {
         split: {name: (c["n"], c["before"][0], c["after"][0]) for name, c in out[split].items()} for split in out
     }
@@ -96,6 +137,8 @@ def test_the_tally_against_a_hand_count():
             "add": (3, 1 / 3, 2 / 3),
             "share": (1, 0.0, 1.0),
             "<=108": (4, 1 / 4, 3 / 4),  # 108 is still training's range
+            "add <=108": (3, 1 / 3, 2 / 3),
+            "share <=108": (1, 0.0, 1.0),
         },
         by_kind.GENERAL: {
             "all": (3, 1 / 3, 1 / 3),
@@ -104,21 +147,31 @@ def test_the_tally_against_a_hand_count():
             "<=108": (1, 0.0, 1.0),
             "109-200": (1, 1.0, 0.0),
             "201-300": (1, 0.0, 0.0),
+            "subtract 109-200": (1, 1.0, 0.0),
+            "subtract 201-300": (1, 0.0, 0.0),
+            "multiply <=108": (1, 0.0, 1.0),
         },
     }
     add = out[by_kind.HELD_OUT]["add"]
     assert add["before"] == [1 / 3, *wilson(1 / 3, 3)] and add["gain"] == pytest.approx(1 / 3)
     assert out[by_kind.GENERAL]["subtract"]["gain"] == -0.5
+    set_ups = {
+        split: {name: [c["set_up"][p][0] for p in by_kind.PHASES] for name, c in out[split].items()} for split in out
+    }
+    assert set_ups[by_kind.HELD_OUT]["add"] == [2 / 3, 2 / 3] and set_ups[by_kind.HELD_OUT]["share"] == [0.0, 1.0]
+    assert set_ups[by_kind.GENERAL]["subtract"] == [1 / 2, 1 / 2] and set_ups[by_kind.GENERAL]["multiply"] == [1.0, 1.0]
 
 
 def test_the_table_and_the_curve(tmp_path):
-    records = [{"split": s, "question": q, "before": bool(b), "after": bool(a)} for s, q, b, a in HAND]
+    records = hand_records()
     tallies = {"0": by_kind.tally(records), "1": by_kind.tally(records)}
     tallies["pooled"] = by_kind.tally(records + records)
     lines = by_kind.markdown(tallies).splitlines()
-    assert len(lines) == 2 + 4 + 6  # the head, its rule, a line per cell of each split
+    assert len(lines) == 2 + 4 + 6 + 1 + 2 + 3  # the head, its rule, a line per cell of each split; the kind x range
     assert lines[3] == (
         "| held-out | add | 3 | 33 → 67 (+33) | 33 → 67 (+33) | 33.3% [9.7, 70.0] | 66.7% [30.0, 90.3] | +33.3 |"
+        " 67% → 67% |"
     )
+    assert lines[-1] == "| multiply | <=108 | 2 | 0.0% [0.0, 65.8] | 100.0% [34.2, 100.0] | +100.0 | 100% → 100% |"
     by_kind.plot(tallies, tmp_path / "curve.png")
     assert (tmp_path / "curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
