@@ -6,7 +6,8 @@ seeded generator, so a metric added to the schema shows up here without shifting
 trainer writes them: a synchronous run has no lagged tokens (lag 0, lagged k3 null), an asynchronous one
 (`lagged`) 30% of its tokens one version behind; per-rank perf and memory only with `world_size` > 1;
 env/* and the rollout's env/model seconds only in a multi-turn run (`episodes`: the calculator's one tool,
-and its newest samples are episodes, samples.jsonl's "episode" key as engine/rollout/rollouts.py writes it).
+and its newest samples are episodes, samples.jsonl's "episode" key as engine/rollout/rollouts.py writes it);
+mismatch/router_disagree* only for an MoE model (`moe`).
 Mismatch metrics scale with the dtype's drift (bf16 ≈ 8× fp16's |Δlogp|, as measured here)."""
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from ..contract.dtypes import DTYPES
 FUNCS = ["correctness", "format"]  # tiny-arith's reward functions
 LAGGED_ONLY = {"mismatch/lagged/k3", "mismatch/lagged/abs_dlogp_mean"}  # left out without lagged tokens
 ENV_ONLY = {name for name in metrics.names(FUNCS) if name.startswith("env/")} | {"perf/env_s", "perf/model_s"}
+MOE_ONLY = {name for name in metrics.names(FUNCS) if "router_disagree" in name}  # a dense model has no routers
 TOOLS = ["calc"]  # the episodes' environment's tools (env/tool_calls/<tool>)
 DRIFT = {"bf16": 1.8e-3, "fp16": 2.3e-4, "fp32": 1e-7, "fp8": 6e-3}  # mean token |Δlogp| per dtype
 
@@ -94,11 +96,14 @@ def metrics_rows(
     lagged: float | None = None,
     world_size: int = 1,
     episodes: bool = False,
+    moe: bool = False,
 ) -> list[dict]:
     """`lagged`: an asynchronous run whose lagged tokens' k3 is this many times the lag-0 k3; `episodes`: a
-    multi-turn run (env/* metrics)."""
+    multi-turn run (env/* metrics); `moe`: an MoE model's (its routers' disagreement)."""
     shape = shapes(DRIFT[dtype], lagged)
-    names = [name for name in metrics.names(FUNCS) if episodes or name not in ENV_ONLY]
+    names = [
+        name for name in metrics.names(FUNCS) if (episodes or name not in ENV_ONLY) and (moe or name not in MOE_ONLY)
+    ]
     if episodes:
         names += [f"env/tool_calls/{tool}" for tool in TOOLS]
     if world_size > 1:
@@ -189,15 +194,18 @@ def write_run(
     lagged: float | None = None,
     world_size: int = 1,
     episodes: bool = False,
+    moe: bool = False,
 ) -> Path:
     """A run directory with `steps` rows of a `total`-step run, ending in `state` (`lagged`, `world_size`,
-    `episodes`: metrics_rows; `episodes` also makes the last step's samples episodes). A "running" run is held
+    `episodes`, `moe`: metrics_rows; `episodes` also makes the last step's samples episodes). A "running" run is held
     by the calling process (trainer.pid), so it reads as running while the caller lives."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     total = total or steps
     cfgmod.save(cfgmod.load("tiny-arith", [f"model.dtype={dtype}", f"train.steps={total}"]), run_dir / rundir.CONFIG)
-    write_jsonl(run_dir / rundir.METRICS, metrics_rows(steps, total, dtype, seed, t0, lagged, world_size, episodes))
+    write_jsonl(
+        run_dir / rundir.METRICS, metrics_rows(steps, total, dtype, seed, t0, lagged, world_size, episodes, moe)
+    )
     write_jsonl(run_dir / rundir.HISTOGRAMS, [histogram_row(steps, dtype, lagged)])
     samples = []
     for step in range(max(1, steps - 3), steps + 1):

@@ -13,7 +13,7 @@ import psutil
 import pytest
 from textual.app import App
 
-from grpo_studio.benchmarks.synthetic_run import ENV_ONLY, LAGGED_ONLY, write_run
+from grpo_studio.benchmarks.synthetic_run import ENV_ONLY, LAGGED_ONLY, MOE_ONLY, write_run
 from grpo_studio.contract import metrics, rundir
 from grpo_studio.contract.metrics import fmt
 from grpo_studio.studio import launcher
@@ -95,15 +95,16 @@ def test_run_states_from_events_and_pid(tmp_path):
 
 def test_synthetic_rows_hold_every_schema_metric(tmp_path):
     every = set(metrics.names(["correctness", "format"]))
-    lagged = RunData(write_run(tmp_path / "lagged", 3, lagged=0.3))  # an async run: the lagged tokens' mismatch too
+    # an async MoE run: the lagged tokens' mismatch and the routers' disagreement too; env/*: multi-turn runs only
+    lagged = RunData(write_run(tmp_path / "lagged", 3, lagged=0.3, moe=True))
     lagged.drain()
-    assert set(lagged.columns) | {"step", "time"} == every - ENV_ONLY  # env/*: multi-turn runs only
+    assert set(lagged.columns) | {"step", "time"} == every - ENV_ONLY
     episodic = RunData(write_run(tmp_path / "episodes", 3, episodes=True))
     episodic.drain()
-    assert set(episodic.columns) | {"step", "time"} == every - LAGGED_ONLY | {"env/tool_calls/calc"}
-    run = RunData(write_run(tmp_path / "r", 3))
+    assert set(episodic.columns) | {"step", "time"} == every - LAGGED_ONLY - MOE_ONLY | {"env/tool_calls/calc"}
+    run = RunData(write_run(tmp_path / "r", 3))  # a dense model has no routers
     run.drain()
-    assert set(run.columns) | {"step", "time"} == every - LAGGED_ONLY - ENV_ONLY
+    assert set(run.columns) | {"step", "time"} == every - LAGGED_ONLY - ENV_ONLY - MOE_ONLY
     assert run.steps == [1, 2, 3] and run.histogram["edges"] == metrics.HIST_EDGES
 
 
