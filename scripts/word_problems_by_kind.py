@@ -100,9 +100,10 @@ def set_up(question: str, reply: str) -> bool:
 def tally(records: list[dict]) -> dict:
     """Per cell, from records {split, question, before, after, replies} (before/after: the reply's answer right
     or not; replies: {before, after} texts): {split: {name: {n, before: [p, lo, hi], after: [p, lo, hi], gain,
-    set_up: {before: [p, lo, hi], after: [...]}}}}, names "all", each kind (KINDS' order), each range (RANGES'
+    set_up: {before: [p, lo, hi], after: [...]}, right_if_set_up: {the same}}}}, names "all", each kind (KINDS' order), each range (RANGES'
     order) and each "kind range"; a cell only where it has rows. p: answer accuracy; set_up: the share of
-    replies that set the problem up right (set_up)."""
+    replies that set the problem up right (set_up); right_if_set_up: of those, the share right (a phase with
+    none set up has none)."""
     from grpo_studio.engine.run.evaluation import wilson
 
     def share(hits: list[bool]) -> list[float]:
@@ -126,7 +127,11 @@ def tally(records: list[dict]) -> dict:
                 continue
             cell = {"n": len(members), **{phase: share([r[phase] for r in members]) for phase in PHASES}}
             cell["gain"] = cell["after"][0] - cell["before"][0]
-            cell["set_up"] = {p: share([set_up(r["question"], r["replies"][p]) for r in members]) for p in PHASES}
+            ups = {p: [set_up(r["question"], r["replies"][p]) for r in members] for p in PHASES}
+            cell["set_up"] = {p: share(ups[p]) for p in PHASES}
+            cell["right_if_set_up"] = {  # the arithmetic: of the replies set up right, the share answered right
+                p: share([r[p] for r, up in zip(members, ups[p]) if up]) for p in PHASES if any(ups[p])
+            }
             out[split][name] = cell
     return out
 
@@ -242,10 +247,13 @@ def markdown(tallies: dict) -> str:
     pooled = tallies["pooled"]
 
     def set_ups(cell: dict) -> str:
-        return " → ".join(f"{100 * cell['set_up'][phase][0]:.0f}%" for phase in PHASES)
+        """The share set up right, before → after, and (of those) the share right."""
+        ups = " → ".join(f"{100 * cell['set_up'][phase][0]:.0f}%" for phase in PHASES)
+        right = cell["right_if_set_up"]
+        return ups + " | " + " → ".join(f"{100 * right[p][0]:.0f}%" if p in right else "–" for p in PHASES)
 
     head = "| split | rows | n | " + " | ".join(f"seed {s}" for s in seeds) + " | pooled before | pooled after | gain |"
-    lines = [head + " set up |", "|" + "---|" * head.count("|")]
+    lines = [head + " set up | right if set up |", "|" + "---|" * (head.count("|") + 1)]
     for split in (HELD_OUT, GENERAL):
         for name, cell in pooled[split].items():
             if " " in name:  # a kind × range cell: the second table
@@ -260,7 +268,7 @@ def markdown(tallies: dict) -> str:
                 + f" | {percent(cell['before'])} | {percent(cell['after'])} | {100 * cell['gain']:+.1f} |"
                 + f" {set_ups(cell)} |"
             )
-    lines += ["", "| kind | range | n (pooled) | before | after | gain | set up |", "|---|---|---|---|---|---|---|"]
+    lines += ["", "| kind | range | n (pooled) | before | after | gain | set up | right if set up |", "|---|" * 8]
     for name, cell in pooled[GENERAL].items():
         if " " in name:
             kind, label = name.split(" ")

@@ -160,6 +160,9 @@ def test_the_tally_against_a_hand_count():
     }
     assert set_ups[by_kind.HELD_OUT]["add"] == [2 / 3, 2 / 3] and set_ups[by_kind.HELD_OUT]["share"] == [0.0, 1.0]
     assert set_ups[by_kind.GENERAL]["subtract"] == [1 / 2, 1 / 2] and set_ups[by_kind.GENERAL]["multiply"] == [1.0, 1.0]
+    arithmetic = {name: {p: c[0] for p, c in cell["right_if_set_up"].items()} for name, cell in out["held-out"].items()}
+    assert arithmetic["add"] == {"before": 1 / 2, "after": 1 / 2}  # 7 + 4 and 2 + 3; 60+40 and 3 + 2
+    assert arithmetic["share"] == {"after": 1.0}  # none set up before
 
 
 def test_the_table_and_the_curve(tmp_path):
@@ -170,8 +173,11 @@ def test_the_table_and_the_curve(tmp_path):
     assert len(lines) == 2 + 4 + 6 + 1 + 2 + 3  # the head, its rule, a line per cell of each split; the kind x range
     assert lines[3] == (
         "| held-out | add | 3 | 33 → 67 (+33) | 33 → 67 (+33) | 33.3% [9.7, 70.0] | 66.7% [30.0, 90.3] | +33.3 |"
-        " 67% → 67% |"
+        " 67% → 67% | 50% → 50% |"
     )
-    assert lines[-1] == "| multiply | <=108 | 2 | 0.0% [0.0, 65.8] | 100.0% [34.2, 100.0] | +100.0 | 100% → 100% |"
+    assert (
+        lines[-1]
+        == "| multiply | <=108 | 2 | 0.0% [0.0, 65.8] | 100.0% [34.2, 100.0] | +100.0 | 100% → 100% | 0% → 100% |"
+    )
     by_kind.plot(tallies, tmp_path / "curve.png")
     assert (tmp_path / "curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
