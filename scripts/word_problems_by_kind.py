@@ -268,7 +268,7 @@ def markdown(tallies: dict) -> str:
                 + f" | {percent(cell['before'])} | {percent(cell['after'])} | {100 * cell['gain']:+.1f} |"
                 + f" {set_ups(cell)} |"
             )
-    lines += ["", "| kind | range | n (pooled) | before | after | gain | set up | right if set up |", "|---|" * 8]
+    lines += ["", "| kind | range | n (pooled) | before | after | gain | set up | right if set up |", "|" + "---|" * 8]
     for name, cell in pooled[GENERAL].items():
         if " " in name:
             kind, label = name.split(" ")
@@ -316,6 +316,7 @@ def plot(tallies: dict, path: Path) -> None:
                 marker=marker,
                 linestyle=line if axis is by_range else "none",  # a curve over the ranges; kinds are apart
                 capsize=3,
+                markerfacecolor="white" if phase == "before" else colour,  # hollow: the warmed-up start
                 label=f"{split}, {'warmed-up start' if phase == 'before' else 'after RL'}",
             )
         axis.set_xticks(range(len(names)), names)

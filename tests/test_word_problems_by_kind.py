@@ -175,6 +175,7 @@ def test_the_table_and_the_curve(tmp_path):
         "| held-out | add | 3 | 33 → 67 (+33) | 33 → 67 (+33) | 33.3% [9.7, 70.0] | 66.7% [30.0, 90.3] | +33.3 |"
         " 67% → 67% | 50% → 50% |"
     )
+    assert lines[1] == "|" + "---|" * 10 and lines[-4] == "|" + "---|" * 8  # as many as the heads' columns
     assert (
         lines[-1]
         == "| multiply | <=108 | 2 | 0.0% [0.0, 65.8] | 100.0% [34.2, 100.0] | +100.0 | 100% → 100% | 0% → 100% |"
