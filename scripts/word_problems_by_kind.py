@@ -252,7 +252,7 @@ def markdown(tallies: dict) -> str:
         right = cell["right_if_set_up"]
         return ups + " | " + " → ".join(f"{100 * right[p][0]:.0f}%" if p in right else "–" for p in PHASES)
 
-    head = "| split | rows | n | " + " | ".join(f"seed {s}" for s in seeds) + " | pooled before | pooled after | gain |"
+    head = "| split | cell | n | " + " | ".join(f"seed {s}" for s in seeds) + " | pooled before | pooled after | gain |"
     lines = [head + " set up | right if set up |", "|" + "---|" * (head.count("|") + 1)]
     for split in (HELD_OUT, GENERAL):
         for name, cell in pooled[split].items():
