@@ -3,6 +3,8 @@ entropies, same gradients, for LoRA and full fine-tuning (tied lm_head/embedding
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -159,11 +161,33 @@ def test_chunked_refuses_an_unknown_logit_transform():
     model.get_output_embeddings().register_forward_hook(lambda mod, args, out: out * 2.0)
     ids = torch.randint(1, 64, (2, 8), generator=torch.Generator().manual_seed(5))
     with pytest.raises(UserError) as err:
-        token_logprobs(model, ids, torch.ones_like(ids), 4, logits_chunk=4)
+        token_logprobs(model, ids, torch.ones_like(ids), 3, logits_chunk=4)
     assert str(err.value) == (
         "config error: model.logits_chunk = 4: CohereForCausalLM transforms its logits in a "
         "way the chunked path does not reproduce; set model.logits_chunk = 0"
     )
+    with pytest.raises(UserError) as err:  # the shared-prefix pass reads the head the same way, and says so
+        token_logprobs(model, ids, torch.ones_like(ids), 3, shared_prefix=True)
+    assert str(err.value) == (
+        "config error: train.shared_prefix: CohereForCausalLM transforms its logits in a "
+        "way the shared-prefix pass does not reproduce; set train.shared_prefix = off"
+    )
+
+
+def test_a_nan_model_is_not_mistaken_for_an_unknown_logit_transform():
+    """Weights gone NaN make both logits NaN: no refusal (the trainer's bad-step handling reports it), and
+    the head is checked again once the logits are finite."""
+    model = _tiny("qwen3").float()
+    ids = torch.randint(1, 64, (2, 8), generator=torch.Generator().manual_seed(5))
+    saved = {name: p.detach().clone() for name, p in model.named_parameters()}
+    with torch.no_grad():
+        for p in model.parameters():
+            p.fill_(math.nan)
+    logps, _ = token_logprobs(model, ids, torch.ones_like(ids), 3, shared_prefix=True)
+    assert torch.isnan(logps).all() and not getattr(model, "_grpo_head_checked", False)
+    model.load_state_dict(saved)
+    logps, _ = token_logprobs(model, ids, torch.ones_like(ids), 3, shared_prefix=True)
+    assert torch.isfinite(logps).all() and model._grpo_head_checked
 
 
 @pytest.mark.parametrize("chunk, shared", [(0, True), (5, False), (5, True)], ids=["shared", "chunked", "both"])

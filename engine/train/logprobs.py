@@ -77,7 +77,9 @@ def token_logprobs(
     scale, softcap = head_transform(model)
     B, T = targets.shape
     scored = torch.ones_like(targets, dtype=torch.bool) if spans is None else _within(spans.to(targets.device), T)
-    _check_head_transform(model, input_ids[:1], attention_mask[:1], hidden[0], scored[0], head.weight, scale, softcap)
+    r = int(scored.any(1).to(torch.uint8).argmax())  # the first row with a scored position (an episode may have none)
+    check = (input_ids[r : r + 1], attention_mask[r : r + 1], hidden[r], scored[r])
+    _check_head_transform(model, *check, head.weight, scale, softcap, logits_chunk)
     hidden, targets = hidden[scored], targets[scored]  # [N, H], [N]: each scored position a row
     kept = None if support is None else support[scored]
     if logits_chunk == 0:  # the same N×V logits at once as chunk_rows rows of T
@@ -271,10 +273,12 @@ def head_transform(model) -> tuple[float, float | None]:
 
 
 @torch.no_grad()
-def _check_head_transform(model, ids, attention, hidden_row, scored, weight, scale, softcap) -> None:
-    """Once per model: the chunked logits of one row's scored positions must equal the model's own, else the
-    model transforms its logits in a way this path does not know (refused in one line)."""
-    if getattr(model, "_grpo_head_checked", False):
+def _check_head_transform(model, ids, attention, hidden_row, scored, weight, scale, softcap, logits_chunk) -> None:
+    """Once per model: the logits from the final hidden states (the chunked path, `logits_chunk` > 0, or the
+    shared-prefix pass) of one row's scored positions must equal the model's own, else the model transforms its
+    logits in a way these paths do not know (refused in one line, naming the key that chose the path). A model
+    whose own logits are not finite (weights gone NaN) says nothing of its transform: checked on a later call."""
+    if getattr(model, "_grpo_head_checked", False) or not bool(scored.any()):  # no position to compare: later
         return
     from ...contract.errors import UserError
 
@@ -286,17 +290,21 @@ def _check_head_transform(model, ids, attention, hidden_row, scored, weight, sca
         logits_to_keep=T + 1,
         use_cache=False,
     ).logits[0, :-1][scored]
+    if not bool(torch.isfinite(own).all()):  # the step's own non-finite handling reports this (bad steps)
+        return
     # a wrong transform is off by its scale; rounding is off by the logits' dtype (bf16: 2^-7 relative)
     tol = max(1e-3, 2 * torch.finfo(own.dtype).eps)
     own = own.float()
     ours = _final_logits(torch.nn.functional.linear(hidden_row[scored], weight).float(), scale, softcap)
     if not torch.allclose(ours, own, rtol=tol, atol=tol * max(1.0, own.abs().max().item())):
-        raise UserError(
-            f"{type(model).__name__} transforms its logits in a way the chunked path does not "
-            f"reproduce; set model.logits_chunk = 0",
-            key="model.logits_chunk",
-            value=T,
-        )
+        name = type(model).__name__
+        if logits_chunk:
+            why = (
+                f"{name} transforms its logits in a way the chunked path does not reproduce; set model.logits_chunk = 0"
+            )
+            raise UserError(why, key="model.logits_chunk", value=logits_chunk)
+        why = f"{name} transforms its logits in a way the shared-prefix pass does not reproduce; set train.shared_prefix = off"
+        raise UserError(why, key="train.shared_prefix")
     model._grpo_head_checked = True
 
 
