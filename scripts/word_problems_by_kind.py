@@ -148,22 +148,15 @@ def _run_evals(run_dir: Path) -> tuple[dict, dict, int]:
 
 
 def _sample(trainer, rows: list[dict], chunk: int) -> tuple[list[str], list[dict]]:
-    """The reply to each row, sampled as evaluation.sample does, `chunk` rows a call; and each call's eval
-    metrics (evaluation.eval_metrics of its sums), to set against the run's."""
+    """The reply to each row, sampled by evaluation.sample (one sample a row: train.eval_k = 1), `chunk` rows a
+    call; and each call's eval metrics (evaluation.eval_metrics of its sums), to set against the run's."""
     from grpo_studio.engine.run import evaluation
-    from grpo_studio.engine.sampler import Sampling
 
     cfg, rollouts = trainer.cfg, trainer.grpo.rollouts
-    sampling = Sampling(
-        n=1, max_tokens=cfg.rollout.max_completion_len, temperature=cfg.rollout.temperature, seed=evaluation.SEED
-    )
     texts, calls = [], []
     for start in range(0, len(rows), chunk):
         part = rows[start : start + chunk]
-        table, replies = rollouts.eval_scores(part, sampling)
-        references = [row.get("answer") for row in part]
-        sums = evaluation.tally([s[0] for s in table], replies, 1, cfg.rewards, references)
-        sums += evaluation.reward_sums(table, rollouts.reward_weights.tolist())
+        sums, replies = evaluation.sample(rollouts, part, cfg)
         calls.append(evaluation.eval_metrics(sums, len(part), 1, reward_names=rollouts.reward_names))
         texts += replies
     return texts, calls
@@ -191,6 +184,10 @@ def evaluate_run(run_dir: Path, general: int, work: Path) -> dict:
     if general < cfg_run.data.general_size:
         sys.exit(f"--general {general}: fewer than the run's data.general_size ({cfg_run.data.general_size})")
     cfg = config.load(str(run_dir / "config.toml"), [f"data.general_size={general}"])
+    if cfg.train.eval_k != 1:  # one reply a row is what the tables count
+        sys.exit(
+            f"{run_dir}: train.eval_k = {cfg.train.eval_k}; this script reads runs evaluated with one sample a row"
+        )
     before_rec, after_rec, steps = _run_evals(run_dir)
     scratch = work / run_dir.name
     shutil.rmtree(scratch, ignore_errors=True)  # a fresh run directory: the run's own is only read

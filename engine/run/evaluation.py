@@ -41,16 +41,17 @@ SEED = 10_007  # every eval samples with the same seed
 Z95 = 1.959963984540054  # the standard normal's 97.5% quantile: a two-sided 95% interval
 
 
-def sample(rollouts, rows: list[dict], cfg: Config) -> list[float]:
+def sample(rollouts, rows: list[dict], cfg: Config) -> tuple[list[float], list[str]]:
     """The sums of these rows, TALLY's then reward_sums': train.eval_k samples each, at the run's temperature, in
     one sampler call (with an environment, episodes), scored by every reward function; the accuracies by the
-    first (correctness by default)."""
+    first (correctness by default). Then the replies, each row's k in turn."""
     k = cfg.train.eval_k
     sampling = Sampling(n=k, max_tokens=cfg.rollout.max_completion_len, temperature=cfg.rollout.temperature, seed=SEED)
     references = [row.get("answer") for row in rows]
     table, texts = rollouts.eval_scores(rows, sampling)
     first = [scores[0] for scores in table]
-    return tally(first, texts, k, cfg.rewards, references) + reward_sums(table, rollouts.reward_weights.tolist())
+    sums = tally(first, texts, k, cfg.rewards, references) + reward_sums(table, rollouts.reward_weights.tolist())
+    return sums, texts
 
 
 def no_sums(reward_names: list[str]) -> list[float]:

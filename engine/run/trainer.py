@@ -185,7 +185,7 @@ class Trainer:
             if not every:
                 continue
             rows = self.dist.shard(every)  # data-parallel: each rank its part, the sums summed
-            sums = evaluation.sample(rollouts, rows, self.cfg) if rows else evaluation.no_sums(rollouts.reward_names)
+            sums = evaluation.sample(rollouts, rows, self.cfg)[0] if rows else evaluation.no_sums(rollouts.reward_names)
             sums = [float(self.dist.total(torch.tensor(s, dtype=torch.float64))) for s in sums]  # summed over ranks
             out.update(evaluation.eval_metrics(sums, len(every), self.cfg.train.eval_k, split, rollouts.reward_names))
         return out
